@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Runs the whole Trainyard test suite (CI entry point, via .ci/run):
+#
+#   1. deploy/install-deps.sh                      (skip: TRAINYARD_SKIP_DEPS=1)
+#   2. for each preset in TRAINYARD_TEST_PRESETS (default "release asan"):
+#        cmake --preset P && cmake --build --preset P
+#        release: ctest --preset release -j2
+#        asan:    ctest --preset asan -j1 -LE perf   (perf-labelled tests skipped under ASan)
+#        debug:   ctest --preset debug -j2
+#   3. benchmark smoke run: tests/perf/run_submit_bench.sh --smoke
+#        (only if the release preset was built, build/release/bin/submit_bench exists and
+#         the script exists)
+#   4. Python client tests: /usr/bin/python3 -m pytest -q clients/python/tests (if present)
+#
+# Stops at the first failing stage and prints a PASS/FAIL/SKIP summary of every stage.
+#
+# Environment:
+#   TRAINYARD_TEST_PRESETS   space-separated presets to build and test (default "release asan")
+#   TRAINYARD_SKIP_DEPS=1    do not run deploy/install-deps.sh
+#   TRAINYARD_BUILD_JOBS     parallel build jobs (default: ninja's default)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "${REPO}"
+
+PRESETS="${TRAINYARD_TEST_PRESETS:-release asan}"
+read -r -a PRESET_LIST <<<"${PRESETS}"
+if ((${#PRESET_LIST[@]} == 0)); then
+  echo "tests/run.sh: TRAINYARD_TEST_PRESETS is empty" >&2
+  exit 2
+fi
+for p in "${PRESET_LIST[@]}"; do
+  case "${p}" in
+    release | debug | asan) ;;
+    *) echo "tests/run.sh: unknown preset '${p}' in TRAINYARD_TEST_PRESETS (known: release debug asan)" >&2; exit 2 ;;
+  esac
+done
+
+BUILD_JOBS=()
+if [[ -n "${TRAINYARD_BUILD_JOBS:-}" ]]; then BUILD_JOBS=(--parallel "${TRAINYARD_BUILD_JOBS}"); fi
+export NINJA_STATUS="${NINJA_STATUS:-[%f/%t %es] }"
+
+SUITE_START="$(date +%s)"
+STAGE_NAMES=()
+STAGE_RESULTS=()
+STAGE_TIMES=()
+FAILED_STAGE=""
+
+record() { STAGE_NAMES+=("$1"); STAGE_RESULTS+=("$2"); STAGE_TIMES+=("$3"); }
+
+# stage NAME CMD ARGS...: runs one stage unless an earlier stage failed.
+stage() {
+  local name="$1" start rc
+  shift
+  if [[ -n "${FAILED_STAGE}" ]]; then
+    record "${name}" "NOT RUN" "-"
+    return 0
+  fi
+  printf '\n==> %s\n    $ %s\n' "${name}" "$*"
+  start="$(date +%s)"
+  set +e
+  "$@"
+  rc=$?
+  set -e
+  if ((rc == 0)); then
+    record "${name}" PASS "$(($(date +%s) - start))s"
+  else
+    record "${name}" "FAIL (exit ${rc})" "$(($(date +%s) - start))s"
+    FAILED_STAGE="${name}"
+  fi
+}
+
+skip() {
+  if [[ -n "${FAILED_STAGE}" ]]; then
+    record "$1" "NOT RUN" "-"
+  else
+    record "$1" "SKIP" "-  ($2)"
+    printf '\n==> %s: skipped (%s)\n' "$1" "$2"
+  fi
+}
+
+summary() {
+  local i
+  printf '\n==================== tests/run.sh summary (%ss) ====================\n' \
+    "$(($(date +%s) - SUITE_START))"
+  for i in "${!STAGE_NAMES[@]}"; do
+    printf '  %-34s %-18s %s\n' "${STAGE_NAMES[$i]}" "${STAGE_RESULTS[$i]}" "${STAGE_TIMES[$i]}"
+  done
+  if [[ -n "${FAILED_STAGE}" ]]; then
+    printf 'RESULT: FAIL (first failing stage: %s)\n' "${FAILED_STAGE}"
+  else
+    printf 'RESULT: PASS\n'
+  fi
+}
+
+# ---------------------------------------------------------------------------------------
+if [[ "${TRAINYARD_SKIP_DEPS:-0}" == "1" ]]; then
+  skip "install-deps" "TRAINYARD_SKIP_DEPS=1"
+else
+  stage "install-deps" bash deploy/install-deps.sh
+fi
+
+for p in "${PRESET_LIST[@]}"; do
+  stage "configure ${p}" cmake --preset "${p}"
+  stage "build ${p}" cmake --build --preset "${p}" "${BUILD_JOBS[@]}"
+  case "${p}" in
+    release) stage "ctest release" ctest --preset release -j2 ;;
+    debug) stage "ctest debug" ctest --preset debug -j2 ;;
+    asan) stage "ctest asan (-LE perf)" ctest --preset asan -j1 -LE perf ;;
+  esac
+done
+
+release_built=0
+for p in "${PRESET_LIST[@]}"; do [[ "${p}" == release ]] && release_built=1; done
+if ((!release_built)); then
+  skip "benchmark smoke" "release preset not selected"
+elif [[ ! -x build/release/bin/submit_bench ]]; then
+  skip "benchmark smoke" "no build/release/bin/submit_bench"
+elif [[ ! -f tests/perf/run_submit_bench.sh ]]; then
+  skip "benchmark smoke" "no tests/perf/run_submit_bench.sh"
+else
+  stage "benchmark smoke" bash tests/perf/run_submit_bench.sh --smoke
+fi
+
+if [[ -d clients/python/tests ]]; then
+  stage "python client tests" /usr/bin/python3 -m pytest -q clients/python/tests
+else
+  skip "python client tests" "no clients/python/tests"
+fi
+
+summary
+[[ -z "${FAILED_STAGE}" ]]
