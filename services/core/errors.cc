@@ -5,24 +5,25 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
+#include "services/core/string_view.h"
 
 namespace trainyard::core {
 namespace {
 
-std::optional<std::string> Payload(const absl::Status& status, std::string_view url) {
-  std::optional<absl::Cord> cord = status.GetPayload(url);
+std::optional<std::string> Payload(const absl::Status& status,
+                                   std::string_view url) {
+  absl::optional<absl::Cord> cord = status.GetPayload(AbslView(url));
   if (!cord.has_value()) return std::nullopt;
   return std::string(*cord);
 }
 
 // A copy of `status` with a new message and the same code and payloads.
 absl::Status WithMessage(const absl::Status& status, std::string_view message) {
-  absl::Status out(status.code(), message);
-  status.ForEachPayload([&out](std::string_view url, const absl::Cord& payload) {
-    out.SetPayload(url, payload);
-  });
+  absl::Status out(status.code(), AbslView(message));
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) {
+        out.SetPayload(url, payload);
+      });
   return out;
 }
 
@@ -31,17 +32,19 @@ absl::Status WithMessage(const absl::Status& status, std::string_view message) {
 absl::Status FieldError(std::string_view field, std::string_view reason_code,
                         std::string_view message) {
   absl::Status status = absl::InvalidArgumentError(
-      field.empty() ? std::string(message) : absl::StrCat(field, ": ", message));
-  status.SetPayload(kFieldPayloadUrl, absl::Cord(field));
-  status.SetPayload(kReasonPayloadUrl, absl::Cord(reason_code));
+      field.empty() ? std::string(message) : Cat(field, ": ", message));
+  status.SetPayload(AbslView(kFieldPayloadUrl), absl::Cord(AbslView(field)));
+  status.SetPayload(AbslView(kReasonPayloadUrl),
+                    absl::Cord(AbslView(reason_code)));
   return status;
 }
 
 absl::Status AttachErrorInfo(absl::Status status, std::string_view field,
                              std::string_view reason_code) {
   if (status.ok()) return status;
-  status.SetPayload(kFieldPayloadUrl, absl::Cord(field));
-  status.SetPayload(kReasonPayloadUrl, absl::Cord(reason_code));
+  status.SetPayload(AbslView(kFieldPayloadUrl), absl::Cord(AbslView(field)));
+  status.SetPayload(AbslView(kReasonPayloadUrl),
+                    absl::Cord(AbslView(reason_code)));
   return status;
 }
 
@@ -54,25 +57,26 @@ std::string ErrorReason(const absl::Status& status) {
 }
 
 bool HasErrorField(const absl::Status& status) {
-  return status.GetPayload(kFieldPayloadUrl).has_value();
+  return status.GetPayload(AbslView(kFieldPayloadUrl)).has_value();
 }
 
 std::string JoinField(std::string_view prefix, std::string_view field) {
   if (prefix.empty()) return std::string(field);
   if (field.empty()) return std::string(prefix);
-  if (field.front() == '[') return absl::StrCat(prefix, field);
-  return absl::StrCat(prefix, ".", field);
+  if (field.front() == '[') return Cat(prefix, field);
+  return Cat(prefix, ".", field);
 }
 
 std::string IndexField(std::string_view field, int64_t index) {
-  return absl::StrCat(field, "[", index, "]");
+  return Cat(field, "[", index, "]");
 }
 
 std::string KeyField(std::string_view field, std::string_view key) {
   constexpr size_t kMaxKeyInPath = 128;
-  std::string escaped = absl::CHexEscape(key.substr(0, kMaxKeyInPath));
+  std::string escaped =
+      absl::CHexEscape(AbslView(key.substr(0, kMaxKeyInPath)));
   if (key.size() > kMaxKeyInPath) escaped += "...";
-  return absl::StrCat(field, "[\"", escaped, "\"]");
+  return Cat(field, "[\"", escaped, "\"]");
 }
 
 absl::Status PrefixField(absl::Status status, std::string_view prefix) {
@@ -80,19 +84,20 @@ absl::Status PrefixField(absl::Status status, std::string_view prefix) {
   std::optional<std::string> field = Payload(status, kFieldPayloadUrl);
   if (!field.has_value()) return status;
   const std::string new_field = JoinField(prefix, *field);
-  std::string_view message = status.message();
+  std::string_view message = StdView(status.message());
   std::string new_message;
   if (field->empty()) {
-    new_message = absl::StrCat(new_field, ": ", message);
-  } else if (absl::StartsWith(message, absl::StrCat(*field, ": "))) {
+    new_message = Cat(new_field, ": ", message);
+  } else if (message.starts_with(Cat(*field, ": "))) {
     message.remove_prefix(field->size() + 2);
-    new_message = absl::StrCat(new_field, ": ", message);
+    new_message = Cat(new_field, ": ", message);
   } else {
-    // The message does not start with the field (built by hand); leave it as it is.
+    // The message does not start with the field (built by hand); leave it as it
+    // is.
     new_message = std::string(message);
   }
   absl::Status out = WithMessage(status, new_message);
-  out.SetPayload(kFieldPayloadUrl, absl::Cord(new_field));
+  out.SetPayload(AbslView(kFieldPayloadUrl), absl::Cord(new_field));
   return out;
 }
 

@@ -5,8 +5,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
+#include "services/core/string_view.h"
 
 namespace trainyard::core {
 namespace {
@@ -28,24 +27,30 @@ constexpr int kNumStates = 11;  // 0 (UNSPECIFIED) .. 10 (HELD)
 bool InRange(JobState s) { return s > JOB_STATE_UNSPECIFIED && s < kNumStates; }
 
 constexpr std::array<JobState, 10> kAll = {
-    JOB_STATE_QUEUED,    JOB_STATE_ADMITTED, JOB_STATE_DISPATCHING, JOB_STATE_RUNNING,
-    JOB_STATE_SUCCEEDED, JOB_STATE_FAILED,   JOB_STATE_CANCELLED,   JOB_STATE_PREEMPTING,
-    JOB_STATE_RECOVERING, JOB_STATE_HELD};
+    JOB_STATE_QUEUED,    JOB_STATE_ADMITTED,   JOB_STATE_DISPATCHING,
+    JOB_STATE_RUNNING,   JOB_STATE_SUCCEEDED,  JOB_STATE_FAILED,
+    JOB_STATE_CANCELLED, JOB_STATE_PREEMPTING, JOB_STATE_RECOVERING,
+    JOB_STATE_HELD};
 
-// Successors of each state, in enum order. The single source of truth for transitions.
+// Successors of each state, in enum order. The single source of truth for
+// transitions.
 const std::vector<JobState>& Successors(JobState from) {
   static const auto* const kTable = [] {
     auto* t = new std::array<std::vector<JobState>, kNumStates>();
-    (*t)[JOB_STATE_QUEUED] = {JOB_STATE_ADMITTED, JOB_STATE_CANCELLED, JOB_STATE_HELD};
+    (*t)[JOB_STATE_QUEUED] = {JOB_STATE_ADMITTED, JOB_STATE_CANCELLED,
+                              JOB_STATE_HELD};
     (*t)[JOB_STATE_HELD] = {JOB_STATE_QUEUED, JOB_STATE_CANCELLED};
-    (*t)[JOB_STATE_ADMITTED] = {JOB_STATE_QUEUED, JOB_STATE_DISPATCHING, JOB_STATE_CANCELLED};
-    (*t)[JOB_STATE_DISPATCHING] = {JOB_STATE_RUNNING, JOB_STATE_FAILED, JOB_STATE_CANCELLED,
-                                   JOB_STATE_RECOVERING};
-    (*t)[JOB_STATE_RUNNING] = {JOB_STATE_QUEUED,    JOB_STATE_SUCCEEDED,  JOB_STATE_FAILED,
-                               JOB_STATE_CANCELLED, JOB_STATE_PREEMPTING, JOB_STATE_RECOVERING};
-    (*t)[JOB_STATE_PREEMPTING] = {JOB_STATE_QUEUED, JOB_STATE_SUCCEEDED, JOB_STATE_FAILED,
+    (*t)[JOB_STATE_ADMITTED] = {JOB_STATE_QUEUED, JOB_STATE_DISPATCHING,
+                                JOB_STATE_CANCELLED};
+    (*t)[JOB_STATE_DISPATCHING] = {JOB_STATE_RUNNING, JOB_STATE_FAILED,
+                                   JOB_STATE_CANCELLED, JOB_STATE_RECOVERING};
+    (*t)[JOB_STATE_RUNNING] = {JOB_STATE_QUEUED,     JOB_STATE_SUCCEEDED,
+                               JOB_STATE_FAILED,     JOB_STATE_CANCELLED,
+                               JOB_STATE_PREEMPTING, JOB_STATE_RECOVERING};
+    (*t)[JOB_STATE_PREEMPTING] = {JOB_STATE_QUEUED, JOB_STATE_SUCCEEDED,
+                                  JOB_STATE_FAILED, JOB_STATE_CANCELLED};
+    (*t)[JOB_STATE_RECOVERING] = {JOB_STATE_QUEUED, JOB_STATE_FAILED,
                                   JOB_STATE_CANCELLED};
-    (*t)[JOB_STATE_RECOVERING] = {JOB_STATE_QUEUED, JOB_STATE_FAILED, JOB_STATE_CANCELLED};
     // SUCCEEDED, FAILED, CANCELLED, UNSPECIFIED: none.
     return t;
   }();
@@ -62,7 +67,9 @@ bool IsTerminal(JobState state) {
          state == JOB_STATE_CANCELLED;
 }
 
-bool IsPending(JobState state) { return state == JOB_STATE_QUEUED || state == JOB_STATE_HELD; }
+bool IsPending(JobState state) {
+  return state == JOB_STATE_QUEUED || state == JOB_STATE_HELD;
+}
 
 bool HoldsResources(JobState state) {
   return state == JOB_STATE_ADMITTED || state == JOB_STATE_DISPATCHING ||
@@ -79,10 +86,12 @@ bool CanTransition(JobState from, JobState to) {
 absl::Status CheckTransition(JobState from, JobState to) {
   if (CanTransition(from, to)) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("job is ", StateName(from), "; cannot go to ", StateName(to)));
+      Cat("job is ", StateName(from), "; cannot go to ", StateName(to)));
 }
 
-absl::Span<const JobState> NextStates(JobState from) { return Successors(from); }
+absl::Span<const JobState> NextStates(JobState from) {
+  return Successors(from);
+}
 
 std::string_view StateName(JobState state) {
   switch (state) {
@@ -112,16 +121,16 @@ std::string_view StateName(JobState state) {
 }
 
 absl::StatusOr<JobState> ParseStateName(std::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(name);
+  std::string upper = absl::AsciiStrToUpper(AbslView(name));
   std::string_view bare = upper;
-  if (absl::StartsWith(bare, "JOB_STATE_")) bare.remove_prefix(10);
+  if (bare.starts_with("JOB_STATE_")) bare.remove_prefix(10);
   for (JobState s : kAll) {
     if (StateName(s) == bare) return s;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown job state \"", name.substr(0, 64),
-                   "\"; expected one of QUEUED, HELD, ADMITTED, DISPATCHING, RUNNING, "
-                   "PREEMPTING, RECOVERING, SUCCEEDED, FAILED, CANCELLED"));
+      Cat("unknown job state \"", name.substr(0, 64),
+          "\"; expected one of QUEUED, HELD, ADMITTED, DISPATCHING, RUNNING, "
+          "PREEMPTING, RECOVERING, SUCCEEDED, FAILED, CANCELLED"));
 }
 
 CancelAction CancelActionFor(JobState state) {

@@ -12,28 +12,6 @@
 namespace trainyard::storage::postgres {
 namespace {
 
-// Parameters of a dynamic statement, all passed as text (bytea as hex, decoded in SQL).
-class Params {
- public:
-  // Adds a value and returns its placeholder ("$3").
-  std::string Add(std::optional<std::string> value) {
-    values_.push_back(std::move(value));
-    return absl::StrCat("$", values_.size());
-  }
-  std::string AddBytes(const std::string& bytes) {
-    return absl::StrCat("decode(", Add(absl::BytesToHexString(bytes)), ", 'hex')");
-  }
-  auto Dynamic() {
-    pointers_.clear();
-    for (const auto& v : values_) pointers_.push_back(v ? v->c_str() : nullptr);
-    return pqxx::prepare::make_dynamic_params(pointers_);
-  }
-
- private:
-  std::vector<std::optional<std::string>> values_;
-  std::vector<const char*> pointers_;
-};
-
 std::string SelectColumns(const ObjectKind& kind) {
   return absl::StrCat(absl::StrJoin(kind.key_columns, ", "), ", body, version, ",
                       EpochMicros("create_time"), ", ", EpochMicros("update_time"));
@@ -51,7 +29,7 @@ StoredObject RowToObject(const ObjectKind& kind, const pqxx::row& row) {
 }
 
 std::string KeyCondition(const ObjectKind& kind, const std::vector<std::string>& key,
-                         Params& params) {
+                         DynamicParams& params) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < kind.key_columns.size(); ++i) {
     parts.push_back(absl::StrCat(kind.key_columns[i], " = ", params.Add(key[i])));
@@ -145,7 +123,7 @@ absl::StatusOr<StoredObject> ObjectStore::Create(
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    Params params;
+    DynamicParams params;
     std::vector<std::string> columns = kind.key_columns;
     std::vector<std::string> values;
     for (const auto& k : key) values.push_back(params.Add(k));
@@ -174,7 +152,7 @@ absl::StatusOr<StoredObject> ObjectStore::Get(const ObjectKind& kind,
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   std::optional<StoredObject> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    Params params;
+    DynamicParams params;
     std::string where = KeyCondition(kind, key, params);
     pqxx::result r = txn.exec_params(
         absl::StrCat("SELECT ", SelectColumns(kind), " FROM ", kind.table, " WHERE ", where),
@@ -192,7 +170,7 @@ absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind, const ListQue
   ListPage page;
   if (query.in && query.in->second.empty()) return page;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    Params params;
+    DynamicParams params;
     std::vector<std::string> where;
     for (const auto& [column, value] : query.equals) {
       where.push_back(absl::StrCat(column, " = ", params.Add(value)));
@@ -237,7 +215,7 @@ absl::StatusOr<StoredObject> ObjectStore::Update(
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    Params read_params;
+    DynamicParams read_params;
     std::string where = KeyCondition(kind, key, read_params);
     pqxx::result r = txn.exec_params(absl::StrCat("SELECT ", SelectColumns(kind), " FROM ",
                                                   kind.table, " WHERE ", where, " FOR UPDATE"),
@@ -251,7 +229,7 @@ absl::StatusOr<StoredObject> ObjectStore::Update(
     }
     absl::StatusOr<Mutation> mutation = mutate(current);
     if (!mutation.ok()) return mutation.status();
-    Params params;
+    DynamicParams params;
     std::vector<std::string> sets;
     for (size_t i = 0; i < kind.extra_columns.size(); ++i) {
       sets.push_back(absl::StrCat(
@@ -282,7 +260,7 @@ absl::StatusOr<StoredObject> ObjectStore::Upsert(
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    Params params;
+    DynamicParams params;
     std::vector<std::string> columns = kind.key_columns;
     std::vector<std::string> values;
     std::vector<std::string> sets;
@@ -316,7 +294,7 @@ absl::Status ObjectStore::Delete(const ObjectKind& kind, const std::vector<std::
                                  const AuditRecord* audit) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   return db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    Params params;
+    DynamicParams params;
     std::string where = KeyCondition(kind, key, params);
     pqxx::result r = txn.exec_params(
         absl::StrCat("DELETE FROM ", kind.table, " WHERE ", where), params.Dynamic());

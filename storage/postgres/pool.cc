@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "storage/postgres/errors.h"
 
@@ -133,6 +134,22 @@ absl::Status Database::Ping() {
     txn.exec("SELECT 1");
     return absl::OkStatus();
   });
+}
+
+std::string DynamicParams::Add(std::optional<std::string> value) {
+  values_.push_back(std::move(value));
+  return absl::StrCat("$", values_.size());
+}
+
+std::string DynamicParams::AddBytes(const std::string& bytes) {
+  return absl::StrCat("decode(", Add(absl::BytesToHexString(bytes)), ", 'hex')");
+}
+
+pqxx::internal::dynamic_params<std::vector<const char*>::const_iterator>
+DynamicParams::Dynamic() {
+  pointers_.clear();
+  for (const auto& v : values_) pointers_.push_back(v ? v->c_str() : nullptr);
+  return pqxx::prepare::make_dynamic_params(pointers_.cbegin(), pointers_.cend());
 }
 
 std::string BytesOf(const pqxx::field& field) {

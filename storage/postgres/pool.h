@@ -2,6 +2,7 @@
 #define TRAINYARD_STORAGE_POSTGRES_POOL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,22 @@ class Database {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot*> free_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> statements_ ABSL_GUARDED_BY(mu_);
+};
+
+// Parameters of a statement built at run time, all passed as text (bytea as hex, decoded in
+// SQL); NULL for an empty optional.
+class DynamicParams {
+ public:
+  // Adds a value and returns its placeholder, e.g. "$3".
+  std::string Add(std::optional<std::string> value);
+  // Adds raw bytes and returns an SQL expression of type bytea.
+  std::string AddBytes(const std::string& bytes);
+  // For txn.exec_params(sql, params.Dynamic()); valid while this object lives.
+  pqxx::internal::dynamic_params<std::vector<const char*>::const_iterator> Dynamic();
+
+ private:
+  std::vector<std::optional<std::string>> values_;
+  std::vector<const char*> pointers_;
 };
 
 // pqxx helpers shared by the stores.

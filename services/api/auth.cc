@@ -1,0 +1,168 @@
+#include "services/api/auth.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/util/time_util.h"
+#include "services/common/crypto.h"
+
+namespace trainyard::api {
+namespace {
+
+using trainyard::v1::Role;
+
+constexpr uint32_t Bit(Role r) { return 1u << static_cast<int>(r); }
+
+uint32_t Allowed(Permission p) {
+  switch (p) {
+    case Permission::kRead:
+      return Bit(trainyard::v1::ROLE_VIEWER) | Bit(trainyard::v1::ROLE_MEMBER) |
+             Bit(trainyard::v1::ROLE_TENANT_ADMIN) | Bit(trainyard::v1::ROLE_FINANCE);
+    case Permission::kWriteJobs:
+      return Bit(trainyard::v1::ROLE_MEMBER) | Bit(trainyard::v1::ROLE_TENANT_ADMIN);
+    case Permission::kAdminTenant:
+      return Bit(trainyard::v1::ROLE_TENANT_ADMIN);
+    case Permission::kFinance:
+      return Bit(trainyard::v1::ROLE_FINANCE);
+  }
+  return 0;
+}
+
+std::string_view PermissionName(Permission p) {
+  switch (p) {
+    case Permission::kRead:
+      return "viewer";
+    case Permission::kWriteJobs:
+      return "member";
+    case Permission::kAdminTenant:
+      return "tenant-admin";
+    case Permission::kFinance:
+      return "finance";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool Caller::Sees(std::string_view tenant) const {
+  return platform_admin || roles.contains(tenant);
+}
+
+bool Caller::Can(std::string_view tenant, Permission p) const {
+  if (platform_admin) return true;
+  auto it = roles.find(tenant);
+  return it != roles.end() && (it->second & Allowed(p)) != 0;
+}
+
+std::vector<std::string> Caller::VisibleTenants() const {
+  std::vector<std::string> out;
+  for (const auto& [tenant, mask] : roles) out.push_back(tenant);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::Status Require(const Caller& caller, std::string_view tenant, Permission p,
+                     std::string_view resource) {
+  if (!caller.Sees(tenant)) return absl::NotFoundError(absl::StrCat(resource, " not found"));
+  if (!caller.Can(tenant, p)) {
+    return absl::PermissionDeniedError(absl::StrCat(caller.principal, " needs role ",
+                                                    PermissionName(p), " in tenant ", tenant,
+                                                    " for ", resource));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequirePlatformAdmin(const Caller& caller, std::string_view action) {
+  if (caller.platform_admin) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(caller.principal, " needs role platform-admin to ", action));
+}
+
+NewToken GenerateToken() {
+  NewToken t;
+  t.id = absl::StrCat("t", absl::BytesToHexString(common::RandomBytes(8)));
+  t.secret = absl::StrCat("ty_", t.id, "_", common::RandomToken(32));
+  t.hash = common::Sha256Hex(t.secret);
+  return t;
+}
+
+absl::StatusOr<std::string> TokenId(std::string_view token) {
+  std::vector<std::string_view> parts = absl::StrSplit(token, absl::MaxSplits('_', 2));
+  if (parts.size() != 3 || parts[0] != "ty" || parts[1].empty() || parts[2].empty()) {
+    return absl::UnauthenticatedError("malformed API token");
+  }
+  return std::string(parts[1]);
+}
+
+Authenticator::Authenticator(storage::postgres::AuthStore* store, absl::Duration cache_ttl)
+    : store_(store), ttl_(cache_ttl) {}
+
+void Authenticator::InvalidateAll() {
+  absl::MutexLock lock(&mu_);
+  cache_.clear();
+}
+
+absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContext& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError(
+        "missing credentials: send metadata \"authorization: Bearer <token>\"");
+  }
+  std::string_view value(it->second.data(), it->second.size());
+  if (!absl::StartsWithIgnoreCase(value, "bearer ")) {
+    return absl::UnauthenticatedError("authorization metadata must be \"Bearer <token>\"");
+  }
+  return AuthenticateToken(value.substr(7));
+}
+
+absl::StatusOr<Caller> Authenticator::AuthenticateToken(std::string_view token) {
+  const std::string hash = common::Sha256Hex(token);
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(hash);
+    if (it != cache_.end() && now - it->second.fetched < ttl_ && now < it->second.expires) {
+      return it->second.caller;
+    }
+  }
+  absl::StatusOr<std::string> id = TokenId(token);
+  if (!id.ok()) return id.status();
+  absl::StatusOr<storage::postgres::TokenRecord> record = store_->GetToken(*id);
+  if (absl::IsNotFound(record.status())) return absl::UnauthenticatedError("unknown API token");
+  if (!record.ok()) return record.status();
+  if (!common::ConstantTimeEquals(record->secret_hash, hash)) {
+    return absl::UnauthenticatedError("unknown API token");
+  }
+  if (record->token.has_revoke_time()) {
+    return absl::UnauthenticatedError("API token was revoked");
+  }
+  absl::Time expires = absl::InfiniteFuture();
+  if (record->token.has_expire_time()) {
+    expires = absl::FromUnixMicros(
+        google::protobuf::util::TimeUtil::TimestampToMicroseconds(record->token.expire_time()));
+    if (now >= expires) return absl::UnauthenticatedError("API token expired");
+  }
+  Caller caller;
+  caller.principal = record->token.principal();
+  caller.token_id = *id;
+  absl::StatusOr<std::vector<trainyard::v1::RoleBinding>> bindings =
+      store_->BindingsOf(caller.principal);
+  if (!bindings.ok()) return bindings.status();
+  for (const auto& b : *bindings) {
+    if (b.role() == trainyard::v1::ROLE_PLATFORM_ADMIN) {
+      caller.platform_admin = true;
+    } else if (!b.tenant().empty()) {
+      caller.roles[b.tenant()] |= Bit(b.role());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (cache_.size() > 100000) cache_.clear();
+  cache_[hash] = Entry{caller, now, expires};
+  return caller;
+}
+
+}  // namespace trainyard::api

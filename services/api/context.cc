@@ -1,0 +1,189 @@
+#include "services/api/context.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "services/common/logging.h"
+#include "services/core/errors.h"
+
+namespace trainyard::api {
+
+using storage::postgres::ObjectKind;
+
+Directory::Directory(storage::postgres::ObjectStore* objects, absl::Duration ttl)
+    : objects_(objects), ttl_(ttl) {}
+
+void Directory::Invalidate() {
+  absl::MutexLock lock(&mu_);
+  present_.clear();
+  classes_.clear();
+  tenants_.clear();
+  capacity_fetched_ = absl::InfinitePast();
+}
+
+absl::StatusOr<bool> Directory::Exists(const ObjectKind& kind,
+                                       const std::vector<std::string>& key) {
+  const std::string cache_key = absl::StrCat(kind.table, "/", absl::StrJoin(key, "/"));
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = present_.find(cache_key);
+    if (it != present_.end() && now - it->second < ttl_) return true;
+  }
+  absl::StatusOr<storage::postgres::StoredObject> got = objects_->Get(kind, key);
+  if (absl::IsNotFound(got.status())) return false;
+  if (!got.ok()) return got.status();
+  absl::MutexLock lock(&mu_);
+  present_[cache_key] = now;
+  return true;
+}
+
+absl::Status Directory::CheckQueue(const std::string& tenant, const std::string& queue,
+                                   const std::string& field) {
+  absl::StatusOr<bool> ok = Exists(storage::postgres::QueueKind(), {tenant, queue});
+  if (!ok.ok()) return ok.status();
+  if (!*ok) {
+    return core::FieldError(field, core::reason::kUnknownQueue,
+                            absl::StrCat("queue \"", queue, "\" does not exist in tenant ",
+                                         tenant));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Directory::CheckProject(const std::string& tenant, const std::string& project,
+                                     const std::string& field) {
+  absl::StatusOr<bool> ok = Exists(storage::postgres::ProjectKind(), {tenant, project});
+  if (!ok.ok()) return ok.status();
+  if (!*ok) {
+    return core::FieldError(field, "UNKNOWN_PROJECT",
+                            absl::StrCat("project \"", project, "\" does not exist in tenant ",
+                                         tenant));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<trainyard::v1::Tenant> Directory::GetTenant(const std::string& tenant) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tenants_.find(tenant);
+    if (it != tenants_.end() && now - it->second.fetched < ttl_) return it->second.value;
+  }
+  absl::StatusOr<storage::postgres::StoredObject> got =
+      objects_->Get(storage::postgres::TenantKind(), {tenant});
+  if (!got.ok()) return got.status();
+  trainyard::v1::Tenant t;
+  t.ParseFromString(got->body);
+  absl::MutexLock lock(&mu_);
+  tenants_[tenant] = {t, now};
+  return t;
+}
+
+absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
+    const trainyard::v1::Tenant& tenant, const std::string& name, const std::string& field) {
+  std::string id = name;
+  if (id.empty()) id = tenant.default_priority_class();
+  const bool implicit = id.empty();
+  if (implicit) id = "default";
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = classes_.find(id);
+    if (it != classes_.end() && now - it->second.fetched < ttl_) return it->second.value;
+  }
+  absl::StatusOr<storage::postgres::StoredObject> got =
+      objects_->Get(storage::postgres::PriorityClassKind(), {id});
+  trainyard::v1::PriorityClass pc;
+  if (absl::IsNotFound(got.status())) {
+    if (!implicit && !name.empty()) {
+      return core::FieldError(field, "UNKNOWN_PRIORITY_CLASS",
+                              absl::StrCat("priority class \"", id, "\" does not exist"));
+    }
+    if (!implicit) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tenant's default priority class \"", id, "\" does not exist"));
+    }
+    // No "default" class defined: priority 0, preemptible.
+    pc.set_name("priorityClasses/default");
+    pc.set_value(0);
+    pc.set_preemptible(true);
+    return pc;
+  }
+  if (!got.ok()) return got.status();
+  pc.ParseFromString(got->body);
+  absl::MutexLock lock(&mu_);
+  classes_[id] = {pc, now};
+  return pc;
+}
+
+absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> Directory::Capacity() {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (capacity_ != nullptr && now - capacity_fetched_ < ttl_) return capacity_;
+  }
+  std::vector<trainyard::v1::Node> nodes;
+  absl::flat_hash_map<std::string, trainyard::v1::BackendKind> backends;
+  storage::postgres::ListQuery query;
+  query.limit = 5000;
+  while (true) {
+    absl::StatusOr<storage::postgres::ListPage> page =
+        objects_->List(storage::postgres::NodeKind(), query);
+    if (!page.ok()) return page.status();
+    for (const auto& o : page->objects) {
+      nodes.emplace_back().ParseFromString(o.body);
+    }
+    if (!page->more) break;
+    query.after_key = page->objects.back().key;
+  }
+  absl::StatusOr<storage::postgres::ListPage> clusters =
+      objects_->List(storage::postgres::ClusterKind(), {.limit = 100000});
+  if (!clusters.ok()) return clusters.status();
+  for (const auto& o : clusters->objects) {
+    trainyard::v1::Cluster c;
+    c.ParseFromString(o.body);
+    backends[o.key[0]] = c.backend();
+  }
+  auto index =
+      std::make_shared<const core::CapacityIndex>(core::CapacityIndex::Build(nodes, backends));
+  absl::MutexLock lock(&mu_);
+  capacity_ = index;
+  capacity_fetched_ = now;
+  return capacity_;
+}
+
+storage::postgres::AuditRecord MakeAudit(const Caller& caller, std::string_view method,
+                                         const std::string& resource, const std::string& tenant,
+                                         const google::protobuf::Message& request) {
+  storage::postgres::AuditRecord audit;
+  audit.principal = caller.principal;
+  audit.method = std::string(method);
+  audit.resource = resource;
+  audit.tenant = tenant;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(request, &audit.request_json, options);
+  return audit;
+}
+
+void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
+                  const absl::Status& status) {
+  audit.result = std::string(absl::StatusCodeToString(status.code()));
+  if (absl::Status s = ctx.auth_store->WriteAudit(audit); !s.ok()) {
+    common::Log(common::LogLevel::kWarning, "could not write audit row",
+                {{"method", audit.method}, {"error", s}});
+  }
+}
+
+absl::StatusOr<int> PageSize(int32_t requested, std::string_view field) {
+  if (requested == 0) return 100;
+  if (requested < 0 || requested > 1000) {
+    return core::FieldError(field, "OUT_OF_RANGE",
+                            absl::StrCat("must be between 1 and 1000, got ", requested));
+  }
+  return requested;
+}
+
+}  // namespace trainyard::api

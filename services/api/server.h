@@ -1,0 +1,57 @@
+#ifndef TRAINYARD_SERVICES_API_SERVER_H_
+#define TRAINYARD_SERVICES_API_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/api/context.h"
+
+namespace trainyard::api {
+
+struct ApiServerOptions {
+  // gRPC listen address; port 0 picks a free port.
+  std::string grpc_listen = "127.0.0.1:50051";
+  // HTTP listen address for /metrics, /healthz, /readyz; empty disables it.
+  std::string http_listen = "127.0.0.1:8081";
+  std::string postgres_url;
+  std::string redis_addr = "127.0.0.1:6379";
+  int db_pool_size = 16;
+  // Apply migrations at start (under the advisory lock; idempotent).
+  bool migrate = true;
+  // Per-tenant submit rate when the tenant sets none (jobs/s) and its burst.
+  double default_submit_rate = 500;
+  double default_submit_burst = 1000;
+  // Lifetime of cached tokens, queues, tenants, capacity.
+  absl::Duration cache_ttl = absl::Seconds(2);
+  // Group commit settings of Submit.
+  int submit_batch = 256;
+  int submit_committers = 2;
+};
+
+// The api service: JobService, QueueService, ClusterService and AdminService over PostgreSQL
+// and Redis, the outbox relay and the Watch hub, with metrics, health and readiness.
+class ApiServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ApiServer>> Start(const ApiServerOptions& options);
+  ~ApiServer();
+
+  int grpc_port() const;
+  int http_port() const;
+  ApiContext* context();
+  // Stops accepting RPCs, lets running ones finish (up to `grace`), stops background threads.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+  // Blocks until Shutdown().
+  void Wait();
+
+  struct Impl;
+
+ private:
+  explicit ApiServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard::api
+
+#endif  // TRAINYARD_SERVICES_API_SERVER_H_

@@ -1,0 +1,233 @@
+// The `trainyard` binary: every Trainyard service and its operator commands.
+//
+//   trainyard api        the api service (gRPC; /metrics, /healthz, /readyz over HTTP)
+//   trainyard all        every service that exists, in one process
+//   trainyard migrate    apply the SQL migrations
+//   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T] [--ttl=720h]
+//   trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
+//   trainyard version
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "services/api/auth.h"
+#include "services/api/server.h"
+#include "services/common/config.h"
+#include "services/common/logging.h"
+#include "services/core/validation.h"
+#include "services/trainyard/apply.h"
+#include "storage/postgres/auth_store.h"
+#include "storage/postgres/migrate.h"
+#include "storage/postgres/pool.h"
+
+ABSL_FLAG(std::string, grpc_listen, "127.0.0.1:50051", "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:8081",
+          "HTTP listen address for /metrics, /healthz and /readyz; empty disables it");
+ABSL_FLAG(std::string, postgres_url, "postgresql://trainyard@127.0.0.1:55432/trainyard",
+          "PostgreSQL connection URL");
+ABSL_FLAG(std::string, redis_addr, "127.0.0.1:56379", "Redis address (host:port)");
+ABSL_FLAG(std::string, log_level, "info", "Minimum log level: debug, info, warning, error");
+ABSL_FLAG(int, db_pool_size, 16, "PostgreSQL connections per process");
+ABSL_FLAG(double, default_submit_rate, 500,
+          "Submits per second allowed to a tenant that sets no limit of its own");
+ABSL_FLAG(double, default_submit_burst, 1000, "Burst of submits above the rate");
+ABSL_FLAG(std::string, principal, "", "token create: principal, e.g. users/alice");
+ABSL_FLAG(std::string, role, "",
+          "token create: role to bind: viewer, member, tenant-admin, finance, platform-admin");
+ABSL_FLAG(std::string, tenant, "", "token create: tenant of the role (not for platform-admin)");
+ABSL_FLAG(absl::Duration, ttl, absl::Hours(24 * 90), "token create: token lifetime");
+ABSL_FLAG(std::string, description, "", "token create: what the token is for");
+ABSL_FLAG(std::string, f, "", "apply: text-format ApplyBundle file");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply: api address");
+ABSL_FLAG(std::string, token, "", "apply: bearer token (or env TRAINYARD_TOKEN)");
+
+namespace {
+
+using trainyard::common::Log;
+using trainyard::common::LogLevel;
+
+constexpr char kUsage[] = R"(trainyard — multi-tenant training-platform control plane
+
+Usage:
+  trainyard api      [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
+  trainyard all      (same flags; every service that exists, in one process)
+  trainyard migrate  [--postgres_url=..]
+  trainyard token create --principal=users/NAME --role=ROLE [--tenant=TENANT] [--ttl=2160h]
+  trainyard apply -f FILE [--target=127.0.0.1:50051] [--token=TOKEN]
+  trainyard version
+)";
+
+int Migrate() {
+  auto result = trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!result.ok()) {
+    std::cerr << "migrate: " << result.status() << "\n";
+    return 1;
+  }
+  std::cout << "schema at version " << result->current_version << " (applied "
+            << result->applied.size() << " migration(s))\n";
+  return 0;
+}
+
+absl::StatusOr<trainyard::v1::Role> ParseRole(const std::string& role) {
+  if (role == "viewer") return trainyard::v1::ROLE_VIEWER;
+  if (role == "member") return trainyard::v1::ROLE_MEMBER;
+  if (role == "tenant-admin") return trainyard::v1::ROLE_TENANT_ADMIN;
+  if (role == "finance") return trainyard::v1::ROLE_FINANCE;
+  if (role == "platform-admin") return trainyard::v1::ROLE_PLATFORM_ADMIN;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--role: unknown role \"", role,
+      "\"; use viewer, member, tenant-admin, finance or platform-admin"));
+}
+
+// Creates a token (and the role binding, if asked) straight in the database: the bootstrap
+// path for the first platform-admin, like `kubeadm token create`.
+int TokenCreate() {
+  const std::string principal = absl::GetFlag(FLAGS_principal);
+  if (!trainyard::core::IsValidPrincipal(principal)) {
+    std::cerr << "token create: --principal: must look like users/NAME or "
+                 "serviceAccounts/NAME\n";
+    return 2;
+  }
+  const absl::Duration ttl = absl::GetFlag(FLAGS_ttl);
+  if (ttl <= absl::ZeroDuration() || ttl > absl::Hours(24 * 366)) {
+    std::cerr << "token create: --ttl: must be positive and at most one year\n";
+    return 2;
+  }
+  std::optional<trainyard::v1::RoleBinding> binding;
+  if (!absl::GetFlag(FLAGS_role).empty()) {
+    auto role = ParseRole(absl::GetFlag(FLAGS_role));
+    if (!role.ok()) {
+      std::cerr << "token create: " << role.status().message() << "\n";
+      return 2;
+    }
+    binding.emplace();
+    binding->set_principal(principal);
+    binding->set_role(*role);
+    binding->set_tenant(absl::GetFlag(FLAGS_tenant));
+    if (absl::Status s = trainyard::core::ValidateRoleBinding(*binding); !s.ok()) {
+      std::cerr << "token create: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  auto migrated = trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    std::cerr << "token create: " << migrated.status() << "\n";
+    return 1;
+  }
+  auto db = trainyard::storage::postgres::Database::Open(
+      {.url = absl::GetFlag(FLAGS_postgres_url), .pool_size = 1});
+  if (!db.ok()) {
+    std::cerr << "token create: " << db.status() << "\n";
+    return 1;
+  }
+  trainyard::storage::postgres::AuthStore store(db->get());
+  trainyard::storage::postgres::AuditRecord audit;
+  audit.principal = "system:trainyard-cli";
+  audit.method = "trainyard token create";
+  audit.resource = principal;
+  audit.tenant = absl::GetFlag(FLAGS_tenant);
+  audit.request_json = absl::StrCat("{\"principal\":\"", principal, "\",\"role\":\"",
+                                    absl::GetFlag(FLAGS_role), "\"}");
+  if (binding) {
+    auto created = store.CreateRoleBinding(*binding, audit.principal, &audit);
+    if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
+      std::cerr << "token create: " << created.status().message() << "\n";
+      return 1;
+    }
+  }
+  trainyard::api::NewToken token = trainyard::api::GenerateToken();
+  auto stored = store.CreateToken(token.id, principal, token.hash,
+                                  absl::GetFlag(FLAGS_description), audit.principal,
+                                  absl::Now() + ttl, &audit);
+  if (!stored.ok()) {
+    std::cerr << "token create: " << stored.status() << "\n";
+    return 1;
+  }
+  std::cout << token.secret << "\n";
+  return 0;
+}
+
+int Serve() {
+  // SIGINT/SIGTERM end the process cleanly; block them before threads start so that only the
+  // waiter below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  trainyard::api::ApiServerOptions options;
+  options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
+  options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
+  options.db_pool_size = absl::GetFlag(FLAGS_db_pool_size);
+  options.default_submit_rate = absl::GetFlag(FLAGS_default_submit_rate);
+  options.default_submit_burst = absl::GetFlag(FLAGS_default_submit_burst);
+  auto server = trainyard::api::ApiServer::Start(options);
+  if (!server.ok()) {
+    Log(LogLevel::kError, "api failed to start", {{"error", server.status()}});
+    return 1;
+  }
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+    (*server)->Shutdown(absl::Seconds(5));
+  });
+  (*server)->Wait();
+  waiter.join();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = trainyard::common::ParseFlagsWithConfig(argc, argv);
+  auto level = trainyard::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) {
+    std::cerr << "--log_level: " << level.status().message() << "\n";
+    return 2;
+  }
+  trainyard::common::SetMinLogLevel(*level);
+  if (args.size() < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string command = args[1];
+  trainyard::common::SetLogComponent(command);
+  if (command == "version") {
+    std::cout << "trainyard " << TRAINYARD_VERSION << "\n";
+    return 0;
+  }
+  if (command == "migrate") return Migrate();
+  if (command == "api" || command == "all") return Serve();
+  if (command == "token") {
+    if (args.size() >= 3 && std::string(args[2]) == "create") return TokenCreate();
+    std::cerr << "usage: trainyard token create --principal=users/NAME --role=ROLE ...\n";
+    return 2;
+  }
+  if (command == "apply") {
+    std::string token = absl::GetFlag(FLAGS_token);
+    if (token.empty()) {
+      if (const char* env = std::getenv("TRAINYARD_TOKEN")) token = env;
+    }
+    if (absl::GetFlag(FLAGS_f).empty()) {
+      std::cerr << "apply: -f FILE is required\n";
+      return 2;
+    }
+    return trainyard::RunApply(absl::GetFlag(FLAGS_f), absl::GetFlag(FLAGS_target), token);
+  }
+  std::cerr << "unknown command \"" << command << "\"\n" << kUsage;
+  return 2;
+}

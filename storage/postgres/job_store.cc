@@ -1,0 +1,639 @@
+#include "storage/postgres/job_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/time_util.h"
+#include "services/core/job_state.h"
+#include "storage/postgres/errors.h"
+
+namespace trainyard::storage::postgres {
+namespace {
+
+using trainyard::v1::Checkpoint;
+using trainyard::v1::Job;
+using trainyard::v1::JobEvent;
+using trainyard::v1::JobState;
+
+// Key of the transaction-scoped advisory lock that orders event sequence numbers.
+constexpr int64_t kOutboxLockKey = 0x74796f7574626f78;  // "tyoutbox"
+
+google::protobuf::Timestamp ToTimestamp(absl::Time t) {
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+}
+
+// Text form of a PostgreSQL array literal, built element by element.
+class ArrayLiteral {
+ public:
+  void Text(std::string_view value) {
+    std::string quoted = "\"";
+    for (char c : value) {
+      if (c == '"' || c == '\\') quoted.push_back('\\');
+      quoted.push_back(c);
+    }
+    quoted.push_back('"');
+    elements_.push_back(std::move(quoted));
+  }
+  void Bytes(const std::string& bytes) {
+    elements_.push_back(absl::StrCat("\"\\\\x", absl::BytesToHexString(bytes), "\""));
+  }
+  void Int(int64_t value) { elements_.push_back(absl::StrCat(value)); }
+  std::string str() const { return absl::StrCat("{", absl::StrJoin(elements_, ","), "}"); }
+
+ private:
+  std::vector<std::string> elements_;
+};
+
+std::string LabelsJson(const Job& job) {
+  if (job.labels().empty()) return "{}";
+  Job only_labels;
+  *only_labels.mutable_labels() = job.labels();
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(only_labels, &json);
+  // {"labels":{...}} → {...}
+  constexpr std::string_view kPrefix = "{\"labels\":";
+  return json.substr(kPrefix.size(), json.size() - kPrefix.size() - 1);
+}
+
+void ParseLabels(const std::string& json, Job* job) {
+  if (json == "{}" || json.empty()) return;
+  Job parsed;
+  if (google::protobuf::util::JsonStringToMessage(absl::StrCat("{\"labels\":", json, "}"),
+                                                  &parsed)
+          .ok()) {
+    *job->mutable_labels() = parsed.labels();
+  }
+}
+
+std::string JobName(const std::string& tenant, int64_t id) {
+  return absl::StrCat("tenants/", tenant, "/jobs/", id);
+}
+
+const std::string& JobColumns() {
+  static const auto* columns = new std::string(absl::StrCat(
+      "id, tenant, queue, project, state, priority, client_request_id, job_set, display_name, "
+      "creator, labels::text, spec, state_reason, state_message, attempt_count, resume_from, "
+      "cancel_requested, version, ",
+      EpochMicros("create_time"), ", ", EpochMicros("update_time"), ", ",
+      EpochMicros("end_time")));
+  return *columns;
+}
+
+Job RowToJob(const pqxx::row& row) {
+  Job job;
+  const int64_t id = row[0].as<int64_t>();
+  const std::string tenant = row[1].c_str();
+  job.set_name(JobName(tenant, id));
+  job.set_tenant(tenant);
+  job.set_state(static_cast<JobState>(row[4].as<int>()));
+  job.set_priority(row[5].as<int>());
+  job.set_client_request_id(row[6].c_str());
+  job.set_display_name(row[8].c_str());
+  job.set_creator(row[9].c_str());
+  ParseLabels(row[10].c_str(), &job);
+  job.mutable_spec()->ParseFromString(BytesOf(row[11]));
+  job.set_state_reason(row[12].c_str());
+  job.set_state_message(row[13].c_str());
+  job.set_attempt_count(row[14].as<int>());
+  job.set_resume_from(row[15].c_str());
+  job.set_cancel_requested(row[16].as<bool>());
+  job.set_version(row[17].as<int64_t>());
+  *job.mutable_create_time() = ToTimestamp(TimeOf(row[18]));
+  *job.mutable_update_time() = ToTimestamp(TimeOf(row[19]));
+  if (!row[20].is_null()) *job.mutable_end_time() = ToTimestamp(TimeOf(row[20]));
+  return job;
+}
+
+JobEvent MakeEvent(const Job& job, trainyard::v1::JobEventType type, JobState from,
+                   JobState to, const std::string& reason, const std::string& message) {
+  JobEvent e;
+  e.set_type(type);
+  e.set_job(job.name());
+  e.set_tenant(job.tenant());
+  e.set_queue(job.spec().queue());
+  e.set_job_set(job.spec().job_set());
+  e.set_from_state(from);
+  e.set_to_state(to);
+  e.set_reason(reason);
+  e.set_message(message);
+  e.set_attempt(job.attempt_count());
+  *e.mutable_time() = ToTimestamp(absl::Now());
+  return e;
+}
+
+PendingEvent Pending(const Job& job, int64_t id, JobEvent event) {
+  return PendingEvent{job.tenant(), id, std::move(event)};
+}
+
+absl::StatusOr<Job> LockJob(pqxx::work& txn, const std::string& tenant, int64_t job_id) {
+  pqxx::result r = txn.exec_prepared("job_lock", job_id, tenant);
+  if (r.empty()) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  return RowToJob(r[0]);
+}
+
+// Writes a job's new mutable state, bumping its version.
+Job SaveJobState(pqxx::work& txn, int64_t job_id, const Job& job) {
+  pqxx::result r = txn.exec_prepared(
+      "job_save", job_id, static_cast<int>(job.state()), job.state_reason(),
+      job.state_message(), job.attempt_count(), job.resume_from(), job.cancel_requested(),
+      core::IsTerminal(job.state()));
+  return RowToJob(r[0]);
+}
+
+}  // namespace
+
+void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events) {
+  if (events.empty()) return;
+  ArrayLiteral tenants, job_ids, queues, job_sets, bodies;
+  for (const PendingEvent& p : events) {
+    tenants.Text(p.tenant);
+    job_ids.Int(p.job_id);
+    queues.Text(p.event.queue());
+    job_sets.Text(p.event.job_set());
+    bodies.Bytes(p.event.SerializeAsString());
+  }
+  txn.exec_prepared("outbox_lock");
+  txn.exec_prepared("events_insert", tenants.str(), job_ids.str(), queues.str(), job_sets.str(),
+                    bodies.str());
+  txn.exec_prepared("events_notify");
+}
+
+JobStore::JobStore(Database* db) : db_(db) {
+  db_->Prepare("outbox_lock", absl::StrCat("SELECT pg_advisory_xact_lock(", kOutboxLockKey, ")"));
+  db_->Prepare("events_insert",
+               "INSERT INTO job_events (seq, tenant, job_id, queue, job_set, body) "
+               "SELECT nextval('job_event_seq'), t.tenant, t.job_id, t.queue, t.job_set, t.body "
+               "FROM (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], "
+               "$5::bytea[]) WITH ORDINALITY AS u(tenant, job_id, queue, job_set, body, ord) "
+               "ORDER BY ord) t");
+  db_->Prepare("events_notify", absl::StrCat("SELECT pg_notify('", kEventChannel, "', '')"));
+  db_->Prepare(
+      "jobs_insert",
+      absl::StrCat(
+          "INSERT INTO jobs (id, tenant, queue, project, state, priority, client_request_id, "
+          "request_hash, job_set, display_name, creator, labels, spec, state_reason) "
+          "SELECT nextval('job_ids'), t.tenant, t.queue, t.project, 1, t.priority, t.crid, "
+          "t.hash, t.job_set, t.display_name, t.creator, t.labels::jsonb, t.spec, 'SUBMITTED' "
+          "FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], "
+          "$5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], "
+          "$11::bytea[]) WITH ORDINALITY AS u(tenant, queue, project, priority, crid, hash, "
+          "job_set, display_name, creator, labels, spec, ord) ORDER BY ord) t "
+          "ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING ",
+          JobColumns()));
+  db_->Prepare("jobs_by_request",
+               absl::StrCat("SELECT ", JobColumns(),
+                            ", request_hash FROM jobs WHERE tenant = $1 AND "
+                            "client_request_id = ANY($2::text[])"));
+  db_->Prepare("job_get",
+               absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE id = $1 AND tenant = $2"));
+  db_->Prepare("job_lock", absl::StrCat("SELECT ", JobColumns(),
+                                        " FROM jobs WHERE id = $1 AND tenant = $2 FOR UPDATE"));
+  db_->Prepare(
+      "job_save",
+      absl::StrCat("UPDATE jobs SET state = $2, state_reason = $3, state_message = $4, "
+                   "attempt_count = $5, resume_from = $6, cancel_requested = $7, "
+                   "end_time = CASE WHEN $8::boolean THEN coalesce(end_time, now()) "
+                   "ELSE NULL END, version = version + 1, update_time = now() "
+                   "WHERE id = $1 RETURNING ",
+                   JobColumns()));
+  db_->Prepare("attempts_get",
+               "SELECT job_id, body FROM attempts WHERE job_id = ANY($1::bigint[]) "
+               "ORDER BY job_id, idx");
+  db_->Prepare("checkpoint_insert",
+               absl::StrCat("INSERT INTO checkpoints (job_id, attempt, step, uri, body) "
+                            "VALUES ($1, $2, $3, $4, $5) RETURNING id, ",
+                            EpochMicros("report_time")));
+  db_->Prepare("checkpoint_max_step",
+               "SELECT coalesce(max(step), -1) FROM checkpoints WHERE job_id = $1");
+  db_->Prepare("checkpoints_list",
+               absl::StrCat("SELECT id, body, ", EpochMicros("report_time"),
+                            " FROM checkpoints WHERE job_id = $1 AND id < $2 "
+                            "ORDER BY id DESC LIMIT $3"));
+  db_->Prepare("job_position",
+               "SELECT count(*) FILTER (WHERE priority > $3 OR (priority = $3 AND id < $4)), "
+               "count(*) FROM jobs WHERE tenant = $1 AND queue = $2 AND state IN (1, 10)");
+  db_->Prepare("jobs_count_by_state",
+               "SELECT state, count(*) FROM jobs WHERE tenant = $1 AND queue = $2 "
+               "GROUP BY state ORDER BY state");
+  db_->Prepare("events_last", "SELECT coalesce(max(seq), 0) FROM job_events");
+}
+
+absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(const std::vector<NewJob>& jobs,
+                                                                bool atomic) {
+  std::vector<SubmitOutcome> outcomes(jobs.size());
+  if (jobs.empty()) return outcomes;
+
+  // Resolve duplicates inside the batch: the first occurrence of a key is inserted, the others
+  // share its outcome.
+  absl::flat_hash_map<std::pair<std::string, std::string>, size_t> first_of;
+  std::vector<size_t> unique;  // indexes into jobs
+  std::vector<size_t> owner(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto [it, inserted] = first_of.try_emplace({jobs[i].tenant, jobs[i].client_request_id}, i);
+    owner[i] = it->second;
+    if (inserted) unique.push_back(i);
+  }
+
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    for (auto& o : outcomes) o = SubmitOutcome{};
+    ArrayLiteral tenants, queues, projects, priorities, crids, hashes, job_sets, names, creators,
+        labels, specs;
+    for (size_t i : unique) {
+      const NewJob& n = jobs[i];
+      tenants.Text(n.tenant);
+      queues.Text(n.job.spec().queue());
+      projects.Text(n.job.spec().project());
+      priorities.Int(n.job.priority());
+      crids.Text(n.client_request_id);
+      hashes.Text(n.request_hash);
+      job_sets.Text(n.job.spec().job_set());
+      names.Text(n.job.display_name());
+      creators.Text(n.job.creator());
+      labels.Text(LabelsJson(n.job));
+      specs.Bytes(n.job.spec().SerializeAsString());
+    }
+    pqxx::result inserted = txn.exec_prepared(
+        "jobs_insert", tenants.str(), queues.str(), projects.str(), priorities.str(),
+        crids.str(), hashes.str(), job_sets.str(), names.str(), creators.str(), labels.str(),
+        specs.str());
+
+    absl::flat_hash_map<std::pair<std::string, std::string>, Job> created;
+    std::vector<PendingEvent> events;
+    for (const pqxx::row& row : inserted) {
+      Job job = RowToJob(row);
+      auto key = std::make_pair(job.tenant(), job.client_request_id());
+      JobEvent e = MakeEvent(job, trainyard::v1::JOB_EVENT_TYPE_SUBMITTED,
+                             trainyard::v1::JOB_STATE_UNSPECIFIED, trainyard::v1::JOB_STATE_QUEUED,
+                             "SUBMITTED", "");
+      events.push_back(Pending(job, row[0].as<int64_t>(), std::move(e)));
+      created.emplace(std::move(key), std::move(job));
+    }
+
+    // Keys that were not inserted exist already (committed before, or by a concurrent batch
+    // that committed while we waited on the unique index).
+    absl::flat_hash_map<std::string, std::vector<std::string>> missing_by_tenant;
+    for (size_t i : unique) {
+      if (!created.contains({jobs[i].tenant, jobs[i].client_request_id})) {
+        missing_by_tenant[jobs[i].tenant].push_back(jobs[i].client_request_id);
+      }
+    }
+    absl::flat_hash_map<std::pair<std::string, std::string>, std::pair<Job, std::string>>
+        existing;
+    for (const auto& [tenant, keys] : missing_by_tenant) {
+      ArrayLiteral key_array;
+      for (const auto& k : keys) key_array.Text(k);
+      pqxx::result r = txn.exec_prepared("jobs_by_request", tenant, key_array.str());
+      for (const pqxx::row& row : r) {
+        Job job = RowToJob(row);
+        auto key = std::make_pair(job.tenant(), job.client_request_id());
+        existing.emplace(std::move(key), std::make_pair(std::move(job), row[21].c_str()));
+      }
+    }
+
+    bool any_error = false;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const NewJob& n = jobs[owner[i]];
+      auto key = std::make_pair(n.tenant, n.client_request_id);
+      SubmitOutcome& out = outcomes[i];
+      if (auto it = created.find(key); it != created.end()) {
+        out.job = it->second;
+        out.deduplicated = owner[i] != i;
+      } else if (auto ex = existing.find(key); ex != existing.end()) {
+        out.job = ex->second.first;
+        out.deduplicated = true;
+      } else {
+        out.status = absl::InternalError("job neither inserted nor found");
+      }
+      if (out.status.ok() && out.deduplicated && jobs[i].request_hash != [&] {
+            auto ex = existing.find(key);
+            return ex != existing.end() ? ex->second.second : n.request_hash;
+          }()) {
+        out.status = absl::AlreadyExistsError(absl::StrCat(
+            "client_request_id: \"", n.client_request_id, "\" was already used for ",
+            out.job.name(), " with a different request"));
+      }
+      if (!out.status.ok()) any_error = true;
+    }
+    if (atomic && any_error) {
+      for (const auto& o : outcomes) {
+        if (!o.status.ok()) return o.status;
+      }
+    }
+    AppendEvents(txn, events);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    // An unknown queue or project slipped past the caller's checks (e.g. deleted meanwhile).
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      std::string c = ViolatedConstraint(s);
+      if (c.find("queue") != std::string::npos) {
+        return absl::FailedPreconditionError("spec.queue: queue does not exist");
+      }
+      if (c.find("project") != std::string::npos) {
+        return absl::FailedPreconditionError("spec.project: project does not exist");
+      }
+    }
+    return s;
+  }
+  return outcomes;
+}
+
+absl::StatusOr<Job> JobStore::Get(const std::string& tenant, int64_t job_id,
+                                  bool with_attempts) {
+  std::optional<Job> job;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    job.reset();
+    pqxx::result r = txn.exec_prepared("job_get", job_id, tenant);
+    if (r.empty()) return absl::OkStatus();
+    job = RowToJob(r[0]);
+    if (with_attempts) {
+      pqxx::result a = txn.exec_prepared("attempts_get", absl::StrCat("{", job_id, "}"));
+      for (const pqxx::row& row : a) job->add_attempts()->ParseFromString(BytesOf(row[1]));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!job) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  return *std::move(job);
+}
+
+absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
+  JobPage page;
+  if (query.tenants.empty()) return page;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    page = JobPage{};
+    DynamicParams params;
+    std::vector<std::string> where;
+    ArrayLiteral tenants;
+    for (const auto& t : query.tenants) tenants.Text(t);
+    where.push_back(absl::StrCat("tenant = ANY(", params.Add(tenants.str()), "::text[])"));
+    if (!query.project.empty()) {
+      where.push_back(absl::StrCat("project = ", params.Add(query.project)));
+    }
+    if (!query.queue.empty()) where.push_back(absl::StrCat("queue = ", params.Add(query.queue)));
+    if (!query.job_set.empty()) {
+      where.push_back(absl::StrCat("job_set = ", params.Add(query.job_set)));
+    }
+    if (!query.states.empty()) {
+      ArrayLiteral states;
+      for (JobState st : query.states) states.Int(st);
+      where.push_back(absl::StrCat("state = ANY(", params.Add(states.str()), "::smallint[])"));
+    }
+    if (!query.labels.empty()) {
+      Job only;
+      for (const auto& [k, v] : query.labels) (*only.mutable_labels())[k] = v;
+      where.push_back(absl::StrCat("labels @> ", params.Add(LabelsJson(only)), "::jsonb"));
+    }
+    if (query.before_id > 0) {
+      where.push_back(absl::StrCat("id < ", params.Add(absl::StrCat(query.before_id))));
+    }
+    std::string sql = absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE ",
+                                   absl::StrJoin(where, " AND "), " ORDER BY id DESC LIMIT ",
+                                   query.limit + 1);
+    pqxx::result r = txn.exec_params(sql, params.Dynamic());
+    std::vector<int64_t> ids;
+    for (int i = 0; i < static_cast<int>(r.size()) && i < query.limit; ++i) {
+      page.jobs.push_back(RowToJob(r[i]));
+      ids.push_back(r[i][0].as<int64_t>());
+    }
+    if (static_cast<int>(r.size()) > query.limit) page.next_before_id = ids.back();
+    if (query.with_attempts && !ids.empty()) {
+      ArrayLiteral id_array;
+      absl::flat_hash_map<int64_t, Job*> by_id;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        id_array.Int(ids[i]);
+        by_id[ids[i]] = &page.jobs[i];
+      }
+      pqxx::result a = txn.exec_prepared("attempts_get", id_array.str());
+      for (const pqxx::row& row : a) {
+        by_id[row[0].as<int64_t>()]->add_attempts()->ParseFromString(BytesOf(row[1]));
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return page;
+}
+
+absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
+                                     const std::string& reason, const std::string& principal) {
+  Job out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
+    if (!job.ok()) return job.status();
+    const std::string message =
+        reason.empty() ? absl::StrCat("cancelled by ", principal)
+                       : absl::StrCat("cancelled by ", principal, ": ", reason);
+    switch (core::CancelActionFor(job->state())) {
+      case core::CancelAction::kNone:
+        out = *job;
+        return absl::OkStatus();
+      case core::CancelAction::kEndNow: {
+        const JobState from = job->state();
+        job->set_state(trainyard::v1::JOB_STATE_CANCELLED);
+        job->set_state_reason("CANCELLED_BY_USER");
+        job->set_state_message(message);
+        out = SaveJobState(txn, job_id, *job);
+        AppendEvents(txn, {Pending(out, job_id,
+                                   MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                                             from, out.state(), "CANCELLED_BY_USER", message))});
+        return absl::OkStatus();
+      }
+      case core::CancelAction::kRequestStop: {
+        if (job->cancel_requested()) {
+          out = *job;
+          return absl::OkStatus();
+        }
+        job->set_cancel_requested(true);
+        out = SaveJobState(txn, job_id, *job);
+        AppendEvents(txn, {Pending(out, job_id,
+                                   MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_CANCEL_REQUESTED,
+                                             out.state(), out.state(), "CANCEL_REQUESTED",
+                                             message))});
+        return absl::OkStatus();
+      }
+    }
+    return absl::InternalError("unreachable");
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<Job> JobStore::Transition(const std::string& tenant, int64_t job_id,
+                                         int64_t expected_version, JobState to,
+                                         const std::string& reason, const std::string& message) {
+  Job out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
+    if (!job.ok()) return job.status();
+    if (expected_version != 0 && job->version() != expected_version) {
+      return absl::AbortedError(absl::StrCat(job->name(), " changed: version ", job->version(),
+                                             ", expected ", expected_version));
+    }
+    if (absl::Status t = core::CheckTransition(job->state(), to); !t.ok()) return t;
+    const JobState from = job->state();
+    job->set_state(to);
+    job->set_state_reason(reason);
+    job->set_state_message(message);
+    out = SaveJobState(txn, job_id, *job);
+    AppendEvents(txn, {Pending(out, job_id,
+                               MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED, from,
+                                         to, reason, message))});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<Checkpoint> JobStore::ReportCheckpoint(const std::string& tenant, int64_t job_id,
+                                                      const Checkpoint& checkpoint) {
+  Checkpoint out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
+    if (!job.ok()) return job.status();
+    if (core::IsTerminal(job->state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(job->name(), " is ", std::string(core::StateName(job->state())),
+                       "; checkpoints can no longer be reported"));
+    }
+    out = checkpoint;
+    out.set_job(job->name());
+    if (out.attempt() == 0) out.set_attempt(job->attempt_count());
+    if (out.attempt() > job->attempt_count()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint.attempt: job has started ", job->attempt_count(),
+                       " attempt(s); attempt ", out.attempt(), " does not exist"));
+    }
+    const int64_t max_step = txn.exec_prepared("checkpoint_max_step", job_id)[0][0].as<int64_t>();
+    pqxx::result r =
+        txn.exec_prepared("checkpoint_insert", job_id, out.attempt(), out.step(), out.uri(),
+                          Bytea(out.SerializeAsString()));
+    *out.mutable_report_time() = ToTimestamp(TimeOf(r[0][1]));
+    if (out.step() >= max_step) job->set_resume_from(out.uri());
+    Job saved = SaveJobState(txn, job_id, *job);
+    JobEvent e = MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED,
+                           saved.state(), saved.state(), "CHECKPOINT_REPORTED",
+                           absl::StrCat("step ", out.step(), " at ", out.uri()));
+    *e.mutable_checkpoint() = out;
+    AppendEvents(txn, {Pending(saved, job_id, std::move(e))});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<JobStore::CheckpointPage> JobStore::ListCheckpoints(const std::string& tenant,
+                                                                   int64_t job_id,
+                                                                   int64_t before_id, int limit) {
+  CheckpointPage page;
+  bool found = false;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    page = CheckpointPage{};
+    pqxx::result j = txn.exec_prepared("job_get", job_id, tenant);
+    found = !j.empty();
+    if (!found) return absl::OkStatus();
+    pqxx::result r = txn.exec_prepared(
+        "checkpoints_list", job_id, before_id > 0 ? before_id : INT64_MAX, limit + 1);
+    for (int i = 0; i < static_cast<int>(r.size()) && i < limit; ++i) {
+      Checkpoint c;
+      c.ParseFromString(BytesOf(r[i][1]));
+      *c.mutable_report_time() = ToTimestamp(TimeOf(r[i][2]));
+      page.checkpoints.push_back(std::move(c));
+      if (static_cast<int>(r.size()) > limit) page.next_before_id = r[i][0].as<int64_t>();
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!found) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  return page;
+}
+
+absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant, int64_t job_id) {
+  PendingPosition out;
+  bool found = false;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out = PendingPosition{};
+    pqxx::result j = txn.exec_prepared("job_get", job_id, tenant);
+    found = !j.empty();
+    if (!found) return absl::OkStatus();
+    Job job = RowToJob(j[0]);
+    out.state = job.state();
+    pqxx::result r =
+        txn.exec_prepared("job_position", tenant, job.spec().queue(), job.priority(), job_id);
+    out.queue_length = r[0][1].as<int64_t>();
+    if (core::IsPending(job.state())) out.position = r[0][0].as<int64_t>() + 1;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!found) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> JobStore::CountByState(
+    const std::string& tenant, const std::string& queue) {
+  std::vector<std::pair<JobState, int64_t>> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& row : txn.exec_prepared("jobs_count_by_state", tenant, queue)) {
+      out.emplace_back(static_cast<JobState>(row[0].as<int>()), row[1].as<int64_t>());
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<JobEvent>> JobStore::ReadEvents(uint64_t after,
+                                                           const EventFilter& filter,
+                                                           int limit) {
+  std::vector<JobEvent> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    DynamicParams params;
+    std::vector<std::string> where = {
+        absl::StrCat("seq > ", params.Add(absl::StrCat(after)), "::bigint")};
+    if (!filter.tenants.empty()) {
+      ArrayLiteral tenants;
+      for (const auto& t : filter.tenants) tenants.Text(t);
+      where.push_back(absl::StrCat("tenant = ANY(", params.Add(tenants.str()), "::text[])"));
+    }
+    if (filter.job_id != 0) {
+      where.push_back(
+          absl::StrCat("job_id = ", params.Add(absl::StrCat(filter.job_id)), "::bigint"));
+    }
+    if (!filter.queue.empty()) where.push_back(absl::StrCat("queue = ", params.Add(filter.queue)));
+    if (!filter.job_set.empty()) {
+      where.push_back(absl::StrCat("job_set = ", params.Add(filter.job_set)));
+    }
+    pqxx::result r = txn.exec_params(
+        absl::StrCat("SELECT seq, body FROM job_events WHERE ", absl::StrJoin(where, " AND "),
+                     " ORDER BY seq LIMIT ", limit),
+        params.Dynamic());
+    for (const pqxx::row& row : r) {
+      JobEvent e;
+      e.ParseFromString(BytesOf(row[1]));
+      e.set_sequence(row[0].as<uint64_t>());
+      out.push_back(std::move(e));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<uint64_t> JobStore::LastEventSequence() {
+  uint64_t last = 0;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    last = txn.exec_prepared("events_last")[0][0].as<uint64_t>();
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return last;
+}
+
+}  // namespace trainyard::storage::postgres

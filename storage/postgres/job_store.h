@@ -1,0 +1,142 @@
+#ifndef TRAINYARD_STORAGE_POSTGRES_JOB_STORE_H_
+#define TRAINYARD_STORAGE_POSTGRES_JOB_STORE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "storage/postgres/pool.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard::storage::postgres {
+
+// A job to insert. `job` carries display_name, labels, spec, creator and priority.
+struct NewJob {
+  std::string tenant;
+  std::string client_request_id;
+  // Hash of the request's content: a repeated client_request_id with another hash is refused.
+  std::string request_hash;
+  trainyard::v1::Job job;
+};
+
+// Outcome of one NewJob: the stored job, or an error for that item alone.
+struct SubmitOutcome {
+  absl::Status status;
+  trainyard::v1::Job job;
+  bool deduplicated = false;
+};
+
+struct JobQuery {
+  std::vector<std::string> tenants;  // one or more (the tenants the caller can read)
+  std::string project;
+  std::string queue;
+  std::string job_set;
+  std::vector<trainyard::v1::JobState> states;
+  std::vector<std::pair<std::string, std::string>> labels;
+  int64_t before_id = 0;  // page token: jobs with id < before_id (newest first)
+  int limit = 100;
+  bool with_attempts = false;
+};
+
+struct JobPage {
+  std::vector<trainyard::v1::Job> jobs;
+  int64_t next_before_id = 0;  // 0 on the last page
+};
+
+struct EventFilter {
+  std::vector<std::string> tenants;  // empty = all tenants
+  int64_t job_id = 0;                // 0 = all jobs
+  std::string queue;
+  std::string job_set;
+};
+
+struct PendingPosition {
+  trainyard::v1::JobState state = trainyard::v1::JOB_STATE_UNSPECIFIED;
+  int64_t position = 0;  // 1-based; 0 when not pending
+  int64_t queue_length = 0;
+};
+
+// Jobs, their checkpoints and the job-event outbox. Every state change writes its event rows in
+// the same transaction, and every change bumps the job's version. Thread-safe.
+class JobStore {
+ public:
+  explicit JobStore(Database* db);
+
+  // Inserts the jobs and their SUBMITTED events in ONE transaction (group commit), idempotent
+  // by (tenant, client_request_id): an existing job is returned with deduplicated = true, or
+  // ALREADY_EXISTS for that item if its request hash differs. Items sharing a key within the
+  // batch resolve to one job. Returns one outcome per input, or an error for the whole batch
+  // (e.g. UNAVAILABLE). `atomic`: any per-item error fails the whole batch and nothing is
+  // written (SubmitBatch semantics).
+  absl::StatusOr<std::vector<SubmitOutcome>> SubmitMany(const std::vector<NewJob>& jobs,
+                                                        bool atomic);
+
+  absl::StatusOr<trainyard::v1::Job> Get(const std::string& tenant, int64_t job_id,
+                                         bool with_attempts);
+  absl::StatusOr<JobPage> List(const JobQuery& query);
+
+  // Ends a pending job at once, or asks the dispatcher to stop a running one. Idempotent; a
+  // terminal job is returned unchanged.
+  absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& tenant, int64_t job_id,
+                                            const std::string& reason,
+                                            const std::string& principal);
+
+  // Moves a job to `to` if it is at `expected_version` (0 = any) and the state machine allows
+  // it: ABORTED on a version conflict, FAILED_PRECONDITION on a forbidden transition.
+  absl::StatusOr<trainyard::v1::Job> Transition(const std::string& tenant, int64_t job_id,
+                                                int64_t expected_version,
+                                                trainyard::v1::JobState to,
+                                                const std::string& reason,
+                                                const std::string& message);
+
+  // Records a checkpoint; the newest step becomes the job's resume point.
+  absl::StatusOr<trainyard::v1::Checkpoint> ReportCheckpoint(
+      const std::string& tenant, int64_t job_id, const trainyard::v1::Checkpoint& checkpoint);
+
+  struct CheckpointPage {
+    std::vector<trainyard::v1::Checkpoint> checkpoints;
+    int64_t next_before_id = 0;
+  };
+  absl::StatusOr<CheckpointPage> ListCheckpoints(const std::string& tenant, int64_t job_id,
+                                                 int64_t before_id, int limit);
+
+  absl::StatusOr<PendingPosition> Position(const std::string& tenant, int64_t job_id);
+
+  // Count of jobs per state in a queue.
+  absl::StatusOr<std::vector<std::pair<trainyard::v1::JobState, int64_t>>> CountByState(
+      const std::string& tenant, const std::string& queue);
+
+  // Events with sequence > after, ascending, at most `limit`.
+  absl::StatusOr<std::vector<trainyard::v1::JobEvent>> ReadEvents(uint64_t after,
+                                                                  const EventFilter& filter,
+                                                                  int limit);
+  // Highest committed event sequence (0 if none).
+  absl::StatusOr<uint64_t> LastEventSequence();
+
+ private:
+  Database* db_;
+};
+
+// Event rows to append in a transaction (helper shared by every writer of job state).
+struct PendingEvent {
+  std::string tenant;
+  int64_t job_id = 0;
+  trainyard::v1::JobEvent event;  // sequence is assigned on insert
+};
+
+// Appends events in order under the outbox lock (sequence order = commit order) and notifies
+// the relay (NOTIFY ty_events) at commit. Must be the last statement group of the transaction
+// that made the changes, to hold the lock briefly.
+void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events);
+
+// Name of the PostgreSQL notification channel raised when events commit.
+inline constexpr char kEventChannel[] = "ty_events";
+
+}  // namespace trainyard::storage::postgres
+
+#endif  // TRAINYARD_STORAGE_POSTGRES_JOB_STORE_H_

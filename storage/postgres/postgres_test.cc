@@ -1,0 +1,325 @@
+// Storage against a real PostgreSQL: migrations, generic objects, jobs with optimistic
+// concurrency and the state machine, the outbox's ordering under concurrency, tokens.
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/postgres/auth_store.h"
+#include "storage/postgres/errors.h"
+#include "storage/postgres/job_store.h"
+#include "storage/postgres/migrate.h"
+#include "storage/postgres/object_store.h"
+#include "storage/postgres/pool.h"
+#include "tests/fixtures/local_postgres.h"
+#include "trainyard/v1/queue.pb.h"
+
+namespace trainyard::storage::postgres {
+namespace {
+
+using trainyard::v1::JobState;
+
+class PostgresTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto url = testing::SharedPostgres()->CreateDatabase();
+    ASSERT_TRUE(url.ok()) << url.status();
+    url_ = *url;
+    auto m = Migrate(url_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    auto db = Database::Open({.url = url_, .pool_size = 8});
+    ASSERT_TRUE(db.ok()) << db.status();
+    db_ = *std::move(db);
+    objects_ = std::make_unique<ObjectStore>(db_.get());
+    jobs_ = std::make_unique<JobStore>(db_.get());
+    auth_ = std::make_unique<AuthStore>(db_.get());
+  }
+
+  void SeedQueue(const std::string& tenant) {
+    ASSERT_TRUE(objects_->Create(TenantKind(), {tenant}, {}, "", nullptr).ok());
+    ASSERT_TRUE(objects_->Create(ProjectKind(), {tenant, "p"}, {}, "", nullptr).ok());
+    ASSERT_TRUE(objects_->Create(QueueKind(), {tenant, "q"}, {std::nullopt}, "", nullptr).ok());
+  }
+
+  NewJob MakeJob(const std::string& tenant, const std::string& key) {
+    NewJob n;
+    n.tenant = tenant;
+    n.client_request_id = key;
+    n.request_hash = "h";
+    n.job.mutable_spec()->set_queue("q");
+    n.job.mutable_spec()->set_project("p");
+    n.job.mutable_spec()->set_workers(1);
+    n.job.set_creator("users/t");
+    return n;
+  }
+
+  int64_t IdOf(const trainyard::v1::Job& job) {
+    return std::stoll(job.name().substr(job.name().rfind('/') + 1));
+  }
+
+  std::string url_;
+  std::unique_ptr<Database> db_;
+  std::unique_ptr<ObjectStore> objects_;
+  std::unique_ptr<JobStore> jobs_;
+  std::unique_ptr<AuthStore> auth_;
+};
+
+TEST_F(PostgresTest, MigrationsAreIdempotentAndConcurrentCallersSerialise) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  std::atomic<int> applied{0};
+  auto fresh = testing::SharedPostgres()->CreateDatabase();
+  ASSERT_TRUE(fresh.ok());
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto m = Migrate(*fresh);
+      if (!m.ok()) ++failures;
+      else applied += static_cast<int>(m->applied.size());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(applied, static_cast<int>(EmbeddedMigrations().size()));
+  auto again = Migrate(*fresh);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->applied.empty());
+  EXPECT_EQ(again->current_version, EmbeddedMigrations().back().version);
+}
+
+TEST_F(PostgresTest, RefusesASchemaNewerThanTheBinary) {
+  std::vector<Migration> older = {EmbeddedMigrations().front()};
+  older.front().version = 0;  // knows nothing beyond version 0
+  auto m = Migrate(url_, older);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PostgresTest, ObjectCrudWithVersionsAndForeignKeys) {
+  trainyard::v1::Tenant t;
+  t.set_display_name("Acme");
+  auto created = objects_->Create(TenantKind(), {"acme"}, {}, t.SerializeAsString(), nullptr);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->version, 1);
+  EXPECT_EQ(objects_->Create(TenantKind(), {"acme"}, {}, "", nullptr).status().code(),
+            absl::StatusCode::kAlreadyExists);
+
+  auto updated = objects_->Update(
+      TenantKind(), {"acme"}, 1,
+      [](const StoredObject& cur) -> absl::StatusOr<ObjectStore::Mutation> {
+        trainyard::v1::Tenant t;
+        t.ParseFromString(cur.body);
+        t.set_display_name("Acme Corp");
+        return ObjectStore::Mutation{t.SerializeAsString(), {}};
+      },
+      nullptr);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->version, 2);
+  // A writer holding version 1 lost the race.
+  auto stale = objects_->Update(
+      TenantKind(), {"acme"}, 1,
+      [](const StoredObject& cur) -> absl::StatusOr<ObjectStore::Mutation> {
+        return ObjectStore::Mutation{cur.body, {}};
+      },
+      nullptr);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+
+  // A queue in a missing cohort is refused, naming the constraint.
+  auto orphan = objects_->Create(QueueKind(), {"acme", "q"}, {"nope"}, "", nullptr);
+  EXPECT_EQ(orphan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ViolatedConstraint(orphan.status()), "queues_cohort_fkey");
+
+  ASSERT_TRUE(objects_->Create(QueueKind(), {"acme", "q"}, {std::nullopt}, "", nullptr).ok());
+  // A tenant with queues cannot be deleted.
+  EXPECT_EQ(objects_->Delete(TenantKind(), {"acme"}, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(objects_->Get(QueueKind(), {"acme", "zz"}).status().code(),
+            absl::StatusCode::kNotFound);
+
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(objects_->Create(QueueKind(), {"acme", absl::StrCat("x", i)}, {std::nullopt}, "",
+                                 nullptr)
+                    .ok());
+  }
+  ListQuery q;
+  q.equals = {{"tenant", "acme"}};
+  q.limit = 4;
+  auto page1 = objects_->List(QueueKind(), q);
+  ASSERT_TRUE(page1.ok());
+  EXPECT_EQ(page1->objects.size(), 4u);
+  EXPECT_TRUE(page1->more);
+  q.after_key = page1->objects.back().key;
+  auto page2 = objects_->List(QueueKind(), q);
+  ASSERT_TRUE(page2.ok());
+  EXPECT_EQ(page2->objects.size(), 2u);
+  EXPECT_FALSE(page2->more);
+}
+
+TEST_F(PostgresTest, AuditRowCommitsWithTheChangeOnly) {
+  AuditRecord audit{"users/root", "/x/Create", "tenants/a", "", "{}", "OK"};
+  ASSERT_TRUE(objects_->Create(TenantKind(), {"a"}, {}, "", &audit).ok());
+  // The failed duplicate writes no audit row in its (rolled back) transaction.
+  EXPECT_FALSE(objects_->Create(TenantKind(), {"a"}, {}, "", &audit).ok());
+  bool more = false;
+  auto entries = auth_->ListAudit("", "", std::nullopt, std::nullopt, 0, 10, &more);
+  ASSERT_TRUE(entries.ok());
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].resource(), "tenants/a");
+}
+
+TEST_F(PostgresTest, SubmitManyIsIdempotentAndWritesOneEventPerJob) {
+  SeedQueue("t");
+  std::vector<NewJob> batch = {MakeJob("t", "a"), MakeJob("t", "b"), MakeJob("t", "a")};
+  auto out = jobs_->SubmitMany(batch, false);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 3u);
+  EXPECT_FALSE((*out)[0].deduplicated);
+  EXPECT_TRUE((*out)[2].deduplicated);
+  EXPECT_EQ((*out)[0].job.name(), (*out)[2].job.name());
+  auto again = jobs_->SubmitMany({MakeJob("t", "a")}, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)[0].deduplicated);
+  EXPECT_EQ((*again)[0].job.name(), (*out)[0].job.name());
+  NewJob changed = MakeJob("t", "a");
+  changed.request_hash = "other";
+  auto refused = jobs_->SubmitMany({changed}, false);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ((*refused)[0].status.code(), absl::StatusCode::kAlreadyExists);
+  auto events = jobs_->ReadEvents(0, {}, 100);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->size(), 2u);
+}
+
+TEST_F(PostgresTest, UnknownQueueFailsTheBatchWithoutWritingAnything) {
+  SeedQueue("t");
+  NewJob bad = MakeJob("t", "x");
+  bad.job.mutable_spec()->set_queue("missing");
+  auto out = jobs_->SubmitMany({MakeJob("t", "ok"), bad}, true);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto events = jobs_->ReadEvents(0, {}, 100);
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(events->empty());
+  JobQuery q;
+  q.tenants = {"t"};
+  auto page = jobs_->List(q);
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->jobs.empty());
+}
+
+TEST_F(PostgresTest, TransitionsFollowTheStateMachineAndVersions) {
+  SeedQueue("t");
+  auto out = jobs_->SubmitMany({MakeJob("t", "a")}, false);
+  ASSERT_TRUE(out.ok());
+  const int64_t id = IdOf((*out)[0].job);
+  auto admitted =
+      jobs_->Transition("t", id, 1, trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED", "");
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->version(), 2);
+  // Stale version: dropped, not applied twice.
+  EXPECT_EQ(jobs_->Transition("t", id, 1, trainyard::v1::JOB_STATE_QUEUED, "X", "")
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+  // Forbidden transition.
+  EXPECT_EQ(jobs_->Transition("t", id, 2, trainyard::v1::JOB_STATE_SUCCEEDED, "X", "")
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(jobs_->Transition("t", id, 2, trainyard::v1::JOB_STATE_DISPATCHING, "D", "").ok());
+  ASSERT_TRUE(jobs_->Transition("t", id, 3, trainyard::v1::JOB_STATE_RUNNING, "R", "").ok());
+  // Cancelling a running job asks for a stop; it does not end it.
+  auto cancelled = jobs_->Cancel("t", id, "", "users/x");
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), trainyard::v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(cancelled->cancel_requested());
+  auto done = jobs_->Transition("t", id, 0, trainyard::v1::JOB_STATE_CANCELLED, "STOPPED", "");
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state(), trainyard::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Transition("t", id, 0, trainyard::v1::JOB_STATE_QUEUED, "X", "")
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto events = jobs_->ReadEvents(0, {.job_id = id}, 100);
+  ASSERT_TRUE(events.ok());
+  std::vector<JobState> to;
+  for (const auto& e : *events) to.push_back(e.to_state());
+  EXPECT_THAT(to, ::testing::ElementsAre(
+                      trainyard::v1::JOB_STATE_QUEUED, trainyard::v1::JOB_STATE_ADMITTED,
+                      trainyard::v1::JOB_STATE_DISPATCHING, trainyard::v1::JOB_STATE_RUNNING,
+                      trainyard::v1::JOB_STATE_RUNNING, trainyard::v1::JOB_STATE_CANCELLED));
+}
+
+// Sequence order must equal commit order: a reader that has seen seq N never later finds a
+// committed event below N. Readers poll while writers commit concurrently.
+TEST_F(PostgresTest, OutboxSequenceNeverGoesBackwardsUnderConcurrentWriters) {
+  SeedQueue("t");
+  std::atomic<bool> stop{false};
+  std::atomic<int> violations{0};
+  std::thread reader([&] {
+    uint64_t seen_max = 0;
+    std::set<uint64_t> seen;
+    while (!stop) {
+      auto events = jobs_->ReadEvents(0, {}, 100000);
+      if (!events.ok()) continue;
+      for (const auto& e : *events) {
+        if (!seen.contains(e.sequence()) && e.sequence() < seen_max) ++violations;
+      }
+      for (const auto& e : *events) {
+        seen.insert(e.sequence());
+        seen_max = std::max(seen_max, e.sequence());
+      }
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 6; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 30; ++i) {
+        auto r = jobs_->SubmitMany({MakeJob("t", absl::StrCat(w, "-", i))}, false);
+        EXPECT_TRUE(r.ok());
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(violations, 0);
+  auto all = jobs_->ReadEvents(0, {}, 100000);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 180u);
+}
+
+TEST_F(PostgresTest, TokensAndRoleBindings) {
+  auto token = auth_->CreateToken("t1", "users/a", "hash", "desc", "users/root",
+                                  absl::Now() + absl::Hours(1), nullptr);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(token->name(), "apiTokens/t1");
+  auto got = auth_->GetToken("t1");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->secret_hash, "hash");
+  EXPECT_FALSE(got->token.has_revoke_time());
+  ASSERT_TRUE(auth_->RevokeToken("t1", nullptr).ok());
+  EXPECT_TRUE(auth_->GetToken("t1")->token.has_revoke_time());
+
+  ASSERT_TRUE(objects_->Create(TenantKind(), {"acme"}, {}, "", nullptr).ok());
+  trainyard::v1::RoleBinding b;
+  b.set_principal("users/a");
+  b.set_role(trainyard::v1::ROLE_MEMBER);
+  b.set_tenant("acme");
+  ASSERT_TRUE(auth_->CreateRoleBinding(b, "users/root", nullptr).ok());
+  EXPECT_EQ(auth_->CreateRoleBinding(b, "users/root", nullptr).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  b.set_tenant("ghost");
+  EXPECT_EQ(auth_->CreateRoleBinding(b, "users/root", nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto bindings = auth_->BindingsOf("users/a");
+  ASSERT_TRUE(bindings.ok());
+  ASSERT_EQ(bindings->size(), 1u);
+  EXPECT_EQ((*bindings)[0].tenant(), "acme");
+}
+
+}  // namespace
+}  // namespace trainyard::storage::postgres

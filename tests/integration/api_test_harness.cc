@@ -1,0 +1,234 @@
+#include "tests/integration/api_test_harness.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "services/api/auth.h"
+#include "storage/postgres/auth_store.h"
+#include "storage/postgres/pool.h"
+#include "trainyard/v1/common.pb.h"
+
+namespace trainyard::testing {
+
+absl::StatusOr<std::unique_ptr<ApiHarness>> ApiHarness::Start(Options options) {
+  std::unique_ptr<ApiHarness> h(new ApiHarness());
+  if (options.private_redis) {
+    absl::StatusOr<std::unique_ptr<LocalRedis>> redis = LocalRedis::Start();
+    if (!redis.ok()) return redis.status();
+    h->own_redis_ = *std::move(redis);
+    h->redis_ = h->own_redis_.get();
+  } else {
+    h->redis_ = SharedRedis();
+  }
+  absl::StatusOr<std::string> db = SharedPostgres()->CreateDatabase();
+  if (!db.ok()) return db.status();
+  h->database_url_ = *db;
+  api::ApiServerOptions server = options.server;
+  server.grpc_listen = "127.0.0.1:0";
+  server.http_listen = "127.0.0.1:0";
+  server.postgres_url = h->database_url_;
+  server.redis_addr = h->redis_->Address();
+  server.db_pool_size = 8;
+  absl::StatusOr<std::unique_ptr<api::ApiServer>> started = api::ApiServer::Start(server);
+  if (!started.ok()) return started.status();
+  h->server_ = *std::move(started);
+  h->channel_ = grpc::CreateChannel(h->target(), grpc::InsecureChannelCredentials());
+  h->admin_token_ = h->Token("users/root", trainyard::v1::ROLE_PLATFORM_ADMIN);
+  return h;
+}
+
+ApiHarness::~ApiHarness() {
+  if (server_) server_->Shutdown(absl::Seconds(1));
+}
+
+std::string ApiHarness::target() const {
+  return absl::StrCat("127.0.0.1:", server_->grpc_port());
+}
+
+std::string ApiHarness::Token(const std::string& principal, trainyard::v1::Role role,
+                              const std::string& tenant) {
+  storage::postgres::AuthStore* store = server_->context()->auth_store;
+  if (role != trainyard::v1::ROLE_UNSPECIFIED) {
+    trainyard::v1::RoleBinding binding;
+    binding.set_principal(principal);
+    binding.set_role(role);
+    binding.set_tenant(tenant);
+    auto created = store->CreateRoleBinding(binding, "test", nullptr);
+    if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
+      ADD_FAILURE() << "role binding: " << created.status();
+    }
+    server_->context()->auth->InvalidateAll();
+  }
+  api::NewToken token = api::GenerateToken();
+  auto stored = store->CreateToken(token.id, principal, token.hash, "test", "test",
+                                   absl::Now() + absl::Hours(1), nullptr);
+  if (!stored.ok()) ADD_FAILURE() << "token: " << stored.status();
+  return token.secret;
+}
+
+std::unique_ptr<grpc::ClientContext> ApiHarness::Context(const std::string& token) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return context;
+}
+
+std::unique_ptr<trainyard::v1::JobService::Stub> ApiHarness::jobs() {
+  return trainyard::v1::JobService::NewStub(channel_);
+}
+std::unique_ptr<trainyard::v1::QueueService::Stub> ApiHarness::queues() {
+  return trainyard::v1::QueueService::NewStub(channel_);
+}
+std::unique_ptr<trainyard::v1::ClusterService::Stub> ApiHarness::clusters() {
+  return trainyard::v1::ClusterService::NewStub(channel_);
+}
+std::unique_ptr<trainyard::v1::AdminService::Stub> ApiHarness::admin() {
+  return trainyard::v1::AdminService::NewStub(channel_);
+}
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
+  if (s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+}  // namespace
+
+absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
+  auto q = queues();
+  auto c = clusters();
+  if (!cluster_seeded_) {
+    {
+      trainyard::v1::CreateFlavorRequest req;
+      req.set_flavor_id("gpu");
+      req.mutable_flavor()->set_kind(trainyard::v1::FLAVOR_KIND_ON_DEMAND);
+      req.mutable_flavor()->set_gpu_model("H100");
+      req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
+      req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(2000000);
+      trainyard::v1::Flavor out;
+      if (auto s = FromGrpc(c->CreateFlavor(Context(admin_token_).get(), req, &out), "flavor");
+          !s.ok()) {
+        return s;
+      }
+    }
+    {
+      trainyard::v1::CreateClusterRequest req;
+      req.set_cluster_id("sim");
+      req.mutable_cluster()->set_backend(trainyard::v1::BACKEND_KIND_SIM);
+      trainyard::v1::Cluster out;
+      if (auto s =
+              FromGrpc(c->CreateCluster(Context(admin_token_).get(), req, &out), "cluster");
+          !s.ok()) {
+        return s;
+      }
+    }
+    {
+      trainyard::v1::CreatePoolRequest req;
+      req.set_parent("clusters/sim");
+      req.set_pool_id("main");
+      req.mutable_pool()->set_flavor("gpu");
+      trainyard::v1::Pool out;
+      if (auto s = FromGrpc(c->CreatePool(Context(admin_token_).get(), req, &out), "pool");
+          !s.ok()) {
+        return s;
+      }
+    }
+    {
+      trainyard::v1::ReportNodesRequest req;
+      req.set_parent("clusters/sim");
+      for (int i = 0; i < 4; ++i) {
+        auto* n = req.add_nodes();
+        n->set_name(absl::StrCat("clusters/sim/nodes/n", i));
+        n->set_pool("main");
+        n->set_state(trainyard::v1::NODE_STATE_READY);
+        n->mutable_capacity()->set_gpus(8);
+        n->mutable_capacity()->set_gpu_model("H100");
+        n->mutable_capacity()->set_cpu_millis(64000);
+        n->mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
+        n->mutable_topology()->set_block("b0");
+        n->mutable_topology()->set_rack(absl::StrCat("r", i / 2));
+      }
+      trainyard::v1::ReportNodesResponse out;
+      if (auto s = FromGrpc(c->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
+          !s.ok()) {
+        return s;
+      }
+    }
+    {
+      trainyard::v1::CreateCohortRequest req;
+      req.set_cohort_id("pool");
+      trainyard::v1::Cohort out;
+      if (auto s = FromGrpc(q->CreateCohort(Context(admin_token_).get(), req, &out), "cohort");
+          !s.ok()) {
+        return s;
+      }
+    }
+    cluster_seeded_ = true;
+  }
+  {
+    trainyard::v1::CreateTenantRequest req;
+    req.set_tenant_id(tenant);
+    trainyard::v1::Tenant out;
+    if (auto s = FromGrpc(q->CreateTenant(Context(admin_token_).get(), req, &out), "tenant");
+        !s.ok()) {
+      return s;
+    }
+  }
+  {
+    trainyard::v1::CreateProjectRequest req;
+    req.set_parent(absl::StrCat("tenants/", tenant));
+    req.set_project_id("default");
+    trainyard::v1::Project out;
+    if (auto s = FromGrpc(q->CreateProject(Context(admin_token_).get(), req, &out), "project");
+        !s.ok()) {
+      return s;
+    }
+  }
+  {
+    trainyard::v1::CreateQueueRequest req;
+    req.set_parent(absl::StrCat("tenants/", tenant));
+    req.set_queue_id("default");
+    req.mutable_queue()->set_cohort("pool");
+    auto* quota = req.mutable_queue()->add_quotas();
+    quota->set_flavor("gpu");
+    auto* gpu = quota->add_resources();
+    gpu->set_resource(trainyard::v1::RESOURCE_NAME_GPU);
+    gpu->set_nominal(64);
+    trainyard::v1::Queue out;
+    if (auto s = FromGrpc(q->CreateQueue(Context(admin_token_).get(), req, &out), "queue");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+trainyard::v1::ErrorInfo ErrorInfoOf(const grpc::ClientContext& context) {
+  trainyard::v1::ErrorInfo info;
+  const auto& md = context.GetServerTrailingMetadata();
+  auto it = md.find("trainyard-error-bin");
+  if (it != md.end()) info.ParseFromString(std::string(it->second.data(), it->second.size()));
+  return info;
+}
+
+trainyard::v1::SubmitJobRequest MinimalSubmit(const std::string& tenant,
+                                              const std::string& client_request_id) {
+  trainyard::v1::SubmitJobRequest req;
+  req.set_parent(absl::StrCat("tenants/", tenant));
+  req.set_client_request_id(client_request_id);
+  auto* spec = req.mutable_job()->mutable_spec();
+  spec->set_project("default");
+  spec->set_queue("default");
+  spec->set_workers(1);
+  spec->mutable_resources()->set_gpus(1);
+  spec->mutable_resources()->set_cpu_millis(4000);
+  spec->mutable_resources()->set_memory_bytes(int64_t{16} << 30);
+  spec->add_command("python");
+  spec->add_command("train.py");
+  return req;
+}
+
+}  // namespace trainyard::testing
