@@ -1,20 +1,25 @@
-// trainyard.v1.QueueService: tenants, projects, queues, cohorts and priority classes.
+// trainyard.v1.QueueService: tenants, projects, queues, cohorts and priority
+// classes.
 //
 // Who may do what:
-//   tenants           create/update/delete: platform-admin; get/list: tenants the caller has a
-//                     binding in (platform-admin: all); another tenant is NOT_FOUND.
-//   projects          create/update/delete: tenant-admin of the tenant; read: viewer.
-//   queues            create/update/delete: platform-admin (quotas grant capacity); read:
-//                     viewer; parent "tenants/-" lists the queues of every tenant the caller
-//                     sees.
+//   tenants           create/update/delete: platform-admin; get/list: tenants
+//   the caller has a
+//                     binding in (platform-admin: all); another tenant is
+//                     NOT_FOUND.
+//   projects          create/update/delete: tenant-admin of the tenant; read:
+//   viewer. queues            create/update/delete: platform-admin (quotas
+//   grant capacity); read:
+//                     viewer; parent "tenants/-" lists the queues of every
+//                     tenant the caller sees.
 //   cohorts, priority classes
 //                     read: any authenticated caller; write: platform-admin.
 //   GetQueueStatus    viewer. Reports jobs per state; `usage` stays empty and
-//                     `weighted_share` 0 until the scheduler publishes quota usage (the API
-//                     does not compute it, so it reports nothing rather than a guess).
+//                     `weighted_share` 0 until the scheduler publishes quota
+//                     usage (the API does not compute it, so it reports nothing
+//                     rather than a guess).
 //
-// Every mutation writes an audit row (in its own transaction when it succeeds, separately when
-// it is refused or fails) and invalidates the Directory cache.
+// Every mutation writes an audit row (in its own transaction when it succeeds,
+// separately when it is refused or fails) and invalidates the Directory cache.
 #ifndef TRAINYARD_SERVICES_API_QUEUE_SERVICE_H_
 #define TRAINYARD_SERVICES_API_QUEUE_SERVICE_H_
 
@@ -35,9 +40,10 @@ class QueueServiceImpl final : public trainyard::v1::QueueService::Service {
   grpc::Status GetTenant(grpc::ServerContext* context,
                          const trainyard::v1::GetTenantRequest* request,
                          trainyard::v1::Tenant* response) override;
-  grpc::Status ListTenants(grpc::ServerContext* context,
-                           const trainyard::v1::ListTenantsRequest* request,
-                           trainyard::v1::ListTenantsResponse* response) override;
+  grpc::Status ListTenants(
+      grpc::ServerContext* context,
+      const trainyard::v1::ListTenantsRequest* request,
+      trainyard::v1::ListTenantsResponse* response) override;
   grpc::Status UpdateTenant(grpc::ServerContext* context,
                             const trainyard::v1::UpdateTenantRequest* request,
                             trainyard::v1::Tenant* response) override;
@@ -51,9 +57,10 @@ class QueueServiceImpl final : public trainyard::v1::QueueService::Service {
   grpc::Status GetProject(grpc::ServerContext* context,
                           const trainyard::v1::GetProjectRequest* request,
                           trainyard::v1::Project* response) override;
-  grpc::Status ListProjects(grpc::ServerContext* context,
-                            const trainyard::v1::ListProjectsRequest* request,
-                            trainyard::v1::ListProjectsResponse* response) override;
+  grpc::Status ListProjects(
+      grpc::ServerContext* context,
+      const trainyard::v1::ListProjectsRequest* request,
+      trainyard::v1::ListProjectsResponse* response) override;
   grpc::Status UpdateProject(grpc::ServerContext* context,
                              const trainyard::v1::UpdateProjectRequest* request,
                              trainyard::v1::Project* response) override;
@@ -76,9 +83,10 @@ class QueueServiceImpl final : public trainyard::v1::QueueService::Service {
   grpc::Status DeleteQueue(grpc::ServerContext* context,
                            const trainyard::v1::DeleteQueueRequest* request,
                            google::protobuf::Empty* response) override;
-  grpc::Status GetQueueStatus(grpc::ServerContext* context,
-                              const trainyard::v1::GetQueueStatusRequest* request,
-                              trainyard::v1::QueueStatus* response) override;
+  grpc::Status GetQueueStatus(
+      grpc::ServerContext* context,
+      const trainyard::v1::GetQueueStatusRequest* request,
+      trainyard::v1::QueueStatus* response) override;
 
   grpc::Status CreateCohort(grpc::ServerContext* context,
                             const trainyard::v1::CreateCohortRequest* request,
@@ -86,9 +94,10 @@ class QueueServiceImpl final : public trainyard::v1::QueueService::Service {
   grpc::Status GetCohort(grpc::ServerContext* context,
                          const trainyard::v1::GetCohortRequest* request,
                          trainyard::v1::Cohort* response) override;
-  grpc::Status ListCohorts(grpc::ServerContext* context,
-                           const trainyard::v1::ListCohortsRequest* request,
-                           trainyard::v1::ListCohortsResponse* response) override;
+  grpc::Status ListCohorts(
+      grpc::ServerContext* context,
+      const trainyard::v1::ListCohortsRequest* request,
+      trainyard::v1::ListCohortsResponse* response) override;
   grpc::Status UpdateCohort(grpc::ServerContext* context,
                             const trainyard::v1::UpdateCohortRequest* request,
                             trainyard::v1::Cohort* response) override;
@@ -96,21 +105,26 @@ class QueueServiceImpl final : public trainyard::v1::QueueService::Service {
                             const trainyard::v1::DeleteCohortRequest* request,
                             google::protobuf::Empty* response) override;
 
-  grpc::Status CreatePriorityClass(grpc::ServerContext* context,
-                                   const trainyard::v1::CreatePriorityClassRequest* request,
-                                   trainyard::v1::PriorityClass* response) override;
-  grpc::Status GetPriorityClass(grpc::ServerContext* context,
-                                const trainyard::v1::GetPriorityClassRequest* request,
-                                trainyard::v1::PriorityClass* response) override;
-  grpc::Status ListPriorityClasses(grpc::ServerContext* context,
-                                   const trainyard::v1::ListPriorityClassesRequest* request,
-                                   trainyard::v1::ListPriorityClassesResponse* response) override;
-  grpc::Status UpdatePriorityClass(grpc::ServerContext* context,
-                                   const trainyard::v1::UpdatePriorityClassRequest* request,
-                                   trainyard::v1::PriorityClass* response) override;
-  grpc::Status DeletePriorityClass(grpc::ServerContext* context,
-                                   const trainyard::v1::DeletePriorityClassRequest* request,
-                                   google::protobuf::Empty* response) override;
+  grpc::Status CreatePriorityClass(
+      grpc::ServerContext* context,
+      const trainyard::v1::CreatePriorityClassRequest* request,
+      trainyard::v1::PriorityClass* response) override;
+  grpc::Status GetPriorityClass(
+      grpc::ServerContext* context,
+      const trainyard::v1::GetPriorityClassRequest* request,
+      trainyard::v1::PriorityClass* response) override;
+  grpc::Status ListPriorityClasses(
+      grpc::ServerContext* context,
+      const trainyard::v1::ListPriorityClassesRequest* request,
+      trainyard::v1::ListPriorityClassesResponse* response) override;
+  grpc::Status UpdatePriorityClass(
+      grpc::ServerContext* context,
+      const trainyard::v1::UpdatePriorityClassRequest* request,
+      trainyard::v1::PriorityClass* response) override;
+  grpc::Status DeletePriorityClass(
+      grpc::ServerContext* context,
+      const trainyard::v1::DeletePriorityClassRequest* request,
+      google::protobuf::Empty* response) override;
 
  private:
   void Invalidate();

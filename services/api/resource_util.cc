@@ -28,11 +28,15 @@ using google::protobuf::Message;
 using google::protobuf::Reflection;
 using google::protobuf::util::FieldMaskUtil;
 
-// The field `name` of `message` if it exists with the given C++ type and is singular.
-const FieldDescriptor* SingularField(const Message& message, std::string_view name,
+// The field `name` of `message` if it exists with the given C++ type and is
+// singular.
+const FieldDescriptor* SingularField(const Message& message,
+                                     std::string_view name,
                                      FieldDescriptor::CppType type) {
-  const FieldDescriptor* field = message.GetDescriptor()->FindFieldByName(std::string(name));
-  if (field == nullptr || field->is_repeated() || field->cpp_type() != type) return nullptr;
+  const FieldDescriptor* field =
+      message.GetDescriptor()->FindFieldByName(std::string(name));
+  if (field == nullptr || field->is_repeated() || field->cpp_type() != type)
+    return nullptr;
   return field;
 }
 
@@ -40,7 +44,8 @@ void SetTime(Message* message, std::string_view name, absl::Time t) {
   const FieldDescriptor* field =
       SingularField(*message, name, FieldDescriptor::CPPTYPE_MESSAGE);
   if (field == nullptr ||
-      field->message_type()->full_name() != google::protobuf::Timestamp::descriptor()->full_name()) {
+      field->message_type()->full_name() !=
+          google::protobuf::Timestamp::descriptor()->full_name()) {
     return;
   }
   const Reflection* reflection = message->GetReflection();
@@ -52,7 +57,8 @@ void SetTime(Message* message, std::string_view name, absl::Time t) {
 }
 
 void ClearIfPresent(Message* message, std::string_view name) {
-  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(std::string(name));
+  const FieldDescriptor* field =
+      message->GetDescriptor()->FindFieldByName(std::string(name));
   if (field != nullptr) message->GetReflection()->ClearField(message, field);
 }
 
@@ -72,21 +78,24 @@ bool IsUpdatable(const UpdatableFields& updatable, std::string_view field) {
 }
 
 absl::Status PageTokenError() {
-  return core::FieldError("page_token", core::reason::kInvalidValue,
-                          "malformed; pass the next_page_token of the previous page of the "
-                          "same listing");
+  return core::FieldError(
+      "page_token", core::reason::kInvalidValue,
+      "malformed; pass the next_page_token of the previous page of the "
+      "same listing");
 }
 
 }  // namespace
 
-grpc::Status RunMutation(ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
-                         const google::protobuf::Message& request, std::string resource,
-                         absl::FunctionRef<absl::Status(const Caller&, MutationAudit&)> fn) {
+grpc::Status RunMutation(
+    ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
+    const google::protobuf::Message& request, std::string resource,
+    absl::FunctionRef<absl::Status(const Caller&, MutationAudit&)> fn) {
   absl::StatusOr<Caller> caller = ctx->auth->Authenticate(*context);
   if (!caller.ok()) return Reply(context, caller.status());
   MutationAudit audit{MakeAudit(*caller, method, resource, "", request)};
   absl::Status status = fn(*caller, audit);
-  if (!status.ok() && !audit.committed) AuditFailure(*ctx, audit.record, status);
+  if (!status.ok() && !audit.committed)
+    AuditFailure(*ctx, audit.record, status);
   return Reply(context, status);
 }
 
@@ -98,16 +107,20 @@ grpc::Status RunRead(ApiContext* ctx, grpc::ServerContext* context,
 }
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t) {
-  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+      absl::ToUnixMicros(t));
 }
 
-void SetServerFields(const storage::postgres::StoredObject& row, std::string_view name,
+void SetServerFields(const storage::postgres::StoredObject& row,
+                     std::string_view name,
                      google::protobuf::Message* message) {
   const Reflection* reflection = message->GetReflection();
-  if (const FieldDescriptor* f = SingularField(*message, "name", FieldDescriptor::CPPTYPE_STRING)) {
+  if (const FieldDescriptor* f =
+          SingularField(*message, "name", FieldDescriptor::CPPTYPE_STRING)) {
     reflection->SetString(message, f, std::string(name));
   }
-  if (const FieldDescriptor* f = SingularField(*message, "etag", FieldDescriptor::CPPTYPE_STRING)) {
+  if (const FieldDescriptor* f =
+          SingularField(*message, "etag", FieldDescriptor::CPPTYPE_STRING)) {
     reflection->SetString(message, f, core::Cat(row.version));
   }
   SetTime(message, "create_time", row.create_time);
@@ -116,48 +129,64 @@ void SetServerFields(const storage::postgres::StoredObject& row, std::string_vie
 }
 
 void ClearServerFields(google::protobuf::Message* message) {
-  for (std::string_view field : {"name", "etag", "create_time", "update_time", "report_time"}) {
+  for (std::string_view field :
+       {"name", "etag", "create_time", "update_time", "report_time"}) {
     ClearIfPresent(message, field);
   }
 }
 
-absl::Status DecodeStored(const storage::postgres::StoredObject& row, std::string_view name,
+absl::Status DecodeStored(const storage::postgres::StoredObject& row,
+                          std::string_view name,
                           google::protobuf::Message* message) {
   if (!message->ParseFromString(row.body)) {
-    return absl::InternalError(
-        core::Cat("stored body of ", name, " is not a valid ", message->GetTypeName()));
+    return absl::InternalError(core::Cat(
+        "stored body of ", name, " is not a valid ", message->GetTypeName()));
   }
   SetServerFields(row, name, message);
   return absl::OkStatus();
 }
 
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Tenant&) { return {}; }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Project&) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Tenant&) {
   return {};
 }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Queue& queue) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Project&) {
+  return {};
+}
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Queue& queue) {
   return {OptionalId(queue.cohort())};
 }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Cohort& cohort) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Cohort& cohort) {
   return {OptionalId(cohort.parent())};
 }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::PriorityClass& pc) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::PriorityClass& pc) {
   return {core::Cat(pc.value())};
 }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Flavor&) { return {}; }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Cluster&) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Flavor&) {
   return {};
 }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Pool& pool) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Cluster&) {
+  return {};
+}
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Pool& pool) {
   return {pool.flavor()};
 }
-std::vector<std::optional<std::string>> ExtraColumns(const trainyard::v1::Node& node) {
+std::vector<std::optional<std::string>> ExtraColumns(
+    const trainyard::v1::Node& node) {
   return {node.pool(), core::Cat(static_cast<int>(node.state()))};
 }
 
 std::string Quoted(std::string_view s) {
   constexpr size_t kMaxEcho = 200;
-  std::string out = core::Cat("\"", absl::CHexEscape(core::AbslView(s.substr(0, kMaxEcho))));
+  std::string out =
+      core::Cat("\"", absl::CHexEscape(core::AbslView(s.substr(0, kMaxEcho))));
   if (s.size() > kMaxEcho) out += "...";
   out += "\"";
   return out;
@@ -165,32 +194,38 @@ std::string Quoted(std::string_view s) {
 
 absl::Status CheckNewId(std::string_view field, std::string_view id,
                         bool (*valid)(std::string_view)) {
-  if (id.empty()) return core::FieldError(field, core::reason::kRequired, "required");
+  if (id.empty())
+    return core::FieldError(field, core::reason::kRequired, "required");
   if (valid == nullptr) valid = &core::IsValidId;
   if (!valid(id)) {
     return core::FieldError(
         field, core::reason::kInvalidName,
         core::Cat(valid == &core::IsValidId
-                      ? "must be 1..63 characters of [a-z0-9-], starting with a letter and "
+                      ? "must be 1..63 characters of [a-z0-9-], starting with "
+                        "a letter and "
                         "ending with a letter or digit"
-                      : "must be a host name: 1..253 characters of [a-z0-9.-], starting and "
+                      : "must be a host name: 1..253 characters of [a-z0-9.-], "
+                        "starting and "
                         "ending with a letter or digit",
                   "; got ", Quoted(id)));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ExpectedVersion(std::string_view etag, std::string_view resource) {
+absl::StatusOr<int64_t> ExpectedVersion(std::string_view etag,
+                                        std::string_view resource) {
   if (etag.empty()) return 0;
   int64_t version = 0;
   if (!absl::SimpleAtoi(core::AbslView(etag), &version) || version <= 0) {
-    return absl::AbortedError(core::Cat("etag mismatch: \"", etag, "\" is not an etag of ",
-                                        resource, "; read it again and retry"));
+    return absl::AbortedError(core::Cat("etag mismatch: \"", etag,
+                                        "\" is not an etag of ", resource,
+                                        "; read it again and retry"));
   }
   return version;
 }
 
-absl::Status CheckUpdateMask(const FieldMask& mask, const Descriptor* descriptor,
+absl::Status CheckUpdateMask(const FieldMask& mask,
+                             const Descriptor* descriptor,
                              const UpdatableFields& updatable) {
   for (const std::string& path : mask.paths()) {
     const std::string top(TopLevel(path));
@@ -200,18 +235,21 @@ absl::Status CheckUpdateMask(const FieldMask& mask, const Descriptor* descriptor
                               core::Cat("unknown field \"", path, "\""));
     }
     if (!IsUpdatable(updatable, top)) {
-      return core::FieldError("update_mask", reason::kBadUpdateMask,
-                              core::Cat("field \"", path, "\" cannot be updated"));
+      return core::FieldError(
+          "update_mask", reason::kBadUpdateMask,
+          core::Cat("field \"", path, "\" cannot be updated"));
     }
   }
   return absl::OkStatus();
 }
 
-void ApplyUpdateMask(const google::protobuf::Message& patch, const FieldMask& mask,
-                     const UpdatableFields& updatable, google::protobuf::Message* target) {
+void ApplyUpdateMask(const google::protobuf::Message& patch,
+                     const FieldMask& mask, const UpdatableFields& updatable,
+                     google::protobuf::Message* target) {
   FieldMask effective = mask;
   if (effective.paths().empty()) {
-    for (const std::string& field : updatable.fields) effective.add_paths(field);
+    for (const std::string& field : updatable.fields)
+      effective.add_paths(field);
   }
   FieldMaskUtil::MergeOptions options;
   options.set_replace_message_fields(true);
@@ -227,15 +265,15 @@ bool MaskCovers(const FieldMask& mask, std::string_view field) {
   return false;
 }
 
-absl::StatusOr<storage::postgres::ListQuery> PageQuery(int32_t page_size,
-                                                       const std::string& page_token,
-                                                       size_t key_size) {
+absl::StatusOr<storage::postgres::ListQuery> PageQuery(
+    int32_t page_size, const std::string& page_token, size_t key_size) {
   absl::StatusOr<int> limit = PageSize(page_size);
   if (!limit.ok()) return limit.status();
   storage::postgres::ListQuery query;
   query.limit = *limit;
   if (!page_token.empty()) {
-    absl::StatusOr<std::vector<std::string>> key = storage::postgres::DecodePageToken(page_token);
+    absl::StatusOr<std::vector<std::string>> key =
+        storage::postgres::DecodePageToken(page_token);
     if (!key.ok() || key->size() != key_size) return PageTokenError();
     query.after_key = *std::move(key);
   }
@@ -243,15 +281,18 @@ absl::StatusOr<storage::postgres::ListQuery> PageQuery(int32_t page_size,
 }
 
 absl::StatusOr<std::vector<storage::postgres::StoredObject>> ListAll(
-    storage::postgres::ObjectStore* objects, const storage::postgres::ObjectKind& kind,
+    storage::postgres::ObjectStore* objects,
+    const storage::postgres::ObjectKind& kind,
     storage::postgres::ListQuery query) {
   std::vector<storage::postgres::StoredObject> out;
   query.limit = core::kMaxPageSize;
   query.after_key.clear();
   while (true) {
-    absl::StatusOr<storage::postgres::ListPage> page = objects->List(kind, query);
+    absl::StatusOr<storage::postgres::ListPage> page =
+        objects->List(kind, query);
     if (!page.ok()) return page.status();
-    for (storage::postgres::StoredObject& row : page->objects) out.push_back(std::move(row));
+    for (storage::postgres::StoredObject& row : page->objects)
+      out.push_back(std::move(row));
     if (!page->more || out.empty()) return out;
     query.after_key = out.back().key;
   }
@@ -262,41 +303,48 @@ std::string NextPageToken(const storage::postgres::ListPage& page) {
   return storage::postgres::EncodePageToken(page.objects.back().key);
 }
 
-absl::Status ExplainStorageError(absl::Status status, std::string_view resource,
-                                 const std::vector<ConstraintMessage>& messages) {
+absl::Status ExplainStorageError(
+    absl::Status status, std::string_view resource,
+    const std::vector<ConstraintMessage>& messages) {
   switch (status.code()) {
     case absl::StatusCode::kNotFound:
       return absl::NotFoundError(core::Cat(resource, " not found"));
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kFailedPrecondition: {
-      const std::string constraint = storage::postgres::ViolatedConstraint(status);
+      const std::string constraint =
+          storage::postgres::ViolatedConstraint(status);
       for (const ConstraintMessage& m : messages) {
         if (m.constraint != constraint) continue;
-        absl::Status out(status.code(), m.field.empty() ? m.message
-                                                        : core::Cat(m.field, ": ", m.message));
+        absl::Status out(
+            status.code(),
+            m.field.empty() ? m.message : core::Cat(m.field, ": ", m.message));
         return core::AttachErrorInfo(out, m.field, m.reason);
       }
       if (status.code() == absl::StatusCode::kAlreadyExists) {
         return absl::AlreadyExistsError(core::Cat(resource, " already exists"));
       }
       if (constraint.empty()) return status;
-      return absl::FailedPreconditionError(core::Cat(
-          resource, " conflicts with other objects (constraint ", constraint, ")"));
+      return absl::FailedPreconditionError(
+          core::Cat(resource, " conflicts with other objects (constraint ",
+                    constraint, ")"));
     }
     default:
       return status;
   }
 }
 
-absl::Status MissingReference(std::string_view field, std::string_view reason_code,
+absl::Status MissingReference(std::string_view field,
+                              std::string_view reason_code,
                               std::string_view what, std::string_view id) {
-  return core::FieldError(field, reason_code, core::Cat(what, " ", Quoted(id), " does not exist"));
+  return core::FieldError(field, reason_code,
+                          core::Cat(what, " ", Quoted(id), " does not exist"));
 }
 
 absl::Status CheckExists(storage::postgres::ObjectStore* objects,
                          const storage::postgres::ObjectKind& kind,
-                         const std::vector<std::string>& key, std::string_view field,
-                         std::string_view reason_code, std::string_view what) {
+                         const std::vector<std::string>& key,
+                         std::string_view field, std::string_view reason_code,
+                         std::string_view what) {
   absl::StatusOr<storage::postgres::StoredObject> row = objects->Get(kind, key);
   if (absl::IsNotFound(row.status())) {
     return MissingReference(field, reason_code, what, key.back());
@@ -314,14 +362,16 @@ std::string StoredBodyError(std::string_view name) {
 }
 
 absl::Status EtagMismatch(std::string_view name, std::string_view etag) {
-  return absl::AbortedError(core::Cat("etag mismatch: ", name, " has changed since etag \"",
-                                      etag, "\"; read it again and retry"));
+  return absl::AbortedError(core::Cat("etag mismatch: ", name,
+                                      " has changed since etag \"", etag,
+                                      "\"; read it again and retry"));
 }
 
 absl::Status DeleteObject(storage::postgres::ObjectStore* objects,
                           const storage::postgres::ObjectKind& kind,
-                          const std::vector<std::string>& key, std::string_view name,
-                          MutationAudit& audit, const std::vector<ConstraintMessage>& messages) {
+                          const std::vector<std::string>& key,
+                          std::string_view name, MutationAudit& audit,
+                          const std::vector<ConstraintMessage>& messages) {
   absl::Status status = objects->Delete(kind, key, &audit.record);
   if (!status.ok()) return ExplainStorageError(status, name, messages);
   audit.committed = true;
@@ -334,16 +384,19 @@ trainyard::v1::CapacitySummary SumReadyCapacity(
     const std::vector<trainyard::v1::Node>& nodes) {
   std::map<std::string, trainyard::v1::FlavorCapacity> rows;
   for (const trainyard::v1::Flavor& flavor : flavors) {
-    absl::StatusOr<std::string> id = core::ParseFlavorName(flavor.name(), "name");
+    absl::StatusOr<std::string> id =
+        core::ParseFlavorName(flavor.name(), "name");
     if (!id.ok()) continue;
     trainyard::v1::FlavorCapacity& row = rows[*id];
     row.set_flavor(*id);
     row.mutable_total()->set_gpu_model(flavor.gpu_model());
   }
-  absl::flat_hash_map<std::string, std::string> flavor_of(pool_flavor.begin(), pool_flavor.end());
+  absl::flat_hash_map<std::string, std::string> flavor_of(pool_flavor.begin(),
+                                                          pool_flavor.end());
   for (const trainyard::v1::Node& node : nodes) {
     if (node.state() != trainyard::v1::NODE_STATE_READY) continue;
-    absl::StatusOr<core::ClusterChildName> name = core::ParseNodeName(node.name(), "name");
+    absl::StatusOr<core::ClusterChildName> name =
+        core::ParseNodeName(node.name(), "name");
     if (!name.ok()) continue;
     auto it = flavor_of.find(core::Cat(name->cluster, "/", node.pool()));
     if (it == flavor_of.end()) continue;
@@ -353,7 +406,8 @@ trainyard::v1::CapacitySummary SumReadyCapacity(
     trainyard::v1::Resources* total = row->second.mutable_total();
     total->set_gpus(total->gpus() + node.capacity().gpus());
     total->set_cpu_millis(total->cpu_millis() + node.capacity().cpu_millis());
-    total->set_memory_bytes(total->memory_bytes() + node.capacity().memory_bytes());
+    total->set_memory_bytes(total->memory_bytes() +
+                            node.capacity().memory_bytes());
   }
   trainyard::v1::CapacitySummary summary;
   for (auto& [id, row] : rows) *summary.add_flavors() = std::move(row);

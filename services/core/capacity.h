@@ -75,14 +75,16 @@ class CapacityIndex {
   // OK if some allowed cluster could hold spec.workers workers of
   // spec.resources (within one unit of spec.topology.required_level, if set),
   // else a FieldError with reason NO_CLUSTER_FITS naming the field to change:
-  //   spec.workers                  "gang of 80 workers × 8 GPUs cannot fit in
-  //   any cluster;
-  //                                  the largest fits 64"
-  //   spec.topology.required_level  it fits in a cluster but not in one
-  //   rack/block spec.backend                  no cluster of the preferred kind
-  //   has usable nodes spec.resources.gpus / .gpu_model / .cpu_millis /
-  //   .memory_bytes / spec.resources
-  //                                 not even one worker fits on any node
+  //   spec.workers
+  //       "gang of 80 workers × 8 GPUs cannot fit in any cluster; the largest
+  //       fits 64"
+  //   spec.topology.required_level
+  //       it fits in a cluster but not in one rack (block) of one
+  //   spec.backend
+  //       no cluster of the preferred kind has usable nodes
+  //   spec.resources.gpus, .gpu_model, .cpu_millis, .memory_bytes, or
+  //   spec.resources
+  //       not even one worker fits on any node
   // An empty index accepts everything. Assumes a spec that passed
   // ValidateJobSpec.
   absl::Status CheckFits(const trainyard::v1::JobSpec& spec) const;

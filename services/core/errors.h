@@ -3,9 +3,10 @@
 // A field error is an INVALID_ARGUMENT absl::Status whose message starts with
 // the path of the field at fault ("spec.workers: must be at least 1") and which
 // carries two payloads the API layer turns into trainyard.v1.ErrorInfo:
-//   "trainyard.dev/field"  the field path, e.g. "spec.resources.gpus" or
-//   "spec.env[\"X\"]" "trainyard.dev/reason" a stable machine-readable reason
-//   code, e.g. "OUT_OF_RANGE"
+//   "trainyard.dev/field"   the field path, e.g. "spec.resources.gpus" or
+//                           "spec.env[\"X\"]"
+//   "trainyard.dev/reason"  a stable machine-readable reason code, e.g.
+//                           "OUT_OF_RANGE"
 //
 // Validators report paths relative to the message they validate; callers that
 // embed the message in a larger one compose paths with PrefixField:

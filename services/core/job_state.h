@@ -4,21 +4,19 @@
 // States (trainyard.v1.JobState):
 //
 //   QUEUED       waiting in its queue for the scheduler.
-//   HELD         set aside by a budget or an administrator; not considered for
-//   scheduling. ADMITTED     the scheduler chose a placement and reserved
-//   quota; waiting for the
-//                dispatcher of the chosen cluster.
+//   HELD         set aside by a budget or an administrator; not considered
+//                for scheduling until released.
+//   ADMITTED     the scheduler chose a placement and reserved quota; waiting
+//                for the dispatcher of the chosen cluster.
 //   DISPATCHING  the dispatcher is submitting the attempt to its cluster.
 //   RUNNING      the attempt runs on its cluster.
 //   PREEMPTING   the attempt was signalled to make room for other work and is
-//   inside its
-//                grace period (time to checkpoint).
-//   RECOVERING   the attempt was lost to a platform failure (node failure, spot
-//   reclaim,
-//                backend error) and is being cleaned up.
-//   SUCCEEDED    finished successfully. (terminal) FAILED       failed and will
-//   not be retried.                             (terminal) CANCELLED cancelled
-//   by a user or an administrator.                    (terminal)
+//                inside its grace period (time to checkpoint).
+//   RECOVERING   the attempt was lost to a platform failure (node failure,
+//                spot reclaim, backend error) and is being cleaned up.
+//   SUCCEEDED    finished successfully.                       (terminal)
+//   FAILED       failed and will not be retried.              (terminal)
+//   CANCELLED    cancelled by a user or an administrator.     (terminal)
 //
 // A job is created in QUEUED. Allowed transitions (anything else is refused):
 //
@@ -28,23 +26,26 @@
 //   HELD        → QUEUED       hold released
 //   HELD        → CANCELLED    cancelled while held
 //   ADMITTED    → DISPATCHING  its dispatcher claims the attempt
-//   ADMITTED    → QUEUED       admission revoked (cluster gone, cordoned, quota
-//   changed) ADMITTED    → CANCELLED    cancelled before dispatch DISPATCHING →
-//   RUNNING      the backend started it DISPATCHING → FAILED       the backend
-//   rejected it for good DISPATCHING → RECOVERING   the backend or a node
-//   failed during submission DISPATCHING → CANCELLED    cancellation completed
-//   during submission RUNNING     → SUCCEEDED    exit 0 RUNNING     → FAILED
-//   user error with no retries left, or time limit RUNNING     → CANCELLED the
-//   dispatcher stopped it after a cancel request RUNNING     → PREEMPTING   the
-//   scheduler preempts it (signal, grace period) RUNNING     → RECOVERING node
-//   failure or spot reclaim RUNNING     → QUEUED       user error retried per
-//   the job's retry policy PREEMPTING  → QUEUED       stopped; resumes from its
-//   last checkpoint later PREEMPTING  → SUCCEEDED    it finished inside its
-//   grace period PREEMPTING  → FAILED       it failed inside its grace period
+//   ADMITTED    → QUEUED       admission revoked (cluster gone or cordoned,
+//                              quota changed)
+//   ADMITTED    → CANCELLED    cancelled before dispatch
+//   DISPATCHING → RUNNING      the backend started it
+//   DISPATCHING → FAILED       the backend rejected it for good
+//   DISPATCHING → RECOVERING   the backend or a node failed during submission
+//   DISPATCHING → CANCELLED    cancellation completed during submission
+//   RUNNING     → SUCCEEDED    exit 0
+//   RUNNING     → FAILED       user error with no retries left, or time limit
+//   RUNNING     → CANCELLED    the dispatcher stopped it after a cancel request
+//   RUNNING     → PREEMPTING   the scheduler preempts it (signal, grace period)
+//   RUNNING     → RECOVERING   node failure or spot reclaim
+//   RUNNING     → QUEUED       user error retried per the job's retry policy
+//   PREEMPTING  → QUEUED       stopped; resumes from its last checkpoint later
+//   PREEMPTING  → SUCCEEDED    it finished inside its grace period
+//   PREEMPTING  → FAILED       it failed inside its grace period
 //   PREEMPTING  → CANCELLED    cancelled while being preempted
 //   RECOVERING  → QUEUED       cleaned up; resumes from its last checkpoint
-//   later RECOVERING  → FAILED       not recoverable RECOVERING  → CANCELLED
-//   cancelled while recovering
+//   RECOVERING  → FAILED       not recoverable
+//   RECOVERING  → CANCELLED    cancelled while recovering
 //
 // SUCCEEDED, FAILED and CANCELLED are terminal: nothing leaves them. A
 // transition to the same state is not a transition and is refused.
@@ -108,8 +109,7 @@ enum class CancelAction {
   // now.
   kEndNow,
   // DISPATCHING, RUNNING, PREEMPTING, RECOVERING: set cancel_requested; the
-  // dispatcher stops
-  // the attempt on its cluster and records CANCELLED.
+  // dispatcher stops the attempt on its cluster and records CANCELLED.
   kRequestStop,
 };
 // kNone for terminal states and for UNSPECIFIED/unknown values.

@@ -46,10 +46,10 @@ absl::StatusOr<trainyard::v1::Money> AddMoney(const trainyard::v1::Money& a,
 std::string FormatMoney(const trainyard::v1::Money& money);
 
 // Parses "12.34 USD", "USD 12.34", "-0.5 EUR", "USD 7": an optional '-',
-// digits, optionally
-// '.' and 1..6 digits, and a currency code of three upper-case letters before
-// or after, separated by spaces. InvalidArgument on anything else, including
-// more than 6 decimals and amounts that overflow int64 micros.
+// digits, optionally '.' and 1..6 digits, and a currency code of three
+// upper-case letters before or after, separated by spaces. InvalidArgument on
+// anything else, including more than 6 decimals and amounts that overflow int64
+// micros.
 absl::StatusOr<trainyard::v1::Money> ParseMoney(std::string_view text);
 
 // Validation of a Money field: micros >= 0 unless allow_negative, currency_code

@@ -1,8 +1,7 @@
 // Resource names of the v1 API (AIP-122 style) and the ids inside them.
 //
-//   tenants/{tenant}                      ids:
-//   ^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$ (IsValidId) tenants/{tenant}/jobs/{job}
-//   job: decimal int64 > 0, no sign, no leading zeros
+//   tenants/{tenant}
+//   tenants/{tenant}/jobs/{job}
 //   tenants/{tenant}/projects/{project}
 //   tenants/{tenant}/queues/{queue}
 //   cohorts/{cohort}
@@ -10,15 +9,23 @@
 //   flavors/{flavor}
 //   clusters/{cluster}
 //   clusters/{cluster}/pools/{pool}
-//   clusters/{cluster}/nodes/{node}       node: like a hostname (IsValidNodeId)
-//   apiTokens/{id}, roleBindings/{id}     server-generated: IsValidGeneratedId
+//   clusters/{cluster}/nodes/{node}
+//   apiTokens/{id}
+//   roleBindings/{id}
+//
+// Ids: ^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$ (IsValidId), except
+//   {job}   a decimal int64 > 0 without sign or leading zeros;
+//   {node}  like a hostname: ^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$
+//           (IsValidNodeId);
+//   apiTokens and roleBindings ids are server-generated and may also start
+//           with a digit (IsValidGeneratedId).
 //
 // "tenants/-" and "clusters/-" are the parents meaning "all" in List and Watch
 // requests.
 //
 // Every Parse* function reports a malformed name as
-//   FieldError(field, "INVALID_NAME", "expected tenants/{tenant}/jobs/{job},
-//   got \"...\"").
+//   FieldError(field, "INVALID_NAME",
+//              "expected tenants/{tenant}/jobs/{job}, got \"...\"")
 #ifndef TRAINYARD_SERVICES_CORE_NAMES_H_
 #define TRAINYARD_SERVICES_CORE_NAMES_H_
 

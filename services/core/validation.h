@@ -140,8 +140,8 @@ absl::Status ValidateProject(const trainyard::v1::Project& project,
 absl::Status ValidateQueue(const trainyard::v1::Queue& queue,
                            const Limits& limits = Limits());
 // Same quota and weight rules; parent empty or a valid id other than the
-// cohort's own id
-// (`cohort_id` when given, else the id in cohort.name when it parses).
+// cohort's own id (`cohort_id` when given, else the id in cohort.name when it
+// parses).
 absl::Status ValidateCohort(const trainyard::v1::Cohort& cohort,
                             std::string_view cohort_id = "");
 // value within ±1,000,000; description at most 1024 characters.

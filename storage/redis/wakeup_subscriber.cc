@@ -139,6 +139,9 @@ WakeupSubscriber::SessionEnd WakeupSubscriber::Session(
     if (Stopping()) return SessionEnd::kStopped;
     if (ready > 0 && fds[0].revents != 0) {
       if (redisBufferRead(ctx) != REDIS_OK) return SessionEnd::kFailed;
+      // Everything read at once counts as one wake-up (coalescing).
+      bool woken = false;
+      bool now_subscribed = false;
       while (true) {
         void* raw = nullptr;
         if (redisGetReplyFromReader(ctx, &raw) != REDIS_OK) {
@@ -152,21 +155,26 @@ WakeupSubscriber::SessionEnd WakeupSubscriber::Session(
         if (kind == "subscribe") {
           if (++confirmed == channels_.size() && !subscribed) {
             subscribed = true;
+            now_subscribed = true;
             next_ping = now + kPingInterval;
-            absl::MutexLock lock(&mu_);
-            subscribed_ = true;
-            if (signal_on_subscribe) {
-              pending_ = true;
-              ++resubscriptions_;
-            }
           }
         } else if (kind == "message") {
-          absl::MutexLock lock(&mu_);
-          pending_ = true;
+          woken = true;
         } else if (kind == "pong") {
           pong_deadline = absl::InfiniteFuture();
           next_ping = now + kPingInterval;
         }
+      }
+      if (woken || now_subscribed) {
+        absl::MutexLock lock(&mu_);
+        if (now_subscribed) {
+          subscribed_ = true;
+          if (signal_on_subscribe) {
+            woken = true;
+            ++resubscriptions_;
+          }
+        }
+        if (woken) pending_ = true;
       }
     }
     now = absl::Now();

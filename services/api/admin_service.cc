@@ -1,0 +1,432 @@
+#include "services/api/admin_service.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/time.h"
+#include "services/api/resource_util.h"
+#include "services/core/errors.h"
+#include "services/core/names.h"
+#include "services/core/string_view.h"
+#include "services/core/validation.h"
+
+namespace trainyard::api {
+namespace {
+
+namespace pg = storage::postgres;
+namespace v1 = trainyard::v1;
+
+// Token lifetimes (admin.proto, CreateApiTokenRequest.ttl).
+constexpr absl::Duration kDefaultTokenTtl = absl::Hours(24 * 90);
+constexpr absl::Duration kMaxTokenTtl = absl::Hours(24 * 365);
+
+std::string Method(std::string_view rpc) {
+  return core::Cat("/trainyard.v1.AdminService/", rpc);
+}
+
+// The single key part of a page token as an int64 id (INVALID_ARGUMENT on
+// page_token).
+absl::StatusOr<int64_t> IdFromPageToken(const std::string& token) {
+  if (token.empty()) return 0;
+  absl::StatusOr<std::vector<std::string>> key = pg::DecodePageToken(token);
+  int64_t id = 0;
+  if (!key.ok() || key->size() != 1 || !absl::SimpleAtoi((*key)[0], &id) ||
+      id <= 0) {
+    return core::FieldError(
+        "page_token", core::reason::kInvalidValue,
+        "malformed; pass the next_page_token of the previous page");
+  }
+  return id;
+}
+
+// The numeric id of "roleBindings/{id}" (0 if it is not a number the store can
+// hold).
+int64_t BindingId(const std::string& name) {
+  absl::StatusOr<std::string> id = core::ParseRoleBindingName(name, "name");
+  int64_t out = 0;
+  if (!id.ok() || !absl::SimpleAtoi(*id, &out) || out <= 0) return 0;
+  return out;
+}
+
+absl::Status CheckPrincipal(std::string_view field,
+                            const std::string& principal) {
+  if (core::IsValidPrincipal(principal)) return absl::OkStatus();
+  return core::FieldError(
+      field, core::reason::kInvalidName,
+      core::Cat("must be users/{id} or serviceAccounts/{id} with 1..128 "
+                "characters of [a-zA-Z0-9._@+-], got ",
+                Quoted(principal)));
+}
+
+// Whether `caller` may create tokens for `principal` (someone else):
+// platform-admin, or tenant-admin of every tenant where `principal` holds a
+// binding (at least one, none of them platform-wide).
+absl::Status CheckTokenAuthority(pg::AuthStore* store, const Caller& caller,
+                                 const std::string& principal) {
+  if (caller.platform_admin) return absl::OkStatus();
+  absl::StatusOr<std::vector<v1::RoleBinding>> bindings =
+      store->BindingsOf(principal);
+  if (!bindings.ok()) return bindings.status();
+  if (bindings->empty()) {
+    return absl::PermissionDeniedError(core::Cat(
+        caller.principal, " needs role platform-admin to create tokens for ",
+        principal, ", which holds no role bindings"));
+  }
+  for (const v1::RoleBinding& b : *bindings) {
+    if (b.role() == v1::ROLE_PLATFORM_ADMIN) {
+      return absl::PermissionDeniedError(core::Cat(
+          caller.principal, " needs role platform-admin to create tokens for ",
+          principal, ", a platform-admin"));
+    }
+    if (!caller.Can(b.tenant(), Permission::kAdminTenant)) {
+      return absl::PermissionDeniedError(
+          core::Cat(caller.principal, " needs role tenant-admin in tenant ",
+                    b.tenant(), " (or platform-admin) to create tokens for ",
+                    principal, ", who holds a role there"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whether `caller` may create or delete a binding of `role` in `tenant`.
+absl::Status CheckBindingAuthority(const Caller& caller, v1::Role role,
+                                   const std::string& tenant,
+                                   std::string_view verb) {
+  if (caller.platform_admin) return absl::OkStatus();
+  if (role == v1::ROLE_PLATFORM_ADMIN || tenant.empty()) {
+    return absl::PermissionDeniedError(
+        core::Cat(caller.principal, " needs role platform-admin to ", verb,
+                  " ROLE_PLATFORM_ADMIN bindings"));
+  }
+  return Require(caller, tenant, Permission::kAdminTenant,
+                 core::TenantName(tenant));
+}
+
+}  // namespace
+
+grpc::Status AdminServiceImpl::CreateApiToken(
+    grpc::ServerContext* context, const v1::CreateApiTokenRequest* request,
+    v1::CreateApiTokenResponse* response) {
+  return RunMutation(
+      ctx_, context, Method("CreateApiToken"), *request, "apiTokens",
+      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+        const std::string principal = request->principal().empty()
+                                          ? caller.principal
+                                          : request->principal();
+        TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
+        if (principal != caller.principal) {
+          TY_RETURN_IF_ERROR(
+              CheckTokenAuthority(ctx_->auth_store, caller, principal));
+        }
+        absl::Duration ttl = kDefaultTokenTtl;
+        if (request->has_ttl()) {
+          absl::StatusOr<absl::Duration> given =
+              core::ToDuration(request->ttl(), "ttl");
+          if (!given.ok()) return given.status();
+          if (*given <= absl::ZeroDuration() || *given > kMaxTokenTtl) {
+            return core::FieldError(
+                "ttl", core::reason::kOutOfRange,
+                core::Cat("must be more than 0 and at most 365 days, got ",
+                          absl::FormatDuration(*given)));
+          }
+          ttl = *given;
+        }
+        if (request->description().size() > core::kMaxDescriptionChars) {
+          return core::FieldError(
+              "description", core::reason::kTooLarge,
+              core::Cat("must be at most ", core::kMaxDescriptionChars,
+                        " bytes, got ", request->description().size()));
+        }
+        NewToken token = GenerateToken();
+        audit.record.resource = core::ApiTokenName(token.id);
+        absl::StatusOr<v1::ApiToken> created = ctx_->auth_store->CreateToken(
+            token.id, principal, token.hash, request->description(),
+            caller.principal, absl::Now() + ttl, &audit.record);
+        if (!created.ok()) return created.status();
+        audit.committed = true;
+        *response->mutable_token() = *std::move(created);
+        response->set_secret(token.secret);
+        return absl::OkStatus();
+      });
+}
+
+grpc::Status AdminServiceImpl::ListApiTokens(
+    grpc::ServerContext* context, const v1::ListApiTokensRequest* request,
+    v1::ListApiTokensResponse* response) {
+  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    std::string principal = request->principal();
+    if (principal.empty()) {
+      principal = caller.principal;
+    } else if (principal == core::kAllId) {
+      TY_RETURN_IF_ERROR(
+          RequirePlatformAdmin(caller, "list every principal's tokens"));
+      principal.clear();
+    } else if (principal != caller.principal) {
+      TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
+      TY_RETURN_IF_ERROR(
+          RequirePlatformAdmin(caller, "list another principal's tokens"));
+    }
+    absl::StatusOr<int> limit = PageSize(request->page_size());
+    if (!limit.ok()) return limit.status();
+    std::string after_id;
+    if (!request->page_token().empty()) {
+      absl::StatusOr<std::vector<std::string>> key =
+          pg::DecodePageToken(request->page_token());
+      if (!key.ok() || key->size() != 1 ||
+          !core::IsValidGeneratedId((*key)[0])) {
+        return core::FieldError(
+            "page_token", core::reason::kInvalidValue,
+            "malformed; pass the next_page_token of the previous page");
+      }
+      after_id = (*key)[0];
+    }
+    bool more = false;
+    absl::StatusOr<std::vector<v1::ApiToken>> tokens =
+        ctx_->auth_store->ListTokens(principal, after_id, *limit, &more);
+    if (!tokens.ok()) return tokens.status();
+    for (v1::ApiToken& token : *tokens)
+      *response->add_tokens() = std::move(token);
+    if (more && response->tokens_size() > 0) {
+      absl::StatusOr<std::string> last = core::ParseApiTokenName(
+          response->tokens(response->tokens_size() - 1).name(), "name");
+      if (!last.ok()) return absl::InternalError(last.status().message());
+      response->set_next_page_token(pg::EncodePageToken({*last}));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status AdminServiceImpl::RevokeApiToken(
+    grpc::ServerContext* context, const v1::RevokeApiTokenRequest* request,
+    v1::ApiToken* response) {
+  return RunMutation(
+      ctx_, context, Method("RevokeApiToken"), *request, request->name(),
+      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+        absl::StatusOr<std::string> id =
+            core::ParseApiTokenName(request->name(), "name");
+        if (!id.ok()) return id.status();
+        const std::string name = core::ApiTokenName(*id);
+        audit.record.resource = name;
+        absl::StatusOr<pg::TokenRecord> record =
+            ctx_->auth_store->GetToken(*id);
+        if (!record.ok()) return ExplainStorageError(record.status(), name);
+        if (record->token.principal() != caller.principal &&
+            !caller.platform_admin) {
+          // Other principals' tokens are not visible.
+          return absl::NotFoundError(core::Cat(name, " not found"));
+        }
+        absl::StatusOr<v1::ApiToken> revoked =
+            ctx_->auth_store->RevokeToken(*id, &audit.record);
+        if (!revoked.ok()) return ExplainStorageError(revoked.status(), name);
+        audit.committed = true;
+        ctx_->auth->InvalidateAll();
+        *response = *std::move(revoked);
+        return absl::OkStatus();
+      });
+}
+
+grpc::Status AdminServiceImpl::CreateRoleBinding(
+    grpc::ServerContext* context, const v1::CreateRoleBindingRequest* request,
+    v1::RoleBinding* response) {
+  return RunMutation(
+      ctx_, context, Method("CreateRoleBinding"), *request, "roleBindings",
+      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+        const v1::RoleBinding& binding = request->role_binding();
+        TY_RETURN_IF_ERROR(core::PrefixField(core::ValidateRoleBinding(binding),
+                                             "role_binding"));
+        audit.record.tenant = binding.tenant();
+        TY_RETURN_IF_ERROR(CheckBindingAuthority(caller, binding.role(),
+                                                 binding.tenant(), "create"));
+        absl::StatusOr<v1::RoleBinding> created =
+            ctx_->auth_store->CreateRoleBinding(binding, caller.principal,
+                                                &audit.record);
+        if (absl::IsFailedPrecondition(created.status())) {
+          return core::AttachErrorInfo(created.status(), "role_binding.tenant",
+                                       reason::kUnknownTenant);
+        }
+        if (!created.ok()) return created.status();
+        audit.committed = true;
+        ctx_->auth->InvalidateAll();
+        *response = *std::move(created);
+        return absl::OkStatus();
+      });
+}
+
+grpc::Status AdminServiceImpl::ListRoleBindings(
+    grpc::ServerContext* context, const v1::ListRoleBindingsRequest* request,
+    v1::ListRoleBindingsResponse* response) {
+  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    const std::string& tenant = request->tenant();
+    const std::string& principal = request->principal();
+    if (!tenant.empty()) TY_RETURN_IF_ERROR(CheckNewId("tenant", tenant));
+    if (!principal.empty())
+      TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
+    absl::StatusOr<int> limit = PageSize(request->page_size());
+    if (!limit.ok()) return limit.status();
+    absl::StatusOr<int64_t> after_id = IdFromPageToken(request->page_token());
+    if (!after_id.ok()) return after_id.status();
+
+    std::vector<v1::RoleBinding> bindings;
+    bool more = false;
+    if (caller.platform_admin) {
+      absl::StatusOr<std::vector<v1::RoleBinding>> all =
+          ctx_->auth_store->ListRoleBindings(tenant, principal, std::nullopt,
+                                             *after_id, *limit, &more);
+      if (!all.ok()) return all.status();
+      bindings = *std::move(all);
+    } else {
+      // The bindings of the tenants the caller administers, plus the caller's
+      // own: two keyset queries merged by id (each returns the first `limit`
+      // after `after_id`, so the first `limit` of their union are among them).
+      std::vector<std::string> administered;
+      for (const std::string& t : caller.VisibleTenants()) {
+        if ((tenant.empty() || t == tenant) &&
+            caller.Can(t, Permission::kAdminTenant)) {
+          administered.push_back(t);
+        }
+      }
+      if (!administered.empty()) {
+        bool more_administered = false;
+        absl::StatusOr<std::vector<v1::RoleBinding>> part =
+            ctx_->auth_store->ListRoleBindings(tenant, principal, administered,
+                                               *after_id, *limit,
+                                               &more_administered);
+        if (!part.ok()) return part.status();
+        more = more || more_administered;
+        for (v1::RoleBinding& b : *part) bindings.push_back(std::move(b));
+      }
+      if (principal.empty() || principal == caller.principal) {
+        bool more_own = false;
+        absl::StatusOr<std::vector<v1::RoleBinding>> part =
+            ctx_->auth_store->ListRoleBindings(tenant, caller.principal,
+                                               std::nullopt, *after_id, *limit,
+                                               &more_own);
+        if (!part.ok()) return part.status();
+        more = more || more_own;
+        for (v1::RoleBinding& b : *part) bindings.push_back(std::move(b));
+      }
+      std::sort(bindings.begin(), bindings.end(),
+                [](const v1::RoleBinding& a, const v1::RoleBinding& b) {
+                  return BindingId(a.name()) < BindingId(b.name());
+                });
+      bindings.erase(
+          std::unique(bindings.begin(), bindings.end(),
+                      [](const v1::RoleBinding& a, const v1::RoleBinding& b) {
+                        return a.name() == b.name();
+                      }),
+          bindings.end());
+      if (bindings.size() > static_cast<size_t>(*limit)) {
+        bindings.resize(*limit);
+        more = true;
+      }
+    }
+    for (v1::RoleBinding& b : bindings)
+      *response->add_role_bindings() = std::move(b);
+    if (more && response->role_bindings_size() > 0) {
+      const int64_t last = BindingId(
+          response->role_bindings(response->role_bindings_size() - 1).name());
+      response->set_next_page_token(pg::EncodePageToken({core::Cat(last)}));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status AdminServiceImpl::DeleteRoleBinding(
+    grpc::ServerContext* context, const v1::DeleteRoleBindingRequest* request,
+    google::protobuf::Empty*) {
+  return RunMutation(
+      ctx_, context, Method("DeleteRoleBinding"), *request, request->name(),
+      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+        absl::StatusOr<std::string> parsed =
+            core::ParseRoleBindingName(request->name(), "name");
+        if (!parsed.ok()) return parsed.status();
+        const std::string name = core::RoleBindingName(*parsed);
+        audit.record.resource = name;
+        const int64_t id = BindingId(name);
+        if (id == 0) return absl::NotFoundError(core::Cat(name, " not found"));
+        absl::StatusOr<v1::RoleBinding> binding =
+            ctx_->auth_store->GetRoleBinding(id);
+        if (!binding.ok()) return ExplainStorageError(binding.status(), name);
+        audit.record.tenant = binding->tenant();
+        absl::Status allowed = CheckBindingAuthority(
+            caller, binding->role(), binding->tenant(), "delete");
+        if (absl::IsNotFound(allowed))
+          return absl::NotFoundError(core::Cat(name, " not found"));
+        TY_RETURN_IF_ERROR(allowed);
+        absl::Status deleted =
+            ctx_->auth_store->DeleteRoleBinding(id, &audit.record);
+        if (!deleted.ok()) return ExplainStorageError(deleted, name);
+        audit.committed = true;
+        ctx_->auth->InvalidateAll();
+        return absl::OkStatus();
+      });
+}
+
+grpc::Status AdminServiceImpl::ListAuditLog(
+    grpc::ServerContext* context, const v1::ListAuditLogRequest* request,
+    v1::ListAuditLogResponse* response) {
+  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    const std::string& tenant = request->tenant();
+    if (!tenant.empty()) TY_RETURN_IF_ERROR(CheckNewId("tenant", tenant));
+    if (!caller.platform_admin) {
+      if (tenant.empty()) {
+        return absl::PermissionDeniedError(
+            core::Cat(caller.principal,
+                      " needs role platform-admin to read the whole audit log; "
+                      "set tenant to a "
+                      "tenant it administers"));
+      }
+      TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kAdminTenant,
+                                 core::TenantName(tenant)));
+    }
+    std::optional<absl::Time> start;
+    std::optional<absl::Time> end;
+    if (request->has_start_time()) {
+      absl::StatusOr<absl::Time> t =
+          core::ToTime(request->start_time(), "start_time");
+      if (!t.ok()) return t.status();
+      start = *t;
+    }
+    if (request->has_end_time()) {
+      absl::StatusOr<absl::Time> t =
+          core::ToTime(request->end_time(), "end_time");
+      if (!t.ok()) return t.status();
+      end = *t;
+    }
+    absl::StatusOr<int> limit = PageSize(request->page_size());
+    if (!limit.ok()) return limit.status();
+    absl::StatusOr<int64_t> before_id = IdFromPageToken(request->page_token());
+    if (!before_id.ok()) return before_id.status();
+    bool more = false;
+    absl::StatusOr<std::vector<v1::AuditEntry>> entries =
+        ctx_->auth_store->ListAudit(tenant, request->principal(), start, end,
+                                    *before_id, *limit, &more);
+    if (!entries.ok()) return entries.status();
+    for (v1::AuditEntry& e : *entries) *response->add_entries() = std::move(e);
+    if (more && response->entries_size() > 0) {
+      response->set_next_page_token(pg::EncodePageToken(
+          {core::Cat(response->entries(response->entries_size() - 1).id())}));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status AdminServiceImpl::WhoAmI(grpc::ServerContext* context,
+                                      const v1::WhoAmIRequest*,
+                                      v1::Caller* response) {
+  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    absl::StatusOr<std::vector<v1::RoleBinding>> bindings =
+        ctx_->auth_store->BindingsOf(caller.principal);
+    if (!bindings.ok()) return bindings.status();
+    response->set_principal(caller.principal);
+    for (v1::RoleBinding& b : *bindings)
+      *response->add_bindings() = std::move(b);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace trainyard::api
