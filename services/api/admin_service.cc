@@ -188,8 +188,9 @@ grpc::Status AdminServiceImpl::ListApiTokens(
     absl::StatusOr<std::vector<v1::ApiToken>> tokens =
         ctx_->auth_store->ListTokens(principal, after_id, *limit, &more);
     if (!tokens.ok()) return tokens.status();
-    for (v1::ApiToken& token : *tokens)
+    for (v1::ApiToken& token : *tokens) {
       *response->add_tokens() = std::move(token);
+    }
     if (more && response->tokens_size() > 0) {
       absl::StatusOr<std::string> last = core::ParseApiTokenName(
           response->tokens(response->tokens_size() - 1).name(), "name");
@@ -263,8 +264,9 @@ grpc::Status AdminServiceImpl::ListRoleBindings(
     const std::string& tenant = request->tenant();
     const std::string& principal = request->principal();
     if (!tenant.empty()) TY_RETURN_IF_ERROR(CheckNewId("tenant", tenant));
-    if (!principal.empty())
+    if (!principal.empty()) {
       TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
+    }
     absl::StatusOr<int> limit = PageSize(request->page_size());
     if (!limit.ok()) return limit.status();
     absl::StatusOr<int64_t> after_id = IdFromPageToken(request->page_token());
@@ -324,8 +326,9 @@ grpc::Status AdminServiceImpl::ListRoleBindings(
         more = true;
       }
     }
-    for (v1::RoleBinding& b : bindings)
+    for (v1::RoleBinding& b : bindings) {
       *response->add_role_bindings() = std::move(b);
+    }
     if (more && response->role_bindings_size() > 0) {
       const int64_t last = BindingId(
           response->role_bindings(response->role_bindings_size() - 1).name());
@@ -354,8 +357,9 @@ grpc::Status AdminServiceImpl::DeleteRoleBinding(
         audit.record.tenant = binding->tenant();
         absl::Status allowed = CheckBindingAuthority(
             caller, binding->role(), binding->tenant(), "delete");
-        if (absl::IsNotFound(allowed))
+        if (absl::IsNotFound(allowed)) {
           return absl::NotFoundError(core::Cat(name, " not found"));
+        }
         TY_RETURN_IF_ERROR(allowed);
         absl::Status deleted =
             ctx_->auth_store->DeleteRoleBinding(id, &audit.record);
@@ -423,8 +427,9 @@ grpc::Status AdminServiceImpl::WhoAmI(grpc::ServerContext* context,
         ctx_->auth_store->BindingsOf(caller.principal);
     if (!bindings.ok()) return bindings.status();
     response->set_principal(caller.principal);
-    for (v1::RoleBinding& b : *bindings)
+    for (v1::RoleBinding& b : *bindings) {
       *response->add_bindings() = std::move(b);
+    }
     return absl::OkStatus();
   });
 }

@@ -319,8 +319,9 @@ grpc::Status ClusterServiceImpl::ListPools(grpc::ServerContext* context,
     absl::StatusOr<pg::ListQuery> query =
         PageQuery(request->page_size(), request->page_token(), 2);
     if (!query.ok()) return query.status();
-    if (*cluster != core::kAllId)
+    if (*cluster != core::kAllId) {
       query->equals.emplace_back("cluster", *cluster);
+    }
     absl::StatusOr<pg::ListPage> page =
         ctx_->objects->List(pg::PoolKind(), *query);
     if (!page.ok()) return page.status();
@@ -377,8 +378,9 @@ grpc::Status ClusterServiceImpl::ListNodes(grpc::ServerContext* context,
     absl::StatusOr<std::string> cluster =
         core::ParseClusterParent(request->parent(), "parent");
     if (!cluster.ok()) return cluster.status();
-    if (!request->pool().empty())
+    if (!request->pool().empty()) {
       TY_RETURN_IF_ERROR(CheckNewId("pool", request->pool()));
+    }
     if (!v1::NodeState_IsValid(request->state())) {
       return core::FieldError(
           "state", core::reason::kInvalidValue,
@@ -387,10 +389,12 @@ grpc::Status ClusterServiceImpl::ListNodes(grpc::ServerContext* context,
     absl::StatusOr<pg::ListQuery> query =
         PageQuery(request->page_size(), request->page_token(), 2);
     if (!query.ok()) return query.status();
-    if (*cluster != core::kAllId)
+    if (*cluster != core::kAllId) {
       query->equals.emplace_back("cluster", *cluster);
-    if (!request->pool().empty())
+    }
+    if (!request->pool().empty()) {
       query->equals.emplace_back("pool", request->pool());
+    }
     if (request->state() != v1::NODE_STATE_UNSPECIFIED) {
       query->equals.emplace_back("state",
                                  core::Cat(static_cast<int>(request->state())));
@@ -501,8 +505,9 @@ grpc::Status ClusterServiceImpl::ReportNodes(
           const pg::AuditRecord* node_audit = audit_if_last();
           absl::Status s =
               ctx_->objects->Delete(pg::NodeKind(), {*cluster, id}, node_audit);
-          if (absl::IsNotFound(s))
-            continue;  // removed meanwhile; the audit row is written below
+          // A node removed meanwhile is not an error; the audit row is then
+          // written below.
+          if (absl::IsNotFound(s)) continue;
           if (!s.ok()) {
             Invalidate();
             return s;

@@ -112,8 +112,8 @@ absl::Status CheckCohortAncestry(pg::ObjectStore* objects,
           core::Cat("cohort ", Quoted(parent), " is ", cohort,
                     " or one of its descendants; cohorts cannot form a cycle"));
     }
-    if (!seen.insert(current).second)
-      break;  // an existing loop not involving `cohort`
+    // A loop that does not involve `cohort` (it cannot be made by this API).
+    if (!seen.insert(current).second) break;
     absl::StatusOr<pg::StoredObject> row =
         objects->Get(pg::CohortKind(), {current});
     if (absl::IsNotFound(row.status())) {
@@ -187,8 +187,9 @@ grpc::Status QueueServiceImpl::ListTenants(
     absl::StatusOr<pg::ListQuery> query =
         PageQuery(request->page_size(), request->page_token(), 1);
     if (!query.ok()) return query.status();
-    if (!caller.platform_admin)
+    if (!caller.platform_admin) {
       query->in.emplace("id", caller.VisibleTenants());
+    }
     absl::StatusOr<pg::ListPage> page =
         ctx_->objects->List(pg::TenantKind(), *query);
     if (!page.ok()) return page.status();
@@ -476,15 +477,17 @@ grpc::Status QueueServiceImpl::ListQueues(grpc::ServerContext* context,
         PageQuery(request->page_size(), request->page_token(), 2);
     if (!query.ok()) return query.status();
     if (*tenant == core::kAllId) {
-      if (!caller.platform_admin)
+      if (!caller.platform_admin) {
         query->in.emplace("tenant", caller.VisibleTenants());
+      }
     } else {
       TY_RETURN_IF_ERROR(Require(caller, *tenant, Permission::kRead,
                                  core::TenantName(*tenant)));
       query->equals.emplace_back("tenant", *tenant);
     }
-    if (!request->cohort().empty())
+    if (!request->cohort().empty()) {
       query->equals.emplace_back("cohort", request->cohort());
+    }
     absl::StatusOr<pg::ListPage> page =
         ctx_->objects->List(pg::QueueKind(), *query);
     if (!page.ok()) return page.status();
@@ -762,31 +765,26 @@ grpc::Status QueueServiceImpl::ListPriorityClasses(
     const bool resume = !request_query->after_key.empty();
     if (resume &&
         !absl::SimpleAtoi(request_query->after_key[0], &after_value)) {
-      return core::FieldError("page_token", core::reason::kInvalidValue,
-                              "malformed");
+      return core::FieldError(
+          "page_token", core::reason::kInvalidValue,
+          "malformed; pass the next_page_token of the previous page");
     }
     struct Entry {
       int32_t value;
       std::string id;
       pg::StoredObject row;
     };
+    absl::StatusOr<std::vector<pg::StoredObject>> rows =
+        ListAll(ctx_->objects, pg::PriorityClassKind(), {});
+    if (!rows.ok()) return rows.status();
     std::vector<Entry> all;
-    pg::ListQuery query;
-    query.limit = core::kMaxPageSize;
-    while (true) {
-      absl::StatusOr<pg::ListPage> page =
-          ctx_->objects->List(pg::PriorityClassKind(), query);
-      if (!page.ok()) return page.status();
-      for (pg::StoredObject& row : page->objects) {
-        v1::PriorityClass pc;
-        if (!pc.ParseFromString(row.body)) {
-          return absl::InternalError(
-              StoredBodyError(core::PriorityClassName(row.key[0])));
-        }
-        all.push_back(Entry{pc.value(), row.key[0], std::move(row)});
+    for (pg::StoredObject& row : *rows) {
+      v1::PriorityClass pc;
+      if (!pc.ParseFromString(row.body)) {
+        return absl::InternalError(
+            StoredBodyError(core::PriorityClassName(row.key[0])));
       }
-      if (!page->more || all.empty()) break;
-      query.after_key = all.back().row.key;
+      all.push_back(Entry{pc.value(), row.key[0], std::move(row)});
     }
     auto before = [](int32_t va, const std::string& ia, int32_t vb,
                      const std::string& ib) {
@@ -799,8 +797,9 @@ grpc::Status QueueServiceImpl::ListPriorityClasses(
     if (resume) {
       const std::string& after_id = request_query->after_key[1];
       while (i < all.size() &&
-             !before(after_value, after_id, all[i].value, all[i].id))
+             !before(after_value, after_id, all[i].value, all[i].id)) {
         ++i;
+      }
     }
     const size_t end =
         std::min(all.size(), i + static_cast<size_t>(request_query->limit));

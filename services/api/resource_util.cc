@@ -35,8 +35,9 @@ const FieldDescriptor* SingularField(const Message& message,
                                      FieldDescriptor::CppType type) {
   const FieldDescriptor* field =
       message.GetDescriptor()->FindFieldByName(std::string(name));
-  if (field == nullptr || field->is_repeated() || field->cpp_type() != type)
+  if (field == nullptr || field->is_repeated() || field->cpp_type() != type) {
     return nullptr;
+  }
   return field;
 }
 
@@ -94,8 +95,9 @@ grpc::Status RunMutation(
   if (!caller.ok()) return Reply(context, caller.status());
   MutationAudit audit{MakeAudit(*caller, method, resource, "", request)};
   absl::Status status = fn(*caller, audit);
-  if (!status.ok() && !audit.committed)
+  if (!status.ok() && !audit.committed) {
     AuditFailure(*ctx, audit.record, status);
+  }
   return Reply(context, status);
 }
 
@@ -194,20 +196,20 @@ std::string Quoted(std::string_view s) {
 
 absl::Status CheckNewId(std::string_view field, std::string_view id,
                         bool (*valid)(std::string_view)) {
-  if (id.empty())
+  static constexpr char kIdRule[] =
+      "must be 1..63 characters of [a-z0-9-], starting with a letter and "
+      "ending with a letter or digit";
+  static constexpr char kOtherRule[] =
+      "must be 1..253 characters of [a-z0-9.-], starting and ending with a "
+      "letter or digit";
+  if (id.empty()) {
     return core::FieldError(field, core::reason::kRequired, "required");
+  }
   if (valid == nullptr) valid = &core::IsValidId;
   if (!valid(id)) {
-    return core::FieldError(
-        field, core::reason::kInvalidName,
-        core::Cat(valid == &core::IsValidId
-                      ? "must be 1..63 characters of [a-z0-9-], starting with "
-                        "a letter and "
-                        "ending with a letter or digit"
-                      : "must be a host name: 1..253 characters of [a-z0-9.-], "
-                        "starting and "
-                        "ending with a letter or digit",
-                  "; got ", Quoted(id)));
+    const char* rule = valid == &core::IsValidId ? kIdRule : kOtherRule;
+    return core::FieldError(field, core::reason::kInvalidName,
+                            core::Cat(rule, "; got ", Quoted(id)));
   }
   return absl::OkStatus();
 }
@@ -248,8 +250,9 @@ void ApplyUpdateMask(const google::protobuf::Message& patch,
                      google::protobuf::Message* target) {
   FieldMask effective = mask;
   if (effective.paths().empty()) {
-    for (const std::string& field : updatable.fields)
+    for (const std::string& field : updatable.fields) {
       effective.add_paths(field);
+    }
   }
   FieldMaskUtil::MergeOptions options;
   options.set_replace_message_fields(true);
@@ -291,8 +294,9 @@ absl::StatusOr<std::vector<storage::postgres::StoredObject>> ListAll(
     absl::StatusOr<storage::postgres::ListPage> page =
         objects->List(kind, query);
     if (!page.ok()) return page.status();
-    for (storage::postgres::StoredObject& row : page->objects)
+    for (storage::postgres::StoredObject& row : page->objects) {
       out.push_back(std::move(row));
+    }
     if (!page->more || out.empty()) return out;
     query.after_key = out.back().key;
   }

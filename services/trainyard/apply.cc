@@ -160,8 +160,9 @@ class Applier {
 
  private:
   void Prepare(ClientContext* context) const {
-    if (!token_.empty())
+    if (!token_.empty()) {
       context->AddMetadata("authorization", Cat("Bearer ", token_));
+    }
     context->set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
   }
 
@@ -218,9 +219,10 @@ class Applier {
 
 grpc::Status Applier::FindPool(const std::string& name, v1::Pool* out) {
   absl::StatusOr<core::ClusterChildName> id = core::ParsePoolName(name, "name");
-  if (!id.ok())
+  if (!id.ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         id.status().ToString());
+  }
   v1::ListPoolsRequest request;
   request.set_parent(core::ClusterName(id->cluster));
   request.set_page_size(1000);
@@ -292,8 +294,9 @@ grpc::Status Applier::ApplyNodes(const v1::ApplyBundle& b, std::string* step) {
       grpc::Status status = clusters_->ReportNodes(&context, report, &response);
       if (!status.ok()) return status;
     }
-    for (const auto& [i, verdict] : verdicts)
+    for (const auto& [i, verdict] : verdicts) {
       Print(verdict, "node", b.nodes(i).name());
+    }
   }
   return grpc::Status::OK;
 }

@@ -74,8 +74,8 @@ EventStreamReader::ReadAfter(uint64_t after_seq, int max_entries,
   const absl::Time deadline =
       absl::Now() + std::max(block, absl::ZeroDuration());
   // Strictly after every id of the form <after_seq>-N.
-  const std::string after_id = absl::StrCat(
-      after_seq, "-", std::numeric_limits<uint64_t>::max());
+  const std::string after_id =
+      absl::StrCat(after_seq, "-", std::numeric_limits<uint64_t>::max());
   const std::string count = absl::StrCat(max_entries);
   for (int attempt = 0;; ++attempt) {
     const bool reused = ctx_ != nullptr;
@@ -86,11 +86,10 @@ EventStreamReader::ReadAfter(uint64_t after_seq, int max_entries,
         absl::SleepFor(std::min(retry_at_, deadline) - now);
         now = absl::Now();
         if (now < retry_at_) {
-          return absl::UnavailableError(
-              absl::StrCat(internal::Describe(options_),
-                           " unavailable; reconnecting in ",
-                           absl::FormatDuration(absl::Ceil(
-                               retry_at_ - now, absl::Milliseconds(1)))));
+          return absl::UnavailableError(absl::StrCat(
+              internal::Describe(options_), " unavailable; reconnecting in ",
+              absl::FormatDuration(
+                  absl::Ceil(retry_at_ - now, absl::Milliseconds(1)))));
         }
       }
       absl::StatusOr<internal::ContextPtr> ctx = internal::Dial(options_);

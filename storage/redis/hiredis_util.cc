@@ -67,8 +67,9 @@ absl::Status SetSocketTimeout(redisContext* ctx, absl::Duration timeout) {
 }
 
 absl::StatusOr<ContextPtr> Dial(const RedisOptions& options) {
-  ContextPtr ctx(redisConnectWithTimeout(options.host.c_str(), options.port,
-                                         ClampedTimeval(options.connect_timeout)));
+  ContextPtr ctx(
+      redisConnectWithTimeout(options.host.c_str(), options.port,
+                              ClampedTimeval(options.connect_timeout)));
   if (ctx == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot connect to ", Describe(options),
@@ -85,9 +86,8 @@ absl::StatusOr<ContextPtr> Dial(const RedisOptions& options) {
   redisEnableKeepAlive(ctx.get());
   if (absl::Status s = SetSocketTimeout(ctx.get(), options.command_timeout);
       !s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to ", Describe(options), ": ",
-                     s.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to ", Describe(options), ": ", s.message()));
   }
   return ctx;
 }
@@ -115,10 +115,9 @@ IoFailure ClassifyFailure(const redisContext* ctx, int saved_errno) {
 
 absl::Status ConnectionError(const RedisOptions& options,
                              const redisContext* ctx, IoFailure failure) {
-  const char* kind = failure == IoFailure::kTimeout ? "timed out"
-                     : failure == IoFailure::kClosed
-                         ? "connection closed"
-                         : "connection error";
+  const char* kind = failure == IoFailure::kTimeout  ? "timed out"
+                     : failure == IoFailure::kClosed ? "connection closed"
+                                                     : "connection error";
   std::string detail = ctx->errstr[0] != '\0' ? ctx->errstr : "";
   if (failure == IoFailure::kTimeout) {
     detail = absl::StrCat("no reply within ",
@@ -142,8 +141,8 @@ absl::StatusOr<std::vector<ReplyPtr>> Execute(redisContext* ctx,
       argv.push_back(arg.data());
       argvlen.push_back(arg.size());
     }
-    if (redisAppendCommandArgv(ctx, static_cast<int>(argv.size()),
-                               argv.data(), argvlen.data()) != REDIS_OK) {
+    if (redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(),
+                               argvlen.data()) != REDIS_OK) {
       *failure = IoFailure::kOther;
       return ConnectionError(options, ctx, *failure);
     }

@@ -71,8 +71,8 @@ absl::Status XaddStatus(const redisReply* reply, std::string_view stream,
           absl::StrCat("event ", seq, " already published to stream ",
                        AsAbsl(stream), " (its last id is not smaller)"));
     }
-    return internal::ErrorReplyStatus(
-        reply, absl::StrCat("XADD ", AsAbsl(stream)));
+    return internal::ErrorReplyStatus(reply,
+                                      absl::StrCat("XADD ", AsAbsl(stream)));
   }
   return internal::UnexpectedReply(reply,
                                    absl::StrCat("XADD ", AsAbsl(stream)));
@@ -103,13 +103,13 @@ absl::Status RedisClient::Admit(bool* probe) {
   const absl::Time now = absl::Now();
   if (probe_in_flight_ || now < retry_at_) {
     return absl::UnavailableError(absl::StrCat(
-        internal::Describe(options_), " unavailable (",
-        consecutive_failures_, " consecutive failure(s); ",
-        probe_in_flight_ ? "reconnecting now"
-                         : absl::StrCat("next attempt in ",
-                                        absl::FormatDuration(absl::Ceil(
-                                            retry_at_ - now,
-                                            absl::Milliseconds(1)))),
+        internal::Describe(options_), " unavailable (", consecutive_failures_,
+        " consecutive failure(s); ",
+        probe_in_flight_
+            ? "reconnecting now"
+            : absl::StrCat("next attempt in ",
+                           absl::FormatDuration(absl::Ceil(
+                               retry_at_ - now, absl::Milliseconds(1)))),
         "): ", last_error_));
   }
   probe_in_flight_ = true;

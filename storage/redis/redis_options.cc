@@ -43,8 +43,8 @@ absl::StatusOr<RedisOptions> ParseRedisAddress(std::string_view address) {
       return invalid("port is not a number");
     }
   }
-  if (port_text.size() > 5 || !absl::SimpleAtoi(port_text, &port) ||
-      port < 1 || port > 65535) {
+  if (port_text.size() > 5 || !absl::SimpleAtoi(port_text, &port) || port < 1 ||
+      port > 65535) {
     return invalid("port out of range 1..65535");
   }
   RedisOptions options;

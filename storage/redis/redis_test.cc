@@ -200,9 +200,9 @@ TEST(RedisClientTest, RepublishIsAlreadyExistsAndBatchSkipsPresentIds) {
   absl::StatusOr<std::vector<StreamEntry>> all =
       reader.ReadAfter(0, 100, absl::ZeroDuration());
   ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_THAT(*all, ElementsAre(StreamEntry{3, "three"}, StreamEntry{5, "five"},
-                                StreamEntry{6, "six"},
-                                StreamEntry{7, "seven"}));
+  EXPECT_THAT(*all,
+              ElementsAre(StreamEntry{3, "three"}, StreamEntry{5, "five"},
+                          StreamEntry{6, "six"}, StreamEntry{7, "seven"}));
 }
 
 TEST(RedisClientTest, LastEventSeqOfMissingStreamIsZero) {
@@ -231,8 +231,8 @@ TEST(RedisClientTest, MaxLenTrimsApproximately) {
   ASSERT_TRUE(added.ok()) << added.status();
   EXPECT_EQ(*added, 1000);
   int64_t len = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(Cmd(client, {"XLEN", stream}).value_or(""),
-                               &len));
+  ASSERT_TRUE(
+      absl::SimpleAtoi(Cmd(client, {"XLEN", stream}).value_or(""), &len));
   EXPECT_GE(len, 100);
   EXPECT_LE(len, 300);  // "~": whole macro nodes (100 entries) are trimmed.
   EXPECT_EQ(client.LastEventSeq(stream).value_or(0), 1000u);
@@ -298,8 +298,7 @@ TEST(RedisClientTest, TakeTokenAllowsBurstThenDeniesThenRefills) {
 
   // The bucket expires once it would be full again (burst / rate + 1 s).
   int64_t pttl = 0;
-  ASSERT_TRUE(
-      absl::SimpleAtoi(Cmd(client, {"PTTL", key}).value_or(""), &pttl));
+  ASSERT_TRUE(absl::SimpleAtoi(Cmd(client, {"PTTL", key}).value_or(""), &pttl));
   EXPECT_GT(pttl, 1000);
   EXPECT_LE(pttl, 2000);
 
@@ -428,19 +427,22 @@ TEST_F(RedisOutageTest, StoppedRedisFailsFastAndRestartRecovers) {
   ExpectFastUnavailable([&] { return client.PublishEvent(stream, 2, "two"); },
                         "PublishEvent");
   ExpectFastUnavailable(
-      [&] { return client.PublishEvents(stream, {{3, "x"}}).status(); },
+      [&] {
+        return client.PublishEvents(stream, {{3, "x"}}).status();
+      },
       "PublishEvents");
   ExpectFastUnavailable([&] { return client.LastEventSeq(stream).status(); },
                         "LastEventSeq");
   ExpectFastUnavailable([&] { return client.Notify("ch"); }, "Notify");
   ExpectFastUnavailable(
       [&] { return client.TakeToken("bucket", 1, 5).status(); }, "TakeToken");
-  ExpectFastUnavailable([&] { return client.Command({"GET", "k"}).status(); },
-                        "Command");
   ExpectFastUnavailable(
       [&] {
-        return reader.ReadAfter(1, 10, absl::Milliseconds(300)).status();
+        return client.Command({"GET", "k"}).status();
       },
+      "Command");
+  ExpectFastUnavailable(
+      [&] { return reader.ReadAfter(1, 10, absl::Milliseconds(300)).status(); },
       "ReadAfter");
   // Many callers while down: the circuit breaker answers without waiting.
   const absl::Time start = absl::Now();

@@ -19,8 +19,7 @@ bool Usable(double rate, double burst) {
 TenantRateLimiter::TenantRateLimiter(RedisClient* client,
                                      double default_rate_per_second,
                                      double default_burst)
-    : client_(client),
-      default_limit_{default_rate_per_second, default_burst} {}
+    : client_(client), default_limit_{default_rate_per_second, default_burst} {}
 
 void TenantRateLimiter::SetLimit(std::string tenant, double rate_per_second,
                                  double burst) {
@@ -63,7 +62,8 @@ RateDecision TenantRateLimiter::CheckLocally(std::string_view tenant,
   ++fallback_decisions_;
   auto it = local_.find(tenant);
   if (it == local_.end()) {
-    it = local_.emplace(std::string(tenant), LocalBucket{limit.burst, now, limit})
+    it = local_
+             .emplace(std::string(tenant), LocalBucket{limit.burst, now, limit})
              .first;
   }
   LocalBucket& bucket = it->second;
@@ -85,9 +85,9 @@ RateDecision TenantRateLimiter::CheckLocally(std::string_view tenant,
   } else if (cost > limit.burst) {
     decision.retry_after = absl::InfiniteDuration();
   } else {
-    decision.retry_after =
-        absl::Ceil(absl::Seconds((cost - bucket.tokens) / limit.rate_per_second),
-                   absl::Microseconds(1));
+    decision.retry_after = absl::Ceil(
+        absl::Seconds((cost - bucket.tokens) / limit.rate_per_second),
+        absl::Microseconds(1));
   }
   decision.remaining = bucket.tokens;
   return decision;

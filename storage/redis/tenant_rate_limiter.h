@@ -68,8 +68,7 @@ class TenantRateLimiter {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Limit, std::less<>> limits_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, LocalBucket, std::less<>> local_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, LocalBucket, std::less<>> local_ ABSL_GUARDED_BY(mu_);
   int64_t fallback_decisions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -31,6 +31,7 @@ namespace trainyard::storage::redis {
 // connect_timeout for an in-flight connect).
 class WakeupSubscriber {
  public:
+  // `channels` must not be empty (with none, it never subscribes).
   WakeupSubscriber(RedisOptions options, std::vector<std::string> channels);
   ~WakeupSubscriber();
 
