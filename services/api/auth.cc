@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/common/crypto.h"
+#include "services/core/string_view.h"
 
 namespace trainyard::api {
 namespace {
@@ -48,12 +49,12 @@ std::string_view PermissionName(Permission p) {
 }  // namespace
 
 bool Caller::Sees(std::string_view tenant) const {
-  return platform_admin || roles.contains(tenant);
+  return platform_admin || roles.contains(std::string(tenant));
 }
 
 bool Caller::Can(std::string_view tenant, Permission p) const {
   if (platform_admin) return true;
-  auto it = roles.find(tenant);
+  auto it = roles.find(std::string(tenant));
   return it != roles.end() && (it->second & Allowed(p)) != 0;
 }
 
@@ -66,11 +67,12 @@ std::vector<std::string> Caller::VisibleTenants() const {
 
 absl::Status Require(const Caller& caller, std::string_view tenant, Permission p,
                      std::string_view resource) {
-  if (!caller.Sees(tenant)) return absl::NotFoundError(absl::StrCat(resource, " not found"));
+  if (!caller.Sees(tenant)) return absl::NotFoundError(absl::StrCat(std::string(resource), " not found"));
   if (!caller.Can(tenant, p)) {
     return absl::PermissionDeniedError(absl::StrCat(caller.principal, " needs role ",
-                                                    PermissionName(p), " in tenant ", tenant,
-                                                    " for ", resource));
+                                                    std::string(PermissionName(p)), " in tenant ",
+                                                    std::string(tenant), " for ",
+                                                    std::string(resource)));
   }
   return absl::OkStatus();
 }
@@ -78,7 +80,7 @@ absl::Status Require(const Caller& caller, std::string_view tenant, Permission p
 absl::Status RequirePlatformAdmin(const Caller& caller, std::string_view action) {
   if (caller.platform_admin) return absl::OkStatus();
   return absl::PermissionDeniedError(
-      absl::StrCat(caller.principal, " needs role platform-admin to ", action));
+      absl::StrCat(caller.principal, " needs role platform-admin to ", std::string(action)));
 }
 
 NewToken GenerateToken() {
@@ -90,7 +92,8 @@ NewToken GenerateToken() {
 }
 
 absl::StatusOr<std::string> TokenId(std::string_view token) {
-  std::vector<std::string_view> parts = absl::StrSplit(token, absl::MaxSplits('_', 2));
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(core::AbslView(token), absl::MaxSplits('_', 2));
   if (parts.size() != 3 || parts[0] != "ty" || parts[1].empty() || parts[2].empty()) {
     return absl::UnauthenticatedError("malformed API token");
   }
@@ -113,7 +116,7 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContext& co
         "missing credentials: send metadata \"authorization: Bearer <token>\"");
   }
   std::string_view value(it->second.data(), it->second.size());
-  if (!absl::StartsWithIgnoreCase(value, "bearer ")) {
+  if (!absl::StartsWithIgnoreCase(core::AbslView(value), "bearer ")) {
     return absl::UnauthenticatedError("authorization metadata must be \"Bearer <token>\"");
   }
   return AuthenticateToken(value.substr(7));

@@ -92,7 +92,7 @@ namespace {
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
   if (s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
+                      absl::StrCat(std::string(what), ": ", s.error_message()));
 }
 
 }  // namespace

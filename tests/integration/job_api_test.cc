@@ -466,7 +466,9 @@ TEST_F(JobApiRedisOutageTest, SubmittersSeeNoErrorAndWatchersGetEveryEventAfterR
   std::set<uint64_t> seqs;
   for (size_t i = 0; i < seen.size(); ++i) {
     seqs.insert(seen[i].sequence());
-    if (i > 0) EXPECT_LT(seen[i - 1].sequence(), seen[i].sequence());
+    if (i > 0) {
+      EXPECT_LT(seen[i - 1].sequence(), seen[i].sequence());
+    }
   }
   EXPECT_EQ(seqs.size(), 60u);  // no repeats
 }

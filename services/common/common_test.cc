@@ -1,0 +1,245 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "services/common/config.h"
+#include "services/common/crypto.h"
+#include "services/common/grpc_server.h"
+#include "services/common/health.h"
+#include "services/common/http_server.h"
+#include "services/common/logging.h"
+#include "services/common/metrics.h"
+
+namespace trainyard::common {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A raw HTTP GET against 127.0.0.1:port; returns the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+TEST(LoggingTest, FormatsOneJsonLineWithTypedFields) {
+  std::string line = FormatLogLine(absl::FromUnixSeconds(0), LogLevel::kWarning, "api",
+                                   "hello \"world\"\n",
+                                   {{"s", "x"}, {"n", 42}, {"b", true}, {"d", 0.5},
+                                    {"err", absl::NotFoundError("gone")}});
+  EXPECT_EQ(line,
+            "{\"ts\":\"1970-01-01T00:00:00.000000Z\",\"level\":\"warning\",\"component\":\"api\","
+            "\"msg\":\"hello \\\"world\\\"\\n\",\"s\":\"x\",\"n\":42,\"b\":true,\"d\":0.5,"
+            "\"err\":\"NOT_FOUND: gone\"}");
+}
+
+TEST(LoggingTest, EscapesControlCharacters) {
+  EXPECT_EQ(JsonEscape(std::string("a\x01z\\", 4)), "a\\u0001z\\\\");
+}
+
+TEST(LoggingTest, ParsesLevels) {
+  EXPECT_EQ(*ParseLogLevel("DEBUG"), LogLevel::kDebug);
+  EXPECT_EQ(*ParseLogLevel("warn"), LogLevel::kWarning);
+  EXPECT_EQ(*ParseLogLevel("error"), LogLevel::kError);
+  EXPECT_FALSE(ParseLogLevel("loud").ok());
+}
+
+TEST(MetricsTest, RendersCountersGaugesAndHistograms) {
+  MetricsRegistry registry;
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}}).Increment();
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}}).Increment(2);
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "NOT_FOUND"}}).Increment();
+  registry.GetGauge("ty_depth", "Depth.").Set(7);
+  Histogram& h = registry.GetHistogram("ty_latency_seconds", "Latency.", {}, {0.1, 1});
+  h.Observe(0.05);
+  h.Observe(0.5);
+  h.Observe(5);
+  std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("# TYPE ty_requests_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("ty_requests_total{code=\"OK\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("ty_requests_total{code=\"NOT_FOUND\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ty_depth 7\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_bucket{le=\"0.1\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_bucket{le=\"1\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_bucket{le=\"+Inf\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_count 3\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_sum 5.55"));
+}
+
+TEST(MetricsTest, CountersNeverDecreaseAndAreThreadSafe) {
+  MetricsRegistry registry;
+  Counter& c = registry.GetCounter("c_total", "C.");
+  c.Increment(-5);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) c.Increment();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c.value(), 40000);
+}
+
+TEST(MetricsTest, EscapesLabelValuesAndRunsCollectors) {
+  MetricsRegistry registry;
+  registry.GetGauge("g", "G.", {{"name", "a\"b\\c\nd"}}).Set(1);
+  int calls = 0;
+  registry.AddCollector([&calls](MetricsRegistry& r) { r.GetGauge("collected", "C.").Set(++calls); });
+  std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("g{name=\"a\\\"b\\\\c\\nd\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("collected 1\n"));
+  EXPECT_THAT(registry.Render(), HasSubstr("collected 2\n"));
+}
+
+TEST(HttpServerTest, ServesHealthReadinessAndMetrics) {
+  MetricsRegistry registry;
+  registry.GetGauge("ty_up", "Up.").Set(1);
+  HttpServer server("127.0.0.1:0");
+  Health health;
+  bool db_ok = true;
+  health.AddReadinessCheck("postgres", [&db_ok] {
+    return db_ok ? absl::OkStatus() : absl::UnavailableError("connection refused");
+  });
+  health.Register(server, registry);
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_GT(server.port(), 0);
+
+  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("200 OK"));
+  std::string ready = HttpGet(server.port(), "/readyz");
+  EXPECT_THAT(ready, HasSubstr("200 OK"));
+  EXPECT_THAT(ready, HasSubstr("\"postgres\":\"ok\""));
+  db_ok = false;
+  ready = HttpGet(server.port(), "/readyz");
+  EXPECT_THAT(ready, HasSubstr("503"));
+  EXPECT_THAT(ready, HasSubstr("connection refused"));
+  EXPECT_THAT(HttpGet(server.port(), "/metrics"), HasSubstr("ty_up 1"));
+  std::string missing = HttpGet(server.port(), "/nope?x=1");
+  EXPECT_THAT(missing, HasSubstr("404"));
+  EXPECT_THAT(missing, HasSubstr("application/json"));
+  health.SetLive(false);
+  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("503"));
+  server.Stop();
+  EXPECT_EQ(HttpGet(server.port(), "/healthz"), "");
+}
+
+TEST(HttpServerTest, RejectsBadListenAddress) {
+  HttpServer bad("nonsense");
+  EXPECT_FALSE(bad.Start().ok());
+  HttpServer bad_port("127.0.0.1:99999");
+  EXPECT_FALSE(bad_port.Start().ok());
+}
+
+TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
+  MetricsRegistry registry;
+  GrpcServerRunner runner({.listen_address = "127.0.0.1:0", .metrics = &registry});
+  ASSERT_TRUE(runner.Start().ok());
+  ASSERT_GT(runner.port(), 0);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(runner.port()),
+                                     grpc::InsecureChannelCredentials());
+  // grpc.health.v1.Health/Check with an empty request (service "") answers SERVING = 1.
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::ByteBuffer request;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_one();
+                 });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& s : slices) bytes += std::string(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+  EXPECT_THAT(registry.Render(),
+              HasSubstr("trainyard_grpc_requests_total{code=\"OK\",method=\"/grpc.health.v1."
+                        "Health/Check\"} 1"));
+
+  GrpcServerRunner clash({.listen_address = "127.0.0.1:" + std::to_string(runner.port())});
+  EXPECT_FALSE(clash.Start().ok());
+  runner.Shutdown(absl::ZeroDuration());
+  runner.Shutdown(absl::ZeroDuration());  // idempotent
+  runner.Wait();
+}
+
+TEST(ConfigTest, ParsesKeyValueLines) {
+  auto args = ParseConfigText(
+      "# comment\n\npostgres_url = postgresql://x@127.0.0.1:1/db  # trailing\n"
+      "--log_level=debug\nname = \"quoted value\"\n");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(*args, ::testing::ElementsAre("--postgres_url=postgresql://x@127.0.0.1:1/db",
+                                            "--log_level=debug", "--name=quoted value"));
+}
+
+TEST(ConfigTest, NamesTheBadLine) {
+  auto args = ParseConfigText("a = 1\nnot a pair\n");
+  ASSERT_FALSE(args.ok());
+  EXPECT_THAT(std::string(args.status().message()), HasSubstr("line 2"));
+  EXPECT_FALSE(ParseConfigText("config = other.conf\n").ok());
+  EXPECT_FALSE(ReadConfigFile("/nonexistent/trainyard.conf").ok());
+}
+
+TEST(CryptoTest, Sha256KnownAnswer) {
+  EXPECT_EQ(Sha256Hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(CryptoTest, RandomTokensAreAlphanumericAndDistinct) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 200; ++i) {
+    std::string t = RandomToken(32);
+    ASSERT_EQ(t.size(), 32u);
+    for (char c : t) ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << t;
+    seen.insert(t);
+  }
+  EXPECT_EQ(seen.size(), 200u);
+  EXPECT_EQ(RandomBytes(16).size(), 16u);
+}
+
+TEST(CryptoTest, ConstantTimeEquals) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+}
+
+}  // namespace
+}  // namespace trainyard::common

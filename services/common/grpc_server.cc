@@ -1,0 +1,145 @@
+#include "services/common/grpc_server.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "services/common/logging.h"
+
+namespace trainyard::common {
+namespace {
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK:
+      return "OK";
+    case grpc::CANCELLED:
+      return "CANCELLED";
+    case grpc::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::ABORTED:
+      return "ABORTED";
+    case grpc::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::INTERNAL:
+      return "INTERNAL";
+    case grpc::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+class MetricsInterceptor : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(MetricsRegistry* metrics, std::string method)
+      : metrics_(metrics), method_(std::move(method)), start_(absl::Now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      grpc::Status status = methods->GetSendStatus();
+      metrics_
+          ->GetCounter("trainyard_grpc_requests_total", "gRPC requests handled, by method and code.",
+                       {{"method", method_}, {"code", CodeName(status.error_code())}})
+          .Increment();
+      metrics_
+          ->GetHistogram("trainyard_grpc_request_seconds", "gRPC request latency, by method.",
+                         {{"method", method_}})
+          .Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  MetricsRegistry* metrics_;
+  std::string method_;
+  absl::Time start_;
+};
+
+class MetricsInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit MetricsInterceptorFactory(MetricsRegistry* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MetricsInterceptor(metrics_, info->method() == nullptr ? "" : info->method());
+  }
+
+ private:
+  MetricsRegistry* metrics_;
+};
+
+}  // namespace
+
+GrpcServerRunner::GrpcServerRunner(GrpcServerOptions options) : options_(std::move(options)) {
+  if (options_.metrics == nullptr) options_.metrics = &DefaultMetrics();
+}
+
+GrpcServerRunner::~GrpcServerRunner() {
+  Shutdown(absl::ZeroDuration());
+  if (server_) server_->Wait();
+}
+
+void GrpcServerRunner::AddService(grpc::Service* service) { services_.push_back(service); }
+
+absl::Status GrpcServerRunner::Start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  for (grpc::Service* s : services_) builder.RegisterService(s);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<MetricsInterceptorFactory>(options_.metrics));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("gRPC: cannot listen on ", options_.listen_address));
+  }
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+  }
+  return absl::OkStatus();
+}
+
+void GrpcServerRunner::Shutdown(absl::Duration grace) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::microseconds(absl::ToInt64Microseconds(grace)));
+}
+
+void GrpcServerRunner::Wait() {
+  if (server_) server_->Wait();
+}
+
+}  // namespace trainyard::common
