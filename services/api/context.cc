@@ -7,6 +7,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "services/common/logging.h"
 #include "services/core/errors.h"
+#include "services/core/names.h"
 
 namespace trainyard::api {
 
@@ -133,7 +134,10 @@ absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> Directory::Capacity()
         objects_->List(storage::postgres::NodeKind(), query);
     if (!page.ok()) return page.status();
     for (const auto& o : page->objects) {
-      nodes.emplace_back().ParseFromString(o.body);
+      trainyard::v1::Node& node = nodes.emplace_back();
+      node.ParseFromString(o.body);
+      // Stored bodies carry no name; it is the row's key.
+      node.set_name(core::NodeName(o.key[0], o.key[1]));
     }
     if (!page->more) break;
     query.after_key = page->objects.back().key;

@@ -191,8 +191,8 @@ TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
   for (auto& s : slices) bytes += std::string(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
   EXPECT_THAT(registry.Render(),
-              HasSubstr("trainyard_grpc_requests_total{code=\"OK\",method=\"/grpc.health.v1."
-                        "Health/Check\"} 1"));
+              HasSubstr("trainyard_grpc_requests_total{method=\"/grpc.health.v1.Health/Check\","
+                        "code=\"OK\"} 1"));
 
   GrpcServerRunner clash({.listen_address = "127.0.0.1:" + std::to_string(runner.port())});
   EXPECT_FALSE(clash.Start().ok());

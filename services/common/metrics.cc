@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,11 @@ std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrFormat("%.0f", v);
+  // Shortest form that reads back as the same double.
+  for (int precision = 15; precision < 17; ++precision) {
+    std::string text = absl::StrFormat("%.*g", precision, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
   return absl::StrFormat("%.17g", v);
 }
 

@@ -7,6 +7,8 @@
 #include "services/api/auth.h"
 #include "storage/postgres/auth_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/redis/redis_client.h"
+#include "storage/redis/redis_options.h"
 #include "trainyard/v1/common.pb.h"
 
 namespace trainyard::testing {
@@ -20,6 +22,12 @@ absl::StatusOr<std::unique_ptr<ApiHarness>> ApiHarness::Start(Options options) {
     h->redis_ = h->own_redis_.get();
   } else {
     h->redis_ = SharedRedis();
+    // Each test gets a fresh database, so the shared Redis must not hold an earlier test's
+    // event stream (its sequence numbers would collide with this database's).
+    auto options_or = storage::redis::ParseRedisAddress(h->redis_->Address());
+    if (!options_or.ok()) return options_or.status();
+    storage::redis::RedisClient flusher(*options_or);
+    if (auto flushed = flusher.Command({"FLUSHALL"}); !flushed.ok()) return flushed.status();
   }
   absl::StatusOr<std::string> db = SharedPostgres()->CreateDatabase();
   if (!db.ok()) return db.status();

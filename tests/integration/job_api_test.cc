@@ -74,7 +74,7 @@ TEST_F(JobApiTest, SubmitGetListCancel) {
   req.mutable_job()->set_display_name("first");
   ASSERT_TRUE(Submit(req, &resp).ok());
   EXPECT_FALSE(resp.deduplicated());
-  const Job& job = resp.job();
+  const Job job = resp.job();
   EXPECT_THAT(job.name(), ::testing::StartsWith("tenants/acme/jobs/"));
   EXPECT_EQ(job.state(), trainyard::v1::JOB_STATE_QUEUED);
   EXPECT_EQ(job.creator(), "users/alice");
