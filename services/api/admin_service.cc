@@ -83,6 +83,13 @@ absl::Status CheckTokenAuthority(pg::AuthStore* store, const Caller& caller,
           principal, ", a platform-admin"));
     }
     if (!caller.Can(b.tenant(), Permission::kAdminTenant)) {
+      // Name the tenant only to a caller who can see it.
+      if (!caller.Sees(b.tenant())) {
+        return absl::PermissionDeniedError(core::Cat(
+            caller.principal,
+            " needs role tenant-admin in every tenant where ", principal,
+            " holds a role (or platform-admin) to create tokens for them"));
+      }
       return absl::PermissionDeniedError(
           core::Cat(caller.principal, " needs role tenant-admin in tenant ",
                     b.tenant(), " (or platform-admin) to create tokens for ",

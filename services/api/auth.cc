@@ -83,6 +83,14 @@ absl::Status RequirePlatformAdmin(const Caller& caller, std::string_view action)
       absl::StrCat(caller.principal, " needs role platform-admin to ", std::string(action)));
 }
 
+absl::Status RequirePlatformAdminIn(const Caller& caller, std::string_view tenant,
+                                    std::string_view action, std::string_view resource) {
+  if (!caller.Sees(tenant)) {
+    return absl::NotFoundError(absl::StrCat(std::string(resource), " not found"));
+  }
+  return RequirePlatformAdmin(caller, action);
+}
+
 NewToken GenerateToken() {
   NewToken t;
   t.id = absl::StrCat("t", absl::BytesToHexString(common::RandomBytes(8)));

@@ -48,6 +48,11 @@ absl::Status Require(const Caller& caller, std::string_view tenant, Permission p
 // PERMISSION_DENIED unless platform admin.
 absl::Status RequirePlatformAdmin(const Caller& caller, std::string_view action);
 
+// For platform-admin operations on one tenant's objects: a caller with no role in `tenant`
+// gets NOT_FOUND for `resource` (the tenant stays invisible), others need platform-admin.
+absl::Status RequirePlatformAdminIn(const Caller& caller, std::string_view tenant,
+                                    std::string_view action, std::string_view resource);
+
 // Bearer tokens: "ty_<id>_<secret>". The id locates the record; only the SHA-256 of the whole
 // token is stored.
 struct NewToken {

@@ -213,7 +213,8 @@ grpc::Status QueueServiceImpl::UpdateTenant(
         const std::string name = core::TenantName(*id);
         audit.record.resource = name;
         audit.record.tenant = *id;
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "update tenants"));
+        TY_RETURN_IF_ERROR(
+            RequirePlatformAdminIn(caller, *id, "update tenants", name));
         if (MaskCovers(request->update_mask(), "default_priority_class")) {
           TY_RETURN_IF_ERROR(CheckDefaultPriorityClass(ctx_->objects, patch));
         }
@@ -244,7 +245,8 @@ grpc::Status QueueServiceImpl::DeleteTenant(
         const std::string name = core::TenantName(*id);
         audit.record.resource = name;
         audit.record.tenant = *id;
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "delete tenants"));
+        TY_RETURN_IF_ERROR(
+            RequirePlatformAdminIn(caller, *id, "delete tenants", name));
         auto still_has = [&](std::string_view what) {
           return core::Cat("tenant ", *id, " still has ", what,
                            "; delete them first");
@@ -424,8 +426,9 @@ grpc::Status QueueServiceImpl::CreateQueue(
             core::ParseTenantName(request->parent(), "parent");
         if (!tenant.ok()) return tenant.status();
         audit.record.tenant = *tenant;
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(
-            caller, "create queues (their quotas grant capacity)"));
+        TY_RETURN_IF_ERROR(RequirePlatformAdminIn(
+            caller, *tenant, "create queues (their quotas grant capacity)",
+            core::TenantName(*tenant)));
         TY_RETURN_IF_ERROR(CheckNewId("queue_id", request->queue_id()));
         const std::string name = core::QueueName(*tenant, request->queue_id());
         audit.record.resource = name;
@@ -511,8 +514,9 @@ grpc::Status QueueServiceImpl::UpdateQueue(
         const std::string name = core::QueueName(id->tenant, id->id);
         audit.record.resource = name;
         audit.record.tenant = id->tenant;
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(
-            caller, "update queues (their quotas grant capacity)"));
+        TY_RETURN_IF_ERROR(RequirePlatformAdminIn(
+            caller, id->tenant, "update queues (their quotas grant capacity)",
+            name));
         if (MaskCovers(request->update_mask(), "quotas")) {
           TY_RETURN_IF_ERROR(
               CheckQuotaFlavors(ctx_->objects, patch.quotas(), "queue.quotas"));
@@ -547,7 +551,8 @@ grpc::Status QueueServiceImpl::DeleteQueue(
         const std::string name = core::QueueName(id->tenant, id->id);
         audit.record.resource = name;
         audit.record.tenant = id->tenant;
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "delete queues"));
+        TY_RETURN_IF_ERROR(
+            RequirePlatformAdminIn(caller, id->tenant, "delete queues", name));
         TY_RETURN_IF_ERROR(DeleteObject(
             ctx_->objects, pg::QueueKind(), {id->tenant, id->id}, name, audit,
             {{"jobs_tenant_queue_fkey", "", reason::kInUse,
