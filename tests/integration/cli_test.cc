@@ -1,0 +1,265 @@
+// End-to-end tests of the `trainyard` binary as the README documents it: version, migrate,
+// token create, all (with a config file), apply, /healthz /readyz /metrics, clean shutdown
+// on SIGTERM, and clear errors for bad arguments. Runs the real binary against a real
+// PostgreSQL and Redis.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/fixtures/local_postgres.h"
+#include "tests/fixtures/local_redis.h"
+#include "tests/fixtures/ports.h"
+#include "tests/fixtures/subprocess.h"
+#include "trainyard/v1/queue.grpc.pb.h"
+
+namespace trainyard::testing {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fx = ::trainyard::testing::internal;
+
+std::string Binary() {
+  const char* bin = std::getenv("TRAINYARD_BIN");
+  return bin == nullptr ? "" : bin;
+}
+
+std::string SourceDir() {
+  const char* dir = std::getenv("TRAINYARD_SOURCE_DIR");
+  return dir == nullptr ? "." : dir;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(Binary().empty()) << "TRAINYARD_BIN is not set (run through ctest)";
+    auto dir = fx::MakeTempDir("trainyard-cli-");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+    auto db = SharedPostgres()->CreateDatabase();
+    ASSERT_TRUE(db.ok()) << db.status();
+    db_url_ = *db;
+  }
+
+  RunResult Run(std::vector<std::string> args) {
+    static int counter = 0;
+    const std::string log = absl::StrCat(dir_, "/run-", ++counter, ".log");
+    args.insert(args.begin(), Binary());
+    auto pid = fx::Spawn({.argv = args, .log_path = log});
+    RunResult r;
+    if (!pid.ok()) return r;
+    auto status = fx::WaitForExit(*pid, absl::Seconds(60));
+    if (status.ok() && WIFEXITED(*status)) r.exit_code = WEXITSTATUS(*status);
+    r.output = fx::ReadFile(log).value_or("");
+    return r;
+  }
+
+  std::string dir_;
+  std::string db_url_;
+};
+
+// GET over a raw socket; returns {status code, body}.
+std::pair<int, std::string> HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return {0, ""};
+  }
+  std::string req = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  if (write(fd, req.data(), req.size()) < 0) {
+    close(fd);
+    return {0, ""};
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  int code = 0;
+  if (out.size() > 12) (void)absl::SimpleAtoi(out.substr(9, 3), &code);
+  size_t body = out.find("\r\n\r\n");
+  return {code, body == std::string::npos ? "" : out.substr(body + 4)};
+}
+
+// The token is the one stdout line that starts with "ty_".
+std::string TokenFrom(const std::string& output) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (absl::StartsWith(line, "ty_")) return std::string(line);
+  }
+  return "";
+}
+
+TEST_F(CliTest, VersionAndUsage) {
+  RunResult v = Run({"version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_THAT(v.output, ::testing::MatchesRegex("trainyard [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+
+  RunResult none = Run({});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.output, HasSubstr("Usage:"));
+
+  RunResult unknown = Run({"frobnicate"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("unknown command \"frobnicate\""));
+  // No placeholder subcommands for services that do not exist yet.
+  RunResult scheduler = Run({"scheduler"});
+  EXPECT_EQ(scheduler.exit_code, 2);
+}
+
+TEST_F(CliTest, MigrateIsIdempotentAndTokenCreateValidates) {
+  RunResult first = Run({"migrate", "--postgres_url=" + db_url_});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_THAT(first.output, HasSubstr("schema at version"));
+  RunResult second = Run({"migrate", "--postgres_url=" + db_url_});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("(applied 0 migration(s))"));
+
+  RunResult bad_db = Run({"migrate", "--postgres_url=postgresql://nobody@127.0.0.1:1/none"});
+  EXPECT_EQ(bad_db.exit_code, 1);
+  EXPECT_THAT(bad_db.output, HasSubstr("migrate:"));
+
+  RunResult bad_role = Run({"token", "create", "--postgres_url=" + db_url_,
+                            "--principal=users/a", "--role=overlord"});
+  EXPECT_NE(bad_role.exit_code, 0);
+  EXPECT_THAT(bad_role.output, HasSubstr("--role"));
+  RunResult bad_principal = Run({"token", "create", "--postgres_url=" + db_url_,
+                                 "--principal=alice", "--role=platform-admin"});
+  EXPECT_NE(bad_principal.exit_code, 0);
+  EXPECT_THAT(bad_principal.output, HasSubstr("--principal"));
+
+  RunResult ok = Run({"token", "create", "--postgres_url=" + db_url_,
+                      "--principal=users/admin", "--role=platform-admin"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(TokenFrom(ok.output), ::testing::StartsWith("ty_"));
+}
+
+TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
+  ASSERT_EQ(Run({"migrate", "--postgres_url=" + db_url_}).exit_code, 0);
+  RunResult admin = Run({"token", "create", "--postgres_url=" + db_url_,
+                         "--principal=users/admin", "--role=platform-admin"});
+  ASSERT_EQ(admin.exit_code, 0) << admin.output;
+  const std::string token = TokenFrom(admin.output);
+  ASSERT_FALSE(token.empty()) << admin.output;
+
+  auto grpc_port = PickUnusedPort();
+  auto http_port = PickUnusedPort();
+  ASSERT_TRUE(grpc_port.ok() && http_port.ok());
+  const std::string config = absl::StrCat(dir_, "/trainyard.conf");
+  {
+    std::ofstream out(config);
+    out << "# written by cli_test\n"
+        << "postgres_url = " << db_url_ << "\n"
+        << "redis_addr = " << SharedRedis()->Address() << "\n"
+        << "grpc_listen = 127.0.0.1:" << *grpc_port << "\n"
+        << "http_listen = 127.0.0.1:" << *http_port << "  # comment after a value\n"
+        << "log_level = info\n";
+  }
+  const std::string log = absl::StrCat(dir_, "/all.log");
+  auto pid = fx::Spawn({.argv = {Binary(), "all", "--config=" + config}, .log_path = log});
+  ASSERT_TRUE(pid.ok()) << pid.status();
+
+  bool ready = false;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;) {
+    if (HttpGet(*http_port, "/readyz").first == 200) {
+      ready = true;
+      break;
+    }
+    ASSERT_FALSE(fx::TryReap(*pid).has_value()) << fx::ReadFileTail(log);
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(ready) << fx::ReadFileTail(log);
+  auto healthz = HttpGet(*http_port, "/healthz");
+  EXPECT_EQ(healthz.first, 200);
+  EXPECT_THAT(healthz.second, HasSubstr("\"ok\""));
+
+  // apply the demo bundle the quick start uses; a second apply is a no-op, not an error.
+  const std::string bundle = SourceDir() + "/deploy/local/demo.textproto";
+  const std::string target = absl::StrCat("--target=127.0.0.1:", *grpc_port);
+  RunResult applied = Run({"apply", "-f", bundle, target, "--token=" + token});
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  RunResult again = Run({"apply", "-f", bundle, target, "--token=" + token});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  RunResult no_token = Run({"apply", "-f", bundle, target, "--token=ty_bad_token"});
+  EXPECT_NE(no_token.exit_code, 0);
+  EXPECT_THAT(no_token.output, HasSubstr("UNAUTHENTICATED"));
+  RunResult missing = Run({"apply", "-f", dir_ + "/nope.textproto", target, "--token=" + token});
+  EXPECT_NE(missing.exit_code, 0);
+
+  // The tenant from the bundle is there, over gRPC with the admin token.
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", *grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  auto queues = trainyard::v1::QueueService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token);
+  trainyard::v1::GetTenantRequest get;
+  get.set_name("tenants/demo");
+  trainyard::v1::Tenant tenant;
+  grpc::Status s = queues->GetTenant(&ctx, get, &tenant);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(tenant.name(), "tenants/demo");
+
+  auto metrics = HttpGet(*http_port, "/metrics");
+  EXPECT_EQ(metrics.first, 200);
+  EXPECT_THAT(metrics.second, HasSubstr("# TYPE trainyard_grpc_requests_total counter"));
+  EXPECT_THAT(metrics.second,
+              HasSubstr("trainyard_grpc_requests_total{method=\"/trainyard.v1.QueueService/"
+                        "GetTenant\",code=\"OK\"} 1"));
+  EXPECT_THAT(metrics.second, HasSubstr("trainyard_redis_up 1"));
+
+  // Structured JSON log lines.
+  EXPECT_THAT(fx::ReadFileTail(log), HasSubstr("\"msg\":\"api serving\""));
+
+  ASSERT_EQ(kill(*pid, SIGTERM), 0);
+  auto exited = fx::WaitForExit(*pid, absl::Seconds(15));
+  ASSERT_TRUE(exited.ok()) << "trainyard did not stop on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 0) << fx::DescribeWaitStatus(*exited);
+}
+
+TEST_F(CliTest, BadConfigFileAndPortInUseFailClearly) {
+  const std::string config = absl::StrCat(dir_, "/bad.conf");
+  {
+    std::ofstream out(config);
+    out << "postgres_url = x\nthis line is wrong\n";
+  }
+  RunResult bad = Run({"all", "--config=" + config});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("line 2"));
+
+  RunResult missing = Run({"all", "--config=" + dir_ + "/absent.conf"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("cannot read config file"));
+
+  // The database is not migrated and unreachable: start fails with exit 1 and says why.
+  RunResult no_db = Run({"api", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",
+                         "--grpc_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0"});
+  EXPECT_EQ(no_db.exit_code, 1);
+  EXPECT_THAT(no_db.output, HasSubstr("api failed to start"));
+}
+
+}  // namespace
+}  // namespace trainyard::testing
