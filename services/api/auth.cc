@@ -116,7 +116,7 @@ void Authenticator::InvalidateAll() {
   cache_.clear();
 }
 
-absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContext& context) {
+absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& context) {
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) {

@@ -70,7 +70,7 @@ class Authenticator {
  public:
   Authenticator(storage::postgres::AuthStore* store, absl::Duration cache_ttl);
 
-  absl::StatusOr<Caller> Authenticate(const grpc::ServerContext& context);
+  absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context);
   absl::StatusOr<Caller> AuthenticateToken(std::string_view token);
   void InvalidateAll();
 

@@ -106,10 +106,13 @@ absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
       return absl::FailedPreconditionError(absl::StrCat(
           "tenant's default priority class \"", id, "\" does not exist"));
     }
-    // No "default" class defined: priority 0, preemptible.
+    // No "default" class defined: priority 0, preemptible. Cached like a stored class (a
+    // "default" created later replaces it on invalidation or after the TTL).
     pc.set_name("priorityClasses/default");
     pc.set_value(0);
     pc.set_preemptible(true);
+    absl::MutexLock lock(&mu_);
+    classes_[id] = {pc, now};
     return pc;
   }
   if (!got.ok()) return got.status();

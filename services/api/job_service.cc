@@ -117,25 +117,36 @@ absl::StatusOr<NewJob> JobServiceImpl::Prepare(const Caller& caller, const std::
   return n;
 }
 
-grpc::Status JobServiceImpl::Submit(grpc::ServerContext* context,
-                                    const trainyard::v1::SubmitJobRequest* request,
-                                    trainyard::v1::SubmitJobResponse* response) {
+grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* context,
+                                                 const trainyard::v1::SubmitJobRequest* request,
+                                                 trainyard::v1::SubmitJobResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto fail = [&](const absl::Status& s) {
+    reactor->Finish(Reply(context, s));
+    return reactor;
+  };
   absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
+  if (!caller.ok()) return fail(caller.status());
   absl::StatusOr<std::string> tenant = core::ParseTenantName(request->parent(), "parent");
-  if (!tenant.ok()) return Reply(context, tenant.status());
+  if (!tenant.ok()) return fail(tenant.status());
   if (absl::Status s = Require(*caller, *tenant, Permission::kWriteJobs, request->parent());
       !s.ok()) {
-    return Reply(context, s);
+    return fail(s);
   }
-  if (absl::Status s = CheckRate(*tenant, 1); !s.ok()) return Reply(context, s);
+  if (absl::Status s = CheckRate(*tenant, 1); !s.ok()) return fail(s);
   absl::StatusOr<NewJob> job = Prepare(*caller, *tenant, *request);
-  if (!job.ok()) return Reply(context, job.status());
-  storage::postgres::SubmitOutcome outcome = ctx_->batcher->Submit(*std::move(job));
-  if (!outcome.status.ok()) return Reply(context, outcome.status);
-  *response->mutable_job() = std::move(outcome.job);
-  response->set_deduplicated(outcome.deduplicated);
-  return grpc::Status::OK;
+  if (!job.ok()) return fail(job.status());
+  ctx_->batcher->SubmitAsync(
+      *std::move(job), [context, reactor, response](storage::postgres::SubmitOutcome outcome) {
+        if (!outcome.status.ok()) {
+          reactor->Finish(Reply(context, outcome.status));
+          return;
+        }
+        *response->mutable_job() = std::move(outcome.job);
+        response->set_deduplicated(outcome.deduplicated);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
 }
 
 grpc::Status JobServiceImpl::SubmitBatch(grpc::ServerContext* context,

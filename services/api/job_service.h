@@ -8,12 +8,18 @@ namespace trainyard::api {
 
 // JobService: submission (validated, rate-limited, idempotent, group-committed), reads,
 // cancellation, the event Watch stream, checkpoints, and pending explanations.
-class JobServiceImpl final : public trainyard::v1::JobService::Service {
+// Submit uses gRPC's callback API: the request thread hands the job to the group-commit
+// batcher and returns, and the committer finishes the RPC, so thousands of submits can wait
+// for one fsync without holding a thread each. The other methods are synchronous.
+class JobServiceImpl final
+    : public trainyard::v1::JobService::WithCallbackMethod_Submit<
+          trainyard::v1::JobService::Service> {
  public:
   explicit JobServiceImpl(ApiContext* ctx) : ctx_(ctx) {}
 
-  grpc::Status Submit(grpc::ServerContext* context, const trainyard::v1::SubmitJobRequest* request,
-                      trainyard::v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
+                                   const trainyard::v1::SubmitJobRequest* request,
+                                   trainyard::v1::SubmitJobResponse* response) override;
   grpc::Status SubmitBatch(grpc::ServerContext* context,
                            const trainyard::v1::SubmitJobBatchRequest* request,
                            trainyard::v1::SubmitJobBatchResponse* response) override;

@@ -21,7 +21,7 @@ absl::Status WithRetryDelay(absl::Status status, absl::Duration delay) {
   return status;
 }
 
-grpc::Status Reply(grpc::ServerContext* context, const absl::Status& status) {
+grpc::Status Reply(grpc::ServerContextBase* context, const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
   if (status.code() == absl::StatusCode::kInternal) {

@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "services/common/metrics.h"
+
 namespace trainyard::api {
 
 using storage::postgres::NewJob;
@@ -23,20 +26,39 @@ SubmitBatcher::~SubmitBatcher() {
   for (auto& t : threads_) t.join();
 }
 
-SubmitOutcome SubmitBatcher::Submit(NewJob job) {
-  Request request{std::move(job), {}, false};
-  absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    return SubmitOutcome{absl::UnavailableError("server is shutting down"), {}, false};
+void SubmitBatcher::SubmitAsync(NewJob job, Callback done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back(Request{std::move(job), std::move(done)});
+      return;
+    }
   }
-  queue_.push_back(&request);
-  mu_.Await(absl::Condition(&request.done));
-  return std::move(request.outcome);
+  done(SubmitOutcome{absl::UnavailableError("server is shutting down"), {}, false});
+}
+
+SubmitOutcome SubmitBatcher::Submit(NewJob job) {
+  absl::Mutex mu;
+  bool finished = false;
+  SubmitOutcome result;
+  SubmitAsync(std::move(job), [&](SubmitOutcome outcome) {
+    absl::MutexLock lock(&mu);
+    result = std::move(outcome);
+    finished = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&finished));
+  return result;
 }
 
 void SubmitBatcher::CommitLoop() {
+  static common::Histogram& batch_size = common::DefaultMetrics().GetHistogram(
+      "trainyard_submit_batch_size", "Submits written per group-commit transaction.", {},
+      {1, 2, 4, 8, 16, 32, 64, 128, 256, 512});
+  static common::Histogram& commit_seconds = common::DefaultMetrics().GetHistogram(
+      "trainyard_submit_commit_seconds", "Duration of one group-commit transaction.");
   while (true) {
-    std::vector<Request*> batch;
+    std::vector<Request> batch;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -45,23 +67,22 @@ void SubmitBatcher::CommitLoop() {
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping and drained
       while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
-        batch.push_back(queue_.front());
+        batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
+    batch_size.Observe(static_cast<double>(batch.size()));
+    const absl::Time commit_start = absl::Now();
     std::vector<NewJob> jobs;
     jobs.reserve(batch.size());
-    for (Request* r : batch) jobs.push_back(r->job);
+    for (Request& r : batch) jobs.push_back(std::move(r.job));
     absl::StatusOr<std::vector<SubmitOutcome>> outcomes = jobs_->SubmitMany(jobs, false);
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (outcomes.ok()) {
-          batch[i]->outcome = std::move((*outcomes)[i]);
-        } else {
-          batch[i]->outcome.status = outcomes.status();
-        }
-        batch[i]->done = true;
+    commit_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - commit_start));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (outcomes.ok()) {
+        batch[i].done(std::move((*outcomes)[i]));
+      } else {
+        batch[i].done(SubmitOutcome{outcomes.status(), {}, false});
       }
     }
     if (outcomes.ok() && after_commit_) after_commit_(batch.size());

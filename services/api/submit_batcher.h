@@ -30,14 +30,19 @@ class SubmitBatcher {
   SubmitBatcher(const SubmitBatcher&) = delete;
   SubmitBatcher& operator=(const SubmitBatcher&) = delete;
 
+  using Callback = std::function<void(storage::postgres::SubmitOutcome)>;
+
+  // Queues the job; `done` runs once it is committed (or its batch failed), on a committer
+  // thread, so it must not block. After shutdown began it runs at once with UNAVAILABLE.
+  void SubmitAsync(storage::postgres::NewJob job, Callback done);
+
   // Blocks until the job is committed (or the batch failed).
   storage::postgres::SubmitOutcome Submit(storage::postgres::NewJob job);
 
  private:
   struct Request {
     storage::postgres::NewJob job;
-    storage::postgres::SubmitOutcome outcome;
-    bool done = false;
+    Callback done;
   };
   void CommitLoop();
 
@@ -45,7 +50,7 @@ class SubmitBatcher {
   const Options options_;
   std::function<void(size_t)> after_commit_;
   absl::Mutex mu_;
-  std::deque<Request*> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

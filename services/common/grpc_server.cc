@@ -112,6 +112,12 @@ absl::Status GrpcServerRunner::Start() {
   // port; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+  // The sync server grows a thread per blocked RPC and ends threads beyond MAX_POLLERS
+  // idle ones; the default (2) makes a busy server create and destroy threads constantly.
+  // Keep a pool of idle pollers instead.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              options_.max_idle_threads);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   for (grpc::Service* s : services_) builder.RegisterService(s);

@@ -20,6 +20,8 @@ struct GrpcServerOptions {
   // "host:port"; port 0 picks a free port (see port()).
   std::string listen_address = "127.0.0.1:50051";
   int max_message_bytes = 16 * 1024 * 1024;
+  // Idle request threads kept for the next burst of RPCs (gRPC's MAX_POLLERS).
+  int max_idle_threads = 256;
   // Where RPC metrics go; nullptr means DefaultMetrics().
   MetricsRegistry* metrics = nullptr;
 };

@@ -43,11 +43,41 @@ TenantRateLimiter::Limit TenantRateLimiter::LimitFor(
   return it != limits_.end() ? it->second : default_limit_;
 }
 
+double TenantRateLimiter::LeaseSize(double rate_per_second, double burst) {
+  const double size = std::floor(std::min(rate_per_second * kLeaseWindowSeconds, burst / 4));
+  return size >= 2 ? size : 0;
+}
+
 RateDecision TenantRateLimiter::Check(std::string_view tenant, double cost) {
   if (!(std::isfinite(cost) && cost >= 0)) cost = 1;
   const Limit limit = LimitFor(tenant);
   if (!Usable(limit.rate_per_second, limit.burst)) {
     return RateDecision{false, absl::InfiniteDuration(), 0};
+  }
+  const double lease = LeaseSize(limit.rate_per_second, limit.burst);
+  if (lease > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(tenant);
+    if (it != leases_.end() && now < it->second.expires && it->second.tokens >= cost) {
+      it->second.tokens -= cost;
+      return RateDecision{true, absl::ZeroDuration(), it->second.tokens};
+    }
+  }
+  if (lease > 0) {
+    // This request's tokens plus a new lease, in one round trip.
+    absl::StatusOr<RateDecision> leased = client_->TakeToken(
+        KeyFor(tenant), limit.rate_per_second, limit.burst, cost + lease);
+    if (leased.ok() && leased->allowed) {
+      const auto now = std::chrono::steady_clock::now();
+      absl::MutexLock lock(&mu_);
+      Lease& l = leases_[std::string(tenant)];
+      l.tokens = lease;
+      l.expires = now + absl::ToChronoNanoseconds(kLeaseTtl);
+      return RateDecision{true, absl::ZeroDuration(), leased->remaining + lease};
+    }
+    if (!leased.ok()) return CheckLocally(tenant, limit, cost);
+    // Not enough for a lease: fall through and ask for this request alone.
   }
   absl::StatusOr<RateDecision> decision = client_->TakeToken(
       KeyFor(tenant), limit.rate_per_second, limit.burst, cost);
