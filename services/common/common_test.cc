@@ -1,13 +1,10 @@
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -26,25 +23,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A raw HTTP GET against 127.0.0.1:port; returns the whole response.
+// GET 127.0.0.1:port/path as "HTTP <status>\n<content type>\n<body>", or "" when nothing
+// answered.
 std::string HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
+  absl::StatusOr<HttpResponse> r = common::HttpGet(absl::StrCat("127.0.0.1:", port), path);
+  if (!r.ok()) return "";
+  return absl::StrCat("HTTP ", r->status, "\n", r->content_type, "\n", r->body);
 }
 
 TEST(LoggingTest, FormatsOneJsonLineWithTypedFields) {
@@ -129,20 +113,20 @@ TEST(HttpServerTest, ServesHealthReadinessAndMetrics) {
   ASSERT_TRUE(server.Start().ok());
   ASSERT_GT(server.port(), 0);
 
-  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("200 OK"));
+  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("HTTP 200"));
   std::string ready = HttpGet(server.port(), "/readyz");
-  EXPECT_THAT(ready, HasSubstr("200 OK"));
+  EXPECT_THAT(ready, HasSubstr("HTTP 200"));
   EXPECT_THAT(ready, HasSubstr("\"postgres\":\"ok\""));
   db_ok = false;
   ready = HttpGet(server.port(), "/readyz");
-  EXPECT_THAT(ready, HasSubstr("503"));
+  EXPECT_THAT(ready, HasSubstr("HTTP 503"));
   EXPECT_THAT(ready, HasSubstr("connection refused"));
   EXPECT_THAT(HttpGet(server.port(), "/metrics"), HasSubstr("ty_up 1"));
   std::string missing = HttpGet(server.port(), "/nope?x=1");
-  EXPECT_THAT(missing, HasSubstr("404"));
+  EXPECT_THAT(missing, HasSubstr("HTTP 404"));
   EXPECT_THAT(missing, HasSubstr("application/json"));
   health.SetLive(false);
-  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("503"));
+  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("HTTP 503"));
   server.Stop();
   EXPECT_EQ(HttpGet(server.port(), "/healthz"), "");
 }

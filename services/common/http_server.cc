@@ -90,6 +90,59 @@ absl::StatusOr<std::pair<std::string, int>> ParseHostPort(std::string_view addre
   return std::make_pair(host, port);
 }
 
+absl::StatusOr<HttpResponse> HttpGet(std::string_view address, std::string_view path,
+                                     absl::Duration timeout) {
+  auto hp = ParseHostPort(address);
+  if (!hp.ok()) return hp.status();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(hp->second));
+  if (hp->first == "localhost") hp->first = "127.0.0.1";
+  if (inet_pton(AF_INET, hp->first.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("not an IPv4 address: ", hp->first));
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  timeval tv{.tv_sec = static_cast<time_t>(absl::ToInt64Seconds(timeout)),
+             .tv_usec = static_cast<suseconds_t>(
+                 absl::ToInt64Microseconds(timeout % absl::Seconds(1)))};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::string err = strerror(errno);
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("connect ", std::string(address), ": ", err));
+  }
+  WriteAll(fd, absl::StrCat("GET ", std::string(path), " HTTP/1.1\r\nHost: ",
+                            std::string(address), "\r\nConnection: close\r\n\r\n"));
+  std::string raw;
+  char buf[8192];
+  while (true) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  // "HTTP/1.1 200 OK\r\n...headers...\r\n\r\nbody"
+  HttpResponse response;
+  if (raw.size() < 12 || raw.compare(0, 5, "HTTP/") != 0 ||
+      !absl::SimpleAtoi(raw.substr(9, 3), &response.status)) {
+    return absl::UnavailableError(absl::StrCat("no HTTP response from ", std::string(address)));
+  }
+  size_t body = raw.find("\r\n\r\n");
+  if (body != std::string::npos) {
+    std::string head = absl::AsciiStrToLower(raw.substr(0, body));
+    if (size_t ct = head.find("\r\ncontent-type:"); ct != std::string::npos) {
+      size_t end = head.find("\r\n", ct + 2);
+      response.content_type = std::string(absl::StripAsciiWhitespace(
+          raw.substr(ct + 15, end == std::string::npos ? std::string::npos : end - ct - 15)));
+    }
+    response.body = raw.substr(body + 4);
+  }
+  return response;
+}
+
 HttpServer::HttpServer(std::string listen_address, int workers)
     : listen_address_(std::move(listen_address)), num_workers_(workers < 1 ? 1 : workers) {}
 

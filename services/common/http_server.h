@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace trainyard::common {
 
@@ -38,6 +39,11 @@ struct HttpResponse {
 HttpResponse JsonError(int status, std::string_view message);
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+// A minimal HTTP/1.1 GET for probes and tests: `address` is "host:port" (IPv4). Returns the
+// status and body of the response whatever its status; an error only when no response came.
+absl::StatusOr<HttpResponse> HttpGet(std::string_view address, std::string_view path,
+                                     absl::Duration timeout = absl::Seconds(5));
 
 // Splits "host:port" (port may be 0 for "any free port"). Only numeric hosts.
 absl::StatusOr<std::pair<std::string, int>> ParseHostPort(std::string_view address);

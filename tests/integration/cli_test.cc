@@ -2,10 +2,7 @@
 // token create, all (with a config file), apply, /healthz /readyz /metrics, clean shutdown
 // on SIGTERM, and clear errors for bad arguments. Runs the real binary against a real
 // PostgreSQL and Redis.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "services/common/http_server.h"
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/ports.h"
@@ -79,31 +77,11 @@ class CliTest : public ::testing::Test {
   std::string db_url_;
 };
 
-// GET over a raw socket; returns {status code, body}.
+// GET 127.0.0.1:port/path; returns {status code, body}, {0, ""} when nothing answered.
 std::pair<int, std::string> HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return {0, ""};
-  }
-  std::string req = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-  if (write(fd, req.data(), req.size()) < 0) {
-    close(fd);
-    return {0, ""};
-  }
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  int code = 0;
-  if (out.size() > 12) (void)absl::SimpleAtoi(out.substr(9, 3), &code);
-  size_t body = out.find("\r\n\r\n");
-  return {code, body == std::string::npos ? "" : out.substr(body + 4)};
+  auto r = common::HttpGet(absl::StrCat("127.0.0.1:", port), path);
+  if (!r.ok()) return {0, ""};
+  return {r->status, r->body};
 }
 
 // The token is the one stdout line that starts with "ty_".

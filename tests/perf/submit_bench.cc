@@ -17,10 +17,7 @@
 // scheduled time (also when all slots were busy), so a stalled server cannot hide its
 // queueing (no coordinated omission).
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,7 +40,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "services/common/metrics.h"
+#include "services/common/http_server.h"
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/ports.h"
@@ -239,28 +236,10 @@ struct SelfHosted {
   }
 
   absl::StatusOr<std::string> Get(const std::string& path) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(http_port));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd);
-      return absl::UnavailableError("connect");
-    }
-    const std::string req = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n\r\n");
-    if (write(fd, req.data(), req.size()) < 0) {
-      close(fd);
-      return absl::UnavailableError("write");
-    }
-    std::string out;
-    char buf[8192];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-    close(fd);
-    if (!absl::StartsWith(out, "HTTP/1.1 200")) return absl::UnavailableError("not 200");
-    size_t body = out.find("\r\n\r\n");
-    return body == std::string::npos ? "" : out.substr(body + 4);
+    auto r = trainyard::common::HttpGet(absl::StrCat("127.0.0.1:", http_port), path);
+    if (!r.ok()) return r.status();
+    if (r->status != 200) return absl::UnavailableError(absl::StrCat(path, ": HTTP ", r->status));
+    return r->body;
   }
 
   absl::StatusOr<std::string> Metrics() { return Get("/metrics"); }
