@@ -90,8 +90,10 @@ absl::StatusOr<std::pair<std::string, int>> ParseHostPort(std::string_view addre
   return std::make_pair(host, port);
 }
 
-absl::StatusOr<HttpResponse> HttpGet(std::string_view address, std::string_view path,
-                                     absl::Duration timeout) {
+namespace {
+
+// "host:port" with a numeric IPv4 host (or "localhost") as a socket address.
+absl::StatusOr<sockaddr_in> Ipv4Address(std::string_view address) {
   auto hp = ParseHostPort(address);
   if (!hp.ok()) return hp.status();
   sockaddr_in addr{};
@@ -99,8 +101,19 @@ absl::StatusOr<HttpResponse> HttpGet(std::string_view address, std::string_view 
   addr.sin_port = htons(static_cast<uint16_t>(hp->second));
   if (hp->first == "localhost") hp->first = "127.0.0.1";
   if (inet_pton(AF_INET, hp->first.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("not an IPv4 address: ", hp->first));
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", std::string(address), "\": want an IPv4 address"));
   }
+  return addr;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpResponse> HttpGet(std::string_view address, std::string_view path,
+                                     absl::Duration timeout) {
+  absl::StatusOr<sockaddr_in> addr_or = Ipv4Address(address);
+  if (!addr_or.ok()) return addr_or.status();
+  sockaddr_in addr = *addr_or;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
   timeval tv{.tv_sec = static_cast<time_t>(absl::ToInt64Seconds(timeout)),
@@ -153,16 +166,9 @@ void HttpServer::Handle(std::string path, HttpHandler handler) {
 }
 
 absl::Status HttpServer::Start() {
-  auto hp = ParseHostPort(listen_address_);
-  if (!hp.ok()) return hp.status();
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(hp->second));
-  if (hp->first == "localhost") hp->first = "127.0.0.1";
-  if (inet_pton(AF_INET, hp->first.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address \"", listen_address_, "\": want an IPv4 address"));
-  }
+  absl::StatusOr<sockaddr_in> addr_or = Ipv4Address(listen_address_);
+  if (!addr_or.ok()) return addr_or.status();
+  sockaddr_in addr = *addr_or;
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
   int one = 1;
