@@ -1,0 +1,48 @@
+// Gang placement: all N workers of a job onto nodes of one flavor, or none.
+//
+// Rule: among schedulable nodes of the flavor whose GPU model matches and whose
+// free resources hold at least one worker, pack the gang onto the fewest
+// blocks, then within them the fewest racks, then the fewest nodes. At every
+// level groups are chosen greedily: if one group can hold all that remains,
+// the smallest such group is taken (best fit, keeping large groups and whole
+// nodes free); otherwise the largest group is filled and the step repeats.
+// This yields the minimum number of groups at each level. Ties go to nodes with
+// fewer free GPUs (already fragmented), then lower ids. A required level
+// (block or rack) restricts the gang to one labelled group of that level.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "services/scheduler/policy/snapshot.h"
+
+namespace trainyard::scheduler::policy {
+
+enum class PlacementFailure { kNone, kNoCapacity, kNoFitTopology };
+
+struct PlacementResult {
+  PlacementFailure failure = PlacementFailure::kNone;
+  // Node of each worker (size = workers, ascending) when failure == kNone.
+  std::vector<NodeId> worker_nodes;
+  // Workers the eligible nodes could hold in total (capped at the gang size).
+  int64_t capacity_workers = 0;
+  // Workers the best single group of the required level could hold.
+  int64_t best_group_workers = 0;
+};
+
+// How many workers of `shape` fit in `free` (capped at `cap`), ignoring the GPU
+// model.
+int64_t WorkersThatFit(const Resources& free, const WorkerShape& shape,
+                       int64_t cap);
+
+// Free resources of every node (capacity - used, less what this cycle placed).
+// `nodes_of_flavor[f]` lists the nodes of flavor f in id order.
+PlacementResult PlaceGang(
+    const Snapshot& snapshot, const std::vector<Resources>& free,
+    const std::vector<std::vector<NodeId>>& nodes_of_flavor, FlavorId flavor,
+    const PendingJob& job);
+
+}  // namespace trainyard::scheduler::policy
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_

@@ -1,0 +1,72 @@
+// The scheduling policy: Decide(const Snapshot&) -> Decisions, a pure and
+// deterministic function (same snapshot => identical decisions). See
+// docs/scheduling.md for the rules.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_POLICY_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "services/scheduler/policy/snapshot.h"
+
+namespace trainyard::scheduler::policy {
+
+// Why a job stays pending; PendingReasonCode() gives the stable string.
+enum class PendingReason {
+  kQuotaExhausted,       // QUOTA_EXHAUSTED
+  kNoCapacity,           // NO_CAPACITY
+  kNoFitTopology,        // NO_FIT_TOPOLOGY
+  kBlockedByStrictFifo,  // BLOCKED_BY_STRICT_FIFO
+  kNoEligibleFlavor,     // NO_ELIGIBLE_FLAVOR
+  kInvalidSnapshot,      // INVALID_SNAPSHOT
+};
+const char* PendingReasonCode(PendingReason reason);
+
+struct Admission {
+  JobId job = 0;
+  QueueId queue = 0;
+  FlavorId flavor = 0;
+  // Node of each worker; size == the job's worker count.
+  std::vector<NodeId> worker_nodes;
+  // Whether the queue uses more than its nominal quota of this flavor after
+  // the admission (it borrows from its cohort).
+  bool borrowing = false;
+  friend bool operator==(const Admission&, const Admission&) = default;
+};
+
+struct PendingDecision {
+  JobId job = 0;
+  QueueId queue = 0;
+  PendingReason reason = PendingReason::kNoCapacity;
+  // "<CODE>: <details>", e.g.
+  // "QUOTA_EXHAUSTED: queue research-a gpu 64/64, cohort lends 0, job needs 8
+  // (flavor a100)".
+  std::string message;
+  // 1-based position among the jobs of its queue still pending after this
+  // cycle, in queue order (0 for INVALID_SNAPSHOT).
+  int32_t position = 0;
+  friend bool operator==(const PendingDecision&,
+                         const PendingDecision&) = default;
+};
+
+struct Decisions {
+  // In the order the policy admitted them.
+  std::vector<Admission> admissions;
+  // Every job not admitted, ordered by queue id, then position.
+  std::vector<PendingDecision> pending;
+  friend bool operator==(const Decisions&, const Decisions&) = default;
+};
+
+struct PolicyConfig {
+  // A job that has waited at least this long is "aged": among jobs of equal
+  // priority, aged jobs go first, oldest first, regardless of fair share.
+  // <= 0 disables aging.
+  TimeMicros aging_threshold = int64_t{3600} * 1000 * 1000;
+};
+
+Decisions Decide(const Snapshot& snapshot, const PolicyConfig& config = {});
+
+}  // namespace trainyard::scheduler::policy
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_POLICY_H_

@@ -1,0 +1,155 @@
+#include "services/scheduler/policy/quota.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace trainyard::scheduler::policy {
+
+QuotaTree::QuotaTree(const Snapshot& s)
+    : num_queues_(static_cast<int>(s.queues.size())),
+      num_flavors_(static_cast<int>(s.flavors.size())) {
+  const int num_nodes = num_queues_ + static_cast<int>(s.cohorts.size());
+  parent_.assign(num_nodes, -1);
+  cells_.assign(static_cast<size_t>(num_nodes) * num_flavors_ * kNumResources,
+                Cell{});
+  for (int q = 0; q < num_queues_; ++q) {
+    const Queue& queue = s.queues[q];
+    if (queue.cohort.has_value()) parent_[q] = num_queues_ + *queue.cohort;
+    for (const FlavorQuota& fq : queue.quotas) {
+      for (Resource r : kAllResources) {
+        const auto& rq = fq.resources[static_cast<int>(r)];
+        if (!rq.has_value()) continue;
+        Cell& c = cells_[CellIndex(q, fq.flavor, r)];
+        c.tracked = true;
+        c.nominal = rq->nominal;
+        c.subtree = rq->nominal;
+        c.borrowing_limit = rq->borrowing_limit.value_or(-1);
+        c.lending_limit = rq->lending_limit.value_or(-1);
+      }
+    }
+  }
+  std::vector<int> depth(s.cohorts.size(), 0);
+  for (size_t c = 0; c < s.cohorts.size(); ++c) {
+    if (s.cohorts[c].parent.has_value())
+      parent_[num_queues_ + c] = num_queues_ + *s.cohorts[c].parent;
+    for (auto p = s.cohorts[c].parent; p.has_value(); p = s.cohorts[*p].parent)
+      ++depth[c];
+  }
+  // Children before parents: queues first, then cohorts deepest first.
+  std::vector<int> order;
+  for (int q = 0; q < num_queues_; ++q) order.push_back(q);
+  std::vector<int> cohorts(s.cohorts.size());
+  for (size_t c = 0; c < cohorts.size(); ++c) cohorts[c] = static_cast<int>(c);
+  std::stable_sort(cohorts.begin(), cohorts.end(),
+                   [&](int a, int b) { return depth[a] > depth[b]; });
+  for (int c : cohorts) order.push_back(num_queues_ + c);
+  for (int node : order) {
+    if (parent_[node] < 0) continue;
+    for (FlavorId f = 0; f < num_flavors_; ++f) {
+      for (Resource r : kAllResources) {
+        const Cell& child = cells_[CellIndex(node, f, r)];
+        if (!child.tracked) continue;
+        Cell& parent = cells_[CellIndex(parent_[node], f, r)];
+        parent.tracked = true;
+        parent.subtree += child.subtree - Guaranteed(child);
+      }
+    }
+  }
+  for (const RunningAttempt& a : s.running) Add(a.queue, a.flavor, a.resources);
+}
+
+bool QuotaTree::Tracks(QueueId q, FlavorId f, Resource r) const {
+  return cells_[CellIndex(q, f, r)].tracked;
+}
+
+int64_t QuotaTree::ParentPart(int node, FlavorId f, Resource r) const {
+  const Cell& c = cells_[CellIndex(node, f, r)];
+  int64_t part = AvailableAt(parent_[node], f, r);
+  if (c.borrowing_limit >= 0) {
+    const int64_t g = Guaranteed(c);
+    const int64_t stored_in_parent = c.subtree - g;
+    const int64_t used_in_parent = std::max<int64_t>(0, c.usage - g);
+    part =
+        std::min(part, stored_in_parent - used_in_parent + c.borrowing_limit);
+  }
+  return std::max<int64_t>(0, part);
+}
+
+int64_t QuotaTree::AvailableAt(int node, FlavorId f, Resource r) const {
+  const Cell& c = cells_[CellIndex(node, f, r)];
+  if (parent_[node] < 0) return c.subtree - c.usage;
+  const int64_t local = std::max<int64_t>(0, Guaranteed(c) - c.usage);
+  return local + ParentPart(node, f, r);
+}
+
+int64_t QuotaTree::Available(QueueId q, FlavorId f, Resource r) const {
+  if (!Tracks(q, f, r)) return kUnlimited;
+  return std::max<int64_t>(0, AvailableAt(q, f, r));
+}
+
+int64_t QuotaTree::CohortLends(QueueId q, FlavorId f, Resource r) const {
+  if (!Tracks(q, f, r) || parent_[q] < 0) return 0;
+  const Cell& c = cells_[CellIndex(q, f, r)];
+  const int64_t own_unused = std::max<int64_t>(0, c.nominal - c.usage);
+  return std::max<int64_t>(0, Available(q, f, r) - own_unused);
+}
+
+bool QuotaTree::Fits(QueueId q, FlavorId f, const Resources& amount,
+                     Resource* failed) const {
+  for (Resource r : kAllResources) {
+    const int64_t want = amount.Get(r);
+    if (want <= 0 || !Tracks(q, f, r)) continue;
+    if (want > Available(q, f, r)) {
+      if (failed != nullptr) *failed = r;
+      return false;
+    }
+  }
+  return true;
+}
+
+void QuotaTree::Add(QueueId q, FlavorId f, const Resources& amount) {
+  for (Resource r : kAllResources) {
+    int64_t delta = amount.Get(r);
+    int node = q;
+    if (!cells_[CellIndex(node, f, r)].tracked) continue;
+    while (delta != 0) {
+      Cell& c = cells_[CellIndex(node, f, r)];
+      const int64_t g = Guaranteed(c);
+      const int64_t before = std::max<int64_t>(0, c.usage - g);
+      c.usage += delta;
+      const int64_t after = std::max<int64_t>(0, c.usage - g);
+      if (parent_[node] < 0) break;
+      delta = after - before;
+      node = parent_[node];
+    }
+  }
+}
+
+int64_t QuotaTree::Usage(QueueId q, FlavorId f, Resource r) const {
+  return cells_[CellIndex(q, f, r)].usage;
+}
+
+int64_t QuotaTree::Nominal(QueueId q, FlavorId f, Resource r) const {
+  return cells_[CellIndex(q, f, r)].nominal;
+}
+
+int64_t QuotaTree::AboveNominal(QueueId q, Resource r) const {
+  int64_t sum = 0;
+  for (FlavorId f = 0; f < num_flavors_; ++f) {
+    const Cell& c = cells_[CellIndex(q, f, r)];
+    if (c.tracked && c.usage > c.nominal) sum += c.usage - c.nominal;
+  }
+  return sum;
+}
+
+int64_t QuotaTree::CohortUsage(CohortId c, FlavorId f, Resource r) const {
+  return cells_[CellIndex(num_queues_ + c, f, r)].usage;
+}
+
+int64_t QuotaTree::CohortSubtreeQuota(CohortId c, FlavorId f,
+                                      Resource r) const {
+  return cells_[CellIndex(num_queues_ + c, f, r)].subtree;
+}
+
+}  // namespace trainyard::scheduler::policy

@@ -1,0 +1,93 @@
+// Quota accounting over the cohort tree, with Kueue's hierarchical semantics.
+//
+// Every queue and every cohort is a node of a tree; per (flavor, resource):
+//   subtree(queue)   = nominal
+//   subtree(cohort)  = sum over children of (subtree(child) -
+//   guaranteed(child)) guaranteed(n)    = max(0, subtree(n) - lending_limit(n))
+//   if a lending limit
+//                      is set, else 0: what n withholds from its cohort
+//   usage(cohort)    = sum over children of max(0, usage(child) -
+//   guaranteed(child)) available(root)  = subtree - usage available(n)     =
+//   max(0, guaranteed(n) - usage(n)) + parent_part, where
+//                      parent_part = available(parent), capped (when n has a
+//                      borrowing limit) at
+//                      subtree(n) - guaranteed(n) - max(0, usage(n) -
+//                      guaranteed(n))
+//                      + borrowing_limit(n)
+// So a queue may use up to nominal + borrowing limit, borrowing only what its
+// cohorts have unused, and a lender keeps what its lending limit withholds.
+// A queue without a cohort can use exactly its nominal quota. Resources a
+// queue has no quota entry for (nullopt) are not limited.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "services/scheduler/policy/snapshot.h"
+
+namespace trainyard::scheduler::policy {
+
+class QuotaTree {
+ public:
+  static constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
+
+  // Builds the tree from the snapshot's queues and cohorts and charges the
+  // running attempts. The snapshot must be valid (ValidateSnapshot).
+  explicit QuotaTree(const Snapshot& snapshot);
+
+  // Whether queue q has a quota entry for resource r of flavor f.
+  bool Tracks(QueueId q, FlavorId f, Resource r) const;
+  // How much of (f, r) queue q may still take now; kUnlimited if untracked.
+  int64_t Available(QueueId q, FlavorId f, Resource r) const;
+  // The part of Available() that comes from the cohort (beyond the queue's own
+  // unused nominal quota): what the cohort "lends" it now.
+  int64_t CohortLends(QueueId q, FlavorId f, Resource r) const;
+  // Whether q may take `amount` of flavor f. On failure, *failed (if given) is
+  // the first resource that does not fit.
+  bool Fits(QueueId q, FlavorId f, const Resources& amount,
+            Resource* failed = nullptr) const;
+  // Charges (or, with negative amounts, releases) usage to q and its cohorts.
+  void Add(QueueId q, FlavorId f, const Resources& amount);
+
+  int64_t Usage(QueueId q, FlavorId f, Resource r) const;
+  int64_t Nominal(QueueId q, FlavorId f, Resource r) const;
+  // Sum over flavors of max(0, usage - nominal) for resource r.
+  int64_t AboveNominal(QueueId q, Resource r) const;
+  // Usage charged to a cohort (what its children use beyond their guarantees).
+  int64_t CohortUsage(CohortId c, FlavorId f, Resource r) const;
+  int64_t CohortSubtreeQuota(CohortId c, FlavorId f, Resource r) const;
+
+ private:
+  struct Cell {
+    bool tracked = false;
+    int64_t nominal = 0;
+    int64_t borrowing_limit = -1;  // -1: unlimited
+    int64_t lending_limit = -1;    // -1: unlimited
+    int64_t subtree = 0;
+    int64_t usage = 0;
+  };
+
+  int CellIndex(int node, FlavorId f, Resource r) const {
+    return (node * num_flavors_ + f) * kNumResources + static_cast<int>(r);
+  }
+  static int64_t Guaranteed(const Cell& c) {
+    return c.lending_limit < 0
+               ? 0
+               : (c.subtree > c.lending_limit ? c.subtree - c.lending_limit
+                                              : 0);
+  }
+  int64_t AvailableAt(int node, FlavorId f, Resource r) const;
+  int64_t ParentPart(int node, FlavorId f, Resource r) const;
+
+  int num_queues_ = 0;
+  int num_flavors_ = 0;
+  // Tree nodes: queues are [0, num_queues_), cohort c is num_queues_ + c.
+  std::vector<int> parent_;  // -1 for roots
+  std::vector<Cell> cells_;
+};
+
+}  // namespace trainyard::scheduler::policy
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_

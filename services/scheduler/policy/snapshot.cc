@@ -1,0 +1,171 @@
+#include "services/scheduler/policy/snapshot.h"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainyard::scheduler::policy {
+
+const char* ResourceName(Resource r) {
+  switch (r) {
+    case Resource::kGpu:
+      return "gpu";
+    case Resource::kCpu:
+      return "cpu";
+    case Resource::kMemory:
+      return "memory";
+  }
+  return "?";
+}
+
+int64_t Resources::Get(Resource r) const {
+  switch (r) {
+    case Resource::kGpu:
+      return gpus;
+    case Resource::kCpu:
+      return cpu_millis;
+    case Resource::kMemory:
+      return memory_bytes;
+  }
+  return 0;
+}
+
+int64_t& Resources::Mutable(Resource r) {
+  switch (r) {
+    case Resource::kCpu:
+      return cpu_millis;
+    case Resource::kMemory:
+      return memory_bytes;
+    case Resource::kGpu:
+      break;
+  }
+  return gpus;
+}
+
+Resources& Resources::operator+=(const Resources& o) {
+  gpus += o.gpus;
+  cpu_millis += o.cpu_millis;
+  memory_bytes += o.memory_bytes;
+  return *this;
+}
+
+Resources& Resources::operator-=(const Resources& o) {
+  gpus -= o.gpus;
+  cpu_millis -= o.cpu_millis;
+  memory_bytes -= o.memory_bytes;
+  return *this;
+}
+
+namespace {
+
+bool InRange(int64_t id, size_t size) {
+  return id >= 0 && static_cast<size_t>(id) < size;
+}
+
+bool NonNegative(const Resources& r) {
+  return r.gpus >= 0 && r.cpu_millis >= 0 && r.memory_bytes >= 0;
+}
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(what);
+}
+
+}  // namespace
+
+absl::Status ValidateSnapshot(const Snapshot& s) {
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const Node& n = s.nodes[i];
+    if (!InRange(n.flavor, s.flavors.size())) {
+      return Invalid(absl::StrCat("nodes[", i, "].flavor: out of range"));
+    }
+    if (!NonNegative(n.capacity) || !NonNegative(n.used)) {
+      return Invalid(absl::StrCat("nodes[", i, "]: negative resources"));
+    }
+  }
+  for (size_t i = 0; i < s.cohorts.size(); ++i) {
+    // Walk up; more steps than cohorts means a cycle.
+    std::optional<CohortId> c = static_cast<CohortId>(i);
+    size_t steps = 0;
+    while (c.has_value()) {
+      if (!InRange(*c, s.cohorts.size())) {
+        return Invalid(absl::StrCat("cohorts[", i, "].parent: out of range"));
+      }
+      if (++steps > s.cohorts.size()) {
+        return Invalid(absl::StrCat("cohorts[", i, "]: cycle in cohort tree"));
+      }
+      c = s.cohorts[*c].parent;
+    }
+  }
+  for (size_t i = 0; i < s.queues.size(); ++i) {
+    const Queue& q = s.queues[i];
+    if (q.cohort.has_value() && !InRange(*q.cohort, s.cohorts.size())) {
+      return Invalid(absl::StrCat("queues[", i, "].cohort: out of range"));
+    }
+    if (!(q.weight >= 0.0)) {
+      return Invalid(absl::StrCat("queues[", i, "].weight: must be >= 0"));
+    }
+    absl::flat_hash_set<FlavorId> seen;
+    for (const FlavorQuota& fq : q.quotas) {
+      if (!InRange(fq.flavor, s.flavors.size())) {
+        return Invalid(
+            absl::StrCat("queues[", i, "].quotas: flavor out of range"));
+      }
+      if (!seen.insert(fq.flavor).second) {
+        return Invalid(absl::StrCat("queues[", i, "].quotas: flavor ",
+                                    s.flavors[fq.flavor].name,
+                                    " listed twice"));
+      }
+      for (const auto& rq : fq.resources) {
+        if (!rq.has_value()) continue;
+        if (rq->nominal < 0 || rq->borrowing_limit.value_or(0) < 0 ||
+            rq->lending_limit.value_or(0) < 0) {
+          return Invalid(
+              absl::StrCat("queues[", i, "].quotas: negative quota"));
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < s.running.size(); ++i) {
+    const RunningAttempt& r = s.running[i];
+    if (!InRange(r.queue, s.queues.size()) ||
+        !InRange(r.flavor, s.flavors.size()) ||
+        !InRange(r.priority_class, s.priority_classes.size())) {
+      return Invalid(absl::StrCat("running[", i, "]: id out of range"));
+    }
+    for (NodeId n : r.placement) {
+      if (!InRange(n, s.nodes.size())) {
+        return Invalid(
+            absl::StrCat("running[", i, "].placement: node out of range"));
+      }
+    }
+    if (!NonNegative(r.resources)) {
+      return Invalid(absl::StrCat("running[", i, "]: negative resources"));
+    }
+  }
+  absl::flat_hash_set<JobId> ids;
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    const PendingJob& j = s.pending[i];
+    if (!InRange(j.queue, s.queues.size()) ||
+        !InRange(j.priority_class, s.priority_classes.size())) {
+      return Invalid(absl::StrCat("pending[", i, "]: id out of range"));
+    }
+    if (j.workers < 1) {
+      return Invalid(
+          absl::StrCat("pending[", i, "].workers: must be at least 1"));
+    }
+    if (!NonNegative(j.worker.AsResources())) {
+      return Invalid(
+          absl::StrCat("pending[", i, "].worker: negative resources"));
+    }
+    if (!ids.insert(j.id).second) {
+      return Invalid(absl::StrCat("pending[", i, "]: duplicate job id ", j.id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard::scheduler::policy

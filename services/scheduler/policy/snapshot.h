@@ -1,0 +1,193 @@
+// The scheduler's input: a self-contained, immutable picture of the platform at
+// one instant. Plain structs with dense integer ids (an id is the index of the
+// entity in its Snapshot vector), so the policy can use arrays instead of maps.
+// Names are carried only for explanations. The policy never reads the clock:
+// "now" is part of the snapshot. See docs/scheduling.md.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_SNAPSHOT_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_SNAPSHOT_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace trainyard::scheduler::policy {
+
+// Dense ids: index into the corresponding Snapshot vector.
+using NodeId = int32_t;
+using FlavorId = int32_t;
+using QueueId = int32_t;
+using CohortId = int32_t;
+using PriorityClassId = int32_t;
+// GPU model ids: 0 means "unspecified" (on a job: any model).
+using GpuModelId = int32_t;
+inline constexpr GpuModelId kAnyGpuModel = 0;
+// External job id (not an index).
+using JobId = int64_t;
+// Times are microseconds since the Unix epoch; durations are microseconds.
+using TimeMicros = int64_t;
+// Topology labels; kNoLabel means the node carries no such label (it then forms
+// a group of its own at that level and can never satisfy a required level).
+using TopologyLabel = int32_t;
+inline constexpr TopologyLabel kNoLabel = -1;
+
+enum class Resource : int { kGpu = 0, kCpu = 1, kMemory = 2 };
+inline constexpr int kNumResources = 3;
+inline constexpr std::array<Resource, kNumResources> kAllResources = {
+    Resource::kGpu, Resource::kCpu, Resource::kMemory};
+// "gpu", "cpu", "memory".
+const char* ResourceName(Resource r);
+
+// An amount of each resource: GPUs (count), CPU (millicores), memory (bytes).
+struct Resources {
+  int64_t gpus = 0;
+  int64_t cpu_millis = 0;
+  int64_t memory_bytes = 0;
+
+  int64_t Get(Resource r) const;
+  int64_t& Mutable(Resource r);
+  Resources& operator+=(const Resources& o);
+  Resources& operator-=(const Resources& o);
+  friend Resources operator*(const Resources& a, int64_t k) {
+    return {a.gpus * k, a.cpu_millis * k, a.memory_bytes * k};
+  }
+  friend bool operator==(const Resources&, const Resources&) = default;
+};
+
+enum class FlavorKind { kOnDemand, kReserved, kSpot };
+
+struct Flavor {
+  std::string name;
+  FlavorKind kind = FlavorKind::kOnDemand;
+  // Money is integer micros, never floating point.
+  int64_t price_micros_per_gpu_hour = 0;
+  // Expected reclaims per hour (spot); 0 for on-demand/reserved.
+  double reclaim_rate_per_hour = 0.0;
+};
+
+struct Node {
+  std::string name;
+  int32_t cluster = 0;
+  int32_t pool = 0;
+  FlavorId flavor = 0;
+  GpuModelId gpu_model = kAnyGpuModel;
+  // Capacity.
+  Resources capacity;
+  TopologyLabel block = kNoLabel;
+  // Rack labels are globally unique (not per block).
+  TopologyLabel rack = kNoLabel;
+  bool schedulable = true;
+  // Resources already taken by running work (authoritative for capacity; the
+  // running attempts below are used for quota accounting).
+  Resources used;
+};
+
+// Quota for one resource of one flavor.
+struct ResourceQuota {
+  int64_t nominal = 0;
+  // How much more than nominal the queue may borrow from its cohort;
+  // nullopt = unlimited.
+  std::optional<int64_t> borrowing_limit;
+  // How much of nominal the queue lends to its cohort; the rest
+  // (nominal - lending_limit) is withheld for the queue itself.
+  // nullopt = all of nominal may be lent.
+  std::optional<int64_t> lending_limit;
+  friend bool operator==(const ResourceQuota&, const ResourceQuota&) = default;
+};
+
+// A queue's quota for one flavor. A resource without quota (nullopt) is not
+// limited by quota for that flavor. A queue may only use flavors it lists.
+struct FlavorQuota {
+  FlavorId flavor = 0;
+  std::array<std::optional<ResourceQuota>, kNumResources> resources;
+};
+
+enum class QueueingStrategy { kStrictFifo, kBestEffortFifo };
+
+struct Cohort {
+  std::string name;
+  std::optional<CohortId> parent;
+};
+
+struct Queue {
+  std::string name;
+  std::string tenant;
+  std::optional<CohortId> cohort;
+  // Fair-share weight (> 0; 0 means "always last when borrowing").
+  double weight = 1.0;
+  QueueingStrategy strategy = QueueingStrategy::kBestEffortFifo;
+  // Order matters: flavors of the same class (non-spot / spot) are tried in
+  // this order.
+  std::vector<FlavorQuota> quotas;
+};
+
+struct PriorityClass {
+  std::string name;
+  int32_t value = 0;
+  bool preemptible = true;
+};
+
+// A running attempt of a job (the whole gang).
+struct RunningAttempt {
+  JobId job = 0;
+  QueueId queue = 0;
+  FlavorId flavor = 0;
+  PriorityClassId priority_class = 0;
+  // Node of each worker.
+  std::vector<NodeId> placement;
+  // Total resources of the whole gang (counted against the queue's quota).
+  Resources resources;
+  TimeMicros start_time = 0;
+  std::optional<TimeMicros> last_checkpoint_time;
+};
+
+struct WorkerShape {
+  int64_t gpus = 0;
+  GpuModelId gpu_model = kAnyGpuModel;  // Only checked when gpus > 0.
+  int64_t cpu_millis = 0;
+  int64_t memory_bytes = 0;
+  Resources AsResources() const { return {gpus, cpu_millis, memory_bytes}; }
+};
+
+enum class TopologyLevel { kNone, kBlock, kRack };
+enum class SpotPolicy { kNever, kAllowed, kPreferred, kRequired };
+
+struct PendingJob {
+  JobId id = 0;
+  std::string name;
+  QueueId queue = 0;
+  PriorityClassId priority_class = 0;
+  TimeMicros submit_time = 0;
+  int32_t workers = 1;
+  WorkerShape worker;
+  TopologyLevel required_topology = TopologyLevel::kNone;
+  SpotPolicy spot_policy = SpotPolicy::kAllowed;
+  // 0 = no limit. Not used yet (backfill is a later increment).
+  int64_t time_limit_micros = 0;
+};
+
+struct Snapshot {
+  TimeMicros now = 0;
+  std::vector<Flavor> flavors;
+  std::vector<Node> nodes;
+  std::vector<Cohort> cohorts;
+  std::vector<Queue> queues;
+  std::vector<PriorityClass> priority_classes;
+  std::vector<RunningAttempt> running;
+  std::vector<PendingJob> pending;
+  // Optional names for GPU model ids (index = id), for explanations only.
+  std::vector<std::string> gpu_model_names;
+};
+
+// Checks referential integrity: ids in range, no cohort cycles, positive gang
+// sizes, non-negative quantities, unique pending job ids, at most one quota
+// entry per flavor per queue. Decide() refuses (every job pending with
+// INVALID_SNAPSHOT) a snapshot that fails this.
+absl::Status ValidateSnapshot(const Snapshot& snapshot);
+
+}  // namespace trainyard::scheduler::policy
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_SNAPSHOT_H_

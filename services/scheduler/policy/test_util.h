@@ -1,0 +1,117 @@
+// Test helpers: a small builder for snapshots.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "services/scheduler/policy/snapshot.h"
+
+namespace trainyard::scheduler::policy::testing {
+
+inline constexpr int64_t kGiB = int64_t{1} << 30;
+inline constexpr TimeMicros kHour = int64_t{3600} * 1000 * 1000;
+
+class SnapshotBuilder {
+ public:
+  SnapshotBuilder() {
+    s_.now = 1000 * kHour;
+    s_.priority_classes.push_back({.name = "default", .value = 0});
+  }
+
+  Snapshot& snapshot() { return s_; }
+  const Snapshot& Build() const { return s_; }
+
+  FlavorId AddFlavor(std::string name,
+                     FlavorKind kind = FlavorKind::kOnDemand) {
+    s_.flavors.push_back({.name = std::move(name), .kind = kind});
+    return static_cast<FlavorId>(s_.flavors.size() - 1);
+  }
+
+  NodeId AddNode(FlavorId flavor, int64_t gpus, TopologyLabel block = kNoLabel,
+                 TopologyLabel rack = kNoLabel,
+                 GpuModelId model = kAnyGpuModel) {
+    const NodeId id = static_cast<NodeId>(s_.nodes.size());
+    s_.nodes.push_back({.name = "node-" + std::to_string(id),
+                        .flavor = flavor,
+                        .gpu_model = model,
+                        .capacity = {gpus, 64000, 512 * kGiB},
+                        .block = block,
+                        .rack = rack});
+    return id;
+  }
+
+  CohortId AddCohort(std::string name,
+                     std::optional<CohortId> parent = std::nullopt) {
+    s_.cohorts.push_back({.name = std::move(name), .parent = parent});
+    return static_cast<CohortId>(s_.cohorts.size() - 1);
+  }
+
+  QueueId AddQueue(
+      std::string name, std::optional<CohortId> cohort = std::nullopt,
+      QueueingStrategy strategy = QueueingStrategy::kBestEffortFifo,
+      double weight = 1.0) {
+    s_.queues.push_back({.name = std::move(name),
+                         .tenant = "t",
+                         .cohort = cohort,
+                         .weight = weight,
+                         .strategy = strategy});
+    return static_cast<QueueId>(s_.queues.size() - 1);
+  }
+
+  // GPU quota only (CPU and memory are not limited by quota).
+  void AddGpuQuota(QueueId q, FlavorId f, int64_t nominal,
+                   std::optional<int64_t> borrowing_limit = std::nullopt,
+                   std::optional<int64_t> lending_limit = std::nullopt) {
+    FlavorQuota fq{.flavor = f};
+    fq.resources[static_cast<int>(Resource::kGpu)] =
+        ResourceQuota{.nominal = nominal,
+                      .borrowing_limit = borrowing_limit,
+                      .lending_limit = lending_limit};
+    s_.queues[q].quotas.push_back(fq);
+  }
+
+  PriorityClassId AddPriority(std::string name, int32_t value) {
+    s_.priority_classes.push_back({.name = std::move(name), .value = value});
+    return static_cast<PriorityClassId>(s_.priority_classes.size() - 1);
+  }
+
+  // A pending gang of `workers` x `gpus` GPUs (1 CPU, 1 GiB each).
+  PendingJob& AddJob(JobId id, QueueId q, int32_t workers, int64_t gpus,
+                     TimeMicros submit_time = 0) {
+    s_.pending.push_back(
+        {.id = id,
+         .name = "job-" + std::to_string(id),
+         .queue = q,
+         .submit_time = submit_time,
+         .workers = workers,
+         .worker = {.gpus = gpus, .cpu_millis = 1000, .memory_bytes = kGiB}});
+    return s_.pending.back();
+  }
+
+  // Running work of `gpus` GPUs on `node` charged to queue q / flavor f.
+  void AddRunning(JobId id, QueueId q, FlavorId f, NodeId node, int64_t gpus) {
+    s_.nodes[node].used.gpus += gpus;
+    s_.running.push_back({.job = id,
+                          .queue = q,
+                          .flavor = f,
+                          .placement = {node},
+                          .resources = {.gpus = gpus}});
+  }
+
+  // Running work charged to quota only (no node).
+  void AddRunningQuotaOnly(JobId id, QueueId q, FlavorId f, int64_t gpus) {
+    s_.running.push_back(
+        {.job = id, .queue = q, .flavor = f, .resources = {.gpus = gpus}});
+  }
+
+ private:
+  Snapshot s_;
+};
+
+}  // namespace trainyard::scheduler::policy::testing
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
