@@ -7,28 +7,10 @@
 #include <vector>
 
 namespace trainyard::scheduler::policy {
-namespace {
 
-struct Candidate {
-  NodeId node;
-  int64_t workers;    // How many workers it can hold.
-  int64_t free_gpus;  // Tie-break: fragmented nodes first.
-};
-
-// A group of candidates (a rack, or a block of racks).
-struct Group {
-  int64_t key;  // Label, or a unique negative key for unlabelled nodes.
-  int64_t workers = 0;
-  std::vector<int> members;  // Indexes into the level below.
-};
-
-// Picks items to hold `need` workers with the fewest items: best fit when one
-// item suffices, else fill the largest and repeat. `caps[i]` is item i's
-// capacity; `tie[i]` orders equal capacities (smaller first). Returns
-// (item, workers taken) pairs. The caller guarantees sum(caps) >= need.
-std::vector<std::pair<int, int64_t>> Choose(const std::vector<int64_t>& caps,
-                                            const std::vector<int64_t>& tie,
-                                            int64_t need) {
+std::vector<std::pair<int, int64_t>> ChooseFewest(
+    const std::vector<int64_t>& caps, const std::vector<int64_t>& tie,
+    int64_t need) {
   std::vector<int> order(caps.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   auto less = [&](int a, int b) {
@@ -62,6 +44,21 @@ std::vector<std::pair<int, int64_t>> Choose(const std::vector<int64_t>& caps,
   return taken;
 }
 
+namespace {
+
+struct Candidate {
+  NodeId node;
+  int64_t workers;    // How many workers it can hold.
+  int64_t free_gpus;  // Tie-break: fragmented nodes first.
+};
+
+// A group of candidates (a rack, or a block of racks).
+struct Group {
+  int64_t key;  // Label, or a unique negative key for unlabelled nodes.
+  int64_t workers = 0;
+  std::vector<int> members;  // Indexes into the level below.
+};
+
 void PlaceOnNodes(const std::vector<Candidate>& cands,
                   const std::vector<int>& members, int64_t need,
                   std::vector<NodeId>& out) {
@@ -70,7 +67,7 @@ void PlaceOnNodes(const std::vector<Candidate>& cands,
     caps.push_back(cands[m].workers);
     tie.push_back(cands[m].free_gpus);
   }
-  for (const auto& [i, n] : Choose(caps, tie, need)) {
+  for (const auto& [i, n] : ChooseFewest(caps, tie, need)) {
     for (int64_t k = 0; k < n; ++k) out.push_back(cands[members[i]].node);
   }
 }
@@ -84,7 +81,7 @@ void PlaceOnRacks(const std::vector<Candidate>& cands,
     caps.push_back(racks[m].workers);
     tie.push_back(racks[m].key);
   }
-  for (const auto& [i, n] : Choose(caps, tie, need)) {
+  for (const auto& [i, n] : ChooseFewest(caps, tie, need)) {
     PlaceOnNodes(cands, racks[members[i]].members, n, out);
   }
 }
@@ -195,7 +192,7 @@ PlacementResult PlaceGang(
     caps.push_back(b.workers);
     tie.push_back(b.key);
   }
-  for (const auto& [i, n] : Choose(caps, tie, need)) {
+  for (const auto& [i, n] : ChooseFewest(caps, tie, need)) {
     PlaceOnRacks(cands, racks, blocks[i].members, n, out);
   }
   std::sort(out.begin(), out.end());

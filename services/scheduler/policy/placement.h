@@ -13,6 +13,7 @@
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "services/scheduler/policy/snapshot.h"
@@ -35,6 +36,15 @@ struct PlacementResult {
 // model.
 int64_t WorkersThatFit(const Resources& free, const WorkerShape& shape,
                        int64_t cap);
+
+// Picks items to hold `need` workers with the fewest items: best fit when one
+// item suffices, else fill the largest and repeat. `caps[i]` is item i's
+// capacity; `tie[i]` orders equal capacities (smaller first). Returns
+// (item, workers taken) pairs. The caller guarantees sum(caps) >= need. Shared
+// by PlaceGang and the incremental scheduler's index (incremental.cc).
+std::vector<std::pair<int, int64_t>> ChooseFewest(
+    const std::vector<int64_t>& caps, const std::vector<int64_t>& tie,
+    int64_t need);
 
 // Free resources of every node (capacity - used, less what this cycle placed).
 // `nodes_of_flavor[f]` lists the nodes of flavor f in id order.

@@ -1,0 +1,857 @@
+#include "services/scheduler/policy/incremental.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "services/scheduler/policy/placement.h"
+
+namespace trainyard::scheduler::policy {
+namespace {
+
+// The most workers of one shape a node may hold for the index to be used; a
+// shape that fits more (tiny workers) is placed by PlaceGang instead.
+constexpr int64_t kMaxIndexedWorkers = 64;
+
+// Must match policy.cc (see the equivalence test).
+const char* SpotPolicyName(SpotPolicy p) {
+  switch (p) {
+    case SpotPolicy::kNever:
+      return "never";
+    case SpotPolicy::kAllowed:
+      return "allowed";
+    case SpotPolicy::kPreferred:
+      return "preferred";
+    case SpotPolicy::kRequired:
+      return "required";
+  }
+  return "?";
+}
+
+std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const Queue& queue,
+                                       SpotPolicy p) {
+  std::vector<FlavorId> regular, spot;
+  for (const FlavorQuota& fq : queue.quotas) {
+    (s.flavors[fq.flavor].kind == FlavorKind::kSpot ? spot : regular)
+        .push_back(fq.flavor);
+  }
+  switch (p) {
+    case SpotPolicy::kNever:
+      return regular;
+    case SpotPolicy::kRequired:
+      return spot;
+    case SpotPolicy::kPreferred:
+      spot.insert(spot.end(), regular.begin(), regular.end());
+      return spot;
+    case SpotPolicy::kAllowed:
+      break;
+  }
+  regular.insert(regular.end(), spot.begin(), spot.end());
+  return regular;
+}
+
+struct HeadKey {
+  int64_t neg_priority;
+  bool not_aged;
+  double share;
+  TimeMicros submit_time;
+  JobId job;
+  QueueId queue;
+  bool operator<(const HeadKey& o) const {
+    return std::tie(neg_priority, not_aged, share, submit_time, job, queue) <
+           std::tie(o.neg_priority, o.not_aged, o.share, o.submit_time, o.job,
+                    o.queue);
+  }
+};
+
+// Worker shape as placement sees it (the GPU model only matters with GPUs).
+using ShapeKey = std::tuple<FlavorId, int64_t, GpuModelId, int64_t, int64_t>;
+
+ShapeKey KeyOfShape(FlavorId f, const WorkerShape& w) {
+  return {f, w.gpus, w.gpus > 0 ? w.gpu_model : kAnyGpuModel, w.cpu_millis,
+          w.memory_bytes};
+}
+
+// Free-capacity index of one (flavor, worker shape): for every eligible node
+// how many workers it holds (k), and per rack and for the flavor a histogram
+// of k. PlaceGang's rule caps each node's k at the gang size, so a group's
+// capacity for a gang of n is sum over k of hist[k] * min(k, n). Usable only
+// when every eligible node is labelled with a rack and a block and every rack
+// lies in one block (then grouping does not depend on which nodes are
+// candidates), and no node holds more than kMaxIndexedWorkers workers.
+class ShapeIndex {
+ public:
+  ShapeIndex(const Snapshot& s, const std::vector<Resources>& free,
+             const std::vector<NodeId>& nodes, const WorkerShape& shape)
+      : shape_(shape) {
+    rack_of_node_.assign(s.nodes.size(), -1);
+    k_of_node_.assign(s.nodes.size(), 0);
+    absl::flat_hash_map<TopologyLabel, int> rack_slot, block_slot;
+    for (NodeId id : nodes) {
+      const Node& node = s.nodes[id];
+      if (!node.schedulable) continue;
+      if (shape.gpus > 0 && shape.gpu_model != kAnyGpuModel &&
+          node.gpu_model != shape.gpu_model) {
+        continue;
+      }
+      if (node.rack == kNoLabel || node.block == kNoLabel) {
+        usable_ = false;
+        return;
+      }
+      const int64_t k = WorkersThatFit(free[id], shape, kMaxIndexedWorkers + 1);
+      if (k > kMaxIndexedWorkers) {
+        usable_ = false;
+        return;
+      }
+      auto [bit, bnew] =
+          block_slot.try_emplace(node.block, static_cast<int>(blocks_.size()));
+      if (bnew) blocks_.push_back({.label = node.block});
+      auto [rit, rnew] =
+          rack_slot.try_emplace(node.rack, static_cast<int>(racks_.size()));
+      if (rnew) {
+        racks_.push_back({.label = node.rack, .block = bit->second});
+        blocks_[bit->second].racks.push_back(rit->second);
+      } else if (racks_[rit->second].block != bit->second) {
+        usable_ = false;
+        return;
+      }
+      racks_[rit->second].nodes.push_back(id);
+      rack_of_node_[id] = rit->second;
+      k_of_node_[id] = k;
+    }
+    for (NodeId id : nodes) {
+      if (rack_of_node_[id] >= 0) max_k_ = std::max(max_k_, k_of_node_[id]);
+    }
+    // k never grows during a cycle, so max_k_ bounds every histogram.
+    total_hist_.assign(max_k_ + 1, 0);
+    for (Block& block : blocks_) block.hist.assign(max_k_ + 1, 0);
+    for (Rack& rack : racks_) {
+      rack.hist.assign(max_k_ + 1, 0);
+      for (NodeId id : rack.nodes) {
+        ++rack.hist[k_of_node_[id]];
+        ++blocks_[rack.block].hist[k_of_node_[id]];
+        ++total_hist_[k_of_node_[id]];
+      }
+    }
+  }
+
+  bool usable() const { return usable_; }
+
+  // Node `id`'s free resources changed (decreased) to `free`.
+  void Update(NodeId id, const Resources& free) {
+    const int r = rack_of_node_[id];
+    if (r < 0) return;
+    const int64_t k = WorkersThatFit(free, shape_, max_k_);
+    const int64_t old = k_of_node_[id];
+    if (k == old) return;
+    const int b = racks_[r].block;
+    --racks_[r].hist[old];
+    --blocks_[b].hist[old];
+    --total_hist_[old];
+    ++racks_[r].hist[k];
+    ++blocks_[b].hist[k];
+    ++total_hist_[k];
+    k_of_node_[id] = k;
+  }
+
+  // Same result as PlaceGang(snapshot, free, ..., job) for a job of this
+  // index's flavor and shape.
+  PlacementResult Place(const std::vector<Resources>& free,
+                        const PendingJob& job) const {
+    // Called only with job.workers >= 1.
+    PlacementResult result;
+    const int64_t need = job.workers;
+    const int64_t total = Capped(total_hist_, need);
+    result.capacity_workers = std::min(total, need);
+    if (total < need) {
+      result.failure = PlacementFailure::kNoCapacity;
+      return result;
+    }
+    const bool rack_level = job.required_topology == TopologyLevel::kRack;
+    // Rack capacities are computed only where they are needed.
+    std::vector<int64_t> rack_workers(racks_.size(), -1);
+    if (rack_level) {
+      for (size_t r = 0; r < racks_.size(); ++r)
+        rack_workers[r] = Capped(racks_[r].hist, need);
+    }
+    std::vector<int64_t> block_workers(blocks_.size(), 0);
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      block_workers[b] = Capped(blocks_[b].hist, need);
+    std::vector<NodeId>& out = result.worker_nodes;
+    if (job.required_topology == TopologyLevel::kRack ||
+        job.required_topology == TopologyLevel::kBlock) {
+      const std::vector<int64_t>& workers =
+          rack_level ? rack_workers : block_workers;
+      int best = -1;
+      for (size_t g = 0; g < workers.size(); ++g) {
+        if (workers[g] <= 0) continue;
+        result.best_group_workers =
+            std::max(result.best_group_workers, workers[g]);
+        if (workers[g] < need) continue;
+        if (best < 0 || workers[g] < workers[best] ||
+            (workers[g] == workers[best] &&
+             Label(rack_level, g) < Label(rack_level, best))) {
+          best = static_cast<int>(g);
+        }
+      }
+      result.best_group_workers = std::min(result.best_group_workers, need);
+      if (best < 0) {
+        result.failure = PlacementFailure::kNoFitTopology;
+        return result;
+      }
+      if (rack_level) {
+        PlaceOnNodes(free, best, need, need, out);
+      } else {
+        PlaceOnRacks(free, rack_workers, best, need, need, out);
+      }
+      std::sort(out.begin(), out.end());
+      return result;
+    }
+    std::vector<int64_t> caps, tie;
+    std::vector<int> items;
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      if (block_workers[b] <= 0) continue;
+      items.push_back(static_cast<int>(b));
+      caps.push_back(block_workers[b]);
+      tie.push_back(blocks_[b].label);
+    }
+    for (const auto& [i, n] : ChooseFewest(caps, tie, need)) {
+      PlaceOnRacks(free, rack_workers, items[i], n, need, out);
+    }
+    std::sort(out.begin(), out.end());
+    return result;
+  }
+
+ private:
+  struct Rack {
+    TopologyLabel label;
+    int block;
+    std::vector<NodeId> nodes;  // Id order.
+    std::vector<int32_t> hist;
+  };
+  struct Block {
+    TopologyLabel label;
+    std::vector<int> racks;
+    std::vector<int32_t> hist;
+  };
+
+  static int64_t Capped(const std::vector<int32_t>& hist, int64_t cap) {
+    int64_t sum = 0;
+    for (size_t k = 1; k < hist.size(); ++k) {
+      if (hist[k] != 0) sum += hist[k] * std::min<int64_t>(k, cap);
+    }
+    return sum;
+  }
+
+  int64_t Label(bool rack_level, size_t g) const {
+    return rack_level ? racks_[g].label : blocks_[g].label;
+  }
+
+  void PlaceOnNodes(const std::vector<Resources>& free, int rack, int64_t n,
+                    int64_t cap, std::vector<NodeId>& out) const {
+    std::vector<int64_t> caps, tie;
+    std::vector<NodeId> items;
+    for (NodeId id : racks_[rack].nodes) {
+      const int64_t k = std::min<int64_t>(k_of_node_[id], cap);
+      if (k <= 0) continue;
+      items.push_back(id);
+      caps.push_back(k);
+      tie.push_back(free[id].gpus);
+    }
+    for (const auto& [i, m] : ChooseFewest(caps, tie, n)) {
+      for (int64_t w = 0; w < m; ++w) out.push_back(items[i]);
+    }
+  }
+
+  void PlaceOnRacks(const std::vector<Resources>& free,
+                    std::vector<int64_t>& rack_workers, int block, int64_t n,
+                    int64_t cap, std::vector<NodeId>& out) const {
+    std::vector<int64_t> caps, tie;
+    std::vector<int> items;
+    for (int r : blocks_[block].racks) {
+      if (rack_workers[r] < 0) rack_workers[r] = Capped(racks_[r].hist, cap);
+      if (rack_workers[r] <= 0) continue;
+      items.push_back(r);
+      caps.push_back(rack_workers[r]);
+      tie.push_back(racks_[r].label);
+    }
+    for (const auto& [i, m] : ChooseFewest(caps, tie, n)) {
+      PlaceOnNodes(free, items[i], m, cap, out);
+    }
+  }
+
+  WorkerShape shape_;
+  bool usable_ = true;
+  std::vector<Rack> racks_;
+  std::vector<Block> blocks_;
+  std::vector<int32_t> rack_of_node_;
+  std::vector<int64_t> k_of_node_;
+  std::vector<int32_t> total_hist_;
+  // The most workers any eligible node held when the index was built.
+  int64_t max_k_ = 0;
+};
+
+// What a job's class (same queue, gang size, worker shape, topology
+// requirement, spot policy) got when it last failed, and the state it saw:
+// the quota epoch of the queue's cohort tree and the capacity epoch of each
+// candidate flavor.
+struct ClassFailure {
+  bool valid = false;
+  // Quota epoch + capacity epochs of the candidate flavors when it failed.
+  uint64_t stamp = 0;
+  const std::vector<FlavorId>* flavors = nullptr;
+  // The slot of the job that failed; its reason and message are reused.
+  size_t slot = 0;
+};
+
+}  // namespace
+
+// One cycle over the Scheduler's state; mirrors policy.cc's Cycle.
+class Scheduler::Engine {
+ public:
+  // `s` must be valid; `running_quota` charges its running work; `jobs` lists
+  // each queue's pending jobs in queue order with `num_classes` classes.
+  Engine(const Snapshot& s, const PolicyConfig& config,
+         const QuotaTree& running_quota,
+         const std::vector<std::vector<QueueEntry>>& jobs, size_t num_classes)
+      : s_(s),
+        config_(config),
+        quota_(running_quota),
+        nodes_of_flavor_(s_.flavors.size()),
+        jobs_of_queue_(jobs),
+        failures_(num_classes),
+        indexes_of_flavor_(s_.flavors.size()),
+        flavor_epoch_(s_.flavors.size(), 0) {
+    free_.reserve(s_.nodes.size());
+    for (size_t n = 0; n < s_.nodes.size(); ++n) {
+      const Node& node = s_.nodes[n];
+      Resources f = node.capacity;
+      f -= node.used;
+      free_.push_back(f);
+      nodes_of_flavor_[node.flavor].push_back(static_cast<NodeId>(n));
+      if (node.schedulable) total_ += node.capacity;
+    }
+    // Quota epochs are per root of the cohort tree.
+    root_of_queue_.resize(s_.queues.size());
+    for (size_t q = 0; q < s_.queues.size(); ++q) {
+      const auto& cohort = s_.queues[q].cohort;
+      if (!cohort.has_value()) {
+        root_of_queue_[q] = static_cast<int>(s_.cohorts.size() + q);
+        continue;
+      }
+      CohortId c = *cohort;
+      while (s_.cohorts[c].parent.has_value()) c = *s_.cohorts[c].parent;
+      root_of_queue_[q] = c;
+    }
+    quota_epoch_.assign(s_.cohorts.size() + s_.queues.size(), 0);
+    flavors_of_.resize(s_.queues.size() * 4);
+    share_.assign(s_.queues.size(), 0.0);
+    share_valid_.assign(s_.queues.size(), false);
+    // Per-job state is indexed by slot: the job's position in the
+    // concatenation of the queues' orders, so a queue's jobs are contiguous.
+    offset_.resize(s_.queues.size() + 1, 0);
+    for (size_t q = 0; q < s_.queues.size(); ++q)
+      offset_[q + 1] = offset_[q] + jobs_of_queue_[q].size();
+  }
+
+  Decisions Run() {
+    Decisions out;
+    std::vector<size_t> cursor(s_.queues.size(), 0);
+    admitted_.assign(s_.pending.size(), 0);
+    reason_.assign(s_.pending.size(), PendingReason::kNoCapacity);
+    message_.assign(s_.pending.size(), std::string());
+    // A binary heap gives the same order as policy.cc's std::set: keys are
+    // unique (job ids are), so the smallest is well defined.
+    auto greater = [](const HeadKey& a, const HeadKey& b) { return b < a; };
+    std::vector<HeadKey> heads;
+    heads.reserve(s_.queues.size());
+    for (size_t q = 0; q < s_.queues.size(); ++q) {
+      if (!jobs_of_queue_[q].empty())
+        heads.push_back(Key(jobs_of_queue_[q][0], static_cast<QueueId>(q)));
+    }
+    std::make_heap(heads.begin(), heads.end(), greater);
+    while (!heads.empty()) {
+      std::pop_heap(heads.begin(), heads.end(), greater);
+      const HeadKey head = heads.back();
+      heads.pop_back();
+      const QueueId q = head.queue;
+      const QueueEntry& entry = jobs_of_queue_[q][cursor[q]];
+      const size_t j = offset_[q] + cursor[q]++;
+      if (TryAdmit(entry, q, j, out)) {
+        admitted_[j] = 1;
+      } else if (s_.queues[q].strategy == QueueingStrategy::kStrictFifo) {
+        const std::string message = absl::StrCat(
+            "BLOCKED_BY_STRICT_FIFO: queue ", s_.queues[q].name,
+            " is StrictFIFO and job ", entry.id, " ahead is pending (",
+            PendingReasonCode(reason_[j]), ")");
+        for (; cursor[q] < jobs_of_queue_[q].size(); ++cursor[q]) {
+          const size_t k = offset_[q] + cursor[q];
+          reason_[k] = PendingReason::kBlockedByStrictFifo;
+          message_[k] = message;
+        }
+      }
+      if (cursor[q] < jobs_of_queue_[q].size()) {
+        const QueueEntry& next = jobs_of_queue_[q][cursor[q]];
+        // It is popped about one round of all queues later: fetch what its
+        // attempt reads now, so that it is in cache by then.
+        __builtin_prefetch(&failures_[next.job_class]);
+        __builtin_prefetch(&message_[offset_[q] + cursor[q]], 1);
+        __builtin_prefetch(&s_.pending[next.index]);
+        __builtin_prefetch(
+            reinterpret_cast<const char*>(&s_.pending[next.index]) + 64);
+        heads.push_back(Key(next, q));
+        std::push_heap(heads.begin(), heads.end(), greater);
+      }
+    }
+    out.pending.reserve(s_.pending.size() - out.admissions.size());
+    for (size_t q = 0; q < s_.queues.size(); ++q) {
+      int32_t position = 0;
+      for (size_t j = offset_[q]; j < offset_[q + 1]; ++j) {
+        if (admitted_[j]) continue;
+        out.pending.push_back({.job = jobs_of_queue_[q][j - offset_[q]].id,
+                               .queue = static_cast<QueueId>(q),
+                               .reason = reason_[j],
+                               .message = std::move(message_[j]),
+                               .position = ++position});
+      }
+    }
+    return out;
+  }
+
+ private:
+  // Share() changes only when the queue's own usage does; cached per queue.
+  double CachedShare(QueueId q) {
+    if (!share_valid_[q]) {
+      share_[q] = Share(q);
+      share_valid_[q] = true;
+    }
+    return share_[q];
+  }
+
+  double Share(QueueId q) const {
+    double dominant = 0.0;
+    for (Resource r : kAllResources) {
+      const int64_t total = total_.Get(r);
+      const int64_t above = quota_.AboveNominal(q, r);
+      if (above <= 0) continue;
+      dominant = std::max(dominant,
+                          total > 0 ? static_cast<double>(above) / total
+                                    : std::numeric_limits<double>::infinity());
+    }
+    if (dominant == 0.0) return 0.0;
+    const double w = s_.queues[q].weight;
+    return w > 0.0 ? dominant / w : std::numeric_limits<double>::infinity();
+  }
+
+  HeadKey Key(const QueueEntry& e, QueueId q) {
+    const bool aged = config_.aging_threshold > 0 &&
+                      s_.now - e.submit_time >= config_.aging_threshold;
+    return {.neg_priority = e.neg_priority,
+            .not_aged = !aged,
+            .share = aged ? 0.0 : CachedShare(q),
+            .submit_time = e.submit_time,
+            .job = e.id,
+            .queue = q};
+  }
+
+  void AppendQuotaDetail(const PendingJob& job, FlavorId f, Resource r,
+                         const Resources& need, std::string& out) const {
+    const Queue& queue = s_.queues[job.queue];
+    absl::StrAppend(&out, "queue ", queue.name, " ", ResourceName(r), " ",
+                    quota_.Usage(job.queue, f, r), "/",
+                    quota_.Nominal(job.queue, f, r), ", cohort lends ",
+                    quota_.CohortLends(job.queue, f, r), ", job needs ",
+                    need.Get(r), " (flavor ", s_.flavors[f].name, ")");
+  }
+
+  const std::vector<FlavorId>& Flavors(const PendingJob& job) {
+    std::unique_ptr<std::vector<FlavorId>>& slot =
+        flavors_of_[static_cast<size_t>(job.queue) * 4 +
+                    static_cast<size_t>(job.spot_policy)];
+    if (slot == nullptr) {
+      slot = std::make_unique<std::vector<FlavorId>>(
+          CandidateFlavors(s_, s_.queues[job.queue], job.spot_policy));
+    }
+    return *slot;
+  }
+
+  ShapeIndex* IndexFor(FlavorId f, const WorkerShape& shape) {
+    auto [it, inserted] = indexes_.try_emplace(KeyOfShape(f, shape), nullptr);
+    if (inserted) {
+      it->second =
+          std::make_unique<ShapeIndex>(s_, free_, nodes_of_flavor_[f], shape);
+      if (it->second->usable())
+        indexes_of_flavor_[f].push_back(it->second.get());
+    }
+    return it->second->usable() ? it->second.get() : nullptr;
+  }
+
+  PlacementResult Place(FlavorId f, const PendingJob& job) {
+    if (ShapeIndex* index = IndexFor(f, job.worker); index != nullptr)
+      return index->Place(free_, job);
+    return PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+  }
+
+  bool TryAdmit(const QueueEntry& entry, QueueId q, size_t j, Decisions& out) {
+    // A class that failed in the same state fails again the same way; this
+    // check does not touch the (cold) PendingJob.
+    ClassFailure& failure = failures_[entry.job_class];
+    if (failure.valid &&
+        failure.stamp ==
+            Stamp(*failure.flavors, quota_epoch_[root_of_queue_[q]])) {
+      reason_[j] = reason_[failure.slot];
+      message_[j] = message_[failure.slot];
+      return false;
+    }
+    const PendingJob& job = s_.pending[entry.index];
+    const Queue& queue = s_.queues[job.queue];
+    const std::vector<FlavorId>& flavors = Flavors(job);
+    const uint64_t quota_epoch = quota_epoch_[root_of_queue_[job.queue]];
+    if (flavors.empty()) {
+      reason_[j] = PendingReason::kNoEligibleFlavor;
+      message_[j] =
+          absl::StrCat("NO_ELIGIBLE_FLAVOR: queue ", queue.name,
+                       " has no quota for a flavor allowed by spot policy ",
+                       SpotPolicyName(job.spot_policy));
+      Remember(failure, flavors, quota_epoch, j);
+      return false;
+    }
+    const Resources need = job.worker.AsResources() * job.workers;
+    // "<CODE of the first flavor's failure>: <detail>; <detail>...", built in
+    // a reused buffer (policy.cc joins a vector of details; same text) and
+    // then copied once at its final size.
+    std::string& message = scratch_;
+    message.clear();
+    bool first = true;
+    auto begin_detail = [&](PendingReason reason) {
+      if (first) {
+        reason_[j] = reason;
+        absl::StrAppend(&message, PendingReasonCode(reason), ": ");
+        first = false;
+      } else {
+        absl::StrAppend(&message, "; ");
+      }
+    };
+    for (FlavorId f : flavors) {
+      Resource failed = Resource::kGpu;
+      if (!quota_.Fits(job.queue, f, need, &failed)) {
+        begin_detail(PendingReason::kQuotaExhausted);
+        AppendQuotaDetail(job, f, failed, need, message);
+      } else {
+        PlacementResult placement = Place(f, job);
+        if (placement.failure == PlacementFailure::kNone) {
+          Commit(job, f, placement.worker_nodes);
+          bool borrowing = false;
+          for (Resource r : kAllResources) {
+            if (quota_.Tracks(job.queue, f, r) &&
+                quota_.Usage(job.queue, f, r) >
+                    quota_.Nominal(job.queue, f, r)) {
+              borrowing = true;
+            }
+          }
+          out.admissions.push_back(
+              {.job = job.id,
+               .queue = job.queue,
+               .flavor = f,
+               .worker_nodes = std::move(placement.worker_nodes),
+               .borrowing = borrowing});
+          return true;
+        }
+        if (placement.failure == PlacementFailure::kNoFitTopology) {
+          begin_detail(PendingReason::kNoFitTopology);
+          absl::StrAppend(
+              &message, "no single ",
+              job.required_topology == TopologyLevel::kRack ? "rack" : "block",
+              " holds ", job.workers, " workers (best holds ",
+              placement.best_group_workers, ") (flavor ", s_.flavors[f].name,
+              ")");
+        } else {
+          begin_detail(PendingReason::kNoCapacity);
+          absl::StrAppend(&message, "free nodes hold ",
+                          placement.capacity_workers, " of ", job.workers,
+                          " workers (flavor ", s_.flavors[f].name, ")");
+        }
+      }
+    }
+    message_[j] = message;
+    Remember(failure, flavors, quota_epoch, j);
+    return false;
+  }
+
+  // Epochs only grow, so their sum changes exactly when one of them does.
+  uint64_t Stamp(const std::vector<FlavorId>& flavors,
+                 uint64_t quota_epoch) const {
+    uint64_t stamp = quota_epoch;
+    for (FlavorId f : flavors) stamp += flavor_epoch_[f];
+    return stamp;
+  }
+
+  // Slot j's reason and message stay in reason_/message_ until Run() ends.
+  void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
+                uint64_t quota_epoch, size_t j) {
+    failure.valid = true;
+    failure.flavors = &flavors;
+    failure.stamp = Stamp(flavors, quota_epoch);
+    failure.slot = j;
+  }
+
+  void Commit(const PendingJob& job, FlavorId f,
+              const std::vector<NodeId>& nodes) {
+    const Resources worker = job.worker.AsResources();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const NodeId n = nodes[i];
+      free_[n] -= worker;
+      if (i + 1 < nodes.size() && nodes[i + 1] == n) continue;
+      for (ShapeIndex* index : indexes_of_flavor_[f])
+        index->Update(n, free_[n]);
+    }
+    quota_.Add(job.queue, f, worker * job.workers);
+    share_valid_[job.queue] = false;
+    ++flavor_epoch_[f];
+    ++quota_epoch_[root_of_queue_[job.queue]];
+  }
+
+  const Snapshot& s_;
+  const PolicyConfig& config_;
+  QuotaTree quota_;
+  std::vector<Resources> free_;
+  std::vector<std::vector<NodeId>> nodes_of_flavor_;
+  Resources total_;
+  const std::vector<std::vector<QueueEntry>>& jobs_of_queue_;
+  std::vector<ClassFailure> failures_;
+  std::vector<size_t> offset_;
+  std::vector<uint8_t> admitted_;
+  std::vector<PendingReason> reason_;
+  std::vector<std::string> message_;
+  absl::flat_hash_map<ShapeKey, std::unique_ptr<ShapeIndex>> indexes_;
+  std::vector<std::vector<ShapeIndex*>> indexes_of_flavor_;
+  std::vector<int> root_of_queue_;
+  std::vector<uint64_t> quota_epoch_;
+  std::vector<uint64_t> flavor_epoch_;
+  std::vector<std::unique_ptr<std::vector<FlavorId>>> flavors_of_;
+  std::vector<double> share_;
+  std::vector<bool> share_valid_;
+  std::string scratch_;
+};
+
+Scheduler::Scheduler(Snapshot snapshot, PolicyConfig config)
+    : s_(std::move(snapshot)), config_(config) {
+  if (ValidateSnapshot(s_).ok()) Rebuild();
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::Rebuild() {
+  running_quota_.emplace(s_);
+  pending_index_.clear();
+  running_index_.clear();
+  class_ids_.clear();
+  for (size_t i = 0; i < s_.pending.size(); ++i)
+    pending_index_[s_.pending[i].id] = static_cast<int>(i);
+  for (size_t i = 0; i < s_.running.size(); ++i)
+    running_index_[s_.running[i].job] = static_cast<int>(i);
+  BuildQueues(s_, class_ids_, jobs_of_queue_);
+  built_ = true;
+}
+
+void Scheduler::BuildQueues(const Snapshot& s, ClassIds& class_ids,
+                            std::vector<std::vector<QueueEntry>>& jobs) {
+  jobs.assign(s.queues.size(), {});
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    jobs[s.pending[i].queue].push_back(
+        MakeEntry(s, class_ids, static_cast<int>(i)));
+  }
+  auto less = [](const QueueEntry& a, const QueueEntry& b) {
+    return std::tie(a.neg_priority, a.submit_time, a.id) <
+           std::tie(b.neg_priority, b.submit_time, b.id);
+  };
+  for (std::vector<QueueEntry>& queue : jobs)
+    std::sort(queue.begin(), queue.end(), less);
+}
+
+Decisions Scheduler::DecideOnce(const Snapshot& s, const PolicyConfig& config) {
+  if (!ValidateSnapshot(s).ok()) return Decide(s, config);
+  ClassIds class_ids;
+  std::vector<std::vector<QueueEntry>> jobs;
+  BuildQueues(s, class_ids, jobs);
+  const QuotaTree running_quota(s);
+  return Engine(s, config, running_quota, jobs, class_ids.size()).Run();
+}
+
+Scheduler::QueueEntry Scheduler::EntryOf(int index) {
+  return MakeEntry(s_, class_ids_, index);
+}
+
+Scheduler::QueueEntry Scheduler::MakeEntry(const Snapshot& s,
+                                           ClassIds& class_ids, int index) {
+  const PendingJob& job = s.pending[index];
+  const ClassKey key = {job.queue,
+                        job.workers,
+                        job.worker.gpus,
+                        job.worker.gpu_model,
+                        job.worker.cpu_millis,
+                        job.worker.memory_bytes,
+                        job.required_topology,
+                        job.spot_policy};
+  auto [it, inserted] =
+      class_ids.try_emplace(key, static_cast<int32_t>(class_ids.size()));
+  return {
+      .neg_priority = -int64_t{s.priority_classes[job.priority_class].value},
+      .submit_time = job.submit_time,
+      .id = job.id,
+      .index = index,
+      .job_class = it->second};
+}
+
+namespace {
+template <typename Entry>
+bool EntryLess(const Entry& a, const Entry& b) {
+  return std::tie(a.neg_priority, a.submit_time, a.id) <
+         std::tie(b.neg_priority, b.submit_time, b.id);
+}
+}  // namespace
+
+void Scheduler::InsertEntry(int index) {
+  const QueueEntry e = EntryOf(index);
+  std::vector<QueueEntry>& jobs = jobs_of_queue_[s_.pending[index].queue];
+  jobs.insert(
+      std::lower_bound(jobs.begin(), jobs.end(), e, EntryLess<QueueEntry>), e);
+}
+
+std::vector<Scheduler::QueueEntry>::iterator Scheduler::FindEntry(int index) {
+  const QueueEntry e = EntryOf(index);
+  std::vector<QueueEntry>& jobs = jobs_of_queue_[s_.pending[index].queue];
+  return std::lower_bound(jobs.begin(), jobs.end(), e, EntryLess<QueueEntry>);
+}
+
+bool Scheduler::PendingJobValid(const PendingJob& job) const {
+  auto in_range = [](int64_t id, size_t size) {
+    return id >= 0 && static_cast<size_t>(id) < size;
+  };
+  return in_range(job.queue, s_.queues.size()) &&
+         in_range(job.priority_class, s_.priority_classes.size()) &&
+         job.workers > 0 && job.worker.gpus >= 0 &&
+         job.worker.cpu_millis >= 0 && job.worker.memory_bytes >= 0 &&
+         !pending_index_.contains(job.id);
+}
+
+void Scheduler::AddPending(PendingJob job) {
+  if (built_ && !PendingJobValid(job)) built_ = false;
+  s_.pending.push_back(std::move(job));
+  if (!built_) return;
+  const int index = static_cast<int>(s_.pending.size() - 1);
+  pending_index_[s_.pending[index].id] = index;
+  InsertEntry(index);
+}
+
+void Scheduler::ErasePending(int index) {
+  const int last = static_cast<int>(s_.pending.size() - 1);
+  if (built_) {
+    auto it = FindEntry(index);
+    jobs_of_queue_[s_.pending[index].queue].erase(it);
+    pending_index_.erase(s_.pending[index].id);
+    if (index != last) {
+      FindEntry(last)->index = index;
+      pending_index_[s_.pending[last].id] = index;
+    }
+  }
+  if (index != last) s_.pending[index] = std::move(s_.pending[last]);
+  s_.pending.pop_back();
+}
+
+bool Scheduler::RemovePending(JobId id) {
+  int index = -1;
+  if (built_) {
+    auto it = pending_index_.find(id);
+    if (it != pending_index_.end()) index = it->second;
+  } else {
+    for (size_t i = 0; i < s_.pending.size(); ++i) {
+      if (s_.pending[i].id == id) {
+        index = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  if (index < 0) return false;
+  ErasePending(index);
+  return true;
+}
+
+bool Scheduler::ApplyAdmission(const Admission& a) {
+  int index = -1;
+  for (size_t i = 0; !built_ && i < s_.pending.size(); ++i) {
+    if (s_.pending[i].id == a.job) index = static_cast<int>(i);
+  }
+  if (built_) {
+    auto it = pending_index_.find(a.job);
+    if (it != pending_index_.end()) index = it->second;
+  }
+  if (index < 0) return false;
+  const PendingJob& job = s_.pending[index];
+  const Resources worker = job.worker.AsResources();
+  RunningAttempt attempt{.job = job.id,
+                         .queue = job.queue,
+                         .flavor = a.flavor,
+                         .priority_class = job.priority_class,
+                         .placement = a.worker_nodes,
+                         .resources = worker * job.workers,
+                         .start_time = s_.now};
+  for (NodeId n : a.worker_nodes) s_.nodes[n].used += worker;
+  ErasePending(index);
+  if (built_) {
+    running_quota_->Add(attempt.queue, attempt.flavor, attempt.resources);
+    running_index_[attempt.job] = static_cast<int>(s_.running.size());
+  }
+  s_.running.push_back(std::move(attempt));
+  return true;
+}
+
+bool Scheduler::CompleteRunning(JobId id) {
+  int index = -1;
+  for (size_t i = 0; !built_ && i < s_.running.size(); ++i) {
+    if (s_.running[i].job == id) index = static_cast<int>(i);
+  }
+  if (built_) {
+    auto it = running_index_.find(id);
+    if (it != running_index_.end()) index = it->second;
+  }
+  if (index < 0) return false;
+  RunningAttempt& a = s_.running[index];
+  if (!a.placement.empty()) {
+    const int64_t n = static_cast<int64_t>(a.placement.size());
+    const Resources share = {a.resources.gpus / n, a.resources.cpu_millis / n,
+                             a.resources.memory_bytes / n};
+    for (NodeId node : a.placement) s_.nodes[node].used -= share;
+  }
+  const int last = static_cast<int>(s_.running.size() - 1);
+  if (built_) {
+    Resources release = a.resources;
+    release = release * -1;
+    running_quota_->Add(a.queue, a.flavor, release);
+    running_index_.erase(id);
+    if (index != last) running_index_[s_.running[last].job] = index;
+  }
+  if (index != last) s_.running[index] = std::move(s_.running[last]);
+  s_.running.pop_back();
+  return true;
+}
+
+Decisions Scheduler::Cycle() {
+  if (!built_) {
+    if (!ValidateSnapshot(s_).ok()) return Decide(s_, config_);
+    Rebuild();
+  }
+  return Engine(s_, config_, *running_quota_, jobs_of_queue_, class_ids_.size())
+      .Run();
+}
+
+}  // namespace trainyard::scheduler::policy

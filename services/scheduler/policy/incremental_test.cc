@@ -1,0 +1,127 @@
+#include "services/scheduler/policy/incremental.h"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/snapshot.h"
+#include "services/scheduler/policy/synthetic.h"
+
+namespace trainyard::scheduler::policy {
+namespace {
+
+int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+// A small synthetic snapshot, sometimes with irregular details that make the
+// scheduler fall back to PlaceGang: unlabelled nodes, a rack split across
+// blocks, tiny CPU-only workers, partly used nodes.
+Snapshot RandomSnapshot(std::mt19937_64& rng) {
+  SyntheticSpec spec{.nodes = static_cast<int>(Uniform(rng, 1, 120)),
+                     .gpus_per_node = static_cast<int>(Uniform(rng, 1, 8)),
+                     .nodes_per_rack = static_cast<int>(Uniform(rng, 1, 6)),
+                     .racks_per_block = static_cast<int>(Uniform(rng, 1, 4)),
+                     .queues = static_cast<int>(Uniform(rng, 1, 30)),
+                     .cohorts = static_cast<int>(Uniform(rng, 0, 12)),
+                     .pending = static_cast<int>(Uniform(rng, 0, 400)),
+                     .busy_fraction = Uniform(rng, 0, 10) / 10.0,
+                     .seed = rng()};
+  Snapshot s = MakeSyntheticSnapshot(spec);
+  if (Uniform(rng, 0, 3) == 0 && !s.nodes.empty()) {
+    Node& node = s.nodes[Uniform(rng, 0, s.nodes.size() - 1)];
+    if (Uniform(rng, 0, 1) == 0) {
+      node.rack = kNoLabel;
+    } else {
+      node.block = node.block + 1;
+    }
+  }
+  for (Node& node : s.nodes) {
+    if (Uniform(rng, 0, 9) == 0) {
+      node.used.cpu_millis =
+          std::min(node.capacity.cpu_millis,
+                   node.used.cpu_millis + Uniform(rng, 0, 48000));
+    }
+  }
+  for (PendingJob& job : s.pending) {
+    if (Uniform(rng, 0, 19) == 0) {
+      job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
+    }
+  }
+  return s;
+}
+
+void ExpectSame(const Decisions& want, const Decisions& got) {
+  ASSERT_EQ(want.admissions.size(), got.admissions.size());
+  for (size_t i = 0; i < want.admissions.size(); ++i)
+    ASSERT_EQ(want.admissions[i], got.admissions[i]) << "admission " << i;
+  ASSERT_EQ(want.pending.size(), got.pending.size());
+  for (size_t i = 0; i < want.pending.size(); ++i) {
+    ASSERT_EQ(want.pending[i], got.pending[i])
+        << "pending " << i << ": " << want.pending[i].message << " vs "
+        << got.pending[i].message;
+  }
+}
+
+TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
+  std::mt19937_64 rng(20261123);
+  int admitted = 0;
+  for (int iteration = 0; iteration < 300; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Scheduler scheduler(RandomSnapshot(rng));
+    for (int cycle = 0; cycle < 4; ++cycle) {
+      SCOPED_TRACE("cycle " + std::to_string(cycle));
+      const Decisions got = scheduler.Cycle();
+      const Decisions want = Decide(scheduler.snapshot());
+      ExpectSame(want, got);
+      if (::testing::Test::HasFatalFailure()) return;
+      ExpectSame(want, Scheduler::DecideOnce(scheduler.snapshot()));
+      if (::testing::Test::HasFatalFailure()) return;
+      admitted += static_cast<int>(got.admissions.size());
+      // Steady state: admissions start running, some work completes, new
+      // jobs arrive, some pending jobs are cancelled.
+      for (const Admission& a : got.admissions)
+        ASSERT_TRUE(scheduler.ApplyAdmission(a));
+      const Snapshot& s = scheduler.snapshot();
+      std::vector<JobId> done;
+      for (const RunningAttempt& r : s.running) {
+        if (Uniform(rng, 0, 3) == 0) done.push_back(r.job);
+      }
+      for (JobId id : done) ASSERT_TRUE(scheduler.CompleteRunning(id));
+      std::vector<JobId> cancelled;
+      for (const PendingJob& j : s.pending) {
+        if (Uniform(rng, 0, 19) == 0) cancelled.push_back(j.id);
+      }
+      for (JobId id : cancelled) ASSERT_TRUE(scheduler.RemovePending(id));
+      if (!s.queues.empty()) {
+        for (int k = 0, n = static_cast<int>(Uniform(rng, 0, 30)); k < n; ++k) {
+          scheduler.AddPending(MakeSyntheticJob(
+              s, 1000000 + iteration * 1000 + cycle * 100 + k, rng));
+        }
+      }
+      scheduler.SetNow(s.now + Uniform(rng, 0, 600) * 1000 * 1000);
+    }
+  }
+  EXPECT_GT(admitted, 1000);
+}
+
+TEST(SchedulerTest, InvalidJobDefersToDecide) {
+  Scheduler scheduler(MakeSyntheticSnapshot(
+      {.nodes = 10, .queues = 3, .cohorts = 1, .pending = 20}));
+  PendingJob bad{.id = 999999, .queue = 99};
+  scheduler.AddPending(bad);
+  ExpectSame(Decide(scheduler.snapshot()), scheduler.Cycle());
+  EXPECT_EQ(scheduler.Cycle().pending.front().reason,
+            PendingReason::kInvalidSnapshot);
+  ASSERT_TRUE(scheduler.RemovePending(999999));
+  ExpectSame(Decide(scheduler.snapshot()), scheduler.Cycle());
+  const Decisions d = scheduler.Cycle();
+  for (const PendingDecision& p : d.pending)
+    EXPECT_NE(p.reason, PendingReason::kInvalidSnapshot);
+}
+
+}  // namespace
+}  // namespace trainyard::scheduler::policy

@@ -1,0 +1,226 @@
+// Benchmarks of the scheduling policy (issue 3, item 10) on a seeded synthetic
+// snapshot: 10,000 nodes x 8 GPUs, 1,000 queues in 100 cohorts, 100,000
+// pending jobs. `--small` shrinks everything 100x (the CTest smoke run).
+//   policy_bench --benchmark_out=perf-results/policy_bench.json
+//       --benchmark_out_format=json
+// It reports times and byte counts; it never asserts them.
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "services/scheduler/policy/incremental.h"
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/snapshot.h"
+#include "services/scheduler/policy/synthetic.h"
+
+namespace trainyard::scheduler::policy {
+namespace {
+
+bool g_small = false;
+// Arrivals and completions between two steady-state cycles.
+int ChurnPerCycle() { return g_small ? 3 : 300; }
+
+SyntheticSpec Spec() {
+  SyntheticSpec spec;
+  if (g_small) {
+    spec.nodes = 100;
+    spec.queues = 10;
+    spec.cohorts = 2;
+    spec.pending = 1000;
+  }
+  return spec;
+}
+
+const Snapshot& BaseSnapshot() {
+  static const Snapshot* snapshot = new Snapshot(MakeSyntheticSnapshot(Spec()));
+  return *snapshot;
+}
+
+// Bytes allocated from the heap, mmapped blocks (large vectors) included.
+int64_t HeapBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+}
+
+void SetSizeCounters(benchmark::State& state, const Snapshot& s) {
+  state.counters["nodes"] = static_cast<double>(s.nodes.size());
+  state.counters["queues"] = static_cast<double>(s.queues.size());
+  state.counters["pending"] = static_cast<double>(s.pending.size());
+  state.counters["running"] = static_cast<double>(s.running.size());
+}
+
+// (a) The full cycle: Decide() on the 100,000-job snapshot.
+void BM_DecideFullCycle(benchmark::State& state) {
+  const Snapshot& s = BaseSnapshot();
+  size_t admitted = 0;
+  for (auto _ : state) {
+    Decisions d = Decide(s);
+    admitted = d.admissions.size();
+    benchmark::DoNotOptimize(d);
+  }
+  SetSizeCounters(state, s);
+  state.counters["admitted"] = static_cast<double>(admitted);
+}
+
+// (a') The same full cycle through the incremental Scheduler (state built
+// from the snapshot beforehand; every Cycle() re-evaluates every job).
+void BM_SchedulerFullCycle(benchmark::State& state) {
+  Scheduler scheduler(BaseSnapshot());
+  size_t admitted = 0;
+  for (auto _ : state) {
+    Decisions d = scheduler.Cycle();
+    admitted = d.admissions.size();
+    benchmark::DoNotOptimize(d);
+  }
+  SetSizeCounters(state, scheduler.snapshot());
+  state.counters["admitted"] = static_cast<double>(admitted);
+}
+
+// (a'') The stateless indexed engine: what Decide() would cost if policy.cc
+// delegated to it (validation, queue orders and quota tree included).
+void BM_DecideOnceFullCycle(benchmark::State& state) {
+  const Snapshot& s = BaseSnapshot();
+  size_t admitted = 0;
+  for (auto _ : state) {
+    Decisions d = Scheduler::DecideOnce(s);
+    admitted = d.admissions.size();
+    benchmark::DoNotOptimize(d);
+  }
+  SetSizeCounters(state, s);
+  state.counters["admitted"] = static_cast<double>(admitted);
+}
+
+// Building the Scheduler's state from a snapshot (once per restart).
+void BM_SchedulerBuild(benchmark::State& state) {
+  std::unique_ptr<Scheduler> scheduler;
+  for (auto _ : state) {
+    state.PauseTiming();
+    scheduler.reset();
+    Snapshot copy = BaseSnapshot();
+    state.ResumeTiming();
+    scheduler = std::make_unique<Scheduler>(std::move(copy));
+    benchmark::DoNotOptimize(scheduler.get());
+  }
+}
+
+// Applies the last cycle's admissions, then ChurnPerCycle() completions and
+// arrivals (seeded), as between two cycles in production.
+void Churn(Scheduler& scheduler, const Decisions& last, std::mt19937_64& rng,
+           JobId& next_id) {
+  for (const Admission& a : last.admissions) scheduler.ApplyAdmission(a);
+  const Snapshot& s = scheduler.snapshot();
+  for (int i = 0; i < ChurnPerCycle() && !s.running.empty(); ++i) {
+    const size_t k =
+        std::uniform_int_distribution<size_t>(0, s.running.size() - 1)(rng);
+    scheduler.CompleteRunning(s.running[k].job);
+  }
+  for (int i = 0; i < ChurnPerCycle(); ++i)
+    scheduler.AddPending(MakeSyntheticJob(s, next_id++, rng));
+  scheduler.SetNow(s.now + int64_t{10} * 1000 * 1000);
+}
+
+// (b) Steady state: after a cycle, ChurnPerCycle() arrivals and completions,
+// then the next cycle; only the cycle is timed.
+template <bool kUseDecide>
+void BM_SteadyState(benchmark::State& state) {
+  Scheduler scheduler(BaseSnapshot());
+  std::mt19937_64 rng(7);
+  JobId next_id = 1'000'000'000;
+  Decisions last = scheduler.Cycle();
+  size_t admitted = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Churn(scheduler, last, rng, next_id);
+    state.ResumeTiming();
+    last = kUseDecide ? Decide(scheduler.snapshot()) : scheduler.Cycle();
+    admitted = last.admissions.size();
+  }
+  SetSizeCounters(state, scheduler.snapshot());
+  state.counters["admitted"] = static_cast<double>(admitted);
+  state.counters["churn"] = ChurnPerCycle();
+}
+
+// Floor for any cycle that returns full Decisions: copying (and freeing) one
+// steady-state cycle's Decisions, every pending job's message included.
+void BM_DecisionsCopyFloor(benchmark::State& state) {
+  Scheduler scheduler(BaseSnapshot());
+  std::mt19937_64 rng(7);
+  JobId next_id = 1'000'000'000;
+  Decisions last = scheduler.Cycle();
+  Churn(scheduler, last, rng, next_id);
+  last = scheduler.Cycle();
+  for (auto _ : state) {
+    Decisions copy = last;
+    benchmark::DoNotOptimize(copy);
+  }
+  state.counters["pending"] = static_cast<double>(last.pending.size());
+}
+
+// (c) Memory: heap bytes of the snapshot, of the Scheduler's copy and indexes,
+// of one cycle's Decisions, and the process's peak RSS.
+void BM_Memory(benchmark::State& state) {
+  int64_t snapshot_bytes = 0, scheduler_bytes = 0, decisions_bytes = 0;
+  for (auto _ : state) {
+    const int64_t before = HeapBytes();
+    auto snapshot = std::make_unique<Snapshot>(MakeSyntheticSnapshot(Spec()));
+    const int64_t with_snapshot = HeapBytes();
+    auto scheduler = std::make_unique<Scheduler>(*snapshot);
+    const int64_t with_scheduler = HeapBytes();
+    Decisions d = scheduler->Cycle();
+    const int64_t with_decisions = HeapBytes();
+    snapshot_bytes = with_snapshot - before;
+    scheduler_bytes = with_scheduler - with_snapshot;
+    decisions_bytes = with_decisions - with_scheduler;
+    benchmark::DoNotOptimize(d);
+  }
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["snapshot_bytes"] = static_cast<double>(snapshot_bytes);
+  state.counters["scheduler_bytes"] = static_cast<double>(scheduler_bytes);
+  state.counters["decisions_bytes"] = static_cast<double>(decisions_bytes);
+  state.counters["peak_rss_bytes"] =
+      static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+BENCHMARK(BM_DecideFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_SchedulerFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_DecideOnceFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_SchedulerBuild)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK_TEMPLATE(BM_SteadyState, false)
+    ->Name("BM_SchedulerSteadyState")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(30);
+BENCHMARK_TEMPLATE(BM_SteadyState, true)
+    ->Name("BM_DecideSteadyState")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
+BENCHMARK(BM_DecisionsCopyFloor)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Memory)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+}  // namespace trainyard::scheduler::policy
+
+int main(int argc, char** argv) {
+  // Our own flag, removed before Google Benchmark parses the rest.
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--small") == 0) {
+      trainyard::scheduler::policy::g_small = true;
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
