@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "services/scheduler/policy/placement.h"
+#include "services/scheduler/policy/preemption.h"
+#include "services/scheduler/policy/pricing.h"
 
 namespace trainyard::scheduler::policy {
 namespace {
@@ -35,28 +37,6 @@ const char* SpotPolicyName(SpotPolicy p) {
       return "required";
   }
   return "?";
-}
-
-std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const Queue& queue,
-                                       SpotPolicy p) {
-  std::vector<FlavorId> regular, spot;
-  for (const FlavorQuota& fq : queue.quotas) {
-    (s.flavors[fq.flavor].kind == FlavorKind::kSpot ? spot : regular)
-        .push_back(fq.flavor);
-  }
-  switch (p) {
-    case SpotPolicy::kNever:
-      return regular;
-    case SpotPolicy::kRequired:
-      return spot;
-    case SpotPolicy::kPreferred:
-      spot.insert(spot.end(), regular.begin(), regular.end());
-      return spot;
-    case SpotPolicy::kAllowed:
-      break;
-  }
-  regular.insert(regular.end(), spot.begin(), spot.end());
-  return regular;
 }
 
 struct HeadKey {
@@ -353,7 +333,7 @@ class Scheduler::Engine {
       root_of_queue_[q] = c;
     }
     quota_epoch_.assign(s_.cohorts.size() + s_.queues.size(), 0);
-    flavors_of_.resize(s_.queues.size() * 4);
+    flavors_of_.resize(num_classes);
     share_.assign(s_.queues.size(), 0.0);
     share_valid_.assign(s_.queues.size(), false);
     // Per-job state is indexed by slot: the job's position in the
@@ -473,13 +453,14 @@ class Scheduler::Engine {
                     need.Get(r), " (flavor ", s_.flavors[f].name, ")");
   }
 
-  const std::vector<FlavorId>& Flavors(const PendingJob& job) {
-    std::unique_ptr<std::vector<FlavorId>>& slot =
-        flavors_of_[static_cast<size_t>(job.queue) * 4 +
-                    static_cast<size_t>(job.spot_policy)];
+  // Candidate flavors depend only on the job's class (pricing.h), so they
+  // are computed once per class.
+  const std::vector<FlavorId>& Flavors(const PendingJob& job,
+                                       int32_t job_class) {
+    std::unique_ptr<std::vector<FlavorId>>& slot = flavors_of_[job_class];
     if (slot == nullptr) {
       slot = std::make_unique<std::vector<FlavorId>>(
-          CandidateFlavors(s_, s_.queues[job.queue], job.spot_policy));
+          CandidateFlavors(s_, job, config_));
     }
     return *slot;
   }
@@ -514,7 +495,7 @@ class Scheduler::Engine {
     }
     const PendingJob& job = s_.pending[entry.index];
     const Queue& queue = s_.queues[job.queue];
-    const std::vector<FlavorId>& flavors = Flavors(job);
+    const std::vector<FlavorId>& flavors = Flavors(job, entry.job_class);
     const uint64_t quota_epoch = quota_epoch_[root_of_queue_[job.queue]];
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
@@ -679,7 +660,9 @@ void Scheduler::BuildQueues(const Snapshot& s, ClassIds& class_ids,
 }
 
 Decisions Scheduler::DecideOnce(const Snapshot& s, const PolicyConfig& config) {
-  if (!ValidateSnapshot(s).ok()) return Decide(s, config);
+  // Preemption is only in policy.cc.
+  if (AnyPreemptionEnabled(s) || !ValidateSnapshot(s).ok())
+    return Decide(s, config);
   ClassIds class_ids;
   std::vector<std::vector<QueueEntry>> jobs;
   BuildQueues(s, class_ids, jobs);
@@ -701,7 +684,11 @@ Scheduler::QueueEntry Scheduler::MakeEntry(const Snapshot& s,
                         job.worker.cpu_millis,
                         job.worker.memory_bytes,
                         job.required_topology,
-                        job.spot_policy};
+                        job.spot_policy,
+                        job.expected_runtime_micros,
+                        job.time_limit_micros,
+                        job.can_checkpoint,
+                        job.checkpoint_interval_micros};
   auto [it, inserted] =
       class_ids.try_emplace(key, static_cast<int32_t>(class_ids.size()));
   return {
@@ -846,6 +833,8 @@ bool Scheduler::CompleteRunning(JobId id) {
 }
 
 Decisions Scheduler::Cycle() {
+  // Preemption is only in policy.cc.
+  if (AnyPreemptionEnabled(s_)) return Decide(s_, config_);
   if (!built_) {
     if (!ValidateSnapshot(s_).ok()) return Decide(s_, config_);
     Rebuild();

@@ -75,9 +75,12 @@ class Scheduler {
     int32_t job_class;
   };
   // Queue, gang size, worker shape (GPUs, model, CPU, memory), required
-  // topology, spot policy: everything a job's admission attempt depends on.
-  using ClassKey = std::tuple<QueueId, int32_t, int64_t, GpuModelId, int64_t,
-                              int64_t, TopologyLevel, SpotPolicy>;
+  // topology, spot policy, and what its expected cost depends on (runtime
+  // estimate, time limit, checkpointing): everything a job's admission
+  // attempt depends on.
+  using ClassKey =
+      std::tuple<QueueId, int32_t, int64_t, GpuModelId, int64_t, int64_t,
+                 TopologyLevel, SpotPolicy, int64_t, int64_t, bool, int64_t>;
 
   using ClassIds = absl::flat_hash_map<ClassKey, int32_t>;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -13,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/scheduler/policy/placement.h"
+#include "services/scheduler/policy/preemption.h"
+#include "services/scheduler/policy/pricing.h"
 #include "services/scheduler/policy/quota.h"
 
 namespace trainyard::scheduler::policy {
@@ -35,6 +38,18 @@ const char* PendingReasonCode(PendingReason reason) {
   return "UNKNOWN";
 }
 
+const char* PreemptionReasonCode(PreemptionReason reason) {
+  switch (reason) {
+    case PreemptionReason::kPreemptedByPriority:
+      return "PREEMPTED_BY_PRIORITY";
+    case PreemptionReason::kReclaimedByCohort:
+      return "RECLAIMED_BY_COHORT";
+    case PreemptionReason::kFairShare:
+      return "FAIR_SHARE";
+  }
+  return "UNKNOWN";
+}
+
 namespace {
 
 const char* SpotPolicyName(SpotPolicy p) {
@@ -49,31 +64,6 @@ const char* SpotPolicyName(SpotPolicy p) {
       return "required";
   }
   return "?";
-}
-
-// Flavors a job may use, most preferred first: the queue's flavors in the
-// queue's order, non-spot before spot (spot first for kPreferred), without
-// spot for kNever and only spot for kRequired.
-std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const Queue& queue,
-                                       SpotPolicy p) {
-  std::vector<FlavorId> regular, spot;
-  for (const FlavorQuota& fq : queue.quotas) {
-    (s.flavors[fq.flavor].kind == FlavorKind::kSpot ? spot : regular)
-        .push_back(fq.flavor);
-  }
-  switch (p) {
-    case SpotPolicy::kNever:
-      return regular;
-    case SpotPolicy::kRequired:
-      return spot;
-    case SpotPolicy::kPreferred:
-      spot.insert(spot.end(), regular.begin(), regular.end());
-      return spot;
-    case SpotPolicy::kAllowed:
-      break;
-  }
-  regular.insert(regular.end(), spot.begin(), spot.end());
-  return regular;
 }
 
 // Ordering key of a queue's head job; smaller goes first.
@@ -209,11 +199,114 @@ class Cycle {
                         need.Get(r), " (flavor ", s_.flavors[f].name, ")");
   }
 
+  // Admits job j on the first flavor where preempting running work makes it
+  // fit (preemption.h); records the preemptions.
+  bool TryPreempt(int j, const std::vector<FlavorId>& flavors,
+                  Decisions& out) {
+    const PendingJob& job = s_.pending[j];
+    if (preempted_.empty()) preempted_.assign(s_.running.size(), false);
+    const CycleState state{.quota = &quota_,
+                           .free = &free_,
+                           .nodes_of_flavor = &nodes_of_flavor_,
+                           .total = total_,
+                           .preempted = &preempted_};
+    for (FlavorId f : flavors) {
+      std::optional<PreemptionPlan> plan =
+          PlanPreemption(s_, config_, state, job, f);
+      if (!plan.has_value()) continue;
+      const int32_t priority = Priority(job);
+      // Victims keep running through their grace period: what they free
+      // beyond what the job takes stays unavailable this cycle.
+      std::vector<std::pair<NodeId, Resources>> held;
+      for (int v : plan->victims) {
+        for (NodeId n : s_.running[v].placement) held.emplace_back(n, free_[n]);
+      }
+      for (size_t k = 0; k < plan->victims.size(); ++k) {
+        const RunningAttempt& r = s_.running[plan->victims[k]];
+        preempted_[plan->victims[k]] = true;
+        ReleaseAttempt(r, quota_, free_);
+        const PreemptionReason reason = plan->reasons[k];
+        out.preemptions.push_back(
+            {.victim = r.job,
+             .victim_queue = r.queue,
+             .preemptor = job.id,
+             .reason = reason,
+             .grace_period = config_.preemption_grace_period,
+             .message = absl::StrCat(
+                 PreemptionReasonCode(reason), ": job ", job.id,
+                 " (priority ", priority, ", queue ",
+                 s_.queues[job.queue].name, ") preempts job ", r.job,
+                 " (priority ", s_.priority_classes[r.priority_class].value,
+                 ", queue ", s_.queues[r.queue].name, ") on flavor ",
+                 s_.flavors[f].name, "; ", r.resources.gpus,
+                 " GPUs lose ", (s_.now - r.last_checkpoint_time.value_or(
+                                              r.start_time)) /
+                                    1000000,
+                 " s since the last checkpoint")});
+      }
+      Commit(job, f, std::move(plan->placement.worker_nodes), out);
+      for (const auto& [n, before] : held) {
+        Resources& free = free_[n];
+        free.gpus = std::min(free.gpus, before.gpus);
+        free.cpu_millis = std::min(free.cpu_millis, before.cpu_millis);
+        free.memory_bytes = std::min(free.memory_bytes, before.memory_bytes);
+      }
+      // Nor may a later job of the cohort tree borrow the quota they free.
+      rebalancing_.insert({CohortRoot(s_, job.queue), f});
+      return true;
+    }
+    return false;
+  }
+
+  // After a preemption in the cohort tree of `job` on flavor f, later
+  // admissions there in this cycle may not borrow (they would take quota the
+  // victims still hold and undo the rebalancing). Returns the detail when the
+  // job would borrow.
+  std::optional<std::string> BorrowsWhileRebalancing(const PendingJob& job,
+                                                     FlavorId f,
+                                                     const Resources& need) {
+    if (rebalancing_.empty() || !s_.queues[job.queue].cohort.has_value() ||
+        !rebalancing_.contains({CohortRoot(s_, job.queue), f})) {
+      return std::nullopt;
+    }
+    for (Resource r : kAllResources) {
+      if (need.Get(r) > 0 && quota_.Tracks(job.queue, f, r) &&
+          quota_.Usage(job.queue, f, r) + need.Get(r) >
+              quota_.Nominal(job.queue, f, r)) {
+        return absl::StrCat("queue ", s_.queues[job.queue].name, " ",
+                            ResourceName(r), " ", quota_.Usage(job.queue, f, r),
+                            "/", quota_.Nominal(job.queue, f, r),
+                            ", job needs ", need.Get(r),
+                            ", cohort lends 0 while preemption frees quota (flavor ",
+                            s_.flavors[f].name, ")");
+      }
+    }
+    return std::nullopt;
+  }
+
+  void Commit(const PendingJob& job, FlavorId f, std::vector<NodeId> nodes,
+              Decisions& out) {
+    const Resources need = job.worker.AsResources() * job.workers;
+    for (NodeId n : nodes) free_[n] -= job.worker.AsResources();
+    quota_.Add(job.queue, f, need);
+    bool borrowing = false;
+    for (Resource r : kAllResources) {
+      if (quota_.Tracks(job.queue, f, r) &&
+          quota_.Usage(job.queue, f, r) > quota_.Nominal(job.queue, f, r)) {
+        borrowing = true;
+      }
+    }
+    out.admissions.push_back({.job = job.id,
+                              .queue = job.queue,
+                              .flavor = f,
+                              .worker_nodes = std::move(nodes),
+                              .borrowing = borrowing});
+  }
+
   bool TryAdmit(int j, Decisions& out) {
     const PendingJob& job = s_.pending[j];
     const Queue& queue = s_.queues[job.queue];
-    const std::vector<FlavorId> flavors =
-        CandidateFlavors(s_, queue, job.spot_policy);
+    const std::vector<FlavorId> flavors = CandidateFlavors(s_, job, config_);
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
       message_[j] =
@@ -227,30 +320,19 @@ class Cycle {
     for (FlavorId f : flavors) {
       Resource failed = Resource::kGpu;
       PendingReason reason;
+      std::optional<std::string> rebalancing;
       if (!quota_.Fits(job.queue, f, need, &failed)) {
         reason = PendingReason::kQuotaExhausted;
         details.push_back(QuotaDetail(job, f, failed, need));
+      } else if (rebalancing = BorrowsWhileRebalancing(job, f, need);
+                 rebalancing.has_value()) {
+        reason = PendingReason::kQuotaExhausted;
+        details.push_back(std::move(*rebalancing));
       } else {
         PlacementResult placement =
             PlaceGang(s_, free_, nodes_of_flavor_, f, job);
         if (placement.failure == PlacementFailure::kNone) {
-          for (NodeId n : placement.worker_nodes)
-            free_[n] -= job.worker.AsResources();
-          quota_.Add(job.queue, f, need);
-          bool borrowing = false;
-          for (Resource r : kAllResources) {
-            if (quota_.Tracks(job.queue, f, r) &&
-                quota_.Usage(job.queue, f, r) >
-                    quota_.Nominal(job.queue, f, r)) {
-              borrowing = true;
-            }
-          }
-          out.admissions.push_back(
-              {.job = job.id,
-               .queue = job.queue,
-               .flavor = f,
-               .worker_nodes = std::move(placement.worker_nodes),
-               .borrowing = borrowing});
+          Commit(job, f, std::move(placement.worker_nodes), out);
           return true;
         }
         if (placement.failure == PlacementFailure::kNoFitTopology) {
@@ -271,6 +353,7 @@ class Cycle {
       // The most preferred flavor's failure names the reason.
       if (details.size() == 1) reason_[j] = reason;
     }
+    if (PreemptionEnabled(queue) && TryPreempt(j, flavors, out)) return true;
     message_[j] = absl::StrCat(PendingReasonCode(reason_[j]), ": ",
                                absl::StrJoin(details, "; "));
     return false;
@@ -286,6 +369,10 @@ class Cycle {
   std::vector<bool> admitted_;
   std::vector<PendingReason> reason_;
   std::vector<std::string> message_;
+  // Per running attempt: preempted in this cycle (sized on first use).
+  std::vector<bool> preempted_;
+  // (root cohort, flavor) pairs where a preemption happened this cycle.
+  std::set<std::pair<int, FlavorId>> rebalancing_;
 };
 
 }  // namespace

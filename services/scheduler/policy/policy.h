@@ -50,9 +50,34 @@ struct PendingDecision {
                          const PendingDecision&) = default;
 };
 
+// Why a running job is preempted; PreemptionReasonCode() gives the string.
+enum class PreemptionReason {
+  kPreemptedByPriority,  // PREEMPTED_BY_PRIORITY (within its queue)
+  kReclaimedByCohort,    // RECLAIMED_BY_COHORT (it borrowed the quota)
+  kFairShare,            // FAIR_SHARE
+};
+const char* PreemptionReasonCode(PreemptionReason reason);
+
+struct Preemption {
+  // The victim (a running attempt; the whole gang is preempted).
+  JobId victim = 0;
+  QueueId victim_queue = 0;
+  // The pending job admitted in its place (in Decisions::admissions).
+  JobId preemptor = 0;
+  PreemptionReason reason = PreemptionReason::kPreemptedByPriority;
+  // Time the victim is given to checkpoint before it is stopped.
+  TimeMicros grace_period = 0;
+  // "<CODE>: <details>" for people.
+  std::string message;
+  friend bool operator==(const Preemption&, const Preemption&) = default;
+};
+
 struct Decisions {
   // In the order the policy admitted them.
   std::vector<Admission> admissions;
+  // Running attempts to stop so that some admissions fit, in decision order.
+  // An admission that needs them is only valid once they are gone.
+  std::vector<Preemption> preemptions;
   // Every job not admitted, ordered by queue id, then position.
   std::vector<PendingDecision> pending;
   friend bool operator==(const Decisions&, const Decisions&) = default;
@@ -63,6 +88,19 @@ struct PolicyConfig {
   // priority, aged jobs go first, oldest first, regardless of fair share.
   // <= 0 disables aging.
   TimeMicros aging_threshold = int64_t{3600} * 1000 * 1000;
+
+  // Expected-cost flavor choice (pricing.h).
+  // Runtime assumed for a job with neither an estimate nor a time limit.
+  TimeMicros default_expected_runtime = int64_t{3600} * 1000 * 1000;
+  // Time lost by each reclaim on top of the work since the last checkpoint
+  // (rescheduling, image pull, restore).
+  TimeMicros restart_overhead = int64_t{600} * 1000 * 1000;
+
+  // Preemption (preemption.h).
+  // A running job younger than this (now - start time) is never preempted.
+  TimeMicros min_runtime_guarantee = 0;
+  // Time a victim is given to checkpoint before it is stopped.
+  TimeMicros preemption_grace_period = int64_t{300} * 1000 * 1000;
 };
 
 Decisions Decide(const Snapshot& snapshot, const PolicyConfig& config = {});

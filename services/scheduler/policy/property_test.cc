@@ -334,5 +334,336 @@ TEST(PolicyPropertyTest, InvariantsHoldOnRandomSnapshots) {
   EXPECT_EQ(reasons.size(), 5u);
 }
 
+
+// Random preemption policies, placed running gangs with priorities, start and
+// checkpoint times on top of RandomSnapshot().
+Snapshot RandomPreemptionSnapshot(Rng& rng) {
+  Snapshot s = RandomSnapshot(rng);
+  for (Queue& q : s.queues) {
+    q.within_queue_preemption = static_cast<WithinQueuePreemption>(rng.Int(0, 2));
+    q.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(rng.Int(0, 2));
+    q.fair_share_preemption = rng.Chance(50);
+  }
+  for (PriorityClass& pc : s.priority_classes) pc.preemptible = rng.Chance(80);
+  UsageMap usage;
+  for (const RunningAttempt& r : s.running)
+    Charge(usage, s, r.queue, r.flavor, r.resources);
+  for (RunningAttempt& r : s.running) {
+    r.priority_class =
+        static_cast<PriorityClassId>(rng.Int(0, s.priority_classes.size() - 1));
+    r.start_time = s.now - rng.Int(0, 4 * kHour);
+  }
+  for (int i = 0, tries = static_cast<int>(rng.Int(0, 16)); i < tries; ++i) {
+    const QueueId q = static_cast<QueueId>(rng.Int(0, s.queues.size() - 1));
+    if (s.queues[q].quotas.empty()) continue;
+    const FlavorId f =
+        s.queues[q].quotas[rng.Int(0, s.queues[q].quotas.size() - 1)].flavor;
+    std::vector<NodeId> nodes;
+    for (NodeId n = 0; n < static_cast<NodeId>(s.nodes.size()); ++n) {
+      if (s.nodes[n].flavor == f && rng.Chance(50)) nodes.push_back(n);
+    }
+    if (nodes.empty() || nodes.size() > 3) continue;
+    int64_t gpus = 8;
+    bool room = true;
+    for (NodeId n : nodes) {
+      Resources free = s.nodes[n].capacity;
+      free -= s.nodes[n].used;
+      gpus = std::min(gpus, free.gpus);
+      room &= free.cpu_millis >= 1000 && free.memory_bytes >= kGiB;
+    }
+    if (!room || gpus <= 0) continue;
+    gpus = rng.Int(1, gpus);
+    const Resources worker{gpus, 1000, kGiB};
+    const Resources total = worker * static_cast<int64_t>(nodes.size());
+    UsageMap trial = usage;
+    Charge(trial, s, q, f, total);
+    std::string why;
+    if (!QuotaInvariantHolds(s, trial, &why)) continue;
+    usage = trial;
+    for (NodeId n : nodes) s.nodes[n].used += worker;
+    RunningAttempt r{
+        .job = 2000 + i,
+        .queue = q,
+        .flavor = f,
+        .priority_class = static_cast<PriorityClassId>(
+            rng.Int(0, s.priority_classes.size() - 1)),
+        .placement = nodes,
+        .resources = total,
+        .start_time = s.now - rng.Int(0, 4 * kHour)};
+    if (rng.Chance(60))
+      r.last_checkpoint_time = r.start_time + rng.Int(0, s.now - r.start_time);
+    s.running.push_back(r);
+  }
+  return s;
+}
+
+// The snapshot after the decisions take effect: victims leave their nodes
+// and wait again (one worker per placement entry, or one worker for
+// quota-only work; submitted when they had started), admissions run from now.
+Snapshot Apply(const Snapshot& s, const Decisions& d) {
+  Snapshot next = s;
+  std::set<JobId> victims;
+  for (const Preemption& p : d.preemptions) victims.insert(p.victim);
+  std::map<JobId, const PendingJob*> pending;
+  for (const PendingJob& j : s.pending) pending[j.id] = &j;
+  next.running.clear();
+  for (const RunningAttempt& r : s.running) {
+    if (!victims.count(r.job)) {
+      next.running.push_back(r);
+      continue;
+    }
+    const int64_t k = std::max<int64_t>(1, r.placement.size());
+    const Resources worker{r.resources.gpus / k, r.resources.cpu_millis / k,
+                           r.resources.memory_bytes / k};
+    for (NodeId n : r.placement) next.nodes[n].used -= worker;
+    next.pending.push_back({.id = r.job,
+                            .queue = r.queue,
+                            .priority_class = r.priority_class,
+                            .submit_time = r.start_time,
+                            .workers = static_cast<int32_t>(k),
+                            .worker = {.gpus = worker.gpus,
+                                       .cpu_millis = worker.cpu_millis,
+                                       .memory_bytes = worker.memory_bytes}});
+  }
+  std::set<JobId> admitted;
+  for (const Admission& a : d.admissions) {
+    const PendingJob& j = *pending.at(a.job);
+    admitted.insert(j.id);
+    for (NodeId n : a.worker_nodes) next.nodes[n].used += j.worker.AsResources();
+    next.running.push_back({.job = j.id,
+                            .queue = j.queue,
+                            .flavor = a.flavor,
+                            .priority_class = j.priority_class,
+                            .placement = a.worker_nodes,
+                            .resources = j.worker.AsResources() * j.workers,
+                            .start_time = s.now});
+  }
+  std::erase_if(next.pending,
+                [&](const PendingJob& j) { return admitted.count(j.id) > 0; });
+  return next;
+}
+
+std::optional<CohortId> RootCohort(const Snapshot& s, QueueId q) {
+  std::optional<CohortId> c = s.queues[q].cohort;
+  while (c.has_value() && s.cohorts[*c].parent.has_value())
+    c = s.cohorts[*c].parent;
+  return c;
+}
+
+TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
+  Rng rng(20261124);
+  int preemptions = 0, stability_checks = 0;
+  std::set<PreemptionReason> reasons;
+  for (int iteration = 0; iteration < 3000; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    const Snapshot s = RandomPreemptionSnapshot(rng);
+    ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
+    PolicyConfig config;
+    config.min_runtime_guarantee = rng.Chance(30) ? kHour : 0;
+    const Decisions d = Decide(s, config);
+
+    // Determinism, also with the pending and running lists reversed.
+    ASSERT_EQ(Decide(s, config), d);
+    Snapshot reversed = s;
+    std::reverse(reversed.pending.begin(), reversed.pending.end());
+    std::reverse(reversed.running.begin(), reversed.running.end());
+    ASSERT_EQ(Decide(reversed, config), d);
+
+    std::map<JobId, const PendingJob*> jobs;
+    for (const PendingJob& j : s.pending) jobs[j.id] = &j;
+    std::map<JobId, const RunningAttempt*> running;
+    for (const RunningAttempt& r : s.running) running[r.job] = &r;
+    std::set<JobId> admitted;
+    for (const Admission& a : d.admissions) {
+      ASSERT_TRUE(admitted.insert(a.job).second);
+      ASSERT_EQ(static_cast<int32_t>(a.worker_nodes.size()),
+                jobs.at(a.job)->workers)
+          << "gang split";
+    }
+
+    // Capacity and quota after removing the victims (whole gangs) and adding
+    // the admissions.
+    std::vector<Resources> free;
+    for (const Node& n : s.nodes) {
+      Resources f = n.capacity;
+      f -= n.used;
+      free.push_back(f);
+    }
+    std::set<JobId> victims;
+    for (const Preemption& p : d.preemptions) {
+      ASSERT_TRUE(victims.insert(p.victim).second) << "preempted twice";
+      ASSERT_TRUE(running.count(p.victim)) << "victim not running";
+      const RunningAttempt& r = *running.at(p.victim);
+      // Preempted work is preemptible.
+      const PriorityClass& vpc = s.priority_classes[r.priority_class];
+      ASSERT_TRUE(vpc.preemptible);
+      ASSERT_GE(s.now - r.start_time, config.min_runtime_guarantee);
+      ASSERT_EQ(p.victim_queue, r.queue);
+      ASSERT_EQ(p.grace_period, config.preemption_grace_period);
+      ASSERT_TRUE(admitted.count(p.preemptor)) << "preemptor not admitted";
+      const PendingJob& preemptor = *jobs.at(p.preemptor);
+      const Queue& pq = s.queues[preemptor.queue];
+      const int32_t pv = s.priority_classes[preemptor.priority_class].value;
+      ASSERT_TRUE(absl::StartsWith(
+          p.message, std::string(PreemptionReasonCode(p.reason)) + ": "));
+      switch (p.reason) {
+        case PreemptionReason::kPreemptedByPriority:
+          ASSERT_EQ(r.queue, preemptor.queue);
+          ASSERT_NE(pq.within_queue_preemption, WithinQueuePreemption::kNever);
+          ASSERT_TRUE(vpc.value < pv ||
+                      (vpc.value == pv &&
+                       pq.within_queue_preemption ==
+                           WithinQueuePreemption::kLowerOrNewerEqualPriority &&
+                       r.start_time > preemptor.submit_time));
+          break;
+        case PreemptionReason::kReclaimedByCohort:
+          ASSERT_NE(r.queue, preemptor.queue);
+          ASSERT_TRUE(RootCohort(s, r.queue).has_value());
+          ASSERT_EQ(RootCohort(s, r.queue), RootCohort(s, preemptor.queue));
+          ASSERT_NE(pq.reclaim_within_cohort, ReclaimWithinCohort::kNever);
+          if (pq.reclaim_within_cohort == ReclaimWithinCohort::kLowerPriority) {
+            ASSERT_LT(vpc.value, pv);
+          }
+          break;
+        case PreemptionReason::kFairShare:
+          ASSERT_NE(r.queue, preemptor.queue);
+          ASSERT_TRUE(RootCohort(s, r.queue).has_value());
+          ASSERT_EQ(RootCohort(s, r.queue), RootCohort(s, preemptor.queue));
+          ASSERT_TRUE(pq.fair_share_preemption);
+          ASSERT_LE(vpc.value, pv);
+          break;
+      }
+      reasons.insert(p.reason);
+      const int64_t k = static_cast<int64_t>(r.placement.size());
+      for (NodeId n : r.placement) {
+        free[n] += Resources{r.resources.gpus / k, r.resources.cpu_millis / k,
+                             r.resources.memory_bytes / k};
+      }
+    }
+    UsageMap usage;
+    for (const RunningAttempt& r : s.running) {
+      if (!victims.count(r.job))
+        Charge(usage, s, r.queue, r.flavor, r.resources);
+    }
+    for (const Admission& a : d.admissions) {
+      const PendingJob& job = *jobs.at(a.job);
+      for (NodeId n : a.worker_nodes) {
+        ASSERT_EQ(s.nodes[n].flavor, a.flavor);
+        free[n] -= job.worker.AsResources();
+      }
+      Charge(usage, s, a.queue, a.flavor,
+             job.worker.AsResources() * job.workers);
+    }
+    for (size_t n = 0; n < free.size(); ++n) {
+      ASSERT_GE(free[n].gpus, 0) << "node " << n;
+      ASSERT_GE(free[n].cpu_millis, 0) << "node " << n;
+      ASSERT_GE(free[n].memory_bytes, 0) << "node " << n;
+    }
+    std::string why;
+    ASSERT_TRUE(QuotaInvariantHolds(s, usage, &why)) << why;
+    preemptions += static_cast<int>(d.preemptions.size());
+
+    // Stability: once the decisions are applied (victims pending again),
+    // fair share never preempts back from a queue it just preempted for.
+    std::set<std::pair<QueueId, QueueId>> fair;  // (preemptor q, victim q)
+    for (const Preemption& p : d.preemptions) {
+      if (p.reason == PreemptionReason::kFairShare)
+        fair.insert({jobs.at(p.preemptor)->queue, p.victim_queue});
+    }
+    if (fair.empty()) continue;
+    ++stability_checks;
+    const Snapshot next = Apply(s, d);
+    ASSERT_TRUE(ValidateSnapshot(next).ok()) << ValidateSnapshot(next);
+    const Decisions again = Decide(next, config);
+    std::map<JobId, QueueId> next_queue;
+    for (const PendingJob& j : next.pending) next_queue[j.id] = j.queue;
+    for (const Preemption& p : again.preemptions) {
+      if (p.reason != PreemptionReason::kFairShare) continue;
+      ASSERT_FALSE(fair.count({p.victim_queue, next_queue.at(p.preemptor)}))
+          << "fair share preempted back: " << p.message;
+    }
+  }
+  EXPECT_GT(preemptions, 100);
+  EXPECT_GT(stability_checks, 0);
+  EXPECT_EQ(reasons.size(), 3u);
+}
+
+
+// Fair share only: a cohort with an idle lender and two queues a and b whose
+// 2-GPU jobs fill every node; a submits 2-GPU jobs. Applying the decisions
+// and re-running Decide never lets b preempt back from a (the rule's
+// guarantee: after a's last preemption, share(a) <= share(b), and b would
+// need share(b) < share(a)). Free capacity and leftovers are excluded here:
+// a queue that borrows newly free capacity may legitimately be preempted.
+TEST(PolicyPropertyTest, FairSharePreemptionIsStable) {
+  Rng rng(20261125);
+  int preempted = 0;
+  for (int iteration = 0; iteration < 2000; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Snapshot s;
+    s.now = 1000 * kHour;
+    s.flavors.push_back({.name = "f"});
+    for (int p = 0; p < 2; ++p) {
+      s.priority_classes.push_back(
+          {.name = "p" + std::to_string(p), .value = p});
+    }
+    s.cohorts.push_back({.name = "c"});
+    const int num_nodes = static_cast<int>(rng.Int(1, 4));
+    for (int n = 0; n < num_nodes; ++n) {
+      s.nodes.push_back({.name = "n" + std::to_string(n),
+                         .capacity = {8, 64000, 512 * kGiB},
+                         .block = 0,
+                         .rack = 0});
+    }
+    const std::vector<int64_t> nominal = {8 * num_nodes, rng.Int(0, 4) * 2,
+                                          rng.Int(0, 4) * 2};
+    for (int q = 0; q < 3; ++q) {
+      Queue queue{.name = std::vector<std::string>{"l", "a", "b"}[q],
+                  .cohort = 0,
+                  .weight = std::vector<double>{0.5, 1.0, 2.0}[rng.Int(0, 2)],
+                  .fair_share_preemption = q > 0};
+      FlavorQuota fq{.flavor = 0};
+      fq.resources[0] = ResourceQuota{.nominal = nominal[q]};
+      queue.quotas.push_back(fq);
+      s.queues.push_back(queue);
+    }
+    JobId id = 100;
+    for (NodeId n = 0; n < num_nodes; ++n) {
+      for (int k = 0; k < 4; ++k) {
+        s.nodes[n].used.gpus += 2;
+        s.running.push_back(
+            {.job = id++,
+             .queue = static_cast<QueueId>(rng.Int(1, 2)),
+             .priority_class = static_cast<PriorityClassId>(rng.Int(0, 1)),
+             .placement = {n},
+             .resources = {.gpus = 2},
+             .start_time = s.now - rng.Int(1, 4 * kHour)});
+      }
+    }
+    for (int j = 0, k = static_cast<int>(rng.Int(1, 8)); j < k; ++j) {
+      s.pending.push_back(
+          {.id = j + 1,
+           .queue = 1,
+           .priority_class = static_cast<PriorityClassId>(rng.Int(0, 1)),
+           .submit_time = s.now - rng.Int(0, kHour),
+           .workers = 1,
+           .worker = {.gpus = 2}});
+    }
+    ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
+    const Decisions d = Decide(s);
+    for (const Preemption& p : d.preemptions) {
+      ASSERT_EQ(p.reason, PreemptionReason::kFairShare);
+      ASSERT_EQ(p.victim_queue, 2);
+    }
+    preempted += static_cast<int>(d.preemptions.size());
+    const Snapshot next = Apply(s, d);
+    ASSERT_TRUE(ValidateSnapshot(next).ok()) << ValidateSnapshot(next);
+    for (const Preemption& p : Decide(next).preemptions) {
+      ASSERT_NE(p.victim_queue, 1) << "preempted back: " << p.message;
+    }
+  }
+  EXPECT_GT(preempted, 200);
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy

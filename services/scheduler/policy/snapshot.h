@@ -107,6 +107,19 @@ struct FlavorQuota {
 
 enum class QueueingStrategy { kStrictFifo, kBestEffortFifo };
 
+// Preemption policies of a queue, as Kueue's ClusterQueue.preemption.
+// Within the queue: which of its own running jobs a pending job may preempt.
+enum class WithinQueuePreemption {
+  kNever,
+  kLowerPriority,
+  // Lower priority, or equal priority and started later than the preemptor
+  // was submitted.
+  kLowerOrNewerEqualPriority,
+};
+// Reclaim within the cohort: when the queue is below its nominal quota, which
+// running jobs of other queues that borrow it may preempt.
+enum class ReclaimWithinCohort { kNever, kLowerPriority, kAny };
+
 struct Cohort {
   std::string name;
   std::optional<CohortId> parent;
@@ -122,6 +135,12 @@ struct Queue {
   // Order matters: flavors of the same class (non-spot / spot) are tried in
   // this order.
   std::vector<FlavorQuota> quotas;
+  // Preemption (docs/scheduling.md, "Preemption"); all off by default.
+  WithinQueuePreemption within_queue_preemption = WithinQueuePreemption::kNever;
+  ReclaimWithinCohort reclaim_within_cohort = ReclaimWithinCohort::kNever;
+  // Whether jobs of this queue may preempt borrowing jobs of other queues in
+  // its cohort tree whose fair share would stay above the preemptor's.
+  bool fair_share_preemption = false;
 };
 
 struct PriorityClass {
@@ -165,8 +184,17 @@ struct PendingJob {
   WorkerShape worker;
   TopologyLevel required_topology = TopologyLevel::kNone;
   SpotPolicy spot_policy = SpotPolicy::kAllowed;
-  // 0 = no limit. Not used yet (backfill is a later increment).
+  // 0 = no limit. Used as the expected runtime when there is no estimate.
   int64_t time_limit_micros = 0;
+  // Expected-cost flavor choice (pricing.h). Estimated runtime; 0 = unknown
+  // (the time limit, else PolicyConfig::default_expected_runtime, is used).
+  int64_t expected_runtime_micros = 0;
+  // Whether the job checkpoints; one that does not is placed on spot only
+  // under SpotPolicy::kRequired.
+  bool can_checkpoint = true;
+  // Interval between checkpoints; a reclaim loses half of it on average
+  // (0 = checkpoints continuously: only the restart overhead is lost).
+  int64_t checkpoint_interval_micros = 0;
 };
 
 struct Snapshot {

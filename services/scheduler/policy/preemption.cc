@@ -1,0 +1,280 @@
+#include "services/scheduler/policy/preemption.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "services/scheduler/policy/placement.h"
+#include "services/scheduler/policy/quota.h"
+
+namespace trainyard::scheduler::policy {
+namespace {
+
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+int64_t Saturate(__int128 v) {
+  return v > kMaxInt64 ? kMaxInt64 : static_cast<int64_t>(v);
+}
+
+// Whether q uses more than its nominal quota of flavor f for a resource the
+// job needs.
+bool Borrows(const QuotaTree& quota, QueueId q, FlavorId f,
+             const Resources& need) {
+  for (Resource r : kAllResources) {
+    if (need.Get(r) > 0 && quota.Tracks(q, f, r) &&
+        quota.Usage(q, f, r) > quota.Nominal(q, f, r)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether q stays within its nominal quota of f after taking `need`.
+bool WithinNominalAfter(const QuotaTree& quota, QueueId q, FlavorId f,
+                        const Resources& need) {
+  for (Resource r : kAllResources) {
+    if (need.Get(r) > 0 && quota.Tracks(q, f, r) &&
+        quota.Usage(q, f, r) + need.Get(r) > quota.Nominal(q, f, r)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void TakeAttempt(const RunningAttempt& r, QuotaTree& quota,
+                 std::vector<Resources>& free) {
+  // The inverse of ReleaseAttempt.
+  quota.Add(r.queue, r.flavor, r.resources);
+  if (r.placement.empty()) return;
+  const int64_t n = static_cast<int64_t>(r.placement.size());
+  for (size_t i = 0; i < r.placement.size(); ++i) {
+    Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
+                       r.resources.memory_bytes / n};
+    if (i == 0) {
+      share.gpus += r.resources.gpus % n;
+      share.cpu_millis += r.resources.cpu_millis % n;
+      share.memory_bytes += r.resources.memory_bytes % n;
+    }
+    free[r.placement[i]] -= share;
+  }
+}
+
+struct Candidate {
+  int index;
+  // Rule that allows it: 1 within queue, 2 reclaim, 3 fair share.
+  int rule;
+};
+
+}  // namespace
+
+double WeightedShare(const Snapshot& s, const QuotaTree& quota,
+                     const Resources& total, QueueId q) {
+  double dominant = 0.0;
+  for (Resource r : kAllResources) {
+    const int64_t cap = total.Get(r);
+    const int64_t above = quota.AboveNominal(q, r);
+    if (above <= 0) continue;
+    dominant = std::max(dominant,
+                        cap > 0 ? static_cast<double>(above) / cap
+                                : std::numeric_limits<double>::infinity());
+  }
+  if (dominant == 0.0) return 0.0;
+  const double w = s.queues[q].weight;
+  return w > 0.0 ? dominant / w : std::numeric_limits<double>::infinity();
+}
+
+int CohortRoot(const Snapshot& s, QueueId q) {
+  if (!s.queues[q].cohort.has_value()) return -1;
+  CohortId c = *s.queues[q].cohort;
+  while (s.cohorts[c].parent.has_value()) c = *s.cohorts[c].parent;
+  return c;
+}
+
+bool PreemptionEnabled(const Queue& queue) {
+  return queue.within_queue_preemption != WithinQueuePreemption::kNever ||
+         queue.reclaim_within_cohort != ReclaimWithinCohort::kNever ||
+         queue.fair_share_preemption;
+}
+
+bool AnyPreemptionEnabled(const Snapshot& s) {
+  return std::any_of(s.queues.begin(), s.queues.end(), PreemptionEnabled);
+}
+
+int64_t LostWork(const Snapshot& s, const RunningAttempt& r) {
+  const TimeMicros since = r.last_checkpoint_time.value_or(r.start_time);
+  const TimeMicros elapsed = std::max<TimeMicros>(0, s.now - since);
+  return Saturate(static_cast<__int128>(std::max<int64_t>(0, r.resources.gpus)) *
+                  elapsed);
+}
+
+void ReleaseAttempt(const RunningAttempt& r, QuotaTree& quota,
+                    std::vector<Resources>& free) {
+  Resources negative;
+  negative -= r.resources;
+  quota.Add(r.queue, r.flavor, negative);
+  if (r.placement.empty()) return;
+  const int64_t n = static_cast<int64_t>(r.placement.size());
+  for (size_t i = 0; i < r.placement.size(); ++i) {
+    Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
+                       r.resources.memory_bytes / n};
+    if (i == 0) {
+      share.gpus += r.resources.gpus % n;
+      share.cpu_millis += r.resources.cpu_millis % n;
+      share.memory_bytes += r.resources.memory_bytes % n;
+    }
+    free[r.placement[i]] += share;
+  }
+}
+
+std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
+                                             const PolicyConfig& config,
+                                             const CycleState& state,
+                                             const PendingJob& job,
+                                             FlavorId f) {
+  const Queue& queue = s.queues[job.queue];
+  if (!PreemptionEnabled(queue)) return std::nullopt;
+  const Resources need = job.worker.AsResources() * job.workers;
+  const int32_t priority = s.priority_classes[job.priority_class].value;
+  const int root = CohortRoot(s, job.queue);
+  const bool reclaim_ok =
+      queue.reclaim_within_cohort != ReclaimWithinCohort::kNever &&
+      WithinNominalAfter(*state.quota, job.queue, f, need);
+
+  // Eligible victims and the first rule that allows each.
+  std::vector<Candidate> candidates;
+  for (size_t i = 0; i < s.running.size(); ++i) {
+    const RunningAttempt& r = s.running[i];
+    if ((*state.preempted)[i] || r.flavor != f) continue;
+    const PriorityClass& pc = s.priority_classes[r.priority_class];
+    if (!pc.preemptible) continue;
+    if (s.now - r.start_time < config.min_runtime_guarantee) continue;
+    int rule = 0;
+    if (r.queue == job.queue) {
+      switch (queue.within_queue_preemption) {
+        case WithinQueuePreemption::kNever:
+          break;
+        case WithinQueuePreemption::kLowerPriority:
+          if (pc.value < priority) rule = 1;
+          break;
+        case WithinQueuePreemption::kLowerOrNewerEqualPriority:
+          if (pc.value < priority ||
+              (pc.value == priority && r.start_time > job.submit_time)) {
+            rule = 1;
+          }
+          break;
+      }
+    } else if (root >= 0 && CohortRoot(s, r.queue) == root) {
+      if (reclaim_ok &&
+          (queue.reclaim_within_cohort == ReclaimWithinCohort::kAny ||
+           pc.value < priority)) {
+        rule = 2;
+      } else if (queue.fair_share_preemption && pc.value <= priority) {
+        rule = 3;
+      }
+    }
+    if (rule > 0) candidates.push_back({static_cast<int>(i), rule});
+  }
+  if (candidates.empty()) return std::nullopt;
+
+  // Least lost work, then least cost (of the lost work plus a restart), then
+  // lowest priority, then newest, then job id.
+  using Key = std::tuple<int64_t, __int128, int32_t, TimeMicros, JobId, int>;
+  auto key_of = [&](int i) -> Key {
+    const RunningAttempt& r = s.running[i];
+    const int64_t lost = LostWork(s, r);
+    const __int128 gpu_micros =
+        static_cast<__int128>(lost) +
+        static_cast<__int128>(std::max<int64_t>(0, r.resources.gpus)) *
+            std::max<TimeMicros>(0, config.restart_overhead);
+    const __int128 cost =
+        gpu_micros * std::max<int64_t>(0, s.flavors[r.flavor]
+                                              .price_micros_per_gpu_hour);
+    return {lost, cost, s.priority_classes[r.priority_class].value,
+            -r.start_time, r.job, i};
+  };
+  std::vector<std::pair<Key, Candidate>> sorted;
+  sorted.reserve(candidates.size());
+  for (const Candidate& c : candidates) sorted.emplace_back(key_of(c.index), c);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+
+  auto fits = [&](const QuotaTree& quota, const std::vector<Resources>& free,
+                  PlacementResult* placement) {
+    if (!quota.Fits(job.queue, f, need)) return false;
+    PlacementResult p = PlaceGang(s, free, *state.nodes_of_flavor, f, job);
+    if (p.failure != PlacementFailure::kNone) return false;
+    if (placement != nullptr) *placement = std::move(p);
+    return true;
+  };
+
+  for (int max_rule = 1; max_rule <= 3; ++max_rule) {
+    bool new_rule = false;
+    for (const Candidate& c : candidates) new_rule |= c.rule == max_rule;
+    if (!new_rule) continue;
+    QuotaTree quota = *state.quota;
+    std::vector<Resources> free = *state.free;
+    std::vector<int> chosen;
+    std::vector<PreemptionReason> reasons;
+    bool ok = false;
+    for (const auto& [key, c] : sorted) {
+      if (c.rule > max_rule) continue;
+      const RunningAttempt& r = s.running[c.index];
+      PreemptionReason reason = PreemptionReason::kPreemptedByPriority;
+      if (c.rule == 2) {
+        if (!Borrows(quota, r.queue, f, need)) continue;
+        reason = PreemptionReason::kReclaimedByCohort;
+      } else if (c.rule == 3) {
+        if (!Borrows(quota, r.queue, f, need)) continue;
+        const double victim_with = WeightedShare(s, quota, state.total, r.queue);
+        const double mine_without =
+            WeightedShare(s, quota, state.total, job.queue);
+        ReleaseAttempt(r, quota, free);
+        const double victim_without =
+            WeightedShare(s, quota, state.total, r.queue);
+        quota.Add(job.queue, f, need);
+        const double mine_with = WeightedShare(s, quota, state.total, job.queue);
+        Resources negative;
+        negative -= need;
+        quota.Add(job.queue, f, negative);
+        if (!(mine_with <= victim_without && mine_without < victim_with)) {
+          TakeAttempt(r, quota, free);
+          continue;
+        }
+        TakeAttempt(r, quota, free);
+        reason = PreemptionReason::kFairShare;
+      }
+      ReleaseAttempt(r, quota, free);
+      chosen.push_back(c.index);
+      reasons.push_back(reason);
+      if (fits(quota, free, nullptr)) {
+        ok = true;
+        break;
+      }
+    }
+    if (!ok) continue;
+    // Give back victims that are not needed, latest first (the last one is
+    // needed: the job did not fit without it).
+    for (int k = static_cast<int>(chosen.size()) - 2; k >= 0; --k) {
+      const RunningAttempt& r = s.running[chosen[k]];
+      TakeAttempt(r, quota, free);
+      if (fits(quota, free, nullptr)) {
+        chosen.erase(chosen.begin() + k);
+        reasons.erase(reasons.begin() + k);
+      } else {
+        ReleaseAttempt(r, quota, free);
+      }
+    }
+    PreemptionPlan plan;
+    if (!fits(quota, free, &plan.placement)) continue;  // Defensive.
+    plan.victims = std::move(chosen);
+    plan.reasons = std::move(reasons);
+    return plan;
+  }
+  return std::nullopt;
+}
+
+}  // namespace trainyard::scheduler::policy

@@ -1,0 +1,91 @@
+// Preemption (issue 3 item 6): when a pending job fits no flavor, find running
+// attempts whose removal lets it fit, under its queue's policies (Kueue's
+// ClusterQueue.preemption), in this order of rules:
+//   1. within its queue (Queue::within_queue_preemption): lower priority, or
+//      also equal priority started after the preemptor was submitted ->
+//      PREEMPTED_BY_PRIORITY;
+//   2. reclaim within the cohort (Queue::reclaim_within_cohort): if the
+//      preemptor's queue stays within its nominal quota after admitting the
+//      job, jobs of other queues of its cohort tree that borrow (use more than
+//      their nominal quota of the flavor) -> RECLAIMED_BY_COHORT;
+//   3. fair share (Queue::fair_share_preemption): borrowing jobs of other
+//      queues of the cohort tree with priority <= the preemptor's, when
+//      share(victim queue without the victim) >= share(preemptor queue with
+//      the job) and share(victim queue with the victim) > share(preemptor
+//      queue without the job) -> FAIR_SHARE. The two conditions together make
+//      the reverse preemption impossible (no loops; see docs/scheduling.md).
+// Rule k is tried only if rules < k cannot free enough. Among the allowed
+// candidates, victims are taken in order of least lost work (GPUs x time since
+// the last checkpoint, or since the start), then least cost of that lost work
+// plus a restart, then lowest priority, then newest, until the job fits both
+// quota and capacity; then victims that turn out unnecessary are given back
+// (last taken kept). Never preempted: non-preemptible priority classes, jobs
+// that started less than PolicyConfig::min_runtime_guarantee ago, jobs already
+// chosen as victims this cycle. Victims are whole running attempts (gangs are
+// never split). Only victims on the flavor being tried are considered.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
+
+#include <optional>
+#include <vector>
+
+#include "services/scheduler/policy/placement.h"
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/quota.h"
+#include "services/scheduler/policy/snapshot.h"
+
+namespace trainyard::scheduler::policy {
+
+// Weighted dominant-resource share of usage above nominal (as the ordering in
+// policy.cc computes it) under `quota`; `total` is the schedulable capacity.
+double WeightedShare(const Snapshot& s, const QuotaTree& quota,
+                     const Resources& total, QueueId q);
+
+// Whether any queue of the snapshot has a preemption policy enabled (the
+// indexed engine in incremental.h has no preemption and defers to Decide()).
+bool AnyPreemptionEnabled(const Snapshot& s);
+
+// Root cohort of q's cohort tree; -1 for a queue without a cohort.
+int CohortRoot(const Snapshot& s, QueueId q);
+
+// Whether a queue has any preemption policy enabled.
+bool PreemptionEnabled(const Queue& queue);
+
+struct PreemptionPlan {
+  // Indexes into Snapshot::running, in the order they were chosen.
+  std::vector<int> victims;
+  std::vector<PreemptionReason> reasons;
+  // The job's placement once the victims are gone.
+  PlacementResult placement;
+};
+
+// The state of one cycle the search runs against: quota and free capacity
+// after this cycle's earlier admissions and preemptions.
+struct CycleState {
+  const QuotaTree* quota = nullptr;
+  const std::vector<Resources>* free = nullptr;
+  const std::vector<std::vector<NodeId>>* nodes_of_flavor = nullptr;
+  Resources total;
+  // Per running attempt: already a victim in this cycle.
+  const std::vector<bool>* preempted = nullptr;
+};
+
+// Victims that let `job` be admitted on flavor f, or nullopt. Pure.
+std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
+                                             const PolicyConfig& config,
+                                             const CycleState& state,
+                                             const PendingJob& job,
+                                             FlavorId f);
+
+// Releases a victim's quota and node resources (an equal share of its
+// resources per placement entry; the first entry takes any remainder).
+void ReleaseAttempt(const RunningAttempt& r, QuotaTree& quota,
+                    std::vector<Resources>& free);
+
+// Lost work of a running attempt: GPUs x (now - last checkpoint, or start),
+// in GPU-microseconds, saturating.
+int64_t LostWork(const Snapshot& s, const RunningAttempt& r);
+
+}  // namespace trainyard::scheduler::policy
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_

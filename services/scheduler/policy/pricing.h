@@ -1,0 +1,55 @@
+// Expected-cost flavor choice (issue 3 item 5). A flavor's expected cost for a
+// job is price per GPU-hour x GPUs x expected runtime, where the expected
+// runtime is the job's runtime inflated by the expected number of reclaims
+// (reclaim rate per hour x runtime in hours) times the work lost per reclaim
+// (half the checkpoint interval, or half the runtime for a job that cannot
+// checkpoint, plus the restart overhead). Money is integer micros; the only
+// floating-point step is the reclaim count (rate is a double), whose product
+// with the loss is rounded to the nearest microsecond with std::llround, so the
+// result is deterministic. See docs/scheduling.md.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
+#define TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/snapshot.h"
+
+namespace trainyard::scheduler::policy {
+
+inline constexpr int64_t kMicrosPerHour = int64_t{3600} * 1000 * 1000;
+
+// The runtime the cost model assumes for `job`: its estimate, else its time
+// limit, else config.default_expected_runtime.
+TimeMicros ExpectedRuntime(const PendingJob& job, const PolicyConfig& config);
+
+// Work lost by one reclaim of `job`: half its checkpoint interval (half its
+// runtime if it cannot checkpoint) plus config.restart_overhead.
+TimeMicros LossPerReclaim(const PendingJob& job, const PolicyConfig& config);
+
+// The runtime inflated by expected reclaims on `flavor`:
+// runtime + round(reclaim_rate_per_hour x runtime_hours x loss_per_reclaim).
+// Saturates at INT64_MAX.
+TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
+                           const PolicyConfig& config);
+
+// price_micros_per_gpu_hour x job GPUs x InflatedRuntime / 1 h, in micros,
+// rounded half up (128-bit intermediate); saturates at INT64_MAX.
+int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
+                           const PolicyConfig& config);
+
+// The flavors `job` may use in its queue, most preferred first:
+//   - kNever: non-spot flavors; kRequired: spot flavors; kAllowed: all;
+//     kPreferred: spot flavors first, then non-spot ones;
+//   - a job that cannot checkpoint gets spot flavors only under kRequired;
+//   - within each group (all of them for kAllowed), lowest expected cost
+//     first; ties keep the queue's order, non-spot before spot.
+// The caller tries them in order and falls back to the next on missing quota
+// or capacity.
+std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,
+                                       const PolicyConfig& config);
+
+}  // namespace trainyard::scheduler::policy
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
