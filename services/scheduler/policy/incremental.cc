@@ -24,21 +24,6 @@ namespace {
 // shape that fits more (tiny workers) is placed by PlaceGang instead.
 constexpr int64_t kMaxIndexedWorkers = 64;
 
-// Must match policy.cc (see the equivalence test).
-const char* SpotPolicyName(SpotPolicy p) {
-  switch (p) {
-    case SpotPolicy::kNever:
-      return "never";
-    case SpotPolicy::kAllowed:
-      return "allowed";
-    case SpotPolicy::kPreferred:
-      return "preferred";
-    case SpotPolicy::kRequired:
-      return "required";
-  }
-  return "?";
-}
-
 struct HeadKey {
   int64_t neg_priority;
   bool not_aged;

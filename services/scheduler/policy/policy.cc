@@ -52,20 +52,6 @@ const char* PreemptionReasonCode(PreemptionReason reason) {
 
 namespace {
 
-const char* SpotPolicyName(SpotPolicy p) {
-  switch (p) {
-    case SpotPolicy::kNever:
-      return "never";
-    case SpotPolicy::kAllowed:
-      return "allowed";
-    case SpotPolicy::kPreferred:
-      return "preferred";
-    case SpotPolicy::kRequired:
-      return "required";
-  }
-  return "?";
-}
-
 // Ordering key of a queue's head job; smaller goes first.
 struct HeadKey {
   int64_t neg_priority;  // int64: negating INT32_MIN is safe.

@@ -45,21 +45,27 @@ bool WithinNominalAfter(const QuotaTree& quota, QueueId q, FlavorId f,
   return true;
 }
 
+// What worker `i` of a running gang holds on its node: an even split of the gang's
+// resources, the remainder on worker 0.
+Resources WorkerShare(const RunningAttempt& r, size_t i) {
+  const int64_t n = static_cast<int64_t>(r.placement.size());
+  Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
+                     r.resources.memory_bytes / n};
+  if (i == 0) {
+    share.gpus += r.resources.gpus % n;
+    share.cpu_millis += r.resources.cpu_millis % n;
+    share.memory_bytes += r.resources.memory_bytes % n;
+  }
+  return share;
+}
+
 void TakeAttempt(const RunningAttempt& r, QuotaTree& quota,
                  std::vector<Resources>& free) {
   // The inverse of ReleaseAttempt.
   quota.Add(r.queue, r.flavor, r.resources);
   if (r.placement.empty()) return;
-  const int64_t n = static_cast<int64_t>(r.placement.size());
   for (size_t i = 0; i < r.placement.size(); ++i) {
-    Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
-                       r.resources.memory_bytes / n};
-    if (i == 0) {
-      share.gpus += r.resources.gpus % n;
-      share.cpu_millis += r.resources.cpu_millis % n;
-      share.memory_bytes += r.resources.memory_bytes % n;
-    }
-    free[r.placement[i]] -= share;
+    free[r.placement[i]] -= WorkerShare(r, i);
   }
 }
 
@@ -117,16 +123,8 @@ void ReleaseAttempt(const RunningAttempt& r, QuotaTree& quota,
   negative -= r.resources;
   quota.Add(r.queue, r.flavor, negative);
   if (r.placement.empty()) return;
-  const int64_t n = static_cast<int64_t>(r.placement.size());
   for (size_t i = 0; i < r.placement.size(); ++i) {
-    Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
-                       r.resources.memory_bytes / n};
-    if (i == 0) {
-      share.gpus += r.resources.gpus % n;
-      share.cpu_millis += r.resources.cpu_millis % n;
-      share.memory_bytes += r.resources.memory_bytes % n;
-    }
-    free[r.placement[i]] += share;
+    free[r.placement[i]] += WorkerShare(r, i);
   }
 }
 

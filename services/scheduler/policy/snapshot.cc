@@ -10,6 +10,20 @@
 
 namespace trainyard::scheduler::policy {
 
+const char* SpotPolicyName(SpotPolicy p) {
+  switch (p) {
+    case SpotPolicy::kNever:
+      return "never";
+    case SpotPolicy::kAllowed:
+      return "allowed";
+    case SpotPolicy::kPreferred:
+      return "preferred";
+    case SpotPolicy::kRequired:
+      return "required";
+  }
+  return "?";
+}
+
 const char* ResourceName(Resource r) {
   switch (r) {
     case Resource::kGpu:

@@ -174,6 +174,9 @@ struct WorkerShape {
 enum class TopologyLevel { kNone, kBlock, kRack };
 enum class SpotPolicy { kNever, kAllowed, kPreferred, kRequired };
 
+// "never", "allowed", "preferred", "required" (for explanations).
+const char* SpotPolicyName(SpotPolicy p);
+
 struct PendingJob {
   JobId id = 0;
   std::string name;
