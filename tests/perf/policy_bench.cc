@@ -83,20 +83,6 @@ void BM_SchedulerFullCycle(benchmark::State& state) {
   state.counters["admitted"] = static_cast<double>(admitted);
 }
 
-// (a'') The stateless indexed engine: what Decide() would cost if policy.cc
-// delegated to it (validation, queue orders and quota tree included).
-void BM_DecideOnceFullCycle(benchmark::State& state) {
-  const Snapshot& s = BaseSnapshot();
-  size_t admitted = 0;
-  for (auto _ : state) {
-    Decisions d = Scheduler::DecideOnce(s);
-    admitted = d.admissions.size();
-    benchmark::DoNotOptimize(d);
-  }
-  SetSizeCounters(state, s);
-  state.counters["admitted"] = static_cast<double>(admitted);
-}
-
 // Building the Scheduler's state from a snapshot (once per restart).
 void BM_SchedulerBuild(benchmark::State& state) {
   std::unique_ptr<Scheduler> scheduler;
@@ -191,7 +177,6 @@ void BM_Memory(benchmark::State& state) {
 
 BENCHMARK(BM_DecideFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_SchedulerFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK(BM_DecideOnceFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_SchedulerBuild)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK_TEMPLATE(BM_SteadyState, false)
     ->Name("BM_SchedulerSteadyState")

@@ -46,6 +46,23 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
                    node.used.cpu_millis + Uniform(rng, 0, 48000));
     }
   }
+  // Some snapshots preempt: every kind of policy on some queues, a
+  // non-preemptible class, checkpoints of running work.
+  if (Uniform(rng, 0, 2) == 0) {
+    for (Queue& q : s.queues) {
+      q.within_queue_preemption =
+          static_cast<WithinQueuePreemption>(Uniform(rng, 0, 2));
+      q.reclaim_within_cohort =
+          static_cast<ReclaimWithinCohort>(Uniform(rng, 0, 2));
+      q.fair_share_preemption = Uniform(rng, 0, 1) == 1;
+    }
+    if (!s.priority_classes.empty())
+      s.priority_classes.back().preemptible = false;
+    for (RunningAttempt& r : s.running) {
+      if (Uniform(rng, 0, 1) == 0)
+        r.last_checkpoint_time = r.start_time + Uniform(rng, 0, 3600) * 1000000;
+    }
+  }
   for (PendingJob& job : s.pending) {
     if (Uniform(rng, 0, 19) == 0) {
       job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
@@ -54,10 +71,14 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
   return s;
 }
 
+constexpr PolicyConfig kPlain{.use_placement_index = false,
+                              .use_equivalence_classes = false};
+
 void ExpectSame(const Decisions& want, const Decisions& got) {
   ASSERT_EQ(want.admissions.size(), got.admissions.size());
   for (size_t i = 0; i < want.admissions.size(); ++i)
     ASSERT_EQ(want.admissions[i], got.admissions[i]) << "admission " << i;
+  ASSERT_EQ(want.preemptions, got.preemptions);
   ASSERT_EQ(want.pending.size(), got.pending.size());
   for (size_t i = 0; i < want.pending.size(); ++i) {
     ASSERT_EQ(want.pending[i], got.pending[i])
@@ -69,6 +90,7 @@ void ExpectSame(const Decisions& want, const Decisions& got) {
 TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   std::mt19937_64 rng(20261123);
   int admitted = 0;
+  int preempted = 0;
   for (int iteration = 0; iteration < 300; ++iteration) {
     SCOPED_TRACE("iteration " + std::to_string(iteration));
     Scheduler scheduler(RandomSnapshot(rng));
@@ -78,11 +100,15 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
       const Decisions want = Decide(scheduler.snapshot());
       ExpectSame(want, got);
       if (::testing::Test::HasFatalFailure()) return;
-      ExpectSame(want, Scheduler::DecideOnce(scheduler.snapshot()));
+      // The speed-ups (placement index, equivalence classes) change nothing.
+      ExpectSame(want, Decide(scheduler.snapshot(), kPlain));
       if (::testing::Test::HasFatalFailure()) return;
       admitted += static_cast<int>(got.admissions.size());
-      // Steady state: admissions start running, some work completes, new
-      // jobs arrive, some pending jobs are cancelled.
+      preempted += static_cast<int>(got.preemptions.size());
+      // Steady state: victims stop, admissions start running, some work
+      // completes, new jobs arrive, some pending jobs are cancelled.
+      for (const Preemption& p : got.preemptions)
+        ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
       for (const Admission& a : got.admissions)
         ASSERT_TRUE(scheduler.ApplyAdmission(a));
       const Snapshot& s = scheduler.snapshot();
@@ -106,6 +132,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
     }
   }
   EXPECT_GT(admitted, 1000);
+  EXPECT_GT(preempted, 20);
 }
 
 TEST(SchedulerTest, InvalidJobDefersToDecide) {

@@ -101,6 +101,13 @@ struct PolicyConfig {
   TimeMicros min_runtime_guarantee = 0;
   // Time a victim is given to checkpoint before it is stopped.
   TimeMicros preemption_grace_period = int64_t{300} * 1000 * 1000;
+
+  // Speed-ups that never change a decision (engine.h); tests turn them off to
+  // check exactly that.
+  // Place gangs through the per-shape free-capacity index (else PlaceGang).
+  bool use_placement_index = true;
+  // Skip a job whose equivalence class already failed in the same state.
+  bool use_equivalence_classes = true;
 };
 
 Decisions Decide(const Snapshot& snapshot, const PolicyConfig& config = {});

@@ -45,20 +45,6 @@ bool WithinNominalAfter(const QuotaTree& quota, QueueId q, FlavorId f,
   return true;
 }
 
-// What worker `i` of a running gang holds on its node: an even split of the gang's
-// resources, the remainder on worker 0.
-Resources WorkerShare(const RunningAttempt& r, size_t i) {
-  const int64_t n = static_cast<int64_t>(r.placement.size());
-  Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
-                     r.resources.memory_bytes / n};
-  if (i == 0) {
-    share.gpus += r.resources.gpus % n;
-    share.cpu_millis += r.resources.cpu_millis % n;
-    share.memory_bytes += r.resources.memory_bytes % n;
-  }
-  return share;
-}
-
 void TakeAttempt(const RunningAttempt& r, QuotaTree& quota,
                  std::vector<Resources>& free) {
   // The inverse of ReleaseAttempt.
@@ -84,13 +70,25 @@ double WeightedShare(const Snapshot& s, const QuotaTree& quota,
     const int64_t cap = total.Get(r);
     const int64_t above = quota.AboveNominal(q, r);
     if (above <= 0) continue;
-    dominant = std::max(dominant,
-                        cap > 0 ? static_cast<double>(above) / cap
-                                : std::numeric_limits<double>::infinity());
+    dominant =
+        std::max(dominant, cap > 0 ? static_cast<double>(above) / cap
+                                   : std::numeric_limits<double>::infinity());
   }
   if (dominant == 0.0) return 0.0;
   const double w = s.queues[q].weight;
   return w > 0.0 ? dominant / w : std::numeric_limits<double>::infinity();
+}
+
+Resources WorkerShare(const RunningAttempt& r, size_t i) {
+  const int64_t n = static_cast<int64_t>(r.placement.size());
+  Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
+                     r.resources.memory_bytes / n};
+  if (i == 0) {
+    share.gpus += r.resources.gpus % n;
+    share.cpu_millis += r.resources.cpu_millis % n;
+    share.memory_bytes += r.resources.memory_bytes % n;
+  }
+  return share;
 }
 
 int CohortRoot(const Snapshot& s, QueueId q) {
@@ -106,15 +104,11 @@ bool PreemptionEnabled(const Queue& queue) {
          queue.fair_share_preemption;
 }
 
-bool AnyPreemptionEnabled(const Snapshot& s) {
-  return std::any_of(s.queues.begin(), s.queues.end(), PreemptionEnabled);
-}
-
 int64_t LostWork(const Snapshot& s, const RunningAttempt& r) {
   const TimeMicros since = r.last_checkpoint_time.value_or(r.start_time);
   const TimeMicros elapsed = std::max<TimeMicros>(0, s.now - since);
-  return Saturate(static_cast<__int128>(std::max<int64_t>(0, r.resources.gpus)) *
-                  elapsed);
+  return Saturate(
+      static_cast<__int128>(std::max<int64_t>(0, r.resources.gpus)) * elapsed);
 }
 
 void ReleaseAttempt(const RunningAttempt& r, QuotaTree& quota,
@@ -189,9 +183,9 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
         static_cast<__int128>(std::max<int64_t>(0, r.resources.gpus)) *
             std::max<TimeMicros>(0, config.restart_overhead);
     const __int128 cost =
-        gpu_micros * std::max<int64_t>(0, s.flavors[r.flavor]
-                                              .price_micros_per_gpu_hour);
-    return {lost, cost, s.priority_classes[r.priority_class].value,
+        gpu_micros *
+        std::max<int64_t>(0, s.flavors[r.flavor].price_micros_per_gpu_hour);
+    return {lost,          cost,  s.priority_classes[r.priority_class].value,
             -r.start_time, r.job, i};
   };
   std::vector<std::pair<Key, Candidate>> sorted;
@@ -227,14 +221,16 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
         reason = PreemptionReason::kReclaimedByCohort;
       } else if (c.rule == 3) {
         if (!Borrows(quota, r.queue, f, need)) continue;
-        const double victim_with = WeightedShare(s, quota, state.total, r.queue);
+        const double victim_with =
+            WeightedShare(s, quota, state.total, r.queue);
         const double mine_without =
             WeightedShare(s, quota, state.total, job.queue);
         ReleaseAttempt(r, quota, free);
         const double victim_without =
             WeightedShare(s, quota, state.total, r.queue);
         quota.Add(job.queue, f, need);
-        const double mine_with = WeightedShare(s, quota, state.total, job.queue);
+        const double mine_with =
+            WeightedShare(s, quota, state.total, job.queue);
         Resources negative;
         negative -= need;
         quota.Add(job.queue, f, negative);

@@ -26,6 +26,7 @@
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
 
+#include <cstddef>
 #include <optional>
 #include <vector>
 
@@ -40,10 +41,6 @@ namespace trainyard::scheduler::policy {
 // policy.cc computes it) under `quota`; `total` is the schedulable capacity.
 double WeightedShare(const Snapshot& s, const QuotaTree& quota,
                      const Resources& total, QueueId q);
-
-// Whether any queue of the snapshot has a preemption policy enabled (the
-// indexed engine in incremental.h has no preemption and defers to Decide()).
-bool AnyPreemptionEnabled(const Snapshot& s);
 
 // Root cohort of q's cohort tree; -1 for a queue without a cohort.
 int CohortRoot(const Snapshot& s, QueueId q);
@@ -74,8 +71,11 @@ struct CycleState {
 std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
                                              const PolicyConfig& config,
                                              const CycleState& state,
-                                             const PendingJob& job,
-                                             FlavorId f);
+                                             const PendingJob& job, FlavorId f);
+
+// What worker `i` of a running gang holds on its node: an even split of the
+// gang's resources, the remainder on worker 0.
+Resources WorkerShare(const RunningAttempt& r, size_t i);
 
 // Releases a victim's quota and node resources (an equal share of its
 // resources per placement entry; the first entry takes any remainder).

@@ -82,8 +82,7 @@ WithinQueue WithinQueueSetup(WithinQueuePreemption policy,
 }
 
 TEST(PreemptionTest, HigherPriorityPreemptsWithinItsQueue) {
-  WithinQueue w =
-      WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 0);
+  WithinQueue w = WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 0);
   PolicyConfig config;
   config.preemption_grace_period = 7 * kMinute;
   const Decisions d = Decide(w.b.Build(), config);
@@ -99,14 +98,15 @@ TEST(PreemptionTest, HigherPriorityPreemptsWithinItsQueue) {
   EXPECT_THAT(p.message, HasSubstr("preempts job 100"));
 }
 
-TEST(PreemptionTest, IndexedSchedulerDefersToDecideWhenPreemptionIsOn) {
-  WithinQueue w =
-      WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 0);
+TEST(PreemptionTest, IncrementalSchedulerAndPlainEnginePreemptAlike) {
+  WithinQueue w = WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 0);
   const Decisions want = Decide(w.b.Build());
   ASSERT_EQ(want.preemptions.size(), 1u);
   Scheduler scheduler(w.b.Build());
   EXPECT_EQ(scheduler.Cycle(), want);
-  EXPECT_EQ(Scheduler::DecideOnce(w.b.Build()), want);
+  EXPECT_EQ(Decide(w.b.Build(), {.use_placement_index = false,
+                                 .use_equivalence_classes = false}),
+            want);
 }
 
 TEST(PreemptionTest, NeverPolicyDoesNotPreempt) {
@@ -118,20 +118,20 @@ TEST(PreemptionTest, NeverPolicyDoesNotPreempt) {
 
 TEST(PreemptionTest, EqualPriorityOnlyWhenNewerAndPolicyAllows) {
   // Equal priority, victim started (2 h ago) after job 1 was submitted (3 h).
-  WithinQueue lower = WithinQueueSetup(WithinQueuePreemption::kLowerPriority,
-                                       10);
+  WithinQueue lower =
+      WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 10);
   EXPECT_TRUE(Decide(lower.b.Build()).preemptions.empty());
-  WithinQueue newer = WithinQueueSetup(
-      WithinQueuePreemption::kLowerOrNewerEqualPriority, 10);
+  WithinQueue newer =
+      WithinQueueSetup(WithinQueuePreemption::kLowerOrNewerEqualPriority, 10);
   EXPECT_THAT(Victims(Decide(newer.b.Build())), ElementsAre(100));
   // Submitted after the victim started: not newer.
-  WithinQueue older = WithinQueueSetup(
-      WithinQueuePreemption::kLowerOrNewerEqualPriority, 10);
+  WithinQueue older =
+      WithinQueueSetup(WithinQueuePreemption::kLowerOrNewerEqualPriority, 10);
   older.b.snapshot().pending[0].submit_time = older.b.snapshot().now - kHour;
   EXPECT_TRUE(Decide(older.b.Build()).preemptions.empty());
   // Higher-priority victims never.
-  WithinQueue higher = WithinQueueSetup(
-      WithinQueuePreemption::kLowerOrNewerEqualPriority, 11);
+  WithinQueue higher =
+      WithinQueueSetup(WithinQueuePreemption::kLowerOrNewerEqualPriority, 11);
   EXPECT_TRUE(Decide(higher.b.Build()).preemptions.empty());
 }
 
@@ -360,9 +360,9 @@ Snapshot Apply(const Snapshot& s, const Decisions& d) {
   for (const PendingJob& j : s.pending) pending[j.id] = &j;
   std::vector<RunningAttempt> running;
   for (const RunningAttempt& r : s.running) {
-    const bool victim = std::any_of(
-        d.preemptions.begin(), d.preemptions.end(),
-        [&](const Preemption& p) { return p.victim == r.job; });
+    const bool victim =
+        std::any_of(d.preemptions.begin(), d.preemptions.end(),
+                    [&](const Preemption& p) { return p.victim == r.job; });
     if (!victim) {
       running.push_back(r);
       continue;
@@ -379,7 +379,8 @@ Snapshot Apply(const Snapshot& s, const Decisions& d) {
   }
   for (const Admission& a : d.admissions) {
     const PendingJob& j = *pending.at(a.job);
-    for (NodeId n : a.worker_nodes) next.nodes[n].used += j.worker.AsResources();
+    for (NodeId n : a.worker_nodes)
+      next.nodes[n].used += j.worker.AsResources();
     running.push_back({.job = j.id,
                        .queue = j.queue,
                        .flavor = a.flavor,
@@ -413,8 +414,7 @@ SnapshotBuilder FairShareSetup(bool enabled) {
   b.snapshot().queues[qa].fair_share_preemption = enabled;
   b.snapshot().queues[qb].fair_share_preemption = enabled;
   for (int k = 0; k < 8; ++k) {
-    AddRunning(b, 100 + k, qb, f, {k / 4}, 2, 0, 10 * kHour,
-               (k + 1) * kMinute);
+    AddRunning(b, 100 + k, qb, f, {k / 4}, 2, 0, 10 * kHour, (k + 1) * kMinute);
   }
   for (int k = 0; k < 4; ++k) b.AddJob(1 + k, qa, 1, 2);
   return b;

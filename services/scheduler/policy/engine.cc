@@ -1,0 +1,779 @@
+#include "services/scheduler/policy/engine.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "services/scheduler/policy/placement.h"
+#include "services/scheduler/policy/preemption.h"
+#include "services/scheduler/policy/pricing.h"
+
+namespace trainyard::scheduler::policy::internal {
+namespace {
+
+// The most workers of one shape a node may hold for the index to be used; a
+// shape that fits more (tiny workers) is placed by PlaceGang instead.
+constexpr int64_t kMaxIndexedWorkers = 64;
+
+struct HeadKey {
+  int64_t neg_priority;
+  bool not_aged;
+  double share;
+  TimeMicros submit_time;
+  JobId job;
+  QueueId queue;
+  bool operator<(const HeadKey& o) const {
+    return std::tie(neg_priority, not_aged, share, submit_time, job, queue) <
+           std::tie(o.neg_priority, o.not_aged, o.share, o.submit_time, o.job,
+                    o.queue);
+  }
+};
+
+// Worker shape as placement sees it (the GPU model only matters with GPUs).
+using ShapeKey = std::tuple<FlavorId, int64_t, GpuModelId, int64_t, int64_t>;
+
+ShapeKey KeyOfShape(FlavorId f, const WorkerShape& w) {
+  return {f, w.gpus, w.gpus > 0 ? w.gpu_model : kAnyGpuModel, w.cpu_millis,
+          w.memory_bytes};
+}
+
+// Free-capacity index of one (flavor, worker shape): for every eligible node
+// how many workers it holds (k), and per rack and for the flavor a histogram
+// of k. PlaceGang's rule caps each node's k at the gang size, so a group's
+// capacity for a gang of n is sum over k of hist[k] * min(k, n). Usable only
+// when every eligible node is labelled with a rack and a block and every rack
+// lies in one block (then grouping does not depend on which nodes are
+// candidates), and no node holds more than kMaxIndexedWorkers workers.
+class ShapeIndex {
+ public:
+  ShapeIndex(const Snapshot& s, const std::vector<Resources>& free,
+             const std::vector<NodeId>& nodes, const WorkerShape& shape)
+      : shape_(shape) {
+    rack_of_node_.assign(s.nodes.size(), -1);
+    k_of_node_.assign(s.nodes.size(), 0);
+    absl::flat_hash_map<TopologyLabel, int> rack_slot, block_slot;
+    for (NodeId id : nodes) {
+      const Node& node = s.nodes[id];
+      if (!node.schedulable) continue;
+      if (shape.gpus > 0 && shape.gpu_model != kAnyGpuModel &&
+          node.gpu_model != shape.gpu_model) {
+        continue;
+      }
+      if (node.rack == kNoLabel || node.block == kNoLabel) {
+        usable_ = false;
+        return;
+      }
+      const int64_t k = WorkersThatFit(free[id], shape, kMaxIndexedWorkers + 1);
+      if (k > kMaxIndexedWorkers) {
+        usable_ = false;
+        return;
+      }
+      auto [bit, bnew] =
+          block_slot.try_emplace(node.block, static_cast<int>(blocks_.size()));
+      if (bnew) blocks_.push_back({.label = node.block});
+      auto [rit, rnew] =
+          rack_slot.try_emplace(node.rack, static_cast<int>(racks_.size()));
+      if (rnew) {
+        racks_.push_back({.label = node.rack, .block = bit->second});
+        blocks_[bit->second].racks.push_back(rit->second);
+      } else if (racks_[rit->second].block != bit->second) {
+        usable_ = false;
+        return;
+      }
+      racks_[rit->second].nodes.push_back(id);
+      rack_of_node_[id] = rit->second;
+      k_of_node_[id] = k;
+    }
+    for (NodeId id : nodes) {
+      if (rack_of_node_[id] >= 0) max_k_ = std::max(max_k_, k_of_node_[id]);
+    }
+    // k never grows during a cycle, so max_k_ bounds every histogram.
+    total_hist_.assign(max_k_ + 1, 0);
+    for (Block& block : blocks_) block.hist.assign(max_k_ + 1, 0);
+    for (Rack& rack : racks_) {
+      rack.hist.assign(max_k_ + 1, 0);
+      for (NodeId id : rack.nodes) {
+        ++rack.hist[k_of_node_[id]];
+        ++blocks_[rack.block].hist[k_of_node_[id]];
+        ++total_hist_[k_of_node_[id]];
+      }
+    }
+  }
+
+  bool usable() const { return usable_; }
+
+  // Node `id`'s free resources changed (decreased) to `free`.
+  void Update(NodeId id, const Resources& free) {
+    const int r = rack_of_node_[id];
+    if (r < 0) return;
+    const int64_t k = WorkersThatFit(free, shape_, max_k_);
+    const int64_t old = k_of_node_[id];
+    if (k == old) return;
+    const int b = racks_[r].block;
+    --racks_[r].hist[old];
+    --blocks_[b].hist[old];
+    --total_hist_[old];
+    ++racks_[r].hist[k];
+    ++blocks_[b].hist[k];
+    ++total_hist_[k];
+    k_of_node_[id] = k;
+  }
+
+  // Same result as PlaceGang(snapshot, free, ..., job) for a job of this
+  // index's flavor and shape.
+  PlacementResult Place(const std::vector<Resources>& free,
+                        const PendingJob& job) const {
+    // Called only with job.workers >= 1.
+    PlacementResult result;
+    const int64_t need = job.workers;
+    const int64_t total = Capped(total_hist_, need);
+    result.capacity_workers = std::min(total, need);
+    if (total < need) {
+      result.failure = PlacementFailure::kNoCapacity;
+      return result;
+    }
+    const bool rack_level = job.required_topology == TopologyLevel::kRack;
+    // Rack capacities are computed only where they are needed.
+    std::vector<int64_t> rack_workers(racks_.size(), -1);
+    if (rack_level) {
+      for (size_t r = 0; r < racks_.size(); ++r)
+        rack_workers[r] = Capped(racks_[r].hist, need);
+    }
+    std::vector<int64_t> block_workers(blocks_.size(), 0);
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      block_workers[b] = Capped(blocks_[b].hist, need);
+    std::vector<NodeId>& out = result.worker_nodes;
+    if (job.required_topology == TopologyLevel::kRack ||
+        job.required_topology == TopologyLevel::kBlock) {
+      const std::vector<int64_t>& workers =
+          rack_level ? rack_workers : block_workers;
+      int best = -1;
+      for (size_t g = 0; g < workers.size(); ++g) {
+        if (workers[g] <= 0) continue;
+        result.best_group_workers =
+            std::max(result.best_group_workers, workers[g]);
+        if (workers[g] < need) continue;
+        if (best < 0 || workers[g] < workers[best] ||
+            (workers[g] == workers[best] &&
+             Label(rack_level, g) < Label(rack_level, best))) {
+          best = static_cast<int>(g);
+        }
+      }
+      result.best_group_workers = std::min(result.best_group_workers, need);
+      if (best < 0) {
+        result.failure = PlacementFailure::kNoFitTopology;
+        return result;
+      }
+      if (rack_level) {
+        PlaceOnNodes(free, best, need, need, out);
+      } else {
+        PlaceOnRacks(free, rack_workers, best, need, need, out);
+      }
+      std::sort(out.begin(), out.end());
+      return result;
+    }
+    std::vector<int64_t> caps, tie;
+    std::vector<int> items;
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      if (block_workers[b] <= 0) continue;
+      items.push_back(static_cast<int>(b));
+      caps.push_back(block_workers[b]);
+      tie.push_back(blocks_[b].label);
+    }
+    for (const auto& [i, n] : ChooseFewest(caps, tie, need)) {
+      PlaceOnRacks(free, rack_workers, items[i], n, need, out);
+    }
+    std::sort(out.begin(), out.end());
+    return result;
+  }
+
+ private:
+  struct Rack {
+    TopologyLabel label;
+    int block;
+    std::vector<NodeId> nodes;  // Id order.
+    std::vector<int32_t> hist;
+  };
+  struct Block {
+    TopologyLabel label;
+    std::vector<int> racks;
+    std::vector<int32_t> hist;
+  };
+
+  static int64_t Capped(const std::vector<int32_t>& hist, int64_t cap) {
+    int64_t sum = 0;
+    for (size_t k = 1; k < hist.size(); ++k) {
+      if (hist[k] != 0) sum += hist[k] * std::min<int64_t>(k, cap);
+    }
+    return sum;
+  }
+
+  int64_t Label(bool rack_level, size_t g) const {
+    return rack_level ? racks_[g].label : blocks_[g].label;
+  }
+
+  void PlaceOnNodes(const std::vector<Resources>& free, int rack, int64_t n,
+                    int64_t cap, std::vector<NodeId>& out) const {
+    std::vector<int64_t> caps, tie;
+    std::vector<NodeId> items;
+    for (NodeId id : racks_[rack].nodes) {
+      const int64_t k = std::min<int64_t>(k_of_node_[id], cap);
+      if (k <= 0) continue;
+      items.push_back(id);
+      caps.push_back(k);
+      tie.push_back(free[id].gpus);
+    }
+    for (const auto& [i, m] : ChooseFewest(caps, tie, n)) {
+      for (int64_t w = 0; w < m; ++w) out.push_back(items[i]);
+    }
+  }
+
+  void PlaceOnRacks(const std::vector<Resources>& free,
+                    std::vector<int64_t>& rack_workers, int block, int64_t n,
+                    int64_t cap, std::vector<NodeId>& out) const {
+    std::vector<int64_t> caps, tie;
+    std::vector<int> items;
+    for (int r : blocks_[block].racks) {
+      if (rack_workers[r] < 0) rack_workers[r] = Capped(racks_[r].hist, cap);
+      if (rack_workers[r] <= 0) continue;
+      items.push_back(r);
+      caps.push_back(rack_workers[r]);
+      tie.push_back(racks_[r].label);
+    }
+    for (const auto& [i, m] : ChooseFewest(caps, tie, n)) {
+      PlaceOnNodes(free, items[i], m, cap, out);
+    }
+  }
+
+  WorkerShape shape_;
+  bool usable_ = true;
+  std::vector<Rack> racks_;
+  std::vector<Block> blocks_;
+  std::vector<int32_t> rack_of_node_;
+  std::vector<int64_t> k_of_node_;
+  std::vector<int32_t> total_hist_;
+  // The most workers any eligible node held when the index was built.
+  int64_t max_k_ = 0;
+};
+
+// What a job's class (same queue, gang size, worker shape, topology
+// requirement, spot policy) got when it last failed, and the state it saw:
+// the quota epoch of the queue's cohort tree and the capacity epoch of each
+// candidate flavor.
+struct ClassFailure {
+  bool valid = false;
+  // Quota epoch + capacity epochs of the candidate flavors when it failed.
+  uint64_t stamp = 0;
+  const std::vector<FlavorId>* flavors = nullptr;
+  // The slot of the job that failed; its reason and message are reused.
+  size_t slot = 0;
+};
+
+// One cycle (engine.h).
+class Engine {
+ public:
+  // `s` must be valid; `running_quota` charges its running work; `jobs` lists
+  // each queue's pending jobs in queue order with `num_classes` classes.
+  Engine(const Snapshot& s, const PolicyConfig& config,
+         const QuotaTree& running_quota,
+         const std::vector<std::vector<QueueEntry>>& jobs, size_t num_classes)
+      : s_(s),
+        config_(config),
+        quota_(running_quota),
+        nodes_of_flavor_(s_.flavors.size()),
+        jobs_of_queue_(jobs),
+        failures_(num_classes),
+        indexes_of_flavor_(s_.flavors.size()),
+        flavor_epoch_(s_.flavors.size(), 0) {
+    free_.reserve(s_.nodes.size());
+    for (size_t n = 0; n < s_.nodes.size(); ++n) {
+      const Node& node = s_.nodes[n];
+      Resources f = node.capacity;
+      f -= node.used;
+      free_.push_back(f);
+      nodes_of_flavor_[node.flavor].push_back(static_cast<NodeId>(n));
+      if (node.schedulable) total_ += node.capacity;
+    }
+    // Quota epochs are per root of the cohort tree.
+    root_of_queue_.resize(s_.queues.size());
+    for (size_t q = 0; q < s_.queues.size(); ++q) {
+      const auto& cohort = s_.queues[q].cohort;
+      if (!cohort.has_value()) {
+        root_of_queue_[q] = static_cast<int>(s_.cohorts.size() + q);
+        continue;
+      }
+      CohortId c = *cohort;
+      while (s_.cohorts[c].parent.has_value()) c = *s_.cohorts[c].parent;
+      root_of_queue_[q] = c;
+    }
+    quota_epoch_.assign(s_.cohorts.size() + s_.queues.size(), 0);
+    flavors_of_.resize(num_classes);
+    share_.assign(s_.queues.size(), 0.0);
+    share_valid_.assign(s_.queues.size(), false);
+    // Per-job state is indexed by slot: the job's position in the
+    // concatenation of the queues' orders, so a queue's jobs are contiguous.
+    offset_.resize(s_.queues.size() + 1, 0);
+    for (size_t q = 0; q < s_.queues.size(); ++q)
+      offset_[q + 1] = offset_[q] + jobs_of_queue_[q].size();
+  }
+
+  Decisions Run() {
+    Decisions out;
+    std::vector<size_t> cursor(s_.queues.size(), 0);
+    admitted_.assign(s_.pending.size(), 0);
+    reason_.assign(s_.pending.size(), PendingReason::kNoCapacity);
+    message_.assign(s_.pending.size(), std::string());
+    // A binary heap gives the same order as policy.cc's std::set: keys are
+    // unique (job ids are), so the smallest is well defined.
+    auto greater = [](const HeadKey& a, const HeadKey& b) { return b < a; };
+    std::vector<HeadKey> heads;
+    heads.reserve(s_.queues.size());
+    for (size_t q = 0; q < s_.queues.size(); ++q) {
+      if (!jobs_of_queue_[q].empty())
+        heads.push_back(Key(jobs_of_queue_[q][0], static_cast<QueueId>(q)));
+    }
+    std::make_heap(heads.begin(), heads.end(), greater);
+    while (!heads.empty()) {
+      std::pop_heap(heads.begin(), heads.end(), greater);
+      const HeadKey head = heads.back();
+      heads.pop_back();
+      const QueueId q = head.queue;
+      const QueueEntry& entry = jobs_of_queue_[q][cursor[q]];
+      const size_t j = offset_[q] + cursor[q]++;
+      if (TryAdmit(entry, q, j, out)) {
+        admitted_[j] = 1;
+      } else if (s_.queues[q].strategy == QueueingStrategy::kStrictFifo) {
+        const std::string message = absl::StrCat(
+            "BLOCKED_BY_STRICT_FIFO: queue ", s_.queues[q].name,
+            " is StrictFIFO and job ", entry.id, " ahead is pending (",
+            PendingReasonCode(reason_[j]), ")");
+        for (; cursor[q] < jobs_of_queue_[q].size(); ++cursor[q]) {
+          const size_t k = offset_[q] + cursor[q];
+          reason_[k] = PendingReason::kBlockedByStrictFifo;
+          message_[k] = message;
+        }
+      }
+      if (cursor[q] < jobs_of_queue_[q].size()) {
+        const QueueEntry& next = jobs_of_queue_[q][cursor[q]];
+        // It is popped about one round of all queues later: fetch what its
+        // attempt reads now, so that it is in cache by then.
+        __builtin_prefetch(&failures_[next.job_class]);
+        __builtin_prefetch(&message_[offset_[q] + cursor[q]], 1);
+        __builtin_prefetch(&s_.pending[next.index]);
+        __builtin_prefetch(
+            reinterpret_cast<const char*>(&s_.pending[next.index]) + 64);
+        heads.push_back(Key(next, q));
+        std::push_heap(heads.begin(), heads.end(), greater);
+      }
+    }
+    out.pending.reserve(s_.pending.size() - out.admissions.size());
+    for (size_t q = 0; q < s_.queues.size(); ++q) {
+      int32_t position = 0;
+      for (size_t j = offset_[q]; j < offset_[q + 1]; ++j) {
+        if (admitted_[j]) continue;
+        out.pending.push_back({.job = jobs_of_queue_[q][j - offset_[q]].id,
+                               .queue = static_cast<QueueId>(q),
+                               .reason = reason_[j],
+                               .message = std::move(message_[j]),
+                               .position = ++position});
+      }
+    }
+    return out;
+  }
+
+ private:
+  // Share() changes only when the queue's own usage does; cached per queue.
+  double CachedShare(QueueId q) {
+    if (!share_valid_[q]) {
+      share_[q] = WeightedShare(s_, quota_, total_, q);
+      share_valid_[q] = true;
+    }
+    return share_[q];
+  }
+
+  HeadKey Key(const QueueEntry& e, QueueId q) {
+    const bool aged = config_.aging_threshold > 0 &&
+                      s_.now - e.submit_time >= config_.aging_threshold;
+    return {.neg_priority = e.neg_priority,
+            .not_aged = !aged,
+            .share = aged ? 0.0 : CachedShare(q),
+            .submit_time = e.submit_time,
+            .job = e.id,
+            .queue = q};
+  }
+
+  void AppendQuotaDetail(const PendingJob& job, FlavorId f, Resource r,
+                         const Resources& need, std::string& out) const {
+    const Queue& queue = s_.queues[job.queue];
+    absl::StrAppend(&out, "queue ", queue.name, " ", ResourceName(r), " ",
+                    quota_.Usage(job.queue, f, r), "/",
+                    quota_.Nominal(job.queue, f, r), ", cohort lends ",
+                    quota_.CohortLends(job.queue, f, r), ", job needs ",
+                    need.Get(r), " (flavor ", s_.flavors[f].name, ")");
+  }
+
+  // Candidate flavors depend only on the job's class (pricing.h), so they
+  // are computed once per class.
+  const std::vector<FlavorId>& Flavors(const PendingJob& job,
+                                       int32_t job_class) {
+    std::unique_ptr<std::vector<FlavorId>>& slot = flavors_of_[job_class];
+    if (slot == nullptr) {
+      slot = std::make_unique<std::vector<FlavorId>>(
+          CandidateFlavors(s_, job, config_));
+    }
+    return *slot;
+  }
+
+  ShapeIndex* IndexFor(FlavorId f, const WorkerShape& shape) {
+    auto [it, inserted] = indexes_.try_emplace(KeyOfShape(f, shape), nullptr);
+    if (inserted) {
+      it->second =
+          std::make_unique<ShapeIndex>(s_, free_, nodes_of_flavor_[f], shape);
+      if (it->second->usable())
+        indexes_of_flavor_[f].push_back(it->second.get());
+    }
+    return it->second->usable() ? it->second.get() : nullptr;
+  }
+
+  PlacementResult Place(FlavorId f, const PendingJob& job) {
+    if (!config_.use_placement_index)
+      return PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+    if (ShapeIndex* index = IndexFor(f, job.worker); index != nullptr)
+      return index->Place(free_, job);
+    return PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+  }
+
+  bool TryAdmit(const QueueEntry& entry, QueueId q, size_t j, Decisions& out) {
+    // A class that failed in the same state fails again the same way; this
+    // check does not touch the (cold) PendingJob.
+    ClassFailure& failure = failures_[entry.job_class];
+    if (failure.valid && config_.use_equivalence_classes &&
+        failure.stamp ==
+            Stamp(*failure.flavors, quota_epoch_[root_of_queue_[q]])) {
+      reason_[j] = reason_[failure.slot];
+      message_[j] = message_[failure.slot];
+      return false;
+    }
+    const PendingJob& job = s_.pending[entry.index];
+    const Queue& queue = s_.queues[job.queue];
+    const std::vector<FlavorId>& flavors = Flavors(job, entry.job_class);
+    const uint64_t quota_epoch = quota_epoch_[root_of_queue_[job.queue]];
+    if (flavors.empty()) {
+      reason_[j] = PendingReason::kNoEligibleFlavor;
+      message_[j] =
+          absl::StrCat("NO_ELIGIBLE_FLAVOR: queue ", queue.name,
+                       " has no quota for a flavor allowed by spot policy ",
+                       SpotPolicyName(job.spot_policy));
+      Remember(failure, flavors, quota_epoch, j);
+      return false;
+    }
+    const Resources need = job.worker.AsResources() * job.workers;
+    // "<CODE of the first flavor's failure>: <detail>; <detail>...", built in
+    // a reused buffer (policy.cc joins a vector of details; same text) and
+    // then copied once at its final size.
+    std::string& message = scratch_;
+    message.clear();
+    bool first = true;
+    auto begin_detail = [&](PendingReason reason) {
+      if (first) {
+        reason_[j] = reason;
+        absl::StrAppend(&message, PendingReasonCode(reason), ": ");
+        first = false;
+      } else {
+        absl::StrAppend(&message, "; ");
+      }
+    };
+    for (FlavorId f : flavors) {
+      Resource failed = Resource::kGpu;
+      if (!quota_.Fits(job.queue, f, need, &failed)) {
+        begin_detail(PendingReason::kQuotaExhausted);
+        AppendQuotaDetail(job, f, failed, need, message);
+      } else if (BorrowsWhileRebalancing(job, f, need)) {
+        begin_detail(PendingReason::kQuotaExhausted);
+        AppendRebalancingDetail(job, f, need, message);
+      } else {
+        PlacementResult placement = Place(f, job);
+        if (placement.failure == PlacementFailure::kNone) {
+          Admit(job, f, std::move(placement.worker_nodes), out);
+          return true;
+        }
+        if (placement.failure == PlacementFailure::kNoFitTopology) {
+          begin_detail(PendingReason::kNoFitTopology);
+          absl::StrAppend(
+              &message, "no single ",
+              job.required_topology == TopologyLevel::kRack ? "rack" : "block",
+              " holds ", job.workers, " workers (best holds ",
+              placement.best_group_workers, ") (flavor ", s_.flavors[f].name,
+              ")");
+        } else {
+          begin_detail(PendingReason::kNoCapacity);
+          absl::StrAppend(&message, "free nodes hold ",
+                          placement.capacity_workers, " of ", job.workers,
+                          " workers (flavor ", s_.flavors[f].name, ")");
+        }
+      }
+    }
+    if (PreemptionEnabled(queue) && TryPreempt(job, flavors, out)) return true;
+    message_[j] = message;
+    Remember(failure, flavors, quota_epoch, j);
+    return false;
+  }
+
+  void Admit(const PendingJob& job, FlavorId f, std::vector<NodeId> nodes,
+             Decisions& out) {
+    Commit(job, f, nodes);
+    bool borrowing = false;
+    for (Resource r : kAllResources) {
+      if (quota_.Tracks(job.queue, f, r) &&
+          quota_.Usage(job.queue, f, r) > quota_.Nominal(job.queue, f, r)) {
+        borrowing = true;
+      }
+    }
+    out.admissions.push_back({.job = job.id,
+                              .queue = job.queue,
+                              .flavor = f,
+                              .worker_nodes = std::move(nodes),
+                              .borrowing = borrowing});
+  }
+
+  // After a preemption in the cohort tree of `job` on flavor f, later
+  // admissions there in this cycle may not borrow: they would take quota the
+  // victims still hold and undo the rebalancing.
+  bool BorrowsWhileRebalancing(const PendingJob& job, FlavorId f,
+                               const Resources& need) const {
+    if (rebalancing_.empty() || !s_.queues[job.queue].cohort.has_value() ||
+        !rebalancing_.contains({root_of_queue_[job.queue], f})) {
+      return false;
+    }
+    for (Resource r : kAllResources) {
+      if (need.Get(r) > 0 && quota_.Tracks(job.queue, f, r) &&
+          quota_.Usage(job.queue, f, r) + need.Get(r) >
+              quota_.Nominal(job.queue, f, r)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void AppendRebalancingDetail(const PendingJob& job, FlavorId f,
+                               const Resources& need, std::string& out) const {
+    for (Resource r : kAllResources) {
+      if (need.Get(r) > 0 && quota_.Tracks(job.queue, f, r) &&
+          quota_.Usage(job.queue, f, r) + need.Get(r) >
+              quota_.Nominal(job.queue, f, r)) {
+        absl::StrAppend(&out, "queue ", s_.queues[job.queue].name, " ",
+                        ResourceName(r), " ", quota_.Usage(job.queue, f, r),
+                        "/", quota_.Nominal(job.queue, f, r), ", job needs ",
+                        need.Get(r),
+                        ", cohort lends 0 while preemption frees quota "
+                        "(flavor ",
+                        s_.flavors[f].name, ")");
+        return;
+      }
+    }
+  }
+
+  // Admits `job` on the first flavor where preempting running work makes it
+  // fit (preemption.h) and records the preemptions.
+  bool TryPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors,
+                  Decisions& out) {
+    if (preempted_.empty()) preempted_.assign(s_.running.size(), false);
+    const CycleState state{.quota = &quota_,
+                           .free = &free_,
+                           .nodes_of_flavor = &nodes_of_flavor_,
+                           .total = total_,
+                           .preempted = &preempted_};
+    for (FlavorId f : flavors) {
+      std::optional<PreemptionPlan> plan =
+          PlanPreemption(s_, config_, state, job, f);
+      if (!plan.has_value()) continue;
+      const int32_t priority = s_.priority_classes[job.priority_class].value;
+      // Victims keep running through their grace period: what they free
+      // beyond what the job takes stays unavailable this cycle.
+      std::vector<std::pair<NodeId, Resources>> held;
+      for (int v : plan->victims) {
+        for (NodeId n : s_.running[v].placement) held.emplace_back(n, free_[n]);
+      }
+      for (size_t k = 0; k < plan->victims.size(); ++k) {
+        const RunningAttempt& r = s_.running[plan->victims[k]];
+        preempted_[plan->victims[k]] = true;
+        ReleaseAttempt(r, quota_, free_);
+        share_valid_[r.queue] = false;
+        ++quota_epoch_[root_of_queue_[r.queue]];
+        ++flavor_epoch_[r.flavor];
+        const PreemptionReason reason = plan->reasons[k];
+        out.preemptions.push_back(
+            {.victim = r.job,
+             .victim_queue = r.queue,
+             .preemptor = job.id,
+             .reason = reason,
+             .grace_period = config_.preemption_grace_period,
+             .message = absl::StrCat(
+                 PreemptionReasonCode(reason), ": job ", job.id, " (priority ",
+                 priority, ", queue ", s_.queues[job.queue].name,
+                 ") preempts job ", r.job, " (priority ",
+                 s_.priority_classes[r.priority_class].value, ", queue ",
+                 s_.queues[r.queue].name, ") on flavor ", s_.flavors[f].name,
+                 "; ", r.resources.gpus, " GPUs lose ",
+                 (s_.now - r.last_checkpoint_time.value_or(r.start_time)) /
+                     1000000,
+                 " s since the last checkpoint")});
+      }
+      // Commit() only lowers free capacity, as the indexes require: restore
+      // the victims' nodes to what they had before (they are still busy), and
+      // charge the job's workers on top only where the victims' release does
+      // not cover them.
+      std::vector<NodeId> nodes = std::move(plan->placement.worker_nodes);
+      for (NodeId n : nodes) free_[n] -= job.worker.AsResources();
+      for (const auto& [n, before] : held) {
+        Resources& free = free_[n];
+        free.gpus = std::min(free.gpus, before.gpus);
+        free.cpu_millis = std::min(free.cpu_millis, before.cpu_millis);
+        free.memory_bytes = std::min(free.memory_bytes, before.memory_bytes);
+      }
+      for (NodeId n : nodes) free_[n] += job.worker.AsResources();
+      Admit(job, f, std::move(nodes), out);
+      for (const auto& [n, before] : held) {
+        for (ShapeIndex* index : indexes_of_flavor_[s_.nodes[n].flavor])
+          index->Update(n, free_[n]);
+      }
+      // Nor may a later job of the cohort tree borrow the quota they free.
+      rebalancing_.insert({root_of_queue_[job.queue], f});
+      return true;
+    }
+    return false;
+  }
+
+  // Epochs only grow, so their sum changes exactly when one of them does.
+  uint64_t Stamp(const std::vector<FlavorId>& flavors,
+                 uint64_t quota_epoch) const {
+    uint64_t stamp = quota_epoch;
+    for (FlavorId f : flavors) stamp += flavor_epoch_[f];
+    return stamp;
+  }
+
+  // Slot j's reason and message stay in reason_/message_ until Run() ends.
+  void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
+                uint64_t quota_epoch, size_t j) {
+    failure.valid = true;
+    failure.flavors = &flavors;
+    failure.stamp = Stamp(flavors, quota_epoch);
+    failure.slot = j;
+  }
+
+  void Commit(const PendingJob& job, FlavorId f,
+              const std::vector<NodeId>& nodes) {
+    const Resources worker = job.worker.AsResources();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const NodeId n = nodes[i];
+      free_[n] -= worker;
+      if (i + 1 < nodes.size() && nodes[i + 1] == n) continue;
+      for (ShapeIndex* index : indexes_of_flavor_[f])
+        index->Update(n, free_[n]);
+    }
+    quota_.Add(job.queue, f, worker * job.workers);
+    share_valid_[job.queue] = false;
+    ++flavor_epoch_[f];
+    ++quota_epoch_[root_of_queue_[job.queue]];
+  }
+
+  const Snapshot& s_;
+  const PolicyConfig& config_;
+  QuotaTree quota_;
+  std::vector<Resources> free_;
+  std::vector<std::vector<NodeId>> nodes_of_flavor_;
+  Resources total_;
+  const std::vector<std::vector<QueueEntry>>& jobs_of_queue_;
+  std::vector<ClassFailure> failures_;
+  std::vector<size_t> offset_;
+  std::vector<uint8_t> admitted_;
+  std::vector<PendingReason> reason_;
+  std::vector<std::string> message_;
+  absl::flat_hash_map<ShapeKey, std::unique_ptr<ShapeIndex>> indexes_;
+  std::vector<std::vector<ShapeIndex*>> indexes_of_flavor_;
+  std::vector<int> root_of_queue_;
+  std::vector<uint64_t> quota_epoch_;
+  std::vector<uint64_t> flavor_epoch_;
+  std::vector<std::unique_ptr<std::vector<FlavorId>>> flavors_of_;
+  std::vector<double> share_;
+  std::vector<bool> share_valid_;
+  std::string scratch_;
+  // Per running attempt: preempted in this cycle (sized on first use).
+  std::vector<bool> preempted_;
+  // (root of the cohort tree, flavor) pairs where a preemption happened.
+  absl::flat_hash_set<std::pair<int, FlavorId>> rebalancing_;
+};
+
+}  // namespace
+
+bool EntryLess(const QueueEntry& a, const QueueEntry& b) {
+  return std::tie(a.neg_priority, a.submit_time, a.id) <
+         std::tie(b.neg_priority, b.submit_time, b.id);
+}
+
+int32_t ClassTable::ClassOf(const Snapshot& s, const PendingJob& job) {
+  const Queue& queue = s.queues[job.queue];
+  // Preemption rules compare priorities (and, for LowerOrNewerEqualPriority,
+  // start and submit times), so there the class also holds them.
+  const bool preempts = PreemptionEnabled(queue);
+  const Key key = {
+      job.queue,
+      job.workers,
+      job.worker.gpus,
+      job.worker.gpu_model,
+      job.worker.cpu_millis,
+      job.worker.memory_bytes,
+      job.required_topology,
+      job.spot_policy,
+      job.expected_runtime_micros,
+      job.time_limit_micros,
+      job.can_checkpoint,
+      job.checkpoint_interval_micros,
+      preempts ? s.priority_classes[job.priority_class].value : 0,
+      preempts && queue.within_queue_preemption ==
+                      WithinQueuePreemption::kLowerOrNewerEqualPriority
+          ? job.submit_time
+          : 0};
+  return ids_.try_emplace(key, static_cast<int32_t>(ids_.size())).first->second;
+}
+
+QueueEntry MakeEntry(const Snapshot& s, ClassTable& classes, int index) {
+  const PendingJob& job = s.pending[index];
+  return {
+      .neg_priority = -int64_t{s.priority_classes[job.priority_class].value},
+      .submit_time = job.submit_time,
+      .id = job.id,
+      .index = index,
+      .job_class = classes.ClassOf(s, job)};
+}
+
+void BuildQueues(const Snapshot& s, ClassTable& classes,
+                 std::vector<std::vector<QueueEntry>>& jobs) {
+  jobs.assign(s.queues.size(), {});
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    jobs[s.pending[i].queue].push_back(
+        MakeEntry(s, classes, static_cast<int>(i)));
+  }
+  for (std::vector<QueueEntry>& queue : jobs)
+    std::sort(queue.begin(), queue.end(), EntryLess);
+}
+
+Decisions RunCycle(const Snapshot& s, const PolicyConfig& config,
+                   const QuotaTree& running_quota,
+                   const std::vector<std::vector<QueueEntry>>& jobs,
+                   size_t num_classes) {
+  return Engine(s, config, running_quota, jobs, num_classes).Run();
+}
+
+}  // namespace trainyard::scheduler::policy::internal
