@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "services/scheduler/policy/fragmentation.h"
 #include "services/scheduler/policy/incremental.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
@@ -175,6 +176,35 @@ void BM_Memory(benchmark::State& state) {
       static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
+// Fragmentation (fragmentation.h) of the snapshot after one full cycle:
+// MeasureFragmentation() charging Decide()'s admissions is timed (the cycle
+// itself is not); the ratio and whole-free nodes before and after the cycle
+// are reported.
+void BM_Fragmentation(benchmark::State& state) {
+  const Snapshot& s = BaseSnapshot();
+  const Decisions d = Decide(s);
+  const FragmentationReport before = MeasureFragmentation(s);
+  FragmentationReport after;
+  for (auto _ : state) {
+    after = MeasureFragmentation(s, d.admissions);
+    benchmark::DoNotOptimize(after);
+  }
+  SetSizeCounters(state, s);
+  state.counters["admitted"] = static_cast<double>(d.admissions.size());
+  state.counters["fragmentation_before"] = before.total.fragmentation;
+  state.counters["fragmentation_after"] = after.total.fragmentation;
+  state.counters["whole_free_nodes_before"] =
+      static_cast<double>(before.total.whole_free_nodes);
+  state.counters["whole_free_nodes_after"] =
+      static_cast<double>(after.total.whole_free_nodes);
+  state.counters["free_gpus_before"] =
+      static_cast<double>(before.total.free_gpus);
+  state.counters["free_gpus_after"] =
+      static_cast<double>(after.total.free_gpus);
+  state.counters["skipped_workers"] =
+      static_cast<double>(after.skipped_workers);
+}
+
 BENCHMARK(BM_DecideFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_SchedulerFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_SchedulerBuild)->Unit(benchmark::kMillisecond)->Iterations(5);
@@ -188,6 +218,7 @@ BENCHMARK_TEMPLATE(BM_SteadyState, true)
     ->Iterations(3);
 BENCHMARK(BM_DecisionsCopyFloor)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memory)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Fragmentation)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace trainyard::scheduler::policy

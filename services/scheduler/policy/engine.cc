@@ -15,6 +15,7 @@
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "services/scheduler/policy/placement.h"
 #include "services/scheduler/policy/preemption.h"
 #include "services/scheduler/policy/pricing.h"
@@ -278,6 +279,10 @@ struct ClassFailure {
   const std::vector<FlavorId>* flavors = nullptr;
   // The slot of the job that failed; its reason and message are reused.
   size_t slot = 0;
+  // Whether it went on to a reservation search (which failed); a job that
+  // reuses the failure counts that search too, so that the search limit is
+  // reached exactly as without the shortcut.
+  bool searched = false;
 };
 
 // One cycle (engine.h).
@@ -321,6 +326,10 @@ class Engine {
     flavors_of_.resize(num_classes);
     share_.assign(s_.queues.size(), 0.0);
     share_valid_.assign(s_.queues.size(), false);
+    budget_remaining_.reserve(s_.budgets.size());
+    for (const Budget& b : s_.budgets)
+      budget_remaining_.push_back(b.remaining_micros);
+    budget_epoch_.assign(s_.budgets.size(), 0);
     // Per-job state is indexed by slot: the job's position in the
     // concatenation of the queues' orders, so a queue's jobs are contiguous.
     offset_.resize(s_.queues.size() + 1, 0);
@@ -459,8 +468,8 @@ class Engine {
     // check does not touch the (cold) PendingJob.
     ClassFailure& failure = failures_[entry.job_class];
     if (failure.valid && config_.use_equivalence_classes &&
-        failure.stamp ==
-            Stamp(*failure.flavors, quota_epoch_[root_of_queue_[q]])) {
+        failure.stamp == Stamp(*failure.flavors, q)) {
+      if (failure.searched) StartSearch();
       reason_[j] = reason_[failure.slot];
       message_[j] = message_[failure.slot];
       return false;
@@ -468,14 +477,14 @@ class Engine {
     const PendingJob& job = s_.pending[entry.index];
     const Queue& queue = s_.queues[job.queue];
     const std::vector<FlavorId>& flavors = Flavors(job, entry.job_class);
-    const uint64_t quota_epoch = quota_epoch_[root_of_queue_[job.queue]];
+    const uint64_t stamp = Stamp(flavors, job.queue);
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
       message_[j] =
           absl::StrCat("NO_ELIGIBLE_FLAVOR: queue ", queue.name,
                        " has no quota for a flavor allowed by spot policy ",
                        SpotPolicyName(job.spot_policy));
-      Remember(failure, flavors, quota_epoch, j);
+      Remember(failure, flavors, stamp, j);
       return false;
     }
     const Resources need = job.worker.AsResources() * job.workers;
@@ -494,8 +503,22 @@ class Engine {
         absl::StrAppend(&message, "; ");
       }
     };
+    // Flavors within budget (preemption may free quota and capacity, not
+    // money) and flavors where only capacity is missing (a reservation may
+    // wait for it).
+    std::vector<FlavorId> affordable, reservable;
     for (FlavorId f : flavors) {
       Resource failed = Resource::kGpu;
+      int64_t cost = 0;
+      if (!Affordable(job, f, &cost)) {
+        begin_detail(PendingReason::kBudgetHold);
+        absl::StrAppend(&message, "budget ", s_.budgets[*queue.budget].name,
+                        " has ", FormatMicros(budget_remaining_[*queue.budget]),
+                        " left, expected cost ", FormatMicros(cost),
+                        " (flavor ", s_.flavors[f].name, ")");
+        continue;
+      }
+      affordable.push_back(f);
       if (!quota_.Fits(job.queue, f, need, &failed)) {
         begin_detail(PendingReason::kQuotaExhausted);
         AppendQuotaDetail(job, f, failed, need, message);
@@ -508,6 +531,8 @@ class Engine {
           Admit(job, f, std::move(placement.worker_nodes), out);
           return true;
         }
+        if (TryBackfill(job, f, out)) return true;
+        reservable.push_back(f);
         if (placement.failure == PlacementFailure::kNoFitTopology) {
           begin_detail(PendingReason::kNoFitTopology);
           absl::StrAppend(
@@ -524,10 +549,239 @@ class Engine {
         }
       }
     }
-    if (PreemptionEnabled(queue) && TryPreempt(job, flavors, out)) return true;
+    if (PreemptionEnabled(queue) && TryPreempt(job, affordable, out))
+      return true;
+    bool searched = false;
+    if (!reservable.empty() &&
+        TryReserve(job, reservable, message, out, &searched)) {
+      // Not remembered: the reservation changed the state, and the next job
+      // of the class may get one of its own.
+      reason_[j] = PendingReason::kWaitingForReservation;
+      message_[j] = message;
+      return false;
+    }
     message_[j] = message;
-    Remember(failure, flavors, quota_epoch, j);
+    Remember(failure, flavors, stamp, j);
+    failure.searched = searched;
     return false;
+  }
+
+  // Whether the job's expected cost on f fits its queue's budget (always
+  // without one); `cost` gets the cost.
+  bool Affordable(const PendingJob& job, FlavorId f, int64_t* cost) const {
+    const std::optional<BudgetId>& budget = s_.queues[job.queue].budget;
+    if (!budget.has_value()) return true;
+    *cost = ExpectedCostMicros(job, s_.flavors[f], config_);
+    return *cost <= budget_remaining_[*budget];
+  }
+
+  // Commits the job's expected cost on f to its queue's budget, if any.
+  void Spend(const PendingJob& job, FlavorId f) {
+    const std::optional<BudgetId>& budget = s_.queues[job.queue].budget;
+    if (!budget.has_value()) return;
+    budget_remaining_[*budget] -=
+        ExpectedCostMicros(job, s_.flavors[f], config_);
+    ++budget_epoch_[*budget];
+  }
+
+  // --- Backfill and reservations (docs/scheduling.md) ---
+
+  struct Hold {
+    NodeId node;
+    Resources amount;
+  };
+  struct ReservationState {
+    FlavorId flavor;
+    TimeMicros start_time;
+    // Free capacity taken now, usable only by jobs that end by start_time.
+    std::vector<Hold> held;
+  };
+
+  // Reservations on f that a job with this time limit ends before.
+  std::vector<ReservationState*> EligibleReservations(const PendingJob& job,
+                                                      FlavorId f) {
+    std::vector<ReservationState*> eligible;
+    if (job.time_limit_micros <= 0) return eligible;
+    for (ReservationState& r : reservations_) {
+      if (r.flavor == f && s_.now <= r.start_time - job.time_limit_micros) {
+        eligible.push_back(&r);
+      }
+    }
+    // Earliest start first: the holds fewer jobs can use go first.
+    std::sort(eligible.begin(), eligible.end(),
+              [](const ReservationState* a, const ReservationState* b) {
+                return a->start_time < b->start_time;
+              });
+    return eligible;
+  }
+
+  // Places `job` on f using also capacity held by reservations it ends
+  // before; admits it as backfill.
+  bool TryBackfill(const PendingJob& job, FlavorId f, Decisions& out) {
+    if (reservations_.empty()) return false;
+    std::vector<ReservationState*> eligible = EligibleReservations(job, f);
+    if (eligible.empty()) return false;
+    for (ReservationState* r : eligible) {
+      for (const Hold& h : r->held) free_[h.node] += h.amount;
+    }
+    PlacementResult placement = PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+    for (ReservationState* r : eligible) {
+      for (const Hold& h : r->held) free_[h.node] -= h.amount;
+    }
+    if (placement.failure != PlacementFailure::kNone) return false;
+    // Each worker takes held capacity first (only short jobs can use it),
+    // from the earliest reservation first; Commit() takes the rest from the
+    // free capacity.
+    const Resources worker = job.worker.AsResources();
+    for (NodeId n : placement.worker_nodes) {
+      Resources want = worker;
+      for (ReservationState* r : eligible) {
+        for (Hold& h : r->held) {
+          if (h.node != n) continue;
+          for (Resource res : kAllResources) {
+            const int64_t take = std::min(want.Get(res), h.amount.Get(res));
+            h.amount.Mutable(res) -= take;
+            want.Mutable(res) -= take;
+            free_[n].Mutable(res) += take;
+          }
+        }
+      }
+    }
+    Admit(job, f, std::move(placement.worker_nodes), out);
+    out.admissions.back().backfill = true;
+    return true;
+  }
+
+  // Running attempts on f with a time limit: (end, index), by end.
+  const std::vector<std::pair<TimeMicros, int>>& EndsOf(FlavorId f) {
+    if (ends_of_flavor_.empty()) {
+      ends_of_flavor_.resize(s_.flavors.size());
+      for (size_t i = 0; i < s_.running.size(); ++i) {
+        const RunningAttempt& r = s_.running[i];
+        if (r.time_limit_micros <= 0 || r.placement.empty()) continue;
+        ends_of_flavor_[r.flavor].emplace_back(
+            std::max(s_.now, r.start_time + r.time_limit_micros),
+            static_cast<int>(i));
+      }
+      for (auto& ends : ends_of_flavor_) std::sort(ends.begin(), ends.end());
+    }
+    return ends_of_flavor_[f];
+  }
+
+  // Where `job` could be placed on f once the first k attempts of EndsOf(f)
+  // have ended, keeping what earlier reservations still wait for.
+  PlacementResult Probe(const PendingJob& job, FlavorId f, size_t k) {
+    const std::vector<std::pair<TimeMicros, int>>& ends = EndsOf(f);
+    if (probe_free_.size() != free_.size()) probe_free_.resize(free_.size());
+    for (NodeId n : nodes_of_flavor_[f]) {
+      probe_free_[n] = free_[n];
+      if (!awaited_.empty()) probe_free_[n] -= awaited_[n];
+    }
+    for (size_t i = 0; i < k; ++i) {
+      const int a = ends[i].second;
+      if (!preempted_.empty() && preempted_[a]) continue;
+      const RunningAttempt& r = s_.running[a];
+      for (size_t w = 0; w < r.placement.size(); ++w)
+        probe_free_[r.placement[w]] += WorkerShare(r, w);
+    }
+    return PlaceGang(s_, probe_free_, nodes_of_flavor_, f, job);
+  }
+
+  // Counts a reservation search if the limits allow one.
+  bool StartSearch() {
+    if (static_cast<int32_t>(reservations_.size()) >=
+            config_.max_reservations ||
+        searches_ >= config_.max_reservation_searches) {
+      return false;
+    }
+    ++searches_;
+    return true;
+  }
+
+  // Reserves capacity for `job` on the flavor (of `flavors`, which fit its
+  // quota and budget) where it can start earliest; appends the explanation
+  // to `message` (which holds why it cannot start now).
+  bool TryReserve(const PendingJob& job, const std::vector<FlavorId>& flavors,
+                  std::string& message, Decisions& out, bool* searched) {
+    if (!StartSearch()) return false;
+    *searched = true;
+    std::optional<FlavorId> best;
+    TimeMicros best_start = 0;
+    std::vector<NodeId> best_nodes;
+    for (FlavorId f : flavors) {
+      const size_t m = EndsOf(f).size();
+      if (m == 0) continue;
+      PlacementResult all = Probe(job, f, m);
+      if (all.failure != PlacementFailure::kNone) continue;
+      // Fitting is monotone in the capacity released: binary search for the
+      // fewest ended attempts.
+      size_t lo = 1, hi = m;
+      std::vector<NodeId> nodes = std::move(all.worker_nodes);
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        PlacementResult p = Probe(job, f, mid);
+        if (p.failure == PlacementFailure::kNone) {
+          hi = mid;
+          nodes = std::move(p.worker_nodes);
+        } else {
+          lo = mid + 1;
+        }
+      }
+      const TimeMicros start = EndsOf(f)[hi - 1].first;
+      if (!best.has_value() || start < best_start) {
+        best = f;
+        best_start = start;
+        best_nodes = std::move(nodes);
+      }
+    }
+    if (!best.has_value()) return false;
+    const FlavorId f = *best;
+    // Hold what is free now on the chosen nodes (up to the gang's need there)
+    // and remember the rest as awaited.
+    if (awaited_.empty()) awaited_.assign(free_.size(), Resources{});
+    ReservationState state{.flavor = f, .start_time = best_start};
+    const Resources worker = job.worker.AsResources();
+    for (size_t i = 0; i < best_nodes.size();) {
+      const NodeId n = best_nodes[i];
+      int64_t count = 0;
+      while (i < best_nodes.size() && best_nodes[i] == n) {
+        ++count;
+        ++i;
+      }
+      const Resources need_here = worker * count;
+      Resources held;
+      for (Resource r : kAllResources) {
+        held.Mutable(r) =
+            std::clamp<int64_t>(free_[n].Get(r), 0, need_here.Get(r));
+      }
+      free_[n] -= held;
+      Resources wait = need_here;
+      wait -= held;
+      awaited_[n] += wait;
+      state.held.push_back({.node = n, .amount = held});
+      for (ShapeIndex* index : indexes_of_flavor_[f])
+        index->Update(n, free_[n]);
+    }
+    reservations_.push_back(std::move(state));
+    quota_.Add(job.queue, f, worker * job.workers);
+    Spend(job, f);
+    share_valid_[job.queue] = false;
+    ++flavor_epoch_[f];
+    ++quota_epoch_[root_of_queue_[job.queue]];
+    const std::string previous = message;
+    message = absl::StrCat(
+        "WAITING_FOR_RESERVATION: ", job.workers,
+        " workers reserved on flavor ", s_.flavors[f].name, " from ",
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMicros(best_start),
+                         absl::UTCTimeZone()),
+        " (in ", (best_start - s_.now) / 1000000,
+        " s), when running jobs reach their time limits; now: ", previous);
+    out.reservations.push_back({.job = job.id,
+                                .queue = job.queue,
+                                .flavor = f,
+                                .start_time = best_start,
+                                .worker_nodes = std::move(best_nodes)});
+    return true;
   }
 
   void Admit(const PendingJob& job, FlavorId f, std::vector<NodeId> nodes,
@@ -656,20 +910,25 @@ class Engine {
   }
 
   // Epochs only grow, so their sum changes exactly when one of them does.
-  uint64_t Stamp(const std::vector<FlavorId>& flavors,
-                 uint64_t quota_epoch) const {
-    uint64_t stamp = quota_epoch;
+  // The state a job of queue q with these candidate flavors depends on:
+  // the quota epoch of q's cohort tree, the capacity epochs of the flavors
+  // and the epoch of q's budget.
+  uint64_t Stamp(const std::vector<FlavorId>& flavors, QueueId q) const {
+    uint64_t stamp = quota_epoch_[root_of_queue_[q]];
     for (FlavorId f : flavors) stamp += flavor_epoch_[f];
+    if (const std::optional<BudgetId>& b = s_.queues[q].budget; b.has_value())
+      stamp += budget_epoch_[*b];
     return stamp;
   }
 
   // Slot j's reason and message stay in reason_/message_ until Run() ends.
   void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
-                uint64_t quota_epoch, size_t j) {
+                uint64_t stamp, size_t j) {
     failure.valid = true;
     failure.flavors = &flavors;
-    failure.stamp = Stamp(flavors, quota_epoch);
+    failure.stamp = stamp;
     failure.slot = j;
+    failure.searched = false;
   }
 
   void Commit(const PendingJob& job, FlavorId f,
@@ -683,6 +942,7 @@ class Engine {
         index->Update(n, free_[n]);
     }
     quota_.Add(job.queue, f, worker * job.workers);
+    Spend(job, f);
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
     ++quota_epoch_[root_of_queue_[job.queue]];
@@ -709,6 +969,15 @@ class Engine {
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;
+  std::vector<int64_t> budget_remaining_;
+  std::vector<uint64_t> budget_epoch_;
+  std::vector<ReservationState> reservations_;
+  int32_t searches_ = 0;
+  // Per flavor (built on first use): running attempts with time limits.
+  std::vector<std::vector<std::pair<TimeMicros, int>>> ends_of_flavor_;
+  // Per node (sized on first use): what reservations wait to be released.
+  std::vector<Resources> awaited_;
+  std::vector<Resources> probe_free_;
   // Per running attempt: preempted in this cycle (sized on first use).
   std::vector<bool> preempted_;
   // (root of the cohort tree, flavor) pairs where a preemption happened.

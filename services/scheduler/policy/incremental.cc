@@ -57,6 +57,8 @@ bool Scheduler::PendingJobValid(const PendingJob& job) const {
          in_range(job.priority_class, s_.priority_classes.size()) &&
          job.workers > 0 && job.worker.gpus >= 0 &&
          job.worker.cpu_millis >= 0 && job.worker.memory_bytes >= 0 &&
+         job.time_limit_micros >= 0 && job.expected_runtime_micros >= 0 &&
+         job.checkpoint_interval_micros >= 0 &&
          !pending_index_.contains(job.id);
 }
 
@@ -120,7 +122,8 @@ bool Scheduler::ApplyAdmission(const Admission& a) {
                          .priority_class = job.priority_class,
                          .placement = a.worker_nodes,
                          .resources = worker * job.workers,
-                         .start_time = s_.now};
+                         .start_time = s_.now,
+                         .time_limit_micros = job.time_limit_micros};
   for (NodeId n : a.worker_nodes) s_.nodes[n].used += worker;
   ErasePending(index);
   if (built_) {

@@ -1,6 +1,7 @@
 #include "services/scheduler/policy/incremental.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,6 +64,31 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
         r.last_checkpoint_time = r.start_time + Uniform(rng, 0, 3600) * 1000000;
     }
   }
+  // Some have time limits (reservations and backfill) and budgets.
+  if (Uniform(rng, 0, 1) == 0) {
+    for (RunningAttempt& r : s.running) {
+      if (Uniform(rng, 0, 9) < 7) {
+        r.time_limit_micros =
+            (s.now - r.start_time) + Uniform(rng, 1, 480) * 60 * 1000000;
+      }
+    }
+    constexpr int64_t kLimits[] = {0, 1, 4, 24};
+    for (PendingJob& job : s.pending) {
+      job.time_limit_micros =
+          kLimits[Uniform(rng, 0, 3)] * int64_t{3600} * 1000000;
+    }
+  }
+  if (Uniform(rng, 0, 2) == 0) {
+    const int budgets = static_cast<int>(Uniform(rng, 1, 3));
+    for (int b = 0; b < budgets; ++b) {
+      s.budgets.push_back(
+          {.name = "budget-" + std::to_string(b),
+           .remaining_micros = Uniform(rng, -1, 3000) * 1000000});
+    }
+    for (Queue& q : s.queues) {
+      if (Uniform(rng, 0, 3) != 0) q.budget = Uniform(rng, 0, budgets - 1);
+    }
+  }
   for (PendingJob& job : s.pending) {
     if (Uniform(rng, 0, 19) == 0) {
       job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
@@ -79,6 +105,7 @@ void ExpectSame(const Decisions& want, const Decisions& got) {
   for (size_t i = 0; i < want.admissions.size(); ++i)
     ASSERT_EQ(want.admissions[i], got.admissions[i]) << "admission " << i;
   ASSERT_EQ(want.preemptions, got.preemptions);
+  ASSERT_EQ(want.reservations, got.reservations);
   ASSERT_EQ(want.pending.size(), got.pending.size());
   for (size_t i = 0; i < want.pending.size(); ++i) {
     ASSERT_EQ(want.pending[i], got.pending[i])
@@ -91,6 +118,9 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   std::mt19937_64 rng(20261123);
   int admitted = 0;
   int preempted = 0;
+  int reserved = 0;
+  int backfilled = 0;
+  int held = 0;
   for (int iteration = 0; iteration < 300; ++iteration) {
     SCOPED_TRACE("iteration " + std::to_string(iteration));
     Scheduler scheduler(RandomSnapshot(rng));
@@ -105,6 +135,10 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
       if (::testing::Test::HasFatalFailure()) return;
       admitted += static_cast<int>(got.admissions.size());
       preempted += static_cast<int>(got.preemptions.size());
+      reserved += static_cast<int>(got.reservations.size());
+      for (const Admission& a : got.admissions) backfilled += a.backfill;
+      for (const PendingDecision& p : got.pending)
+        held += p.reason == PendingReason::kBudgetHold;
       // Steady state: victims stop, admissions start running, some work
       // completes, new jobs arrive, some pending jobs are cancelled.
       for (const Preemption& p : got.preemptions)
@@ -133,6 +167,13 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   }
   EXPECT_GT(admitted, 1000);
   EXPECT_GT(preempted, 20);
+  EXPECT_GT(reserved, 20);
+  EXPECT_GT(backfilled, 20);
+  EXPECT_GT(held, 20);
+  std::printf(
+      "admitted %d, preempted %d, reserved %d, backfilled %d, budget holds "
+      "%d\n",
+      admitted, preempted, reserved, backfilled, held);
 }
 
 TEST(SchedulerTest, InvalidJobDefersToDecide) {

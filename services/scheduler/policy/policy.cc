@@ -24,6 +24,10 @@ const char* PendingReasonCode(PendingReason reason) {
       return "NO_ELIGIBLE_FLAVOR";
     case PendingReason::kInvalidSnapshot:
       return "INVALID_SNAPSHOT";
+    case PendingReason::kWaitingForReservation:
+      return "WAITING_FOR_RESERVATION";
+    case PendingReason::kBudgetHold:
+      return "BUDGET_HOLD";
   }
   return "UNKNOWN";
 }

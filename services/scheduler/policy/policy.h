@@ -20,6 +20,10 @@ enum class PendingReason {
   kBlockedByStrictFifo,  // BLOCKED_BY_STRICT_FIFO
   kNoEligibleFlavor,     // NO_ELIGIBLE_FLAVOR
   kInvalidSnapshot,      // INVALID_SNAPSHOT
+  // Nodes are reserved for it from a known time (Decisions::reservations).
+  kWaitingForReservation,  // WAITING_FOR_RESERVATION
+  // Its expected cost fits in no flavor within its queue's budget.
+  kBudgetHold,  // BUDGET_HOLD
 };
 const char* PendingReasonCode(PendingReason reason);
 
@@ -32,6 +36,9 @@ struct Admission {
   // Whether the queue uses more than its nominal quota of this flavor after
   // the admission (it borrows from its cohort).
   bool borrowing = false;
+  // Admitted ahead of a reservation onto capacity held for it: the job's
+  // time limit ends before the reservation starts (it is stopped then).
+  bool backfill = false;
   friend bool operator==(const Admission&, const Admission&) = default;
 };
 
@@ -72,6 +79,21 @@ struct Preemption {
   friend bool operator==(const Preemption&, const Preemption&) = default;
 };
 
+// Capacity held for a pending gang that cannot start now but can at
+// `start_time`, when running attempts with time limits will have ended.
+// Later jobs may use the held capacity only if their time limit ends by then
+// (backfill), so the reservation is never delayed by them. Its quota (and
+// budget) is held from now. Recomputed every cycle.
+struct Reservation {
+  JobId job = 0;
+  QueueId queue = 0;
+  FlavorId flavor = 0;
+  TimeMicros start_time = 0;
+  // Node of each worker (ascending).
+  std::vector<NodeId> worker_nodes;
+  friend bool operator==(const Reservation&, const Reservation&) = default;
+};
+
 struct Decisions {
   // In the order the policy admitted them.
   std::vector<Admission> admissions;
@@ -80,6 +102,8 @@ struct Decisions {
   std::vector<Preemption> preemptions;
   // Every job not admitted, ordered by queue id, then position.
   std::vector<PendingDecision> pending;
+  // In the order they were made (highest-ranked job first).
+  std::vector<Reservation> reservations;
   friend bool operator==(const Decisions&, const Decisions&) = default;
 };
 
@@ -101,6 +125,15 @@ struct PolicyConfig {
   TimeMicros min_runtime_guarantee = 0;
   // Time a victim is given to checkpoint before it is stopped.
   TimeMicros preemption_grace_period = int64_t{300} * 1000 * 1000;
+
+  // Backfill (docs/scheduling.md, "Backfill and reservations"). The first
+  // `max_reservations` jobs of the cycle that fit quota but not capacity get
+  // a reservation, if running attempts with time limits free enough capacity
+  // for them; 0 turns reservations (and so backfill) off. At most
+  // `max_reservation_searches` jobs per cycle are searched (Slurm's
+  // bf_max_job_test).
+  int32_t max_reservations = 8;
+  int32_t max_reservation_searches = 64;
 
   // Speed-ups that never change a decision (engine.h); tests turn them off to
   // check exactly that.

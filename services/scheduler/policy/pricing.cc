@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace trainyard::scheduler::policy {
 namespace {
@@ -25,9 +28,10 @@ TimeMicros ExpectedRuntime(const PendingJob& job, const PolicyConfig& config) {
 }
 
 TimeMicros LossPerReclaim(const PendingJob& job, const PolicyConfig& config) {
-  const TimeMicros lost = job.can_checkpoint
-                              ? std::max<TimeMicros>(0, job.checkpoint_interval_micros) / 2
-                              : ExpectedRuntime(job, config) / 2;
+  const TimeMicros lost =
+      job.can_checkpoint
+          ? std::max<TimeMicros>(0, job.checkpoint_interval_micros) / 2
+          : ExpectedRuntime(job, config) / 2;
   return SaturatingAdd(lost, std::max<TimeMicros>(0, config.restart_overhead));
 }
 
@@ -37,7 +41,8 @@ TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
   if (!(flavor.reclaim_rate_per_hour > 0.0)) return runtime;
   const double reclaims = flavor.reclaim_rate_per_hour *
                           (static_cast<double>(runtime) / kMicrosPerHour);
-  const double extra = reclaims * static_cast<double>(LossPerReclaim(job, config));
+  const double extra =
+      reclaims * static_cast<double>(LossPerReclaim(job, config));
   if (!(extra < 9.0e18)) return kMaxInt64;
   return SaturatingAdd(runtime, std::llround(extra));
 }
@@ -83,6 +88,15 @@ std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,
   out.reserve(keyed.size());
   for (const auto& k : keyed) out.push_back(std::get<4>(k));
   return out;
+}
+
+std::string FormatMicros(int64_t micros) {
+  // Magnitude as unsigned so INT64_MIN works.
+  const uint64_t m = micros < 0 ? 0 - static_cast<uint64_t>(micros)
+                                : static_cast<uint64_t>(micros);
+  std::string frac = std::to_string(m % 1000000);
+  frac.insert(0, 6 - frac.size(), '0');
+  return absl::StrCat(micros < 0 ? "-" : "", m / 1000000, ".", frac);
 }
 
 }  // namespace trainyard::scheduler::policy

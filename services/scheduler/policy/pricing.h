@@ -11,6 +11,7 @@
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "services/scheduler/policy/policy.h"
@@ -47,6 +48,10 @@ int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
 //     first; ties keep the queue's order, non-spot before spot.
 // The caller tries them in order and falls back to the next on missing quota
 // or capacity.
+// Micros as a decimal amount with six places: 178666667 -> "178.666667",
+// -5 -> "-0.000005" (explanations only).
+std::string FormatMicros(int64_t micros);
+
 std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,
                                        const PolicyConfig& config);
 

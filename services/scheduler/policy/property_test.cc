@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/pricing.h"
 #include "services/scheduler/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
@@ -334,13 +335,13 @@ TEST(PolicyPropertyTest, InvariantsHoldOnRandomSnapshots) {
   EXPECT_EQ(reasons.size(), 5u);
 }
 
-
 // Random preemption policies, placed running gangs with priorities, start and
 // checkpoint times on top of RandomSnapshot().
 Snapshot RandomPreemptionSnapshot(Rng& rng) {
   Snapshot s = RandomSnapshot(rng);
   for (Queue& q : s.queues) {
-    q.within_queue_preemption = static_cast<WithinQueuePreemption>(rng.Int(0, 2));
+    q.within_queue_preemption =
+        static_cast<WithinQueuePreemption>(rng.Int(0, 2));
     q.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(rng.Int(0, 2));
     q.fair_share_preemption = rng.Chance(50);
   }
@@ -381,15 +382,14 @@ Snapshot RandomPreemptionSnapshot(Rng& rng) {
     if (!QuotaInvariantHolds(s, trial, &why)) continue;
     usage = trial;
     for (NodeId n : nodes) s.nodes[n].used += worker;
-    RunningAttempt r{
-        .job = 2000 + i,
-        .queue = q,
-        .flavor = f,
-        .priority_class = static_cast<PriorityClassId>(
-            rng.Int(0, s.priority_classes.size() - 1)),
-        .placement = nodes,
-        .resources = total,
-        .start_time = s.now - rng.Int(0, 4 * kHour)};
+    RunningAttempt r{.job = 2000 + i,
+                     .queue = q,
+                     .flavor = f,
+                     .priority_class = static_cast<PriorityClassId>(
+                         rng.Int(0, s.priority_classes.size() - 1)),
+                     .placement = nodes,
+                     .resources = total,
+                     .start_time = s.now - rng.Int(0, 4 * kHour)};
     if (rng.Chance(60))
       r.last_checkpoint_time = r.start_time + rng.Int(0, s.now - r.start_time);
     s.running.push_back(r);
@@ -429,7 +429,8 @@ Snapshot Apply(const Snapshot& s, const Decisions& d) {
   for (const Admission& a : d.admissions) {
     const PendingJob& j = *pending.at(a.job);
     admitted.insert(j.id);
-    for (NodeId n : a.worker_nodes) next.nodes[n].used += j.worker.AsResources();
+    for (NodeId n : a.worker_nodes)
+      next.nodes[n].used += j.worker.AsResources();
     next.running.push_back({.job = j.id,
                             .queue = j.queue,
                             .flavor = a.flavor,
@@ -588,7 +589,6 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
   EXPECT_EQ(reasons.size(), 3u);
 }
 
-
 // Fair share only: a cohort with an idle lender and two queues a and b whose
 // 2-GPU jobs fill every node; a submits 2-GPU jobs. Applying the decisions
 // and re-running Decide never lets b preempt back from a (the rule's
@@ -663,6 +663,110 @@ TEST(PolicyPropertyTest, FairSharePreemptionIsStable) {
     }
   }
   EXPECT_GT(preempted, 200);
+}
+
+// Reservations and budgets on random snapshots with placed running gangs,
+// time limits and shared budgets: a reserved job is pending with
+// WAITING_FOR_RESERVATION, its gang is whole on nodes of its flavor and starts
+// when some running attempt reaches its limit; quota holds with reservations
+// charged; every backfilled job ends before a reservation of its flavor
+// starts; no budget is overrun.
+TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
+  Rng rng(20261125);
+  int reservations = 0, backfills = 0, holds = 0;
+  for (int iteration = 0; iteration < 3000; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Snapshot s = RandomPreemptionSnapshot(rng);
+    if (rng.Chance(50)) {
+      for (Queue& q : s.queues) {
+        q.within_queue_preemption = WithinQueuePreemption::kNever;
+        q.reclaim_within_cohort = ReclaimWithinCohort::kNever;
+        q.fair_share_preemption = false;
+      }
+    }
+    for (RunningAttempt& r : s.running) {
+      if (!r.placement.empty() && rng.Chance(80))
+        r.time_limit_micros = (s.now - r.start_time) + rng.Int(1, 4 * kHour);
+    }
+    for (PendingJob& j : s.pending) {
+      if (rng.Chance(70)) j.time_limit_micros = rng.Int(1, 2 * kHour);
+    }
+    if (rng.Chance(50)) {
+      s.budgets.push_back(
+          {.name = "b0", .remaining_micros = rng.Int(-1, 200'000'000)});
+      for (Queue& q : s.queues) {
+        if (rng.Chance(70)) q.budget = 0;
+      }
+    }
+    ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
+    const Decisions d = Decide(s);
+    ASSERT_EQ(Decide(s), d);
+    std::map<JobId, const PendingJob*> jobs;
+    for (const PendingJob& j : s.pending) jobs[j.id] = &j;
+
+    std::set<JobId> waiting;
+    for (const PendingDecision& p : d.pending) {
+      ASSERT_TRUE(absl::StartsWith(
+          p.message, std::string(PendingReasonCode(p.reason)) + ": "))
+          << p.message;
+      if (p.reason == PendingReason::kWaitingForReservation)
+        waiting.insert(p.job);
+      holds += p.reason == PendingReason::kBudgetHold;
+    }
+    ASSERT_EQ(waiting.size(), d.reservations.size());
+    std::set<TimeMicros> ends;
+    for (const RunningAttempt& r : s.running) {
+      if (r.time_limit_micros > 0)
+        ends.insert(std::max(s.now, r.start_time + r.time_limit_micros));
+    }
+    UsageMap usage;
+    for (const RunningAttempt& r : Apply(s, d).running)
+      Charge(usage, s, r.queue, r.flavor, r.resources);
+    std::map<BudgetId, int64_t> spent;
+    auto spend = [&](const PendingJob& job, FlavorId f) {
+      if (s.queues[job.queue].budget.has_value()) {
+        spent[*s.queues[job.queue].budget] +=
+            ExpectedCostMicros(job, s.flavors[f], PolicyConfig{});
+      }
+    };
+    for (const Reservation& r : d.reservations) {
+      ASSERT_TRUE(waiting.count(r.job));
+      const PendingJob& job = *jobs.at(r.job);
+      ASSERT_EQ(r.queue, job.queue);
+      ASSERT_EQ(static_cast<int32_t>(r.worker_nodes.size()), job.workers);
+      for (NodeId n : r.worker_nodes) {
+        ASSERT_EQ(s.nodes[n].flavor, r.flavor);
+        ASSERT_TRUE(s.nodes[n].schedulable);
+      }
+      ASSERT_TRUE(ends.count(r.start_time)) << r.start_time;
+      Charge(usage, s, r.queue, r.flavor,
+             job.worker.AsResources() * job.workers);
+      spend(job, r.flavor);
+      ++reservations;
+    }
+    std::string why;
+    ASSERT_TRUE(QuotaInvariantHolds(s, usage, &why)) << why;
+    for (const Admission& a : d.admissions) {
+      const PendingJob& job = *jobs.at(a.job);
+      spend(job, a.flavor);
+      if (!a.backfill) continue;
+      ++backfills;
+      ASSERT_GT(job.time_limit_micros, 0);
+      bool before_one = false;
+      for (const Reservation& r : d.reservations) {
+        before_one |= r.flavor == a.flavor &&
+                      s.now + job.time_limit_micros <= r.start_time;
+      }
+      ASSERT_TRUE(before_one) << "backfilled job " << a.job;
+    }
+    for (const auto& [b, amount] : spent) {
+      ASSERT_LE(amount, std::max<int64_t>(0, s.budgets[b].remaining_micros))
+          << "budget overrun";
+    }
+  }
+  EXPECT_GT(reservations, 50);
+  EXPECT_GT(backfills, 10);
+  EXPECT_GT(holds, 50);
 }
 
 }  // namespace

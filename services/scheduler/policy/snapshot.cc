@@ -1,5 +1,6 @@
 #include "services/scheduler/policy/snapshot.h"
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -91,6 +92,18 @@ absl::Status Invalid(const std::string& what) {
 }  // namespace
 
 absl::Status ValidateSnapshot(const Snapshot& s) {
+  for (size_t i = 0; i < s.flavors.size(); ++i) {
+    const Flavor& f = s.flavors[i];
+    if (f.price_micros_per_gpu_hour < 0) {
+      return Invalid(absl::StrCat("flavors[", i,
+                                  "].price_micros_per_gpu_hour: must be >= 0"));
+    }
+    if (!std::isfinite(f.reclaim_rate_per_hour) ||
+        f.reclaim_rate_per_hour < 0.0) {
+      return Invalid(absl::StrCat(
+          "flavors[", i, "].reclaim_rate_per_hour: must be finite and >= 0"));
+    }
+  }
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const Node& n = s.nodes[i];
     if (!InRange(n.flavor, s.flavors.size())) {
@@ -121,6 +134,9 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     }
     if (!(q.weight >= 0.0)) {
       return Invalid(absl::StrCat("queues[", i, "].weight: must be >= 0"));
+    }
+    if (q.budget.has_value() && !InRange(*q.budget, s.budgets.size())) {
+      return Invalid(absl::StrCat("queues[", i, "].budget: out of range"));
     }
     absl::flat_hash_set<FlavorId> seen;
     for (const FlavorQuota& fq : q.quotas) {
@@ -159,6 +175,10 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     if (!NonNegative(r.resources)) {
       return Invalid(absl::StrCat("running[", i, "]: negative resources"));
     }
+    if (r.time_limit_micros < 0) {
+      return Invalid(
+          absl::StrCat("running[", i, "].time_limit_micros: must be >= 0"));
+    }
   }
   absl::flat_hash_set<JobId> ids;
   for (size_t i = 0; i < s.pending.size(); ++i) {
@@ -174,6 +194,18 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     if (!NonNegative(j.worker.AsResources())) {
       return Invalid(
           absl::StrCat("pending[", i, "].worker: negative resources"));
+    }
+    if (j.time_limit_micros < 0) {
+      return Invalid(
+          absl::StrCat("pending[", i, "].time_limit_micros: must be >= 0"));
+    }
+    if (j.expected_runtime_micros < 0) {
+      return Invalid(absl::StrCat("pending[", i,
+                                  "].expected_runtime_micros: must be >= 0"));
+    }
+    if (j.checkpoint_interval_micros < 0) {
+      return Invalid(absl::StrCat(
+          "pending[", i, "].checkpoint_interval_micros: must be >= 0"));
     }
     if (!ids.insert(j.id).second) {
       return Invalid(absl::StrCat("pending[", i, "]: duplicate job id ", j.id));

@@ -22,6 +22,7 @@ using FlavorId = int32_t;
 using QueueId = int32_t;
 using CohortId = int32_t;
 using PriorityClassId = int32_t;
+using BudgetId = int32_t;
 // GPU model ids: 0 means "unspecified" (on a job: any model).
 using GpuModelId = int32_t;
 inline constexpr GpuModelId kAnyGpuModel = 0;
@@ -141,6 +142,18 @@ struct Queue {
   // Whether jobs of this queue may preempt borrowing jobs of other queues in
   // its cohort tree whose fair share would stay above the preemptor's.
   bool fair_share_preemption = false;
+  // The budget its jobs spend (usually the tenant's); none = unlimited.
+  std::optional<BudgetId> budget;
+};
+
+// Money a tenant (or project) may still commit. A job is admitted on a flavor
+// only if its expected cost there (pricing.h) fits in what remains; each
+// admission or reservation commits its expected cost. Jobs that fit nowhere
+// stay pending with BUDGET_HOLD, before an overrun rather than after.
+struct Budget {
+  std::string name;
+  // Integer micros; may be negative (already overspent: everything waits).
+  int64_t remaining_micros = 0;
 };
 
 struct PriorityClass {
@@ -161,6 +174,9 @@ struct RunningAttempt {
   Resources resources;
   TimeMicros start_time = 0;
   std::optional<TimeMicros> last_checkpoint_time;
+  // The attempt is stopped at start_time + time_limit_micros; 0 = no limit.
+  // Backfill plans reservations around these ends.
+  int64_t time_limit_micros = 0;
 };
 
 struct WorkerShape {
@@ -209,14 +225,18 @@ struct Snapshot {
   std::vector<PriorityClass> priority_classes;
   std::vector<RunningAttempt> running;
   std::vector<PendingJob> pending;
+  std::vector<Budget> budgets;
   // Optional names for GPU model ids (index = id), for explanations only.
   std::vector<std::string> gpu_model_names;
 };
 
 // Checks referential integrity: ids in range, no cohort cycles, positive gang
-// sizes, non-negative quantities, unique pending job ids, at most one quota
-// entry per flavor per queue. Decide() refuses (every job pending with
-// INVALID_SNAPSHOT) a snapshot that fails this.
+// sizes, non-negative quantities (resources, quotas, prices, reclaim rates,
+// time limits, runtime estimates, checkpoint intervals), unique pending job
+// ids, at most one quota entry per flavor per queue. The error names the
+// field, e.g. "flavors[2].reclaim_rate_per_hour: must be finite and >= 0".
+// Decide() refuses (every job pending with INVALID_SNAPSHOT) a snapshot that
+// fails this.
 absl::Status ValidateSnapshot(const Snapshot& snapshot);
 
 }  // namespace trainyard::scheduler::policy
