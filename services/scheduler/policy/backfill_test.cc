@@ -95,12 +95,13 @@ TEST(BackfillTest, ReservesForTheGangAndBackfillsOnlyJobsThatEndBefore) {
   ASSERT_NE(gang, nullptr);
   EXPECT_EQ(gang->reason, PendingReason::kWaitingForReservation);
   EXPECT_EQ(gang->position, 1);
-  EXPECT_THAT(gang->message,
+  EXPECT_THAT(gang->message.str(),
               StartsWith("WAITING_FOR_RESERVATION: 2 workers reserved on "
                          "flavor h100 from "));
-  EXPECT_THAT(gang->message, HasSubstr("(in 7200 s)"));
-  EXPECT_THAT(gang->message, HasSubstr("now: NO_CAPACITY: free nodes hold 0 "
-                                       "of 2 workers (flavor h100)"));
+  EXPECT_THAT(gang->message.str(), HasSubstr("(in 7200 s)"));
+  EXPECT_THAT(gang->message.str(),
+              HasSubstr("now: NO_CAPACITY: free nodes hold 0 "
+                        "of 2 workers (flavor h100)"));
 
   // Job 3 ends (30 min) before the reservation starts: it backfills onto the
   // held GPUs of node 1.
@@ -292,7 +293,7 @@ TEST(BudgetTest, OverspentBudgetHoldsEverything) {
   x.b.AddJob(1, x.q, 1, 1).time_limit_micros = kHour;
   const Decisions d = Decide(x.b.Build());
   EXPECT_TRUE(d.admissions.empty());
-  EXPECT_THAT(PendingOf(d, 1)->message,
+  EXPECT_THAT(PendingOf(d, 1)->message.str(),
               StartsWith("BUDGET_HOLD: budget acme has -0.000001 left"));
 }
 
@@ -317,7 +318,7 @@ TEST(BudgetTest, FallsBackToAFlavorWithinBudget) {
   d = Decide(x.b.Build());
   EXPECT_TRUE(d.admissions.empty());
   EXPECT_EQ(PendingOf(d, 1)->reason, PendingReason::kNoCapacity);
-  EXPECT_THAT(PendingOf(d, 1)->message,
+  EXPECT_THAT(PendingOf(d, 1)->message.str(),
               HasSubstr("budget acme has 10.000000 left, expected cost "
                         "20.000000 (flavor od)"));
 }
@@ -346,7 +347,7 @@ TEST(SnapshotValidationTest, NamesTheBadField) {
   auto invalid = [](const Snapshot& s) {
     const Decisions d = Decide(s);
     EXPECT_EQ(d.pending.size(), 1u);
-    return d.pending.empty() ? std::string() : d.pending[0].message;
+    return d.pending.empty() ? std::string() : d.pending[0].message.str();
   };
   {
     BudgetSetup x = OneBudget(0);

@@ -286,71 +286,102 @@ struct ClassFailure {
 };
 
 // One cycle (engine.h).
-class Engine {
+class Engine final : public CycleRunner {
  public:
-  // `s` must be valid; `running_quota` charges its running work; `jobs` lists
-  // each queue's pending jobs in queue order with `num_classes` classes.
-  Engine(const Snapshot& s, const PolicyConfig& config,
-         const QuotaTree& running_quota,
-         const std::vector<std::vector<QueueEntry>>& jobs, size_t num_classes)
-      : s_(s),
-        config_(config),
-        quota_(running_quota),
-        nodes_of_flavor_(s_.flavors.size()),
-        jobs_of_queue_(jobs),
-        failures_(num_classes),
-        indexes_of_flavor_(s_.flavors.size()),
-        flavor_epoch_(s_.flavors.size(), 0) {
-    free_.reserve(s_.nodes.size());
-    for (size_t n = 0; n < s_.nodes.size(); ++n) {
-      const Node& node = s_.nodes[n];
-      Resources f = node.capacity;
-      f -= node.used;
-      free_.push_back(f);
+  // One cycle. `s` must be valid; `running_quota` charges its running work;
+  // `jobs` lists each queue's pending jobs in queue order with `num_classes`
+  // classes. State from an earlier Run() only lends its memory, except the
+  // per-class candidate flavors (ForgetClasses() drops them).
+  Decisions Run(const Snapshot& s, const PolicyConfig& config,
+                const QuotaTree& running_quota,
+                const std::vector<std::vector<QueueEntry>>& jobs,
+                size_t num_classes) override {
+    Reset(s, config, running_quota, jobs, num_classes);
+    return Run();
+  }
+
+  void ForgetClasses() override { flavors_of_.clear(); }
+
+ private:
+  void Reset(const Snapshot& s, const PolicyConfig& config,
+             const QuotaTree& running_quota,
+             const std::vector<std::vector<QueueEntry>>& jobs,
+             size_t num_classes) {
+    s_ = &s;
+    config_ = &config;
+    jobs_of_queue_ = &jobs;
+    if (quota_.has_value()) {
+      *quota_ = running_quota;
+    } else {
+      quota_.emplace(running_quota);
+    }
+    const size_t num_flavors = s.flavors.size();
+    nodes_of_flavor_.resize(num_flavors);
+    for (std::vector<NodeId>& nodes : nodes_of_flavor_) nodes.clear();
+    free_.resize(s.nodes.size());
+    total_ = Resources{};
+    for (size_t n = 0; n < s.nodes.size(); ++n) {
+      const Node& node = s.nodes[n];
+      free_[n] = node.capacity;
+      free_[n] -= node.used;
       nodes_of_flavor_[node.flavor].push_back(static_cast<NodeId>(n));
       if (node.schedulable) total_ += node.capacity;
     }
     // Quota epochs are per root of the cohort tree.
-    root_of_queue_.resize(s_.queues.size());
-    for (size_t q = 0; q < s_.queues.size(); ++q) {
-      const auto& cohort = s_.queues[q].cohort;
+    root_of_queue_.resize(s.queues.size());
+    for (size_t q = 0; q < s.queues.size(); ++q) {
+      const auto& cohort = s.queues[q].cohort;
       if (!cohort.has_value()) {
-        root_of_queue_[q] = static_cast<int>(s_.cohorts.size() + q);
+        root_of_queue_[q] = static_cast<int>(s.cohorts.size() + q);
         continue;
       }
       CohortId c = *cohort;
-      while (s_.cohorts[c].parent.has_value()) c = *s_.cohorts[c].parent;
+      while (s.cohorts[c].parent.has_value()) c = *s.cohorts[c].parent;
       root_of_queue_[q] = c;
     }
-    quota_epoch_.assign(s_.cohorts.size() + s_.queues.size(), 0);
+    quota_epoch_.assign(s.cohorts.size() + s.queues.size(), 0);
+    flavor_epoch_.assign(num_flavors, 0);
+    failures_.assign(num_classes, ClassFailure{});
+    // Candidate flavors depend only on the class (and on queues, flavors and
+    // config, which do not change while class ids stay the same).
+    if (flavors_of_.size() > num_classes) flavors_of_.clear();
     flavors_of_.resize(num_classes);
-    share_.assign(s_.queues.size(), 0.0);
-    share_valid_.assign(s_.queues.size(), false);
-    budget_remaining_.reserve(s_.budgets.size());
-    for (const Budget& b : s_.budgets)
+    indexes_.clear();
+    indexes_of_flavor_.resize(num_flavors);
+    for (auto& indexes : indexes_of_flavor_) indexes.clear();
+    share_.assign(s.queues.size(), 0.0);
+    share_valid_.assign(s.queues.size(), false);
+    budget_remaining_.clear();
+    for (const Budget& b : s.budgets)
       budget_remaining_.push_back(b.remaining_micros);
-    budget_epoch_.assign(s_.budgets.size(), 0);
+    budget_epoch_.assign(s.budgets.size(), 0);
     // Per-job state is indexed by slot: the job's position in the
     // concatenation of the queues' orders, so a queue's jobs are contiguous.
-    offset_.resize(s_.queues.size() + 1, 0);
-    for (size_t q = 0; q < s_.queues.size(); ++q)
-      offset_[q + 1] = offset_[q] + jobs_of_queue_[q].size();
+    offset_.assign(s.queues.size() + 1, 0);
+    for (size_t q = 0; q < s.queues.size(); ++q)
+      offset_[q + 1] = offset_[q] + jobs[q].size();
+    reservations_.clear();
+    searches_ = 0;
+    ends_built_ = false;
+    awaited_.clear();
+    preempted_.clear();
+    rebalancing_.clear();
   }
 
   Decisions Run() {
     Decisions out;
-    std::vector<size_t> cursor(s_.queues.size(), 0);
-    admitted_.assign(s_.pending.size(), 0);
-    reason_.assign(s_.pending.size(), PendingReason::kNoCapacity);
-    message_.assign(s_.pending.size(), std::string());
+    std::vector<size_t> cursor(s_->queues.size(), 0);
+    admitted_.assign(s_->pending.size(), 0);
+    reason_.assign(s_->pending.size(), PendingReason::kNoCapacity);
+    message_.assign(s_->pending.size(), Message());
     // A binary heap gives the same order as policy.cc's std::set: keys are
     // unique (job ids are), so the smallest is well defined.
     auto greater = [](const HeadKey& a, const HeadKey& b) { return b < a; };
     std::vector<HeadKey> heads;
-    heads.reserve(s_.queues.size());
-    for (size_t q = 0; q < s_.queues.size(); ++q) {
-      if (!jobs_of_queue_[q].empty())
-        heads.push_back(Key(jobs_of_queue_[q][0], static_cast<QueueId>(q)));
+    heads.reserve(s_->queues.size());
+    for (size_t q = 0; q < s_->queues.size(); ++q) {
+      if (!(*jobs_of_queue_)[q].empty())
+        heads.push_back(Key((*jobs_of_queue_)[q][0], static_cast<QueueId>(q)));
     }
     std::make_heap(heads.begin(), heads.end(), greater);
     while (!heads.empty()) {
@@ -358,40 +389,40 @@ class Engine {
       const HeadKey head = heads.back();
       heads.pop_back();
       const QueueId q = head.queue;
-      const QueueEntry& entry = jobs_of_queue_[q][cursor[q]];
+      const QueueEntry& entry = (*jobs_of_queue_)[q][cursor[q]];
       const size_t j = offset_[q] + cursor[q]++;
       if (TryAdmit(entry, q, j, out)) {
         admitted_[j] = 1;
-      } else if (s_.queues[q].strategy == QueueingStrategy::kStrictFifo) {
-        const std::string message = absl::StrCat(
-            "BLOCKED_BY_STRICT_FIFO: queue ", s_.queues[q].name,
+      } else if (s_->queues[q].strategy == QueueingStrategy::kStrictFifo) {
+        const Message message(absl::StrCat(
+            "BLOCKED_BY_STRICT_FIFO: queue ", s_->queues[q].name,
             " is StrictFIFO and job ", entry.id, " ahead is pending (",
-            PendingReasonCode(reason_[j]), ")");
-        for (; cursor[q] < jobs_of_queue_[q].size(); ++cursor[q]) {
+            PendingReasonCode(reason_[j]), ")"));
+        for (; cursor[q] < (*jobs_of_queue_)[q].size(); ++cursor[q]) {
           const size_t k = offset_[q] + cursor[q];
           reason_[k] = PendingReason::kBlockedByStrictFifo;
           message_[k] = message;
         }
       }
-      if (cursor[q] < jobs_of_queue_[q].size()) {
-        const QueueEntry& next = jobs_of_queue_[q][cursor[q]];
+      if (cursor[q] < (*jobs_of_queue_)[q].size()) {
+        const QueueEntry& next = (*jobs_of_queue_)[q][cursor[q]];
         // It is popped about one round of all queues later: fetch what its
         // attempt reads now, so that it is in cache by then.
         __builtin_prefetch(&failures_[next.job_class]);
         __builtin_prefetch(&message_[offset_[q] + cursor[q]], 1);
-        __builtin_prefetch(&s_.pending[next.index]);
+        __builtin_prefetch(&s_->pending[next.index]);
         __builtin_prefetch(
-            reinterpret_cast<const char*>(&s_.pending[next.index]) + 64);
+            reinterpret_cast<const char*>(&s_->pending[next.index]) + 64);
         heads.push_back(Key(next, q));
         std::push_heap(heads.begin(), heads.end(), greater);
       }
     }
-    out.pending.reserve(s_.pending.size() - out.admissions.size());
-    for (size_t q = 0; q < s_.queues.size(); ++q) {
+    out.pending.reserve(s_->pending.size() - out.admissions.size());
+    for (size_t q = 0; q < s_->queues.size(); ++q) {
       int32_t position = 0;
       for (size_t j = offset_[q]; j < offset_[q + 1]; ++j) {
         if (admitted_[j]) continue;
-        out.pending.push_back({.job = jobs_of_queue_[q][j - offset_[q]].id,
+        out.pending.push_back({.job = (*jobs_of_queue_)[q][j - offset_[q]].id,
                                .queue = static_cast<QueueId>(q),
                                .reason = reason_[j],
                                .message = std::move(message_[j]),
@@ -405,15 +436,15 @@ class Engine {
   // Share() changes only when the queue's own usage does; cached per queue.
   double CachedShare(QueueId q) {
     if (!share_valid_[q]) {
-      share_[q] = WeightedShare(s_, quota_, total_, q);
+      share_[q] = WeightedShare(*s_, *quota_, total_, q);
       share_valid_[q] = true;
     }
     return share_[q];
   }
 
   HeadKey Key(const QueueEntry& e, QueueId q) {
-    const bool aged = config_.aging_threshold > 0 &&
-                      s_.now - e.submit_time >= config_.aging_threshold;
+    const bool aged = config_->aging_threshold > 0 &&
+                      s_->now - e.submit_time >= config_->aging_threshold;
     return {.neg_priority = e.neg_priority,
             .not_aged = !aged,
             .share = aged ? 0.0 : CachedShare(q),
@@ -424,12 +455,12 @@ class Engine {
 
   void AppendQuotaDetail(const PendingJob& job, FlavorId f, Resource r,
                          const Resources& need, std::string& out) const {
-    const Queue& queue = s_.queues[job.queue];
+    const Queue& queue = s_->queues[job.queue];
     absl::StrAppend(&out, "queue ", queue.name, " ", ResourceName(r), " ",
-                    quota_.Usage(job.queue, f, r), "/",
-                    quota_.Nominal(job.queue, f, r), ", cohort lends ",
-                    quota_.CohortLends(job.queue, f, r), ", job needs ",
-                    need.Get(r), " (flavor ", s_.flavors[f].name, ")");
+                    quota_->Usage(job.queue, f, r), "/",
+                    quota_->Nominal(job.queue, f, r), ", cohort lends ",
+                    quota_->CohortLends(job.queue, f, r), ", job needs ",
+                    need.Get(r), " (flavor ", s_->flavors[f].name, ")");
   }
 
   // Candidate flavors depend only on the job's class (pricing.h), so they
@@ -439,7 +470,7 @@ class Engine {
     std::unique_ptr<std::vector<FlavorId>>& slot = flavors_of_[job_class];
     if (slot == nullptr) {
       slot = std::make_unique<std::vector<FlavorId>>(
-          CandidateFlavors(s_, job, config_));
+          CandidateFlavors(*s_, job, *config_));
     }
     return *slot;
   }
@@ -448,7 +479,7 @@ class Engine {
     auto [it, inserted] = indexes_.try_emplace(KeyOfShape(f, shape), nullptr);
     if (inserted) {
       it->second =
-          std::make_unique<ShapeIndex>(s_, free_, nodes_of_flavor_[f], shape);
+          std::make_unique<ShapeIndex>(*s_, free_, nodes_of_flavor_[f], shape);
       if (it->second->usable())
         indexes_of_flavor_[f].push_back(it->second.get());
     }
@@ -456,41 +487,40 @@ class Engine {
   }
 
   PlacementResult Place(FlavorId f, const PendingJob& job) {
-    if (!config_.use_placement_index)
-      return PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+    if (!config_->use_placement_index)
+      return PlaceGang(*s_, free_, nodes_of_flavor_, f, job);
     if (ShapeIndex* index = IndexFor(f, job.worker); index != nullptr)
       return index->Place(free_, job);
-    return PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+    return PlaceGang(*s_, free_, nodes_of_flavor_, f, job);
   }
 
   bool TryAdmit(const QueueEntry& entry, QueueId q, size_t j, Decisions& out) {
     // A class that failed in the same state fails again the same way; this
     // check does not touch the (cold) PendingJob.
     ClassFailure& failure = failures_[entry.job_class];
-    if (failure.valid && config_.use_equivalence_classes &&
+    if (failure.valid && config_->use_equivalence_classes &&
         failure.stamp == Stamp(*failure.flavors, q)) {
       if (failure.searched) StartSearch();
       reason_[j] = reason_[failure.slot];
       message_[j] = message_[failure.slot];
       return false;
     }
-    const PendingJob& job = s_.pending[entry.index];
-    const Queue& queue = s_.queues[job.queue];
+    const PendingJob& job = s_->pending[entry.index];
+    const Queue& queue = s_->queues[job.queue];
     const std::vector<FlavorId>& flavors = Flavors(job, entry.job_class);
     const uint64_t stamp = Stamp(flavors, job.queue);
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
-      message_[j] =
+      message_[j] = Message(
           absl::StrCat("NO_ELIGIBLE_FLAVOR: queue ", queue.name,
                        " has no quota for a flavor allowed by spot policy ",
-                       SpotPolicyName(job.spot_policy));
+                       SpotPolicyName(job.spot_policy)));
       Remember(failure, flavors, stamp, j);
       return false;
     }
     const Resources need = job.worker.AsResources() * job.workers;
     // "<CODE of the first flavor's failure>: <detail>; <detail>...", built in
-    // a reused buffer (policy.cc joins a vector of details; same text) and
-    // then copied once at its final size.
+    // a reused buffer and then copied once at its final size.
     std::string& message = scratch_;
     message.clear();
     bool first = true;
@@ -512,14 +542,14 @@ class Engine {
       int64_t cost = 0;
       if (!Affordable(job, f, &cost)) {
         begin_detail(PendingReason::kBudgetHold);
-        absl::StrAppend(&message, "budget ", s_.budgets[*queue.budget].name,
+        absl::StrAppend(&message, "budget ", s_->budgets[*queue.budget].name,
                         " has ", FormatMicros(budget_remaining_[*queue.budget]),
                         " left, expected cost ", FormatMicros(cost),
-                        " (flavor ", s_.flavors[f].name, ")");
+                        " (flavor ", s_->flavors[f].name, ")");
         continue;
       }
       affordable.push_back(f);
-      if (!quota_.Fits(job.queue, f, need, &failed)) {
+      if (!quota_->Fits(job.queue, f, need, &failed)) {
         begin_detail(PendingReason::kQuotaExhausted);
         AppendQuotaDetail(job, f, failed, need, message);
       } else if (BorrowsWhileRebalancing(job, f, need)) {
@@ -539,13 +569,13 @@ class Engine {
               &message, "no single ",
               job.required_topology == TopologyLevel::kRack ? "rack" : "block",
               " holds ", job.workers, " workers (best holds ",
-              placement.best_group_workers, ") (flavor ", s_.flavors[f].name,
+              placement.best_group_workers, ") (flavor ", s_->flavors[f].name,
               ")");
         } else {
           begin_detail(PendingReason::kNoCapacity);
           absl::StrAppend(&message, "free nodes hold ",
                           placement.capacity_workers, " of ", job.workers,
-                          " workers (flavor ", s_.flavors[f].name, ")");
+                          " workers (flavor ", s_->flavors[f].name, ")");
         }
       }
     }
@@ -557,10 +587,10 @@ class Engine {
       // Not remembered: the reservation changed the state, and the next job
       // of the class may get one of its own.
       reason_[j] = PendingReason::kWaitingForReservation;
-      message_[j] = message;
+      message_[j] = Message(message);
       return false;
     }
-    message_[j] = message;
+    message_[j] = Message(message);
     Remember(failure, flavors, stamp, j);
     failure.searched = searched;
     return false;
@@ -569,18 +599,18 @@ class Engine {
   // Whether the job's expected cost on f fits its queue's budget (always
   // without one); `cost` gets the cost.
   bool Affordable(const PendingJob& job, FlavorId f, int64_t* cost) const {
-    const std::optional<BudgetId>& budget = s_.queues[job.queue].budget;
+    const std::optional<BudgetId>& budget = s_->queues[job.queue].budget;
     if (!budget.has_value()) return true;
-    *cost = ExpectedCostMicros(job, s_.flavors[f], config_);
+    *cost = ExpectedCostMicros(job, s_->flavors[f], *config_);
     return *cost <= budget_remaining_[*budget];
   }
 
   // Commits the job's expected cost on f to its queue's budget, if any.
   void Spend(const PendingJob& job, FlavorId f) {
-    const std::optional<BudgetId>& budget = s_.queues[job.queue].budget;
+    const std::optional<BudgetId>& budget = s_->queues[job.queue].budget;
     if (!budget.has_value()) return;
     budget_remaining_[*budget] -=
-        ExpectedCostMicros(job, s_.flavors[f], config_);
+        ExpectedCostMicros(job, s_->flavors[f], *config_);
     ++budget_epoch_[*budget];
   }
 
@@ -603,7 +633,7 @@ class Engine {
     std::vector<ReservationState*> eligible;
     if (job.time_limit_micros <= 0) return eligible;
     for (ReservationState& r : reservations_) {
-      if (r.flavor == f && s_.now <= r.start_time - job.time_limit_micros) {
+      if (r.flavor == f && s_->now <= r.start_time - job.time_limit_micros) {
         eligible.push_back(&r);
       }
     }
@@ -624,7 +654,7 @@ class Engine {
     for (ReservationState* r : eligible) {
       for (const Hold& h : r->held) free_[h.node] += h.amount;
     }
-    PlacementResult placement = PlaceGang(s_, free_, nodes_of_flavor_, f, job);
+    PlacementResult placement = PlaceGang(*s_, free_, nodes_of_flavor_, f, job);
     for (ReservationState* r : eligible) {
       for (const Hold& h : r->held) free_[h.node] -= h.amount;
     }
@@ -654,13 +684,15 @@ class Engine {
 
   // Running attempts on f with a time limit: (end, index), by end.
   const std::vector<std::pair<TimeMicros, int>>& EndsOf(FlavorId f) {
-    if (ends_of_flavor_.empty()) {
-      ends_of_flavor_.resize(s_.flavors.size());
-      for (size_t i = 0; i < s_.running.size(); ++i) {
-        const RunningAttempt& r = s_.running[i];
+    if (!ends_built_) {
+      ends_built_ = true;
+      ends_of_flavor_.resize(s_->flavors.size());
+      for (auto& ends : ends_of_flavor_) ends.clear();
+      for (size_t i = 0; i < s_->running.size(); ++i) {
+        const RunningAttempt& r = s_->running[i];
         if (r.time_limit_micros <= 0 || r.placement.empty()) continue;
         ends_of_flavor_[r.flavor].emplace_back(
-            std::max(s_.now, r.start_time + r.time_limit_micros),
+            std::max(s_->now, r.start_time + r.time_limit_micros),
             static_cast<int>(i));
       }
       for (auto& ends : ends_of_flavor_) std::sort(ends.begin(), ends.end());
@@ -680,18 +712,18 @@ class Engine {
     for (size_t i = 0; i < k; ++i) {
       const int a = ends[i].second;
       if (!preempted_.empty() && preempted_[a]) continue;
-      const RunningAttempt& r = s_.running[a];
+      const RunningAttempt& r = s_->running[a];
       for (size_t w = 0; w < r.placement.size(); ++w)
         probe_free_[r.placement[w]] += WorkerShare(r, w);
     }
-    return PlaceGang(s_, probe_free_, nodes_of_flavor_, f, job);
+    return PlaceGang(*s_, probe_free_, nodes_of_flavor_, f, job);
   }
 
   // Counts a reservation search if the limits allow one.
   bool StartSearch() {
     if (static_cast<int32_t>(reservations_.size()) >=
-            config_.max_reservations ||
-        searches_ >= config_.max_reservation_searches) {
+            config_->max_reservations ||
+        searches_ >= config_->max_reservation_searches) {
       return false;
     }
     ++searches_;
@@ -763,7 +795,7 @@ class Engine {
         index->Update(n, free_[n]);
     }
     reservations_.push_back(std::move(state));
-    quota_.Add(job.queue, f, worker * job.workers);
+    quota_->Add(job.queue, f, worker * job.workers);
     Spend(job, f);
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
@@ -771,10 +803,10 @@ class Engine {
     const std::string previous = message;
     message = absl::StrCat(
         "WAITING_FOR_RESERVATION: ", job.workers,
-        " workers reserved on flavor ", s_.flavors[f].name, " from ",
+        " workers reserved on flavor ", s_->flavors[f].name, " from ",
         absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMicros(best_start),
                          absl::UTCTimeZone()),
-        " (in ", (best_start - s_.now) / 1000000,
+        " (in ", (best_start - s_->now) / 1000000,
         " s), when running jobs reach their time limits; now: ", previous);
     out.reservations.push_back({.job = job.id,
                                 .queue = job.queue,
@@ -789,8 +821,8 @@ class Engine {
     Commit(job, f, nodes);
     bool borrowing = false;
     for (Resource r : kAllResources) {
-      if (quota_.Tracks(job.queue, f, r) &&
-          quota_.Usage(job.queue, f, r) > quota_.Nominal(job.queue, f, r)) {
+      if (quota_->Tracks(job.queue, f, r) &&
+          quota_->Usage(job.queue, f, r) > quota_->Nominal(job.queue, f, r)) {
         borrowing = true;
       }
     }
@@ -806,14 +838,14 @@ class Engine {
   // victims still hold and undo the rebalancing.
   bool BorrowsWhileRebalancing(const PendingJob& job, FlavorId f,
                                const Resources& need) const {
-    if (rebalancing_.empty() || !s_.queues[job.queue].cohort.has_value() ||
+    if (rebalancing_.empty() || !s_->queues[job.queue].cohort.has_value() ||
         !rebalancing_.contains({root_of_queue_[job.queue], f})) {
       return false;
     }
     for (Resource r : kAllResources) {
-      if (need.Get(r) > 0 && quota_.Tracks(job.queue, f, r) &&
-          quota_.Usage(job.queue, f, r) + need.Get(r) >
-              quota_.Nominal(job.queue, f, r)) {
+      if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
+          quota_->Usage(job.queue, f, r) + need.Get(r) >
+              quota_->Nominal(job.queue, f, r)) {
         return true;
       }
     }
@@ -823,16 +855,16 @@ class Engine {
   void AppendRebalancingDetail(const PendingJob& job, FlavorId f,
                                const Resources& need, std::string& out) const {
     for (Resource r : kAllResources) {
-      if (need.Get(r) > 0 && quota_.Tracks(job.queue, f, r) &&
-          quota_.Usage(job.queue, f, r) + need.Get(r) >
-              quota_.Nominal(job.queue, f, r)) {
-        absl::StrAppend(&out, "queue ", s_.queues[job.queue].name, " ",
-                        ResourceName(r), " ", quota_.Usage(job.queue, f, r),
-                        "/", quota_.Nominal(job.queue, f, r), ", job needs ",
+      if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
+          quota_->Usage(job.queue, f, r) + need.Get(r) >
+              quota_->Nominal(job.queue, f, r)) {
+        absl::StrAppend(&out, "queue ", s_->queues[job.queue].name, " ",
+                        ResourceName(r), " ", quota_->Usage(job.queue, f, r),
+                        "/", quota_->Nominal(job.queue, f, r), ", job needs ",
                         need.Get(r),
                         ", cohort lends 0 while preemption frees quota "
                         "(flavor ",
-                        s_.flavors[f].name, ")");
+                        s_->flavors[f].name, ")");
         return;
       }
     }
@@ -842,27 +874,28 @@ class Engine {
   // fit (preemption.h) and records the preemptions.
   bool TryPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors,
                   Decisions& out) {
-    if (preempted_.empty()) preempted_.assign(s_.running.size(), false);
-    const CycleState state{.quota = &quota_,
+    if (preempted_.empty()) preempted_.assign(s_->running.size(), false);
+    const CycleState state{.quota = &*quota_,
                            .free = &free_,
                            .nodes_of_flavor = &nodes_of_flavor_,
                            .total = total_,
                            .preempted = &preempted_};
     for (FlavorId f : flavors) {
       std::optional<PreemptionPlan> plan =
-          PlanPreemption(s_, config_, state, job, f);
+          PlanPreemption(*s_, *config_, state, job, f);
       if (!plan.has_value()) continue;
-      const int32_t priority = s_.priority_classes[job.priority_class].value;
+      const int32_t priority = s_->priority_classes[job.priority_class].value;
       // Victims keep running through their grace period: what they free
       // beyond what the job takes stays unavailable this cycle.
       std::vector<std::pair<NodeId, Resources>> held;
       for (int v : plan->victims) {
-        for (NodeId n : s_.running[v].placement) held.emplace_back(n, free_[n]);
+        for (NodeId n : s_->running[v].placement)
+          held.emplace_back(n, free_[n]);
       }
       for (size_t k = 0; k < plan->victims.size(); ++k) {
-        const RunningAttempt& r = s_.running[plan->victims[k]];
+        const RunningAttempt& r = s_->running[plan->victims[k]];
         preempted_[plan->victims[k]] = true;
-        ReleaseAttempt(r, quota_, free_);
+        ReleaseAttempt(r, *quota_, free_);
         share_valid_[r.queue] = false;
         ++quota_epoch_[root_of_queue_[r.queue]];
         ++flavor_epoch_[r.flavor];
@@ -872,15 +905,15 @@ class Engine {
              .victim_queue = r.queue,
              .preemptor = job.id,
              .reason = reason,
-             .grace_period = config_.preemption_grace_period,
+             .grace_period = config_->preemption_grace_period,
              .message = absl::StrCat(
                  PreemptionReasonCode(reason), ": job ", job.id, " (priority ",
-                 priority, ", queue ", s_.queues[job.queue].name,
+                 priority, ", queue ", s_->queues[job.queue].name,
                  ") preempts job ", r.job, " (priority ",
-                 s_.priority_classes[r.priority_class].value, ", queue ",
-                 s_.queues[r.queue].name, ") on flavor ", s_.flavors[f].name,
+                 s_->priority_classes[r.priority_class].value, ", queue ",
+                 s_->queues[r.queue].name, ") on flavor ", s_->flavors[f].name,
                  "; ", r.resources.gpus, " GPUs lose ",
-                 (s_.now - r.last_checkpoint_time.value_or(r.start_time)) /
+                 (s_->now - r.last_checkpoint_time.value_or(r.start_time)) /
                      1000000,
                  " s since the last checkpoint")});
       }
@@ -899,7 +932,7 @@ class Engine {
       for (NodeId n : nodes) free_[n] += job.worker.AsResources();
       Admit(job, f, std::move(nodes), out);
       for (const auto& [n, before] : held) {
-        for (ShapeIndex* index : indexes_of_flavor_[s_.nodes[n].flavor])
+        for (ShapeIndex* index : indexes_of_flavor_[s_->nodes[n].flavor])
           index->Update(n, free_[n]);
       }
       // Nor may a later job of the cohort tree borrow the quota they free.
@@ -916,7 +949,7 @@ class Engine {
   uint64_t Stamp(const std::vector<FlavorId>& flavors, QueueId q) const {
     uint64_t stamp = quota_epoch_[root_of_queue_[q]];
     for (FlavorId f : flavors) stamp += flavor_epoch_[f];
-    if (const std::optional<BudgetId>& b = s_.queues[q].budget; b.has_value())
+    if (const std::optional<BudgetId>& b = s_->queues[q].budget; b.has_value())
       stamp += budget_epoch_[*b];
     return stamp;
   }
@@ -941,25 +974,25 @@ class Engine {
       for (ShapeIndex* index : indexes_of_flavor_[f])
         index->Update(n, free_[n]);
     }
-    quota_.Add(job.queue, f, worker * job.workers);
+    quota_->Add(job.queue, f, worker * job.workers);
     Spend(job, f);
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
     ++quota_epoch_[root_of_queue_[job.queue]];
   }
 
-  const Snapshot& s_;
-  const PolicyConfig& config_;
-  QuotaTree quota_;
+  const Snapshot* s_ = nullptr;
+  const PolicyConfig* config_ = nullptr;
+  std::optional<QuotaTree> quota_;
   std::vector<Resources> free_;
   std::vector<std::vector<NodeId>> nodes_of_flavor_;
   Resources total_;
-  const std::vector<std::vector<QueueEntry>>& jobs_of_queue_;
+  const std::vector<std::vector<QueueEntry>>* jobs_of_queue_ = nullptr;
   std::vector<ClassFailure> failures_;
   std::vector<size_t> offset_;
   std::vector<uint8_t> admitted_;
   std::vector<PendingReason> reason_;
-  std::vector<std::string> message_;
+  std::vector<Message> message_;
   absl::flat_hash_map<ShapeKey, std::unique_ptr<ShapeIndex>> indexes_;
   std::vector<std::vector<ShapeIndex*>> indexes_of_flavor_;
   std::vector<int> root_of_queue_;
@@ -975,6 +1008,7 @@ class Engine {
   int32_t searches_ = 0;
   // Per flavor (built on first use): running attempts with time limits.
   std::vector<std::vector<std::pair<TimeMicros, int>>> ends_of_flavor_;
+  bool ends_built_ = false;
   // Per node (sized on first use): what reservations wait to be released.
   std::vector<Resources> awaited_;
   std::vector<Resources> probe_free_;
@@ -1038,11 +1072,15 @@ void BuildQueues(const Snapshot& s, ClassTable& classes,
     std::sort(queue.begin(), queue.end(), EntryLess);
 }
 
+std::unique_ptr<CycleRunner> NewCycleRunner() {
+  return std::make_unique<Engine>();
+}
+
 Decisions RunCycle(const Snapshot& s, const PolicyConfig& config,
                    const QuotaTree& running_quota,
                    const std::vector<std::vector<QueueEntry>>& jobs,
                    size_t num_classes) {
-  return Engine(s, config, running_quota, jobs, num_classes).Run();
+  return Engine().Run(s, config, running_quota, jobs, num_classes);
 }
 
 }  // namespace trainyard::scheduler::policy::internal

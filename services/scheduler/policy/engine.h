@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -70,6 +71,22 @@ QueueEntry MakeEntry(const Snapshot& s, ClassTable& classes, int index);
 // Every queue's pending jobs in queue order.
 void BuildQueues(const Snapshot& s, ClassTable& classes,
                  std::vector<std::vector<QueueEntry>>& jobs);
+
+// Runs cycles, keeping its working memory (and the candidate flavors of each
+// class) between them: what the incremental Scheduler uses.
+class CycleRunner {
+ public:
+  virtual ~CycleRunner() = default;
+  // == RunCycle(s, config, running_quota, jobs, num_classes).
+  virtual Decisions Run(const Snapshot& s, const PolicyConfig& config,
+                        const QuotaTree& running_quota,
+                        const std::vector<std::vector<QueueEntry>>& jobs,
+                        size_t num_classes) = 0;
+  // Class ids were renumbered (ClassTable cleared), or queues, flavors or the
+  // config changed: drop what was cached per class.
+  virtual void ForgetClasses() = 0;
+};
+std::unique_ptr<CycleRunner> NewCycleRunner();
 
 // One cycle. `s` must be valid (ValidateSnapshot); `running_quota` charges
 // its running work (QuotaTree(s)); `jobs` lists each queue's pending jobs in

@@ -25,6 +25,7 @@ void Scheduler::Rebuild() {
   pending_index_.clear();
   running_index_.clear();
   classes_.clear();
+  if (runner_ != nullptr) runner_->ForgetClasses();
   for (size_t i = 0; i < s_.pending.size(); ++i)
     pending_index_[s_.pending[i].id] = static_cast<int>(i);
   for (size_t i = 0; i < s_.running.size(); ++i)
@@ -166,8 +167,9 @@ Decisions Scheduler::Cycle() {
     if (!ValidateSnapshot(s_).ok()) return Decide(s_, config_);
     Rebuild();
   }
-  return internal::RunCycle(s_, config_, *running_quota_, jobs_of_queue_,
-                            classes_.size());
+  if (runner_ == nullptr) runner_ = internal::NewCycleRunner();
+  return runner_->Run(s_, config_, *running_quota_, jobs_of_queue_,
+                      classes_.size());
 }
 
 }  // namespace trainyard::scheduler::policy

@@ -8,6 +8,7 @@
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_INCREMENTAL_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_INCREMENTAL_H_
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -71,6 +72,8 @@ class Scheduler {
   absl::flat_hash_map<JobId, int> running_index_;
   std::vector<std::vector<QueueEntry>> jobs_of_queue_;
   internal::ClassTable classes_;
+  // Reuses its memory and per-class caches from cycle to cycle.
+  std::unique_ptr<internal::CycleRunner> runner_;
 };
 
 }  // namespace trainyard::scheduler::policy

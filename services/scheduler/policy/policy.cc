@@ -10,6 +10,11 @@
 
 namespace trainyard::scheduler::policy {
 
+const std::string& Message::Empty() {
+  static const std::string* const empty = new std::string();
+  return *empty;
+}
+
 const char* PendingReasonCode(PendingReason reason) {
   switch (reason) {
     case PendingReason::kQuotaExhausted:
@@ -47,8 +52,8 @@ const char* PreemptionReasonCode(PreemptionReason reason) {
 Decisions Decide(const Snapshot& snapshot, const PolicyConfig& config) {
   if (absl::Status status = ValidateSnapshot(snapshot); !status.ok()) {
     Decisions out;
-    const std::string message =
-        absl::StrCat("INVALID_SNAPSHOT: ", std::string(status.message()));
+    const Message message(
+        absl::StrCat("INVALID_SNAPSHOT: ", std::string(status.message())));
     for (const PendingJob& job : snapshot.pending) {
       out.pending.push_back({.job = job.id,
                              .queue = job.queue,

@@ -5,7 +5,11 @@
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_POLICY_H_
 
 #include <cstdint>
+#include <memory>
+#include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "services/scheduler/policy/snapshot.h"
@@ -42,6 +46,30 @@ struct Admission {
   friend bool operator==(const Admission&, const Admission&) = default;
 };
 
+// An immutable explanation, shared by every job that got the same one (the
+// jobs of an equivalence class, the jobs behind a StrictFIFO blocker):
+// copying one copies a pointer. Compares by text.
+class Message {
+ public:
+  Message() = default;
+  explicit Message(std::string text)
+      : text_(std::make_shared<const std::string>(std::move(text))) {}
+  const std::string& str() const { return text_ ? *text_ : Empty(); }
+  friend bool operator==(const Message& a, const Message& b) {
+    return a.text_ == b.text_ || a.str() == b.str();
+  }
+  friend bool operator==(const Message& a, std::string_view b) {
+    return a.str() == b;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Message& m) {
+    return os << m.str();
+  }
+
+ private:
+  static const std::string& Empty();
+  std::shared_ptr<const std::string> text_;
+};
+
 struct PendingDecision {
   JobId job = 0;
   QueueId queue = 0;
@@ -49,7 +77,7 @@ struct PendingDecision {
   // "<CODE>: <details>", e.g.
   // "QUOTA_EXHAUSTED: queue research-a gpu 64/64, cohort lends 0, job needs 8
   // (flavor a100)".
-  std::string message;
+  Message message;
   // 1-based position among the jobs of its queue still pending after this
   // cycle, in queue order (0 for INVALID_SNAPSHOT).
   int32_t position = 0;

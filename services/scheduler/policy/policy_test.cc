@@ -176,7 +176,7 @@ TEST(DecideTest, QuotaChargedWithinTheCycle) {
   Decisions d = Decide(b.Build());
   EXPECT_THAT(Admitted(d), ElementsAre(1, 2));
   ASSERT_EQ(d.pending.size(), 1u);
-  EXPECT_THAT(d.pending[0].message,
+  EXPECT_THAT(d.pending[0].message.str(),
               StartsWith("QUOTA_EXHAUSTED: queue q gpu 16/16"));
 }
 
@@ -445,7 +445,8 @@ TEST(DecideTest, InvalidSnapshotLeavesEverythingPending) {
   EXPECT_TRUE(d.admissions.empty());
   ASSERT_EQ(d.pending.size(), 2u);
   EXPECT_EQ(d.pending[0].reason, PendingReason::kInvalidSnapshot);
-  EXPECT_THAT(d.pending[1].message, HasSubstr("pending[1]: id out of range"));
+  EXPECT_THAT(d.pending[1].message.str(),
+              HasSubstr("pending[1]: id out of range"));
   // A cohort cycle is rejected too.
   SnapshotBuilder c;
   CohortId x = c.AddCohort("x");

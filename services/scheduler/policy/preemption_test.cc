@@ -317,7 +317,8 @@ TEST(PreemptionTest, NoBorrowingOfQuotaThatPreemptionFreesThisCycle) {
   EXPECT_THAT(Victims(d), ElementsAre(100));
   ASSERT_EQ(d.pending.size(), 1u);
   EXPECT_EQ(d.pending[0].reason, PendingReason::kQuotaExhausted);
-  EXPECT_THAT(d.pending[0].message, HasSubstr("while preemption frees quota"));
+  EXPECT_THAT(d.pending[0].message.str(),
+              HasSubstr("while preemption frees quota"));
 }
 
 TEST(PreemptionTest, WithinQueueRuleComesBeforeReclaim) {

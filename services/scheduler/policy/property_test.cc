@@ -321,7 +321,7 @@ TEST(PolicyPropertyTest, InvariantsHoldOnRandomSnapshots) {
     std::map<QueueId, int32_t> last_position;
     for (const PendingDecision& p : d.pending) {
       ASSERT_TRUE(absl::StartsWith(
-          p.message, std::string(PendingReasonCode(p.reason)) + ": "))
+          p.message.str(), std::string(PendingReasonCode(p.reason)) + ": "))
           << p.message;
       ASSERT_EQ(p.position, ++last_position[p.queue]);
       reasons.insert(p.reason);
@@ -707,7 +707,7 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
     std::set<JobId> waiting;
     for (const PendingDecision& p : d.pending) {
       ASSERT_TRUE(absl::StartsWith(
-          p.message, std::string(PendingReasonCode(p.reason)) + ": "))
+          p.message.str(), std::string(PendingReasonCode(p.reason)) + ": "))
           << p.message;
       if (p.reason == PendingReason::kWaitingForReservation)
         waiting.insert(p.job);

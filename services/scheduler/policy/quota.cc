@@ -13,14 +13,14 @@ QuotaTree::QuotaTree(const Snapshot& s)
   parent_.assign(num_nodes, -1);
   cells_.assign(static_cast<size_t>(num_nodes) * num_flavors_ * kNumResources,
                 Cell{});
-  for (int q = 0; q < num_queues_; ++q) {
-    const Queue& queue = s.queues[q];
-    if (queue.cohort.has_value()) parent_[q] = num_queues_ + *queue.cohort;
-    for (const FlavorQuota& fq : queue.quotas) {
+  // A queue's or cohort's own quota entries; a cohort cell is tracked from
+  // its own entry or (below) from a tracked child.
+  auto set_quotas = [&](int node, const std::vector<FlavorQuota>& quotas) {
+    for (const FlavorQuota& fq : quotas) {
       for (Resource r : kAllResources) {
         const auto& rq = fq.resources[static_cast<int>(r)];
         if (!rq.has_value()) continue;
-        Cell& c = cells_[CellIndex(q, fq.flavor, r)];
+        Cell& c = cells_[CellIndex(node, fq.flavor, r)];
         c.tracked = true;
         c.nominal = rq->nominal;
         c.subtree = rq->nominal;
@@ -28,15 +28,23 @@ QuotaTree::QuotaTree(const Snapshot& s)
         c.lending_limit = rq->lending_limit.value_or(-1);
       }
     }
+  };
+  for (int q = 0; q < num_queues_; ++q) {
+    const Queue& queue = s.queues[q];
+    if (queue.cohort.has_value()) parent_[q] = num_queues_ + *queue.cohort;
+    set_quotas(q, queue.quotas);
   }
   std::vector<int> depth(s.cohorts.size(), 0);
   for (size_t c = 0; c < s.cohorts.size(); ++c) {
     if (s.cohorts[c].parent.has_value())
       parent_[num_queues_ + c] = num_queues_ + *s.cohorts[c].parent;
+    set_quotas(num_queues_ + static_cast<int>(c), s.cohorts[c].quotas);
     for (auto p = s.cohorts[c].parent; p.has_value(); p = s.cohorts[*p].parent)
       ++depth[c];
   }
-  // Children before parents: queues first, then cohorts deepest first.
+  // Children before parents: queues first, then cohorts deepest first, so a
+  // cohort's subtree (own nominal + what its children lend) is complete before
+  // its guaranteed part is computed and the rest passed up.
   std::vector<int> order;
   for (int q = 0; q < num_queues_; ++q) order.push_back(q);
   std::vector<int> cohorts(s.cohorts.size());

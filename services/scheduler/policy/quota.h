@@ -1,23 +1,40 @@
-// Quota accounting over the cohort tree, with Kueue's hierarchical semantics.
+// Quota accounting over the cohort tree, with Kueue's hierarchical semantics
+// (including Kueue's hierarchical Cohorts: a cohort may carry quota itself).
 //
-// Every queue and every cohort is a node of a tree; per (flavor, resource):
-//   subtree(queue)   = nominal
-//   subtree(cohort)  = sum over children of (subtree(child) -
-//   guaranteed(child)) guaranteed(n)    = max(0, subtree(n) - lending_limit(n))
-//   if a lending limit
-//                      is set, else 0: what n withholds from its cohort
-//   usage(cohort)    = sum over children of max(0, usage(child) -
-//   guaranteed(child)) available(root)  = subtree - usage available(n)     =
-//   max(0, guaranteed(n) - usage(n)) + parent_part, where
-//                      parent_part = available(parent), capped (when n has a
-//                      borrowing limit) at
-//                      subtree(n) - guaranteed(n) - max(0, usage(n) -
-//                      guaranteed(n))
-//                      + borrowing_limit(n)
+// Every queue and every cohort is a node of the tree. Each node n may have,
+// per (flavor, resource), a nominal quota, a borrowing limit and a lending
+// limit (Queue::quotas, Cohort::quotas; a missing entry is nominal 0 with no
+// limits). Per (flavor, resource):
+//   - subtree(queue) = nominal(queue).
+//   - subtree(cohort) = nominal(cohort)
+//                       + sum over children c of (subtree(c) - guaranteed(c)).
+//   - guaranteed(n) = max(0, subtree(n) - lending_limit(n)) if n has a lending
+//     limit, else 0: what n withholds from its parent cohort.
+//   - usage(queue) = what its running and admitted jobs use.
+//   - usage(cohort) = sum over children c of max(0, usage(c) - guaranteed(c)).
+//   - available(root) = subtree(root) - usage(root).
+//   - available(n) = max(0, guaranteed(n) - usage(n)) + from_parent(n).
+//   - from_parent(n) = max(0, min(available(parent), cap(n))).
+//   - cap(n) = subtree(n) - guaranteed(n) - max(0, usage(n) - guaranteed(n))
+//              + borrowing_limit(n) if n has a borrowing limit, else
+//              unlimited; i.e. usage(n) <= subtree(n) + borrowing_limit(n).
 // So a queue may use up to nominal + borrowing limit, borrowing only what its
-// cohorts have unused, and a lender keeps what its lending limit withholds.
-// A queue without a cohort can use exactly its nominal quota. Resources a
-// queue has no quota entry for (nullopt) are not limited.
+// cohorts have unused (quota its siblings lend and the cohorts' own nominal
+// quota); a lender (queue or cohort) keeps what its lending limit withholds for
+// itself (a cohort: for the queues beneath it); and a cohort's borrowing limit
+// caps what its whole subtree takes from the parent, so it caps every queue
+// beneath it. Limits of a node without a parent have no effect: a queue without
+// a cohort can use exactly its nominal quota, and a root cohort lends to and
+// borrows from nobody. Without cohort quotas this is exactly the queue-only
+// model (cohort cells: nominal 0, no limits).
+//
+// Resources a queue has no quota entry for (nullopt) are not limited for it and
+// its usage of them is charged nowhere, even where a cohort above it has an
+// entry for them. So a cohort's entry for (flavor, resource) only matters to
+// queues that track that (flavor, resource): its nominal adds to what queues of
+// its cohort tree may borrow, and its limits cap the tracking queues beneath
+// it. Nor does a cohort's entry for a flavor let a queue use a flavor the queue
+// does not list.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_
 

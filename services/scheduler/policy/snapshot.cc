@@ -89,6 +89,30 @@ absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(what);
 }
 
+// Quota entries of a queue or cohort; `field` is e.g. "queues[2].quotas".
+absl::Status ValidateQuotas(const Snapshot& s,
+                            const std::vector<FlavorQuota>& quotas,
+                            const std::string& field) {
+  absl::flat_hash_set<FlavorId> seen;
+  for (const FlavorQuota& fq : quotas) {
+    if (!InRange(fq.flavor, s.flavors.size())) {
+      return Invalid(absl::StrCat(field, ": flavor out of range"));
+    }
+    if (!seen.insert(fq.flavor).second) {
+      return Invalid(absl::StrCat(field, ": flavor ", s.flavors[fq.flavor].name,
+                                  " listed twice"));
+    }
+    for (const auto& rq : fq.resources) {
+      if (!rq.has_value()) continue;
+      if (rq->nominal < 0 || rq->borrowing_limit.value_or(0) < 0 ||
+          rq->lending_limit.value_or(0) < 0) {
+        return Invalid(absl::StrCat(field, ": negative quota"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateSnapshot(const Snapshot& s) {
@@ -126,6 +150,9 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
       }
       c = s.cohorts[*c].parent;
     }
+    absl::Status quotas = ValidateQuotas(
+        s, s.cohorts[i].quotas, absl::StrCat("cohorts[", i, "].quotas"));
+    if (!quotas.ok()) return quotas;
   }
   for (size_t i = 0; i < s.queues.size(); ++i) {
     const Queue& q = s.queues[i];
@@ -138,26 +165,9 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     if (q.budget.has_value() && !InRange(*q.budget, s.budgets.size())) {
       return Invalid(absl::StrCat("queues[", i, "].budget: out of range"));
     }
-    absl::flat_hash_set<FlavorId> seen;
-    for (const FlavorQuota& fq : q.quotas) {
-      if (!InRange(fq.flavor, s.flavors.size())) {
-        return Invalid(
-            absl::StrCat("queues[", i, "].quotas: flavor out of range"));
-      }
-      if (!seen.insert(fq.flavor).second) {
-        return Invalid(absl::StrCat("queues[", i, "].quotas: flavor ",
-                                    s.flavors[fq.flavor].name,
-                                    " listed twice"));
-      }
-      for (const auto& rq : fq.resources) {
-        if (!rq.has_value()) continue;
-        if (rq->nominal < 0 || rq->borrowing_limit.value_or(0) < 0 ||
-            rq->lending_limit.value_or(0) < 0) {
-          return Invalid(
-              absl::StrCat("queues[", i, "].quotas: negative quota"));
-        }
-      }
-    }
+    absl::Status quotas =
+        ValidateQuotas(s, q.quotas, absl::StrCat("queues[", i, "].quotas"));
+    if (!quotas.ok()) return quotas;
   }
   for (size_t i = 0; i < s.running.size(); ++i) {
     const RunningAttempt& r = s.running[i];

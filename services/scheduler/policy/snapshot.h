@@ -86,21 +86,25 @@ struct Node {
   Resources used;
 };
 
-// Quota for one resource of one flavor.
+// Quota for one resource of one flavor, of a queue or of a cohort (quota.h).
 struct ResourceQuota {
   int64_t nominal = 0;
   // How much more than nominal the queue may borrow from its cohort;
-  // nullopt = unlimited.
+  // nullopt = unlimited. On a cohort: how much more than its subtree quota
+  // (its own nominal plus what its children lend it) the whole cohort
+  // subtree may borrow from the parent cohort.
   std::optional<int64_t> borrowing_limit;
   // How much of nominal the queue lends to its cohort; the rest
   // (nominal - lending_limit) is withheld for the queue itself.
-  // nullopt = all of nominal may be lent.
+  // nullopt = all of nominal may be lent. On a cohort: how much of its subtree
+  // quota it lends to its parent; the rest is withheld for its subtree.
   std::optional<int64_t> lending_limit;
   friend bool operator==(const ResourceQuota&, const ResourceQuota&) = default;
 };
 
-// A queue's quota for one flavor. A resource without quota (nullopt) is not
-// limited by quota for that flavor. A queue may only use flavors it lists.
+// A queue's (or cohort's) quota for one flavor. A resource without quota
+// (nullopt) in a queue's entry is not limited by quota for that flavor. A
+// queue may only use flavors it lists.
 struct FlavorQuota {
   FlavorId flavor = 0;
   std::array<std::optional<ResourceQuota>, kNumResources> resources;
@@ -124,6 +128,14 @@ enum class ReclaimWithinCohort { kNever, kLowerPriority, kAny };
 struct Cohort {
   std::string name;
   std::optional<CohortId> parent;
+  // The cohort's own quota, as Kueue's Cohort resource groups: per flavor and
+  // resource a nominal quota that queues of its subtree (and, up to its
+  // lending limit, the rest of the cohort tree) may borrow, and limits on what
+  // the whole subtree borrows from / lends to the parent cohort (ignored on a
+  // root cohort). Only matters for (flavor, resource) pairs that queues track:
+  // it never lets a queue use a flavor, nor limits a resource, that the queue
+  // itself has no quota entry for (quota.h). At most one entry per flavor.
+  std::vector<FlavorQuota> quotas;
 };
 
 struct Queue {
@@ -231,10 +243,11 @@ struct Snapshot {
 };
 
 // Checks referential integrity: ids in range, no cohort cycles, positive gang
-// sizes, non-negative quantities (resources, quotas, prices, reclaim rates,
-// time limits, runtime estimates, checkpoint intervals), unique pending job
-// ids, at most one quota entry per flavor per queue. The error names the
-// field, e.g. "flavors[2].reclaim_rate_per_hour: must be finite and >= 0".
+// sizes, non-negative quantities (resources, queue and cohort quotas, prices,
+// reclaim rates, time limits, runtime estimates, checkpoint intervals), unique
+// pending job ids, at most one quota entry per flavor per queue and per
+// cohort. The error names the field, e.g.
+// "flavors[2].reclaim_rate_per_hour: must be finite and >= 0".
 // Decide() refuses (every job pending with INVALID_SNAPSHOT) a snapshot that
 // fails this.
 absl::Status ValidateSnapshot(const Snapshot& snapshot);
