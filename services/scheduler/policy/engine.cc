@@ -295,18 +295,16 @@ class Engine final : public CycleRunner {
   Decisions Run(const Snapshot& s, const PolicyConfig& config,
                 const QuotaTree& running_quota,
                 const std::vector<std::vector<QueueEntry>>& jobs,
-                size_t num_classes) override {
-    Reset(s, config, running_quota, jobs, num_classes);
+                const ClassTable& classes) override {
+    Reset(s, config, running_quota, jobs, classes);
     return Run();
   }
-
-  void ForgetClasses() override { flavors_of_.clear(); }
 
  private:
   void Reset(const Snapshot& s, const PolicyConfig& config,
              const QuotaTree& running_quota,
              const std::vector<std::vector<QueueEntry>>& jobs,
-             size_t num_classes) {
+             const ClassTable& classes) {
     s_ = &s;
     config_ = &config;
     jobs_of_queue_ = &jobs;
@@ -341,11 +339,8 @@ class Engine final : public CycleRunner {
     }
     quota_epoch_.assign(s.cohorts.size() + s.queues.size(), 0);
     flavor_epoch_.assign(num_flavors, 0);
-    failures_.assign(num_classes, ClassFailure{});
-    // Candidate flavors depend only on the class (and on queues, flavors and
-    // config, which do not change while class ids stay the same).
-    if (flavors_of_.size() > num_classes) flavors_of_.clear();
-    flavors_of_.resize(num_classes);
+    classes_ = &classes;
+    failures_.assign(classes.size(), ClassFailure{});
     indexes_.clear();
     indexes_of_flavor_.resize(num_flavors);
     for (auto& indexes : indexes_of_flavor_) indexes.clear();
@@ -463,18 +458,6 @@ class Engine final : public CycleRunner {
                     need.Get(r), " (flavor ", s_->flavors[f].name, ")");
   }
 
-  // Candidate flavors depend only on the job's class (pricing.h), so they
-  // are computed once per class.
-  const std::vector<FlavorId>& Flavors(const PendingJob& job,
-                                       int32_t job_class) {
-    std::unique_ptr<std::vector<FlavorId>>& slot = flavors_of_[job_class];
-    if (slot == nullptr) {
-      slot = std::make_unique<std::vector<FlavorId>>(
-          CandidateFlavors(*s_, job, *config_));
-    }
-    return *slot;
-  }
-
   ShapeIndex* IndexFor(FlavorId f, const WorkerShape& shape) {
     auto [it, inserted] = indexes_.try_emplace(KeyOfShape(f, shape), nullptr);
     if (inserted) {
@@ -507,7 +490,7 @@ class Engine final : public CycleRunner {
     }
     const PendingJob& job = s_->pending[entry.index];
     const Queue& queue = s_->queues[job.queue];
-    const std::vector<FlavorId>& flavors = Flavors(job, entry.job_class);
+    const std::vector<FlavorId>& flavors = classes_->FlavorsOf(entry.job_class);
     const uint64_t stamp = Stamp(flavors, job.queue);
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
@@ -998,7 +981,7 @@ class Engine final : public CycleRunner {
   std::vector<int> root_of_queue_;
   std::vector<uint64_t> quota_epoch_;
   std::vector<uint64_t> flavor_epoch_;
-  std::vector<std::unique_ptr<std::vector<FlavorId>>> flavors_of_;
+  const ClassTable* classes_ = nullptr;
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;
@@ -1025,48 +1008,99 @@ bool EntryLess(const QueueEntry& a, const QueueEntry& b) {
          std::tie(b.neg_priority, b.submit_time, b.id);
 }
 
-int32_t ClassTable::ClassOf(const Snapshot& s, const PendingJob& job) {
+int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
+                            const PendingJob& job) {
   const Queue& queue = s.queues[job.queue];
+  // The candidate flavors depend on the queue, the spot policy, the GPUs and
+  // the pricing inputs only: computed once per such combination.
+  const PricingKey pricing = {job.queue,
+                              job.spot_policy,
+                              job.worker.gpus * job.workers,
+                              job.expected_runtime_micros,
+                              job.time_limit_micros,
+                              job.can_checkpoint,
+                              job.checkpoint_interval_micros};
+  auto [known, added] = list_of_pricing_.try_emplace(pricing, 0);
+  if (added) {
+    std::vector<FlavorId> flavors = CandidateFlavors(s, job, config);
+    // Jobs with no candidate flavor are told which spot policy excluded
+    // them: a negative id per policy.
+    int32_t id = -1 - static_cast<int32_t>(job.spot_policy);
+    if (!flavors.empty()) {
+      auto [it, inserted] = list_ids_.try_emplace(
+          flavors, static_cast<int32_t>(flavor_lists_.size()));
+      if (inserted) flavor_lists_.push_back(std::move(flavors));
+      id = it->second;
+    }
+    known->second = id;
+  }
+  int32_t list = known->second;
   // Preemption rules compare priorities (and, for LowerOrNewerEqualPriority,
   // start and submit times), so there the class also holds them.
   const bool preempts = PreemptionEnabled(queue);
+  // A budget compares each flavor's expected cost.
+  const bool budget = queue.budget.has_value();
   const Key key = {
       job.queue,
       job.workers,
       job.worker.gpus,
-      job.worker.gpu_model,
+      job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
       job.worker.cpu_millis,
       job.worker.memory_bytes,
       job.required_topology,
-      job.spot_policy,
-      job.expected_runtime_micros,
+      list,
+      budget ? job.expected_runtime_micros : 0,
       job.time_limit_micros,
-      job.can_checkpoint,
-      job.checkpoint_interval_micros,
+      budget ? job.can_checkpoint : true,
+      budget ? job.checkpoint_interval_micros : 0,
       preempts ? s.priority_classes[job.priority_class].value : 0,
       preempts && queue.within_queue_preemption ==
                       WithinQueuePreemption::kLowerOrNewerEqualPriority
           ? job.submit_time
           : 0};
-  return ids_.try_emplace(key, static_cast<int32_t>(ids_.size())).first->second;
+  auto [it, inserted] =
+      ids_.try_emplace(key, static_cast<int32_t>(flavors_of_class_.size()));
+  if (inserted) {
+    if (list < 0) {
+      // No candidate flavor: FlavorsOf() gives an (interned) empty list.
+      if (empty_list_ < 0) {
+        empty_list_ = static_cast<int32_t>(flavor_lists_.size());
+        flavor_lists_.emplace_back();
+      }
+      list = empty_list_;
+    }
+    flavors_of_class_.push_back(list);
+  }
+  return it->second;
 }
 
-QueueEntry MakeEntry(const Snapshot& s, ClassTable& classes, int index) {
+void ClassTable::clear() {
+  ids_.clear();
+  list_ids_.clear();
+  list_of_pricing_.clear();
+  flavor_lists_.clear();
+  flavors_of_class_.clear();
+  empty_list_ = -1;
+}
+
+QueueEntry MakeEntry(const Snapshot& s, const PolicyConfig& config,
+                     ClassTable& classes, int index) {
   const PendingJob& job = s.pending[index];
   return {
       .neg_priority = -int64_t{s.priority_classes[job.priority_class].value},
       .submit_time = job.submit_time,
       .id = job.id,
       .index = index,
-      .job_class = classes.ClassOf(s, job)};
+      .job_class = classes.ClassOf(s, config, job)};
 }
 
-void BuildQueues(const Snapshot& s, ClassTable& classes,
+void BuildQueues(const Snapshot& s, const PolicyConfig& config,
+                 ClassTable& classes,
                  std::vector<std::vector<QueueEntry>>& jobs) {
   jobs.assign(s.queues.size(), {});
   for (size_t i = 0; i < s.pending.size(); ++i) {
     jobs[s.pending[i].queue].push_back(
-        MakeEntry(s, classes, static_cast<int>(i)));
+        MakeEntry(s, config, classes, static_cast<int>(i)));
   }
   for (std::vector<QueueEntry>& queue : jobs)
     std::sort(queue.begin(), queue.end(), EntryLess);
@@ -1079,8 +1113,8 @@ std::unique_ptr<CycleRunner> NewCycleRunner() {
 Decisions RunCycle(const Snapshot& s, const PolicyConfig& config,
                    const QuotaTree& running_quota,
                    const std::vector<std::vector<QueueEntry>>& jobs,
-                   size_t num_classes) {
-  return Engine().Run(s, config, running_quota, jobs, num_classes);
+                   const ClassTable& classes) {
+  return Engine().Run(s, config, running_quota, jobs, classes);
 }
 
 }  // namespace trainyard::scheduler::policy::internal

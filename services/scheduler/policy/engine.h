@@ -48,53 +48,66 @@ struct QueueEntry {
 
 bool EntryLess(const QueueEntry& a, const QueueEntry& b);
 
-// Interns class keys. The key holds everything a job's admission attempt
-// depends on besides the cycle state: queue, gang size, worker shape,
-// topology requirement, spot policy, pricing inputs (runtime estimate, time
-// limit, checkpointing) and, for a queue with preemption, the priority value
-// and (LowerOrNewerEqualPriority) the submit time.
+// Interns equivalence classes. A class holds everything a job's admission
+// attempt depends on besides the cycle state: queue, gang size, worker shape,
+// topology requirement, its candidate flavors in order (CandidateFlavors(),
+// which folds in the spot policy and the pricing inputs), its time limit
+// (backfill) and, where the queue has a budget, its pricing inputs (expected
+// cost), and, for a queue with preemption, the priority value and
+// (LowerOrNewerEqualPriority) the submit time.
 class ClassTable {
  public:
-  int32_t ClassOf(const Snapshot& s, const PendingJob& job);
-  size_t size() const { return ids_.size(); }
-  void clear() { ids_.clear(); }
+  int32_t ClassOf(const Snapshot& s, const PolicyConfig& config,
+                  const PendingJob& job);
+  size_t size() const { return flavors_of_class_.size(); }
+  // The candidate flavors of a class's jobs, most preferred first.
+  const std::vector<FlavorId>& FlavorsOf(int32_t job_class) const {
+    return flavor_lists_[flavors_of_class_[job_class]];
+  }
+  void clear();
 
  private:
   using Key = std::tuple<QueueId, int32_t, int64_t, GpuModelId, int64_t,
-                         int64_t, TopologyLevel, SpotPolicy, int64_t, int64_t,
+                         int64_t, TopologyLevel, int32_t, int64_t, int64_t,
                          bool, int64_t, int64_t, TimeMicros>;
   absl::flat_hash_map<Key, int32_t> ids_;
+  using PricingKey =
+      std::tuple<QueueId, SpotPolicy, int64_t, int64_t, int64_t, bool, int64_t>;
+  absl::flat_hash_map<PricingKey, int32_t> list_of_pricing_;
+  absl::flat_hash_map<std::vector<FlavorId>, int32_t> list_ids_;
+  std::vector<std::vector<FlavorId>> flavor_lists_;
+  std::vector<int32_t> flavors_of_class_;
+  int32_t empty_list_ = -1;
 };
 
-QueueEntry MakeEntry(const Snapshot& s, ClassTable& classes, int index);
+QueueEntry MakeEntry(const Snapshot& s, const PolicyConfig& config,
+                     ClassTable& classes, int index);
 
 // Every queue's pending jobs in queue order.
-void BuildQueues(const Snapshot& s, ClassTable& classes,
+void BuildQueues(const Snapshot& s, const PolicyConfig& config,
+                 ClassTable& classes,
                  std::vector<std::vector<QueueEntry>>& jobs);
 
-// Runs cycles, keeping its working memory (and the candidate flavors of each
-// class) between them: what the incremental Scheduler uses.
+// Runs cycles, keeping its working memory between them: what the incremental
+// Scheduler uses.
 class CycleRunner {
  public:
   virtual ~CycleRunner() = default;
-  // == RunCycle(s, config, running_quota, jobs, num_classes).
+  // == RunCycle(s, config, running_quota, jobs, classes).
   virtual Decisions Run(const Snapshot& s, const PolicyConfig& config,
                         const QuotaTree& running_quota,
                         const std::vector<std::vector<QueueEntry>>& jobs,
-                        size_t num_classes) = 0;
-  // Class ids were renumbered (ClassTable cleared), or queues, flavors or the
-  // config changed: drop what was cached per class.
-  virtual void ForgetClasses() = 0;
+                        const ClassTable& classes) = 0;
 };
 std::unique_ptr<CycleRunner> NewCycleRunner();
 
 // One cycle. `s` must be valid (ValidateSnapshot); `running_quota` charges
 // its running work (QuotaTree(s)); `jobs` lists each queue's pending jobs in
-// queue order, with class ids below `num_classes`.
+// queue order, with classes from `classes` (built with the same config).
 Decisions RunCycle(const Snapshot& s, const PolicyConfig& config,
                    const QuotaTree& running_quota,
                    const std::vector<std::vector<QueueEntry>>& jobs,
-                   size_t num_classes);
+                   const ClassTable& classes);
 
 }  // namespace trainyard::scheduler::policy::internal
 

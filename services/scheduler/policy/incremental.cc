@@ -25,17 +25,16 @@ void Scheduler::Rebuild() {
   pending_index_.clear();
   running_index_.clear();
   classes_.clear();
-  if (runner_ != nullptr) runner_->ForgetClasses();
   for (size_t i = 0; i < s_.pending.size(); ++i)
     pending_index_[s_.pending[i].id] = static_cast<int>(i);
   for (size_t i = 0; i < s_.running.size(); ++i)
     running_index_[s_.running[i].job] = static_cast<int>(i);
-  internal::BuildQueues(s_, classes_, jobs_of_queue_);
+  internal::BuildQueues(s_, config_, classes_, jobs_of_queue_);
   built_ = true;
 }
 
 Scheduler::QueueEntry Scheduler::EntryOf(int index) {
-  return internal::MakeEntry(s_, classes_, index);
+  return internal::MakeEntry(s_, config_, classes_, index);
 }
 
 void Scheduler::InsertEntry(int index) {
@@ -168,8 +167,7 @@ Decisions Scheduler::Cycle() {
     Rebuild();
   }
   if (runner_ == nullptr) runner_ = internal::NewCycleRunner();
-  return runner_->Run(s_, config_, *running_quota_, jobs_of_queue_,
-                      classes_.size());
+  return runner_->Run(s_, config_, *running_quota_, jobs_of_queue_, classes_);
 }
 
 }  // namespace trainyard::scheduler::policy

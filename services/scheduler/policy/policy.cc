@@ -65,10 +65,9 @@ Decisions Decide(const Snapshot& snapshot, const PolicyConfig& config) {
   }
   internal::ClassTable classes;
   std::vector<std::vector<internal::QueueEntry>> jobs;
-  internal::BuildQueues(snapshot, classes, jobs);
+  internal::BuildQueues(snapshot, config, classes, jobs);
   const QuotaTree running_quota(snapshot);
-  return internal::RunCycle(snapshot, config, running_quota, jobs,
-                            classes.size());
+  return internal::RunCycle(snapshot, config, running_quota, jobs, classes);
 }
 
 }  // namespace trainyard::scheduler::policy
