@@ -369,21 +369,19 @@ class Engine final : public CycleRunner {
     admitted_.assign(s_->pending.size(), 0);
     reason_.assign(s_->pending.size(), PendingReason::kNoCapacity);
     message_.assign(s_->pending.size(), Message());
-    // A binary heap gives the same order as policy.cc's std::set: keys are
-    // unique (job ids are), so the smallest is well defined.
-    auto greater = [](const HeadKey& a, const HeadKey& b) { return b < a; };
-    std::vector<HeadKey> heads;
+    // A binary min-heap of queue heads: keys are unique (job ids are), so the
+    // smallest is well defined. The processed head is replaced in place by
+    // its queue's next job (one sift-down instead of a pop and a push).
+    std::vector<HeadKey>& heads = heads_;
+    heads.clear();
     heads.reserve(s_->queues.size());
     for (size_t q = 0; q < s_->queues.size(); ++q) {
       if (!(*jobs_of_queue_)[q].empty())
         heads.push_back(Key((*jobs_of_queue_)[q][0], static_cast<QueueId>(q)));
     }
-    std::make_heap(heads.begin(), heads.end(), greater);
+    for (size_t i = heads.size() / 2; i-- > 0;) SiftDown(heads, i);
     while (!heads.empty()) {
-      std::pop_heap(heads.begin(), heads.end(), greater);
-      const HeadKey head = heads.back();
-      heads.pop_back();
-      const QueueId q = head.queue;
+      const QueueId q = heads.front().queue;
       const QueueEntry& entry = (*jobs_of_queue_)[q][cursor[q]];
       const size_t j = offset_[q] + cursor[q]++;
       if (TryAdmit(entry, q, j, out)) {
@@ -408,9 +406,12 @@ class Engine final : public CycleRunner {
         __builtin_prefetch(&s_->pending[next.index]);
         __builtin_prefetch(
             reinterpret_cast<const char*>(&s_->pending[next.index]) + 64);
-        heads.push_back(Key(next, q));
-        std::push_heap(heads.begin(), heads.end(), greater);
+        heads.front() = Key(next, q);
+      } else {
+        heads.front() = heads.back();
+        heads.pop_back();
       }
+      if (!heads.empty()) SiftDown(heads, 0);
     }
     out.pending.reserve(s_->pending.size() - out.admissions.size());
     for (size_t q = 0; q < s_->queues.size(); ++q) {
@@ -428,6 +429,20 @@ class Engine final : public CycleRunner {
   }
 
  private:
+  static void SiftDown(std::vector<HeadKey>& heap, size_t i) {
+    const size_t n = heap.size();
+    const HeadKey moving = heap[i];
+    while (true) {
+      size_t child = 2 * i + 1;
+      if (child >= n) break;
+      if (child + 1 < n && heap[child + 1] < heap[child]) ++child;
+      if (!(heap[child] < moving)) break;
+      heap[i] = heap[child];
+      i = child;
+    }
+    heap[i] = moving;
+  }
+
   // Share() changes only when the queue's own usage does; cached per queue.
   double CachedShare(QueueId q) {
     if (!share_valid_[q]) {
@@ -982,6 +997,7 @@ class Engine final : public CycleRunner {
   std::vector<uint64_t> quota_epoch_;
   std::vector<uint64_t> flavor_epoch_;
   const ClassTable* classes_ = nullptr;
+  std::vector<HeadKey> heads_;
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;
