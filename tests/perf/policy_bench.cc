@@ -70,6 +70,73 @@ void BM_DecideFullCycle(benchmark::State& state) {
   state.counters["admitted"] = static_cast<double>(admitted);
 }
 
+// The base snapshot with the features that cost most switched on.
+//   kBackfill: running attempts end at a time limit 10 min to 8 h from now,
+//   pending jobs have limits of 0 (none), 1, 4 or 24 h, and the 200 tenants
+//   each have a budget their queues spend (BUDGET_HOLD);
+//   kPreemption: every queue preempts (LowerPriority within the queue,
+//   reclaim of any borrower, fair share), running work checkpointed 0-2 h ago.
+enum class Features { kBackfill, kPreemption };
+
+const Snapshot& FeatureSnapshot(Features features) {
+  static const Snapshot* backfill = nullptr;
+  static const Snapshot* preemption = nullptr;
+  const Snapshot*& slot =
+      features == Features::kBackfill ? backfill : preemption;
+  if (slot != nullptr) return *slot;
+  auto* s = new Snapshot(BaseSnapshot());
+  std::mt19937_64 rng(11);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  constexpr int64_t kMinute = int64_t{60} * 1000 * 1000;
+  if (features == Features::kBackfill) {
+    for (RunningAttempt& r : s->running)
+      r.time_limit_micros =
+          (s->now - r.start_time) + uniform(10, 480) * kMinute;
+    constexpr int64_t kHours[] = {0, 1, 4, 24};
+    for (PendingJob& j : s->pending)
+      j.time_limit_micros = kHours[uniform(0, 3)] * 60 * kMinute;
+    for (int t = 0; t < 200; ++t) {
+      s->budgets.push_back({.name = "tenant-" + std::to_string(t),
+                            .remaining_micros = uniform(0, 20000) * 1000000});
+    }
+    for (size_t q = 0; q < s->queues.size(); ++q)
+      s->queues[q].budget = static_cast<BudgetId>(q % 200);
+  } else {
+    for (Queue& q : s->queues) {
+      q.within_queue_preemption = WithinQueuePreemption::kLowerPriority;
+      q.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+      q.fair_share_preemption = true;
+    }
+    for (RunningAttempt& r : s->running)
+      r.last_checkpoint_time = s->now - uniform(0, 120) * kMinute;
+  }
+  slot = s;
+  return *slot;
+}
+
+// (a*) Full cycles through the incremental Scheduler with those features.
+template <Features kFeatures>
+void BM_SchedulerFullCycleWith(benchmark::State& state) {
+  Scheduler scheduler(FeatureSnapshot(kFeatures));
+  Decisions d;
+  for (auto _ : state) {
+    d = scheduler.Cycle();
+    benchmark::DoNotOptimize(d);
+  }
+  SetSizeCounters(state, scheduler.snapshot());
+  state.counters["admitted"] = static_cast<double>(d.admissions.size());
+  state.counters["preempted"] = static_cast<double>(d.preemptions.size());
+  state.counters["reservations"] = static_cast<double>(d.reservations.size());
+  size_t backfilled = 0, budget_holds = 0;
+  for (const Admission& a : d.admissions) backfilled += a.backfill;
+  for (const PendingDecision& p : d.pending)
+    budget_holds += p.reason == PendingReason::kBudgetHold;
+  state.counters["backfilled"] = static_cast<double>(backfilled);
+  state.counters["budget_holds"] = static_cast<double>(budget_holds);
+}
+
 // (a') The same full cycle through the incremental Scheduler (state built
 // from the snapshot beforehand; every Cycle() re-evaluates every job).
 void BM_SchedulerFullCycle(benchmark::State& state) {
@@ -207,6 +274,14 @@ void BM_Fragmentation(benchmark::State& state) {
 
 BENCHMARK(BM_DecideFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_SchedulerFullCycle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_TEMPLATE(BM_SchedulerFullCycleWith, Features::kBackfill)
+    ->Name("BM_SchedulerFullCycleBackfillBudgets")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK_TEMPLATE(BM_SchedulerFullCycleWith, Features::kPreemption)
+    ->Name("BM_SchedulerFullCyclePreemption")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK(BM_SchedulerBuild)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK_TEMPLATE(BM_SteadyState, false)
     ->Name("BM_SchedulerSteadyState")

@@ -872,12 +872,22 @@ class Engine final : public CycleRunner {
   // fit (preemption.h) and records the preemptions.
   bool TryPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors,
                   Decisions& out) {
-    if (preempted_.empty()) preempted_.assign(s_->running.size(), false);
+    if (preempted_.empty()) {
+      preempted_.assign(s_->running.size(), false);
+      running_of_flavor_.resize(s_->flavors.size());
+      for (auto& running : running_of_flavor_) running.clear();
+      for (size_t i = 0; i < s_->running.size(); ++i) {
+        running_of_flavor_[s_->running[i].flavor].push_back(
+            static_cast<int>(i));
+      }
+    }
     const CycleState state{.quota = &*quota_,
                            .free = &free_,
                            .nodes_of_flavor = &nodes_of_flavor_,
                            .total = total_,
-                           .preempted = &preempted_};
+                           .preempted = &preempted_,
+                           .running_of_flavor = &running_of_flavor_,
+                           .tree_of_queue = &root_of_queue_};
     for (FlavorId f : flavors) {
       std::optional<PreemptionPlan> plan =
           PlanPreemption(*s_, *config_, state, job, f);
@@ -1011,6 +1021,8 @@ class Engine final : public CycleRunner {
   // Per node (sized on first use): what reservations wait to be released.
   std::vector<Resources> awaited_;
   std::vector<Resources> probe_free_;
+  // Per flavor: its running attempts (built with preempted_).
+  std::vector<std::vector<int>> running_of_flavor_;
   // Per running attempt: preempted in this cycle (sized on first use).
   std::vector<bool> preempted_;
   // (root of the cohort tree, flavor) pairs where a preemption happened.

@@ -131,14 +131,28 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
   if (!PreemptionEnabled(queue)) return std::nullopt;
   const Resources need = job.worker.AsResources() * job.workers;
   const int32_t priority = s.priority_classes[job.priority_class].value;
-  const int root = CohortRoot(s, job.queue);
+  const int root =
+      state.tree_of_queue != nullptr
+          ? (queue.cohort.has_value() ? (*state.tree_of_queue)[job.queue] : -1)
+          : CohortRoot(s, job.queue);
+  auto same_tree = [&](QueueId q) {
+    if (root < 0) return false;
+    return state.tree_of_queue != nullptr ? (*state.tree_of_queue)[q] == root
+                                          : CohortRoot(s, q) == root;
+  };
   const bool reclaim_ok =
       queue.reclaim_within_cohort != ReclaimWithinCohort::kNever &&
       WithinNominalAfter(*state.quota, job.queue, f, need);
 
   // Eligible victims and the first rule that allows each.
   std::vector<Candidate> candidates;
-  for (size_t i = 0; i < s.running.size(); ++i) {
+  const size_t scan = state.running_of_flavor != nullptr
+                          ? (*state.running_of_flavor)[f].size()
+                          : s.running.size();
+  for (size_t k = 0; k < scan; ++k) {
+    const size_t i = state.running_of_flavor != nullptr
+                         ? static_cast<size_t>((*state.running_of_flavor)[f][k])
+                         : k;
     const RunningAttempt& r = s.running[i];
     if ((*state.preempted)[i] || r.flavor != f) continue;
     const PriorityClass& pc = s.priority_classes[r.priority_class];
@@ -159,7 +173,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
           }
           break;
       }
-    } else if (root >= 0 && CohortRoot(s, r.queue) == root) {
+    } else if (same_tree(r.queue)) {
       if (reclaim_ok &&
           (queue.reclaim_within_cohort == ReclaimWithinCohort::kAny ||
            pc.value < priority)) {
@@ -194,9 +208,52 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
 
-  auto fits = [&](const QuotaTree& quota, const std::vector<Resources>& free,
-                  PlacementResult* placement) {
+  // The search works on the cycle's quota and free capacity in place and
+  // undoes every change (all are integer additions) before it returns.
+  QuotaTree& quota = *state.quota;
+  std::vector<Resources>& free = *state.free;
+  // How many workers the eligible nodes of f hold (PlaceGang's capacity
+  // check, kept up to date as victims come and go): PlaceGang runs only when
+  // it is enough.
+  const std::vector<NodeId>& nodes = (*state.nodes_of_flavor)[f];
+  auto eligible = [&](NodeId n) {
+    const Node& node = s.nodes[n];
+    return node.flavor == f && node.schedulable &&
+           (job.worker.gpus <= 0 || job.worker.gpu_model == kAnyGpuModel ||
+            node.gpu_model == job.worker.gpu_model);
+  };
+  auto workers_on = [&](NodeId n) {
+    return eligible(n) ? WorkersThatFit(free[n], job.worker, job.workers) : 0;
+  };
+  // Computed when quota first fits (-1 until then).
+  int64_t capacity = -1;
+  // Applies (release) or undoes (take) a victim, keeping `capacity`.
+  auto change = [&](const RunningAttempt& r, bool release) {
+    for (size_t i = 0; capacity >= 0 && i < r.placement.size(); ++i) {
+      if (std::find(r.placement.begin(), r.placement.begin() + i,
+                    r.placement[i]) == r.placement.begin() + i) {
+        capacity -= workers_on(r.placement[i]);
+      }
+    }
+    if (release) {
+      ReleaseAttempt(r, quota, free);
+    } else {
+      TakeAttempt(r, quota, free);
+    }
+    for (size_t i = 0; capacity >= 0 && i < r.placement.size(); ++i) {
+      if (std::find(r.placement.begin(), r.placement.begin() + i,
+                    r.placement[i]) == r.placement.begin() + i) {
+        capacity += workers_on(r.placement[i]);
+      }
+    }
+  };
+  auto fits = [&](PlacementResult* placement) {
     if (!quota.Fits(job.queue, f, need)) return false;
+    if (capacity < 0) {
+      capacity = 0;
+      for (NodeId n : nodes) capacity += workers_on(n);
+    }
+    if (capacity < job.workers) return false;
     PlacementResult p = PlaceGang(s, free, *state.nodes_of_flavor, f, job);
     if (p.failure != PlacementFailure::kNone) return false;
     if (placement != nullptr) *placement = std::move(p);
@@ -207,8 +264,6 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     bool new_rule = false;
     for (const Candidate& c : candidates) new_rule |= c.rule == max_rule;
     if (!new_rule) continue;
-    QuotaTree quota = *state.quota;
-    std::vector<Resources> free = *state.free;
     std::vector<int> chosen;
     std::vector<PreemptionReason> reasons;
     bool ok = false;
@@ -225,7 +280,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
             WeightedShare(s, quota, state.total, r.queue);
         const double mine_without =
             WeightedShare(s, quota, state.total, job.queue);
-        ReleaseAttempt(r, quota, free);
+        change(r, true);
         const double victim_without =
             WeightedShare(s, quota, state.total, r.queue);
         quota.Add(job.queue, f, need);
@@ -234,36 +289,42 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
         Resources negative;
         negative -= need;
         quota.Add(job.queue, f, negative);
-        if (!(mine_with <= victim_without && mine_without < victim_with)) {
-          TakeAttempt(r, quota, free);
+        change(r, false);
+        if (!(mine_with <= victim_without && mine_without < victim_with))
           continue;
-        }
-        TakeAttempt(r, quota, free);
         reason = PreemptionReason::kFairShare;
       }
-      ReleaseAttempt(r, quota, free);
+      change(r, true);
       chosen.push_back(c.index);
       reasons.push_back(reason);
-      if (fits(quota, free, nullptr)) {
+      if (fits(nullptr)) {
         ok = true;
         break;
       }
     }
-    if (!ok) continue;
+    auto undo = [&] {
+      for (int v : chosen) change(s.running[v], false);
+    };
+    if (!ok) {
+      undo();
+      continue;
+    }
     // Give back victims that are not needed, latest first (the last one is
     // needed: the job did not fit without it).
     for (int k = static_cast<int>(chosen.size()) - 2; k >= 0; --k) {
       const RunningAttempt& r = s.running[chosen[k]];
-      TakeAttempt(r, quota, free);
-      if (fits(quota, free, nullptr)) {
+      change(r, false);
+      if (fits(nullptr)) {
         chosen.erase(chosen.begin() + k);
         reasons.erase(reasons.begin() + k);
       } else {
-        ReleaseAttempt(r, quota, free);
+        change(r, true);
       }
     }
     PreemptionPlan plan;
-    if (!fits(quota, free, &plan.placement)) continue;  // Defensive.
+    const bool placed = fits(&plan.placement);
+    undo();
+    if (!placed) continue;  // Defensive.
     plan.victims = std::move(chosen);
     plan.reasons = std::move(reasons);
     return plan;

@@ -57,17 +57,25 @@ struct PreemptionPlan {
 };
 
 // The state of one cycle the search runs against: quota and free capacity
-// after this cycle's earlier admissions and preemptions.
+// after this cycle's earlier admissions and preemptions. The search changes
+// them while it tries victims and restores them exactly before it returns.
 struct CycleState {
-  const QuotaTree* quota = nullptr;
-  const std::vector<Resources>* free = nullptr;
+  QuotaTree* quota = nullptr;
+  std::vector<Resources>* free = nullptr;
   const std::vector<std::vector<NodeId>>* nodes_of_flavor = nullptr;
   Resources total;
   // Per running attempt: already a victim in this cycle.
   const std::vector<bool>* preempted = nullptr;
+  // Optional speed-ups (same result without them): the indexes into
+  // Snapshot::running of the attempts of each flavor, ascending; an id per
+  // queue equal for queues of the same cohort tree and unique for a queue
+  // without a cohort.
+  const std::vector<std::vector<int>>* running_of_flavor = nullptr;
+  const std::vector<int>* tree_of_queue = nullptr;
 };
 
-// Victims that let `job` be admitted on flavor f, or nullopt. Pure.
+// Victims that let `job` be admitted on flavor f, or nullopt. Deterministic;
+// leaves `state` as it found it.
 std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
                                              const PolicyConfig& config,
                                              const CycleState& state,
