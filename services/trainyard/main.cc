@@ -1,10 +1,11 @@
 // The `trainyard` binary: every Trainyard service and its operator commands.
 //
-//   trainyard api        the api service (gRPC; /metrics, /healthz, /readyz over HTTP)
-//   trainyard all        every service that exists, in one process
+//   trainyard api        the api service (gRPC; /metrics, /healthz, /readyz
+//   over HTTP) trainyard scheduler  the scheduler service (one leader; others
+//   stand by) trainyard all        every service that exists, in one process
 //   trainyard migrate    apply the SQL migrations
-//   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T] [--ttl=720h]
-//   trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
+//   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
+//   [--ttl=720h] trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
 //   trainyard version
 
 #include <csignal>
@@ -15,55 +16,77 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "services/api/auth.h"
 #include "services/api/server.h"
 #include "services/common/config.h"
+#include "services/common/health.h"
+#include "services/common/http_server.h"
 #include "services/common/logging.h"
+#include "services/common/metrics.h"
 #include "services/core/validation.h"
+#include "services/scheduler/scheduler_service.h"
 #include "services/trainyard/apply.h"
 #include "storage/postgres/auth_store.h"
 #include "storage/postgres/migrate.h"
 #include "storage/postgres/pool.h"
 
-ABSL_FLAG(std::string, grpc_listen, "127.0.0.1:50051", "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, grpc_listen, "127.0.0.1:50051",
+          "gRPC listen address (host:port)");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:8081",
-          "HTTP listen address for /metrics, /healthz and /readyz; empty disables it");
-ABSL_FLAG(std::string, postgres_url, "postgresql://trainyard@127.0.0.1:55432/trainyard",
+          "HTTP listen address for /metrics, /healthz and /readyz; empty "
+          "disables it");
+ABSL_FLAG(std::string, postgres_url,
+          "postgresql://trainyard@127.0.0.1:55432/trainyard",
           "PostgreSQL connection URL");
-ABSL_FLAG(std::string, redis_addr, "127.0.0.1:56379", "Redis address (host:port)");
-ABSL_FLAG(std::string, log_level, "info", "Minimum log level: debug, info, warning, error");
+ABSL_FLAG(std::string, redis_addr, "127.0.0.1:56379",
+          "Redis address (host:port)");
+ABSL_FLAG(std::string, log_level, "info",
+          "Minimum log level: debug, info, warning, error");
 ABSL_FLAG(int, db_pool_size, 16, "PostgreSQL connections per process");
-ABSL_FLAG(double, default_submit_rate, 500,
-          "Submits per second allowed to a tenant that sets no limit of its own");
-ABSL_FLAG(double, default_submit_burst, 1000, "Burst of submits above the rate");
-ABSL_FLAG(int, submit_committers, 2,
-          "Group-commit threads for Submit (each commits one batch per transaction)");
-ABSL_FLAG(int, submit_batch, 256, "Most submits written in one group-commit transaction");
-ABSL_FLAG(std::string, principal, "", "token create: principal, e.g. users/alice");
+ABSL_FLAG(
+    double, default_submit_rate, 500,
+    "Submits per second allowed to a tenant that sets no limit of its own");
+ABSL_FLAG(double, default_submit_burst, 1000,
+          "Burst of submits above the rate");
+ABSL_FLAG(
+    int, submit_committers, 2,
+    "Group-commit threads for Submit (each commits one batch per transaction)");
+ABSL_FLAG(int, submit_batch, 256,
+          "Most submits written in one group-commit transaction");
+ABSL_FLAG(absl::Duration, schedule_interval, absl::Seconds(1),
+          "scheduler: a cycle runs at least this often (and on every wake-up)");
+ABSL_FLAG(std::string, principal, "",
+          "token create: principal, e.g. users/alice");
 ABSL_FLAG(std::string, role, "",
-          "token create: role to bind: viewer, member, tenant-admin, finance, platform-admin");
-ABSL_FLAG(std::string, tenant, "", "token create: tenant of the role (not for platform-admin)");
-ABSL_FLAG(absl::Duration, ttl, absl::Hours(24 * 90), "token create: token lifetime");
+          "token create: role to bind: viewer, member, tenant-admin, finance, "
+          "platform-admin");
+ABSL_FLAG(std::string, tenant, "",
+          "token create: tenant of the role (not for platform-admin)");
+ABSL_FLAG(absl::Duration, ttl, absl::Hours(24 * 90),
+          "token create: token lifetime");
 ABSL_FLAG(std::string, description, "", "token create: what the token is for");
 ABSL_FLAG(std::string, f, "", "apply: text-format ApplyBundle file");
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply: api address");
-ABSL_FLAG(std::string, token, "", "apply: bearer token (or env TRAINYARD_TOKEN)");
+ABSL_FLAG(std::string, token, "",
+          "apply: bearer token (or env TRAINYARD_TOKEN)");
 
 namespace {
 
 using trainyard::common::Log;
 using trainyard::common::LogLevel;
 
-constexpr char kUsage[] = R"(trainyard — multi-tenant training-platform control plane
+constexpr char kUsage[] =
+    R"(trainyard — multi-tenant training-platform control plane
 
 Usage:
   trainyard api      [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
-  trainyard all      (same flags; every service that exists, in one process)
+  trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
+  trainyard all      (the api's flags; every service that exists, in one process)
   trainyard migrate  [--postgres_url=..]
   trainyard token create --principal=users/NAME --role=ROLE [--tenant=TENANT] [--ttl=2160h]
   trainyard apply -f FILE [--target=127.0.0.1:50051] [--token=TOKEN]
@@ -71,7 +94,8 @@ Usage:
 )";
 
 int Migrate() {
-  auto result = trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  auto result =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
   if (!result.ok()) {
     std::cerr << "migrate: " << result.status() << "\n";
     return 1;
@@ -92,8 +116,8 @@ absl::StatusOr<trainyard::v1::Role> ParseRole(const std::string& role) {
       "\"; use viewer, member, tenant-admin, finance or platform-admin"));
 }
 
-// Creates a token (and the role binding, if asked) straight in the database: the bootstrap
-// path for the first platform-admin, like `kubeadm token create`.
+// Creates a token (and the role binding, if asked) straight in the database:
+// the bootstrap path for the first platform-admin, like `kubeadm token create`.
 int TokenCreate() {
   const std::string principal = absl::GetFlag(FLAGS_principal);
   if (!trainyard::core::IsValidPrincipal(principal)) {
@@ -117,12 +141,14 @@ int TokenCreate() {
     binding->set_principal(principal);
     binding->set_role(*role);
     binding->set_tenant(absl::GetFlag(FLAGS_tenant));
-    if (absl::Status s = trainyard::core::ValidateRoleBinding(*binding); !s.ok()) {
+    if (absl::Status s = trainyard::core::ValidateRoleBinding(*binding);
+        !s.ok()) {
       std::cerr << "token create: " << s.message() << "\n";
       return 2;
     }
   }
-  auto migrated = trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
   if (!migrated.ok()) {
     std::cerr << "token create: " << migrated.status() << "\n";
     return 1;
@@ -139,8 +165,9 @@ int TokenCreate() {
   audit.method = "trainyard token create";
   audit.resource = principal;
   audit.tenant = absl::GetFlag(FLAGS_tenant);
-  audit.request_json = absl::StrCat("{\"principal\":\"", principal, "\",\"role\":\"",
-                                    absl::GetFlag(FLAGS_role), "\"}");
+  audit.request_json =
+      absl::StrCat("{\"principal\":\"", principal, "\",\"role\":\"",
+                   absl::GetFlag(FLAGS_role), "\"}");
   if (binding) {
     auto created = store.CreateRoleBinding(*binding, audit.principal, &audit);
     if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
@@ -150,8 +177,8 @@ int TokenCreate() {
   }
   trainyard::api::NewToken token = trainyard::api::GenerateToken();
   auto stored = store.CreateToken(token.id, principal, token.hash,
-                                  absl::GetFlag(FLAGS_description), audit.principal,
-                                  absl::Now() + ttl, &audit);
+                                  absl::GetFlag(FLAGS_description),
+                                  audit.principal, absl::Now() + ttl, &audit);
   if (!stored.ok()) {
     std::cerr << "token create: " << stored.status() << "\n";
     return 1;
@@ -160,14 +187,72 @@ int TokenCreate() {
   return 0;
 }
 
-int Serve() {
-  // SIGINT/SIGTERM end the process cleanly; block them before threads start so that only the
-  // waiter below receives them.
+trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
+  trainyard::scheduler::SchedulerOptions options;
+  options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
+  options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
+  options.interval = absl::GetFlag(FLAGS_schedule_interval);
+  return options;
+}
+
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// `trainyard scheduler`: the scheduler alone, with /metrics, /healthz, /readyz.
+int ServeScheduler() {
+  sigset_t signals = BlockStopSignals();
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    Log(LogLevel::kError, "scheduler: migrations failed",
+        {{"error", migrated.status()}});
+    return 1;
+  }
+  auto scheduler = trainyard::scheduler::SchedulerService::Create(
+      SchedulerOptionsFromFlags());
+  if (!scheduler.ok()) {
+    Log(LogLevel::kError, "scheduler failed to start",
+        {{"error", scheduler.status()}});
+    return 1;
+  }
+  trainyard::common::Health health;
+  std::unique_ptr<trainyard::common::HttpServer> http;
+  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+    http = std::make_unique<trainyard::common::HttpServer>(
+        absl::GetFlag(FLAGS_http_listen));
+    health.Register(*http, trainyard::common::DefaultMetrics());
+    if (absl::Status s = http->Start(); !s.ok()) {
+      Log(LogLevel::kError, "scheduler: http failed to start", {{"error", s}});
+      return 1;
+    }
+  }
+  trainyard::common::DefaultMetrics().AddCollector(
+      [s = scheduler->get()](trainyard::common::MetricsRegistry& m) {
+        m.GetGauge("trainyard_scheduler_leader",
+                   "1 while this process is the leader.")
+            .Set(s->is_leader() ? 1 : 0);
+      });
+  (*scheduler)->Start();
+  Log(LogLevel::kInfo, "scheduler started",
+      {{"http", http ? absl::StrCat("127.0.0.1:", http->port()) : "off"}});
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  (*scheduler)->Shutdown();
+  if (http) http->Stop();
+  return 0;
+}
+
+int Serve(bool with_scheduler) {
+  // SIGINT/SIGTERM end the process cleanly; block them before threads start so
+  // that only the waiter below receives them.
+  sigset_t signals = BlockStopSignals();
 
   trainyard::api::ApiServerOptions options;
   options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
@@ -184,10 +269,25 @@ int Serve() {
     Log(LogLevel::kError, "api failed to start", {{"error", server.status()}});
     return 1;
   }
+  // `all` also runs the scheduler (the api has applied the migrations).
+  std::unique_ptr<trainyard::scheduler::SchedulerService> scheduler;
+  if (with_scheduler) {
+    auto created = trainyard::scheduler::SchedulerService::Create(
+        SchedulerOptionsFromFlags());
+    if (!created.ok()) {
+      Log(LogLevel::kError, "scheduler failed to start",
+          {{"error", created.status()}});
+      (*server)->Shutdown(absl::Seconds(1));
+      return 1;
+    }
+    scheduler = std::move(*created);
+    scheduler->Start();
+  }
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+    if (scheduler) scheduler->Shutdown();
     (*server)->Shutdown(absl::Seconds(5));
   });
   (*server)->Wait();
@@ -199,8 +299,9 @@ int Serve() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  // Debian's Abseil is built with mutex deadlock detection on, which updates a global lock
-  // graph on every acquisition; production servers do not pay for that.
+  // Debian's Abseil is built with mutex deadlock detection on, which updates a
+  // global lock graph on every acquisition; production servers do not pay for
+  // that.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::vector<char*> args = trainyard::common::ParseFlagsWithConfig(argc, argv);
   auto level = trainyard::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
@@ -220,10 +321,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "migrate") return Migrate();
-  if (command == "api" || command == "all") return Serve();
+  if (command == "api") return Serve(/*with_scheduler=*/false);
+  if (command == "all") return Serve(/*with_scheduler=*/true);
+  if (command == "scheduler") return ServeScheduler();
   if (command == "token") {
-    if (args.size() >= 3 && std::string(args[2]) == "create") return TokenCreate();
-    std::cerr << "usage: trainyard token create --principal=users/NAME --role=ROLE ...\n";
+    if (args.size() >= 3 && std::string(args[2]) == "create")
+      return TokenCreate();
+    std::cerr << "usage: trainyard token create --principal=users/NAME "
+                 "--role=ROLE ...\n";
     return 2;
   }
   if (command == "apply") {
@@ -235,7 +340,8 @@ int main(int argc, char** argv) {
       std::cerr << "apply: -f FILE is required\n";
       return 2;
     }
-    return trainyard::RunApply(absl::GetFlag(FLAGS_f), absl::GetFlag(FLAGS_target), token);
+    return trainyard::RunApply(absl::GetFlag(FLAGS_f),
+                               absl::GetFlag(FLAGS_target), token);
   }
   std::cerr << "unknown command \"" << command << "\"\n" << kUsage;
   return 2;

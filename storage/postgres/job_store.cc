@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,11 +21,13 @@ using trainyard::v1::Job;
 using trainyard::v1::JobEvent;
 using trainyard::v1::JobState;
 
-// Key of the transaction-scoped advisory lock that orders event sequence numbers.
+// Key of the transaction-scoped advisory lock that orders event sequence
+// numbers.
 constexpr int64_t kOutboxLockKey = 0x74796f7574626f78;  // "tyoutbox"
 
 google::protobuf::Timestamp ToTimestamp(absl::Time t) {
-  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+      absl::ToUnixMicros(t));
 }
 
 // Text form of a PostgreSQL array literal, built element by element.
@@ -40,10 +43,13 @@ class ArrayLiteral {
     elements_.push_back(std::move(quoted));
   }
   void Bytes(const std::string& bytes) {
-    elements_.push_back(absl::StrCat("\"\\\\x", absl::BytesToHexString(bytes), "\""));
+    elements_.push_back(
+        absl::StrCat("\"\\\\x", absl::BytesToHexString(bytes), "\""));
   }
   void Int(int64_t value) { elements_.push_back(absl::StrCat(value)); }
-  std::string str() const { return absl::StrCat("{", absl::StrJoin(elements_, ","), "}"); }
+  std::string str() const {
+    return absl::StrCat("{", absl::StrJoin(elements_, ","), "}");
+  }
 
  private:
   std::vector<std::string> elements_;
@@ -63,8 +69,8 @@ std::string LabelsJson(const Job& job) {
 void ParseLabels(const std::string& json, Job* job) {
   if (json == "{}" || json.empty()) return;
   Job parsed;
-  if (google::protobuf::util::JsonStringToMessage(absl::StrCat("{\"labels\":", json, "}"),
-                                                  &parsed)
+  if (google::protobuf::util::JsonStringToMessage(
+          absl::StrCat("{\"labels\":", json, "}"), &parsed)
           .ok()) {
     *job->mutable_labels() = parsed.labels();
   }
@@ -75,12 +81,14 @@ std::string JobName(const std::string& tenant, int64_t id) {
 }
 
 const std::string& JobColumns() {
-  static const auto* columns = new std::string(absl::StrCat(
-      "id, tenant, queue, project, state, priority, client_request_id, job_set, display_name, "
-      "creator, labels::text, spec, state_reason, state_message, attempt_count, resume_from, "
-      "cancel_requested, version, ",
-      EpochMicros("create_time"), ", ", EpochMicros("update_time"), ", ",
-      EpochMicros("end_time")));
+  static const auto* columns = new std::string(
+      absl::StrCat("id, tenant, queue, project, state, priority, "
+                   "client_request_id, job_set, display_name, "
+                   "creator, labels::text, spec, state_reason, state_message, "
+                   "attempt_count, resume_from, "
+                   "cancel_requested, version, ",
+                   EpochMicros("create_time"), ", ", EpochMicros("update_time"),
+                   ", ", EpochMicros("end_time")));
   return *columns;
 }
 
@@ -105,12 +113,14 @@ Job RowToJob(const pqxx::row& row) {
   job.set_version(row[17].as<int64_t>());
   *job.mutable_create_time() = ToTimestamp(TimeOf(row[18]));
   *job.mutable_update_time() = ToTimestamp(TimeOf(row[19]));
-  if (!row[20].is_null()) *job.mutable_end_time() = ToTimestamp(TimeOf(row[20]));
+  if (!row[20].is_null())
+    *job.mutable_end_time() = ToTimestamp(TimeOf(row[20]));
   return job;
 }
 
-JobEvent MakeEvent(const Job& job, trainyard::v1::JobEventType type, JobState from,
-                   JobState to, const std::string& reason, const std::string& message) {
+JobEvent MakeEvent(const Job& job, trainyard::v1::JobEventType type,
+                   JobState from, JobState to, const std::string& reason,
+                   const std::string& message) {
   JobEvent e;
   e.set_type(type);
   e.set_job(job.name());
@@ -130,9 +140,12 @@ PendingEvent Pending(const Job& job, int64_t id, JobEvent event) {
   return PendingEvent{job.tenant(), id, std::move(event)};
 }
 
-absl::StatusOr<Job> LockJob(pqxx::work& txn, const std::string& tenant, int64_t job_id) {
+absl::StatusOr<Job> LockJob(pqxx::work& txn, const std::string& tenant,
+                            int64_t job_id) {
   pqxx::result r = txn.exec_prepared("job_lock", job_id, tenant);
-  if (r.empty()) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  if (r.empty())
+    return absl::NotFoundError(
+        absl::StrCat(JobName(tenant, job_id), " not found"));
   return RowToJob(r[0]);
 }
 
@@ -140,8 +153,8 @@ absl::StatusOr<Job> LockJob(pqxx::work& txn, const std::string& tenant, int64_t 
 Job SaveJobState(pqxx::work& txn, int64_t job_id, const Job& job) {
   pqxx::result r = txn.exec_prepared(
       "job_save", job_id, static_cast<int>(job.state()), job.state_reason(),
-      job.state_message(), job.attempt_count(), job.resume_from(), job.cancel_requested(),
-      core::IsTerminal(job.state()));
+      job.state_message(), job.attempt_count(), job.resume_from(),
+      job.cancel_requested(), core::IsTerminal(job.state()));
   return RowToJob(r[0]);
 }
 
@@ -158,30 +171,43 @@ void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events) {
     bodies.Bytes(p.event.SerializeAsString());
   }
   txn.exec_prepared("outbox_lock");
-  txn.exec_prepared("events_insert", tenants.str(), job_ids.str(), queues.str(), job_sets.str(),
-                    bodies.str());
+  txn.exec_prepared("events_insert", tenants.str(), job_ids.str(), queues.str(),
+                    job_sets.str(), bodies.str());
   txn.exec_prepared("events_notify");
 }
 
 JobStore::JobStore(Database* db) : db_(db) {
-  db_->Prepare("outbox_lock", absl::StrCat("SELECT pg_advisory_xact_lock(", kOutboxLockKey, ")"));
-  db_->Prepare("events_insert",
-               "INSERT INTO job_events (seq, tenant, job_id, queue, job_set, body) "
-               "SELECT nextval('job_event_seq'), t.tenant, t.job_id, t.queue, t.job_set, t.body "
-               "FROM (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], "
-               "$5::bytea[]) WITH ORDINALITY AS u(tenant, job_id, queue, job_set, body, ord) "
-               "ORDER BY ord) t");
-  db_->Prepare("events_notify", absl::StrCat("SELECT pg_notify('", kEventChannel, "', '')"));
+  db_->Prepare("outbox_lock", absl::StrCat("SELECT pg_advisory_xact_lock(",
+                                           kOutboxLockKey, ")"));
+  db_->Prepare(
+      "events_insert",
+      "INSERT INTO job_events (seq, tenant, job_id, queue, job_set, body) "
+      "SELECT nextval('job_event_seq'), t.tenant, t.job_id, t.queue, "
+      "t.job_set, t.body "
+      "FROM (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], "
+      "$4::text[], "
+      "$5::bytea[]) WITH ORDINALITY AS u(tenant, job_id, queue, job_set, body, "
+      "ord) "
+      "ORDER BY ord) t");
+  db_->Prepare("events_notify",
+               absl::StrCat("SELECT pg_notify('", kEventChannel, "', '')"));
   db_->Prepare(
       "jobs_insert",
       absl::StrCat(
-          "INSERT INTO jobs (id, tenant, queue, project, state, priority, client_request_id, "
-          "request_hash, job_set, display_name, creator, labels, spec, state_reason) "
-          "SELECT nextval('job_ids'), t.tenant, t.queue, t.project, 1, t.priority, t.crid, "
-          "t.hash, t.job_set, t.display_name, t.creator, t.labels::jsonb, t.spec, 'SUBMITTED' "
-          "FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], "
-          "$5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], "
-          "$11::bytea[]) WITH ORDINALITY AS u(tenant, queue, project, priority, crid, hash, "
+          "INSERT INTO jobs (id, tenant, queue, project, state, priority, "
+          "client_request_id, "
+          "request_hash, job_set, display_name, creator, labels, spec, "
+          "state_reason) "
+          "SELECT nextval('job_ids'), t.tenant, t.queue, t.project, 1, "
+          "t.priority, t.crid, "
+          "t.hash, t.job_set, t.display_name, t.creator, t.labels::jsonb, "
+          "t.spec, 'SUBMITTED' "
+          "FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
+          "$4::int[], "
+          "$5::text[], $6::text[], $7::text[], $8::text[], $9::text[], "
+          "$10::text[], "
+          "$11::bytea[]) WITH ORDINALITY AS u(tenant, queue, project, "
+          "priority, crid, hash, "
           "job_set, display_name, creator, labels, spec, ord) ORDER BY ord) t "
           "ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING ",
           JobColumns()));
@@ -190,59 +216,115 @@ JobStore::JobStore(Database* db) : db_(db) {
                             ", request_hash FROM jobs WHERE tenant = $1 AND "
                             "client_request_id = ANY($2::text[])"));
   db_->Prepare("job_get",
-               absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE id = $1 AND tenant = $2"));
-  db_->Prepare("job_lock", absl::StrCat("SELECT ", JobColumns(),
-                                        " FROM jobs WHERE id = $1 AND tenant = $2 FOR UPDATE"));
+               absl::StrCat("SELECT ", JobColumns(),
+                            " FROM jobs WHERE id = $1 AND tenant = $2"));
+  db_->Prepare(
+      "job_lock",
+      absl::StrCat("SELECT ", JobColumns(),
+                   " FROM jobs WHERE id = $1 AND tenant = $2 FOR UPDATE"));
   db_->Prepare(
       "job_save",
-      absl::StrCat("UPDATE jobs SET state = $2, state_reason = $3, state_message = $4, "
-                   "attempt_count = $5, resume_from = $6, cancel_requested = $7, "
-                   "end_time = CASE WHEN $8::boolean THEN coalesce(end_time, now()) "
-                   "ELSE NULL END, version = version + 1, update_time = now() "
-                   "WHERE id = $1 RETURNING ",
-                   JobColumns()));
-  db_->Prepare("attempts_get",
-               "SELECT job_id, body FROM attempts WHERE job_id = ANY($1::bigint[]) "
-               "ORDER BY job_id, idx");
-  db_->Prepare("checkpoint_insert",
-               absl::StrCat("INSERT INTO checkpoints (job_id, attempt, step, uri, body) "
-                            "VALUES ($1, $2, $3, $4, $5) RETURNING id, ",
-                            EpochMicros("report_time")));
-  db_->Prepare("checkpoint_max_step",
-               "SELECT coalesce(max(step), -1) FROM checkpoints WHERE job_id = $1");
+      absl::StrCat(
+          "UPDATE jobs SET state = $2, state_reason = $3, state_message = $4, "
+          "attempt_count = $5, resume_from = $6, cancel_requested = $7, "
+          "end_time = CASE WHEN $8::boolean THEN coalesce(end_time, now()) "
+          "ELSE NULL END, version = version + 1, update_time = now() "
+          "WHERE id = $1 RETURNING ",
+          JobColumns()));
+  db_->Prepare(
+      "attempts_get",
+      "SELECT job_id, body FROM attempts WHERE job_id = ANY($1::bigint[]) "
+      "ORDER BY job_id, idx");
+  db_->Prepare(
+      "checkpoint_insert",
+      absl::StrCat("INSERT INTO checkpoints (job_id, attempt, step, uri, body) "
+                   "VALUES ($1, $2, $3, $4, $5) RETURNING id, ",
+                   EpochMicros("report_time")));
+  db_->Prepare(
+      "checkpoint_max_step",
+      "SELECT coalesce(max(step), -1) FROM checkpoints WHERE job_id = $1");
   db_->Prepare("checkpoints_list",
                absl::StrCat("SELECT id, body, ", EpochMicros("report_time"),
                             " FROM checkpoints WHERE job_id = $1 AND id < $2 "
                             "ORDER BY id DESC LIMIT $3"));
   db_->Prepare("job_position",
-               "SELECT count(*) FILTER (WHERE priority > $3 OR (priority = $3 AND id < $4)), "
-               "count(*) FROM jobs WHERE tenant = $1 AND queue = $2 AND state IN (1, 10)");
-  db_->Prepare("jobs_count_by_state",
-               "SELECT state, count(*) FROM jobs WHERE tenant = $1 AND queue = $2 "
-               "GROUP BY state ORDER BY state");
+               "SELECT count(*) FILTER (WHERE priority > $3 OR (priority = $3 "
+               "AND id < $4)), "
+               "count(*) FROM jobs WHERE tenant = $1 AND queue = $2 AND state "
+               "IN (1, 10)");
+  db_->Prepare(
+      "jobs_count_by_state",
+      "SELECT state, count(*) FROM jobs WHERE tenant = $1 AND queue = $2 "
+      "GROUP BY state ORDER BY state");
   db_->Prepare("events_last", "SELECT coalesce(max(seq), 0) FROM job_events");
+  // Scheduler.
+  db_->Prepare("jobs_active",
+               absl::StrCat("SELECT ", JobColumns(),
+                            " FROM jobs WHERE state NOT IN (5, 6, 7)"));
+  db_->Prepare("jobs_active_ids",
+               absl::StrCat("SELECT ", JobColumns(),
+                            " FROM jobs WHERE id = ANY($1::bigint[]) AND state "
+                            "NOT IN (5, 6, 7)"));
+  db_->Prepare("attempts_latest_active",
+               "SELECT DISTINCT ON (a.job_id) a.job_id, a.body FROM attempts a "
+               "JOIN jobs j ON j.id = a.job_id WHERE j.state NOT IN (5, 6, 7) "
+               "ORDER BY a.job_id, a.idx DESC");
+  db_->Prepare("attempts_latest_ids",
+               "SELECT DISTINCT ON (job_id) job_id, body FROM attempts "
+               "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, idx DESC");
+  db_->Prepare(
+      "checkpoints_latest_active",
+      absl::StrCat("SELECT c.job_id, ", EpochMicros("max(c.report_time)"),
+                   " FROM checkpoints c JOIN jobs j ON j.id = c.job_id "
+                   "WHERE j.state NOT IN (5, 6, 7) GROUP BY c.job_id"));
+  db_->Prepare(
+      "checkpoints_latest_ids",
+      absl::StrCat("SELECT job_id, ", EpochMicros("max(report_time)"),
+                   " FROM checkpoints WHERE job_id = ANY($1::bigint[]) "
+                   "GROUP BY job_id"));
+  db_->Prepare("events_changed",
+               "SELECT seq, job_id FROM job_events WHERE seq > $1 ORDER BY seq "
+               "LIMIT $2");
+  db_->Prepare("attempt_insert",
+               "INSERT INTO attempts (job_id, idx, cluster, flavor, body) "
+               "VALUES ($1, $2, $3, $4, $5)");
+  db_->Prepare(
+      "explanations_upsert",
+      "INSERT INTO pending_explanations (job_id, reason, message, position) "
+      "SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], "
+      "$4::bigint[]) "
+      "ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason, "
+      "message = excluded.message, position = excluded.position, update_time = "
+      "now()");
+  db_->Prepare(
+      "explanations_delete",
+      "DELETE FROM pending_explanations WHERE job_id = ANY($1::bigint[])");
+  db_->Prepare("explanation_get",
+               "SELECT reason, message, position FROM pending_explanations "
+               "WHERE job_id = $1");
 }
 
-absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(const std::vector<NewJob>& jobs,
-                                                                bool atomic) {
+absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(
+    const std::vector<NewJob>& jobs, bool atomic) {
   std::vector<SubmitOutcome> outcomes(jobs.size());
   if (jobs.empty()) return outcomes;
 
-  // Resolve duplicates inside the batch: the first occurrence of a key is inserted, the others
-  // share its outcome.
+  // Resolve duplicates inside the batch: the first occurrence of a key is
+  // inserted, the others share its outcome.
   absl::flat_hash_map<std::pair<std::string, std::string>, size_t> first_of;
   std::vector<size_t> unique;  // indexes into jobs
   std::vector<size_t> owner(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
-    auto [it, inserted] = first_of.try_emplace({jobs[i].tenant, jobs[i].client_request_id}, i);
+    auto [it, inserted] =
+        first_of.try_emplace({jobs[i].tenant, jobs[i].client_request_id}, i);
     owner[i] = it->second;
     if (inserted) unique.push_back(i);
   }
 
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     for (auto& o : outcomes) o = SubmitOutcome{};
-    ArrayLiteral tenants, queues, projects, priorities, crids, hashes, job_sets, names, creators,
-        labels, specs;
+    ArrayLiteral tenants, queues, projects, priorities, crids, hashes, job_sets,
+        names, creators, labels, specs;
     for (size_t i : unique) {
       const NewJob& n = jobs[i];
       tenants.Text(n.tenant);
@@ -258,9 +340,9 @@ absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(const std::vecto
       specs.Bytes(n.job.spec().SerializeAsString());
     }
     pqxx::result inserted = txn.exec_prepared(
-        "jobs_insert", tenants.str(), queues.str(), projects.str(), priorities.str(),
-        crids.str(), hashes.str(), job_sets.str(), names.str(), creators.str(), labels.str(),
-        specs.str());
+        "jobs_insert", tenants.str(), queues.str(), projects.str(),
+        priorities.str(), crids.str(), hashes.str(), job_sets.str(),
+        names.str(), creators.str(), labels.str(), specs.str());
 
     absl::flat_hash_map<std::pair<std::string, std::string>, Job> created;
     std::vector<PendingEvent> events;
@@ -268,30 +350,34 @@ absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(const std::vecto
       Job job = RowToJob(row);
       auto key = std::make_pair(job.tenant(), job.client_request_id());
       JobEvent e = MakeEvent(job, trainyard::v1::JOB_EVENT_TYPE_SUBMITTED,
-                             trainyard::v1::JOB_STATE_UNSPECIFIED, trainyard::v1::JOB_STATE_QUEUED,
-                             "SUBMITTED", "");
+                             trainyard::v1::JOB_STATE_UNSPECIFIED,
+                             trainyard::v1::JOB_STATE_QUEUED, "SUBMITTED", "");
       events.push_back(Pending(job, row[0].as<int64_t>(), std::move(e)));
       created.emplace(std::move(key), std::move(job));
     }
 
-    // Keys that were not inserted exist already (committed before, or by a concurrent batch
-    // that committed while we waited on the unique index).
-    absl::flat_hash_map<std::string, std::vector<std::string>> missing_by_tenant;
+    // Keys that were not inserted exist already (committed before, or by a
+    // concurrent batch that committed while we waited on the unique index).
+    absl::flat_hash_map<std::string, std::vector<std::string>>
+        missing_by_tenant;
     for (size_t i : unique) {
       if (!created.contains({jobs[i].tenant, jobs[i].client_request_id})) {
         missing_by_tenant[jobs[i].tenant].push_back(jobs[i].client_request_id);
       }
     }
-    absl::flat_hash_map<std::pair<std::string, std::string>, std::pair<Job, std::string>>
+    absl::flat_hash_map<std::pair<std::string, std::string>,
+                        std::pair<Job, std::string>>
         existing;
     for (const auto& [tenant, keys] : missing_by_tenant) {
       ArrayLiteral key_array;
       for (const auto& k : keys) key_array.Text(k);
-      pqxx::result r = txn.exec_prepared("jobs_by_request", tenant, key_array.str());
+      pqxx::result r =
+          txn.exec_prepared("jobs_by_request", tenant, key_array.str());
       for (const pqxx::row& row : r) {
         Job job = RowToJob(row);
         auto key = std::make_pair(job.tenant(), job.client_request_id());
-        existing.emplace(std::move(key), std::make_pair(std::move(job), row[21].c_str()));
+        existing.emplace(std::move(key),
+                         std::make_pair(std::move(job), row[21].c_str()));
       }
     }
 
@@ -313,9 +399,10 @@ absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(const std::vecto
             auto ex = existing.find(key);
             return ex != existing.end() ? ex->second.second : n.request_hash;
           }()) {
-        out.status = absl::AlreadyExistsError(absl::StrCat(
-            "client_request_id: \"", n.client_request_id, "\" was already used for ",
-            out.job.name(), " with a different request"));
+        out.status = absl::AlreadyExistsError(
+            absl::StrCat("client_request_id: \"", n.client_request_id,
+                         "\" was already used for ", out.job.name(),
+                         " with a different request"));
       }
       if (!out.status.ok()) any_error = true;
     }
@@ -328,14 +415,17 @@ absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(const std::vecto
     return absl::OkStatus();
   });
   if (!s.ok()) {
-    // An unknown queue or project slipped past the caller's checks (e.g. deleted meanwhile).
+    // An unknown queue or project slipped past the caller's checks (e.g.
+    // deleted meanwhile).
     if (s.code() == absl::StatusCode::kFailedPrecondition) {
       std::string c = ViolatedConstraint(s);
       if (c.find("queue") != std::string::npos) {
-        return absl::FailedPreconditionError("spec.queue: queue does not exist");
+        return absl::FailedPreconditionError(
+            "spec.queue: queue does not exist");
       }
       if (c.find("project") != std::string::npos) {
-        return absl::FailedPreconditionError("spec.project: project does not exist");
+        return absl::FailedPreconditionError(
+            "spec.project: project does not exist");
       }
     }
     return s;
@@ -352,13 +442,17 @@ absl::StatusOr<Job> JobStore::Get(const std::string& tenant, int64_t job_id,
     if (r.empty()) return absl::OkStatus();
     job = RowToJob(r[0]);
     if (with_attempts) {
-      pqxx::result a = txn.exec_prepared("attempts_get", absl::StrCat("{", job_id, "}"));
-      for (const pqxx::row& row : a) job->add_attempts()->ParseFromString(BytesOf(row[1]));
+      pqxx::result a =
+          txn.exec_prepared("attempts_get", absl::StrCat("{", job_id, "}"));
+      for (const pqxx::row& row : a)
+        job->add_attempts()->ParseFromString(BytesOf(row[1]));
     }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  if (!job) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  if (!job)
+    return absl::NotFoundError(
+        absl::StrCat(JobName(tenant, job_id), " not found"));
   return *std::move(job);
 }
 
@@ -371,37 +465,43 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
     std::vector<std::string> where;
     ArrayLiteral tenants;
     for (const auto& t : query.tenants) tenants.Text(t);
-    where.push_back(absl::StrCat("tenant = ANY(", params.Add(tenants.str()), "::text[])"));
+    where.push_back(
+        absl::StrCat("tenant = ANY(", params.Add(tenants.str()), "::text[])"));
     if (!query.project.empty()) {
       where.push_back(absl::StrCat("project = ", params.Add(query.project)));
     }
-    if (!query.queue.empty()) where.push_back(absl::StrCat("queue = ", params.Add(query.queue)));
+    if (!query.queue.empty())
+      where.push_back(absl::StrCat("queue = ", params.Add(query.queue)));
     if (!query.job_set.empty()) {
       where.push_back(absl::StrCat("job_set = ", params.Add(query.job_set)));
     }
     if (!query.states.empty()) {
       ArrayLiteral states;
       for (JobState st : query.states) states.Int(st);
-      where.push_back(absl::StrCat("state = ANY(", params.Add(states.str()), "::smallint[])"));
+      where.push_back(absl::StrCat("state = ANY(", params.Add(states.str()),
+                                   "::smallint[])"));
     }
     if (!query.labels.empty()) {
       Job only;
       for (const auto& [k, v] : query.labels) (*only.mutable_labels())[k] = v;
-      where.push_back(absl::StrCat("labels @> ", params.Add(LabelsJson(only)), "::jsonb"));
+      where.push_back(
+          absl::StrCat("labels @> ", params.Add(LabelsJson(only)), "::jsonb"));
     }
     if (query.before_id > 0) {
-      where.push_back(absl::StrCat("id < ", params.Add(absl::StrCat(query.before_id))));
+      where.push_back(
+          absl::StrCat("id < ", params.Add(absl::StrCat(query.before_id))));
     }
     std::string sql = absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE ",
-                                   absl::StrJoin(where, " AND "), " ORDER BY id DESC LIMIT ",
-                                   query.limit + 1);
+                                   absl::StrJoin(where, " AND "),
+                                   " ORDER BY id DESC LIMIT ", query.limit + 1);
     pqxx::result r = txn.exec_params(sql, params.Dynamic());
     std::vector<int64_t> ids;
     for (int i = 0; i < static_cast<int>(r.size()) && i < query.limit; ++i) {
       page.jobs.push_back(RowToJob(r[i]));
       ids.push_back(r[i][0].as<int64_t>());
     }
-    if (static_cast<int>(r.size()) > query.limit) page.next_before_id = ids.back();
+    if (static_cast<int>(r.size()) > query.limit)
+      page.next_before_id = ids.back();
     if (query.with_attempts && !ids.empty()) {
       ArrayLiteral id_array;
       absl::flat_hash_map<int64_t, Job*> by_id;
@@ -411,7 +511,8 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
       }
       pqxx::result a = txn.exec_prepared("attempts_get", id_array.str());
       for (const pqxx::row& row : a) {
-        by_id[row[0].as<int64_t>()]->add_attempts()->ParseFromString(BytesOf(row[1]));
+        by_id[row[0].as<int64_t>()]->add_attempts()->ParseFromString(
+            BytesOf(row[1]));
       }
     }
     return absl::OkStatus();
@@ -421,7 +522,8 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
 }
 
 absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
-                                     const std::string& reason, const std::string& principal) {
+                                     const std::string& reason,
+                                     const std::string& principal) {
   Job out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
@@ -439,9 +541,12 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
         job->set_state_reason("CANCELLED_BY_USER");
         job->set_state_message(message);
         out = SaveJobState(txn, job_id, *job);
-        AppendEvents(txn, {Pending(out, job_id,
-                                   MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                                             from, out.state(), "CANCELLED_BY_USER", message))});
+        AppendEvents(
+            txn,
+            {Pending(
+                out, job_id,
+                MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                          from, out.state(), "CANCELLED_BY_USER", message))});
         return absl::OkStatus();
       }
       case core::CancelAction::kRequestStop: {
@@ -451,10 +556,13 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
         }
         job->set_cancel_requested(true);
         out = SaveJobState(txn, job_id, *job);
-        AppendEvents(txn, {Pending(out, job_id,
-                                   MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_CANCEL_REQUESTED,
-                                             out.state(), out.state(), "CANCEL_REQUESTED",
-                                             message))});
+        AppendEvents(
+            txn,
+            {Pending(
+                out, job_id,
+                MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_CANCEL_REQUESTED,
+                          out.state(), out.state(), "CANCEL_REQUESTED",
+                          message))});
         return absl::OkStatus();
       }
     }
@@ -464,61 +572,69 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
   return out;
 }
 
-absl::StatusOr<Job> JobStore::Transition(const std::string& tenant, int64_t job_id,
+absl::StatusOr<Job> JobStore::Transition(const std::string& tenant,
+                                         int64_t job_id,
                                          int64_t expected_version, JobState to,
-                                         const std::string& reason, const std::string& message) {
+                                         const std::string& reason,
+                                         const std::string& message) {
   Job out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
     if (!job.ok()) return job.status();
     if (expected_version != 0 && job->version() != expected_version) {
-      return absl::AbortedError(absl::StrCat(job->name(), " changed: version ", job->version(),
-                                             ", expected ", expected_version));
+      return absl::AbortedError(absl::StrCat(job->name(), " changed: version ",
+                                             job->version(), ", expected ",
+                                             expected_version));
     }
-    if (absl::Status t = core::CheckTransition(job->state(), to); !t.ok()) return t;
+    if (absl::Status t = core::CheckTransition(job->state(), to); !t.ok())
+      return t;
     const JobState from = job->state();
     job->set_state(to);
     job->set_state_reason(reason);
     job->set_state_message(message);
     out = SaveJobState(txn, job_id, *job);
-    AppendEvents(txn, {Pending(out, job_id,
-                               MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED, from,
-                                         to, reason, message))});
+    AppendEvents(
+        txn,
+        {Pending(out, job_id,
+                 MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                           from, to, reason, message))});
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<Checkpoint> JobStore::ReportCheckpoint(const std::string& tenant, int64_t job_id,
-                                                      const Checkpoint& checkpoint) {
+absl::StatusOr<Checkpoint> JobStore::ReportCheckpoint(
+    const std::string& tenant, int64_t job_id, const Checkpoint& checkpoint) {
   Checkpoint out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
     if (!job.ok()) return job.status();
     if (core::IsTerminal(job->state())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(job->name(), " is ", std::string(core::StateName(job->state())),
-                       "; checkpoints can no longer be reported"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          job->name(), " is ", std::string(core::StateName(job->state())),
+          "; checkpoints can no longer be reported"));
     }
     out = checkpoint;
     out.set_job(job->name());
     if (out.attempt() == 0) out.set_attempt(job->attempt_count());
     if (out.attempt() > job->attempt_count()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint.attempt: job has started ", job->attempt_count(),
-                       " attempt(s); attempt ", out.attempt(), " does not exist"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint.attempt: job has started ", job->attempt_count(),
+          " attempt(s); attempt ", out.attempt(), " does not exist"));
     }
-    const int64_t max_step = txn.exec_prepared("checkpoint_max_step", job_id)[0][0].as<int64_t>();
-    pqxx::result r =
-        txn.exec_prepared("checkpoint_insert", job_id, out.attempt(), out.step(), out.uri(),
-                          Bytea(out.SerializeAsString()));
+    const int64_t max_step =
+        txn.exec_prepared("checkpoint_max_step", job_id)[0][0].as<int64_t>();
+    pqxx::result r = txn.exec_prepared("checkpoint_insert", job_id,
+                                       out.attempt(), out.step(), out.uri(),
+                                       Bytea(out.SerializeAsString()));
     *out.mutable_report_time() = ToTimestamp(TimeOf(r[0][1]));
     if (out.step() >= max_step) job->set_resume_from(out.uri());
     Job saved = SaveJobState(txn, job_id, *job);
-    JobEvent e = MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED,
-                           saved.state(), saved.state(), "CHECKPOINT_REPORTED",
-                           absl::StrCat("step ", out.step(), " at ", out.uri()));
+    JobEvent e =
+        MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED,
+                  saved.state(), saved.state(), "CHECKPOINT_REPORTED",
+                  absl::StrCat("step ", out.step(), " at ", out.uri()));
     *e.mutable_checkpoint() = out;
     AppendEvents(txn, {Pending(saved, job_id, std::move(e))});
     return absl::OkStatus();
@@ -527,9 +643,8 @@ absl::StatusOr<Checkpoint> JobStore::ReportCheckpoint(const std::string& tenant,
   return out;
 }
 
-absl::StatusOr<JobStore::CheckpointPage> JobStore::ListCheckpoints(const std::string& tenant,
-                                                                   int64_t job_id,
-                                                                   int64_t before_id, int limit) {
+absl::StatusOr<JobStore::CheckpointPage> JobStore::ListCheckpoints(
+    const std::string& tenant, int64_t job_id, int64_t before_id, int limit) {
   CheckpointPage page;
   bool found = false;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
@@ -537,23 +652,28 @@ absl::StatusOr<JobStore::CheckpointPage> JobStore::ListCheckpoints(const std::st
     pqxx::result j = txn.exec_prepared("job_get", job_id, tenant);
     found = !j.empty();
     if (!found) return absl::OkStatus();
-    pqxx::result r = txn.exec_prepared(
-        "checkpoints_list", job_id, before_id > 0 ? before_id : INT64_MAX, limit + 1);
+    pqxx::result r =
+        txn.exec_prepared("checkpoints_list", job_id,
+                          before_id > 0 ? before_id : INT64_MAX, limit + 1);
     for (int i = 0; i < static_cast<int>(r.size()) && i < limit; ++i) {
       Checkpoint c;
       c.ParseFromString(BytesOf(r[i][1]));
       *c.mutable_report_time() = ToTimestamp(TimeOf(r[i][2]));
       page.checkpoints.push_back(std::move(c));
-      if (static_cast<int>(r.size()) > limit) page.next_before_id = r[i][0].as<int64_t>();
+      if (static_cast<int>(r.size()) > limit)
+        page.next_before_id = r[i][0].as<int64_t>();
     }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  if (!found) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  if (!found)
+    return absl::NotFoundError(
+        absl::StrCat(JobName(tenant, job_id), " not found"));
   return page;
 }
 
-absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant, int64_t job_id) {
+absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant,
+                                                   int64_t job_id) {
   PendingPosition out;
   bool found = false;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
@@ -563,24 +683,28 @@ absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant, in
     if (!found) return absl::OkStatus();
     Job job = RowToJob(j[0]);
     out.state = job.state();
-    pqxx::result r =
-        txn.exec_prepared("job_position", tenant, job.spec().queue(), job.priority(), job_id);
+    pqxx::result r = txn.exec_prepared(
+        "job_position", tenant, job.spec().queue(), job.priority(), job_id);
     out.queue_length = r[0][1].as<int64_t>();
     if (core::IsPending(job.state())) out.position = r[0][0].as<int64_t>() + 1;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  if (!found) return absl::NotFoundError(absl::StrCat(JobName(tenant, job_id), " not found"));
+  if (!found)
+    return absl::NotFoundError(
+        absl::StrCat(JobName(tenant, job_id), " not found"));
   return out;
 }
 
-absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> JobStore::CountByState(
-    const std::string& tenant, const std::string& queue) {
+absl::StatusOr<std::vector<std::pair<JobState, int64_t>>>
+JobStore::CountByState(const std::string& tenant, const std::string& queue) {
   std::vector<std::pair<JobState, int64_t>> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
     out.clear();
-    for (const pqxx::row& row : txn.exec_prepared("jobs_count_by_state", tenant, queue)) {
-      out.emplace_back(static_cast<JobState>(row[0].as<int>()), row[1].as<int64_t>());
+    for (const pqxx::row& row :
+         txn.exec_prepared("jobs_count_by_state", tenant, queue)) {
+      out.emplace_back(static_cast<JobState>(row[0].as<int>()),
+                       row[1].as<int64_t>());
     }
     return absl::OkStatus();
   });
@@ -588,9 +712,8 @@ absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> JobStore::CountByState
   return out;
 }
 
-absl::StatusOr<std::vector<JobEvent>> JobStore::ReadEvents(uint64_t after,
-                                                           const EventFilter& filter,
-                                                           int limit) {
+absl::StatusOr<std::vector<JobEvent>> JobStore::ReadEvents(
+    uint64_t after, const EventFilter& filter, int limit) {
   std::vector<JobEvent> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
     out.clear();
@@ -600,20 +723,23 @@ absl::StatusOr<std::vector<JobEvent>> JobStore::ReadEvents(uint64_t after,
     if (!filter.tenants.empty()) {
       ArrayLiteral tenants;
       for (const auto& t : filter.tenants) tenants.Text(t);
-      where.push_back(absl::StrCat("tenant = ANY(", params.Add(tenants.str()), "::text[])"));
+      where.push_back(absl::StrCat("tenant = ANY(", params.Add(tenants.str()),
+                                   "::text[])"));
     }
     if (filter.job_id != 0) {
-      where.push_back(
-          absl::StrCat("job_id = ", params.Add(absl::StrCat(filter.job_id)), "::bigint"));
+      where.push_back(absl::StrCat(
+          "job_id = ", params.Add(absl::StrCat(filter.job_id)), "::bigint"));
     }
-    if (!filter.queue.empty()) where.push_back(absl::StrCat("queue = ", params.Add(filter.queue)));
+    if (!filter.queue.empty())
+      where.push_back(absl::StrCat("queue = ", params.Add(filter.queue)));
     if (!filter.job_set.empty()) {
       where.push_back(absl::StrCat("job_set = ", params.Add(filter.job_set)));
     }
-    pqxx::result r = txn.exec_params(
-        absl::StrCat("SELECT seq, body FROM job_events WHERE ", absl::StrJoin(where, " AND "),
-                     " ORDER BY seq LIMIT ", limit),
-        params.Dynamic());
+    pqxx::result r =
+        txn.exec_params(absl::StrCat("SELECT seq, body FROM job_events WHERE ",
+                                     absl::StrJoin(where, " AND "),
+                                     " ORDER BY seq LIMIT ", limit),
+                        params.Dynamic());
     for (const pqxx::row& row : r) {
       JobEvent e;
       e.ParseFromString(BytesOf(row[1]));
@@ -634,6 +760,197 @@ absl::StatusOr<uint64_t> JobStore::LastEventSequence() {
   });
   if (!s.ok()) return s;
   return last;
+}
+
+namespace {
+
+std::string IdArray(const std::vector<int64_t>& ids) {
+  ArrayLiteral a;
+  for (int64_t id : ids) a.Int(id);
+  return a.str();
+}
+
+std::string ShortId(const std::string& name) {
+  const size_t slash = name.rfind('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ActiveJob>> JobStore::LoadActiveJobs(
+    const std::vector<int64_t>* ids) {
+  std::vector<ActiveJob> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    if (ids != nullptr && ids->empty()) return absl::OkStatus();
+    const std::string array = ids != nullptr ? IdArray(*ids) : std::string();
+    pqxx::result jobs = ids != nullptr
+                            ? txn.exec_prepared("jobs_active_ids", array)
+                            : txn.exec_prepared("jobs_active");
+    absl::flat_hash_map<int64_t, size_t> slot;
+    out.reserve(jobs.size());
+    for (const pqxx::row& row : jobs) {
+      slot[row[0].as<int64_t>()] = out.size();
+      out.push_back(ActiveJob{.job = RowToJob(row)});
+    }
+    pqxx::result attempts =
+        ids != nullptr ? txn.exec_prepared("attempts_latest_ids", array)
+                       : txn.exec_prepared("attempts_latest_active");
+    for (const pqxx::row& row : attempts) {
+      auto it = slot.find(row[0].as<int64_t>());
+      if (it == slot.end()) continue;
+      trainyard::v1::Attempt a;
+      a.ParseFromString(BytesOf(row[1]));
+      out[it->second].attempt = std::move(a);
+    }
+    pqxx::result checkpoints =
+        ids != nullptr ? txn.exec_prepared("checkpoints_latest_ids", array)
+                       : txn.exec_prepared("checkpoints_latest_active");
+    for (const pqxx::row& row : checkpoints) {
+      auto it = slot.find(row[0].as<int64_t>());
+      if (it == slot.end()) continue;
+      out[it->second].last_checkpoint = TimeOf(row[1]);
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::pair<std::vector<int64_t>, uint64_t>> JobStore::ChangedJobs(
+    uint64_t after, int limit) {
+  std::vector<int64_t> ids;
+  uint64_t last = after;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    ids.clear();
+    last = after;
+    absl::flat_hash_set<int64_t> seen;
+    for (const pqxx::row& row :
+         txn.exec_prepared("events_changed", after, limit)) {
+      last = row[0].as<uint64_t>();
+      const int64_t id = row[1].as<int64_t>();
+      if (seen.insert(id).second) ids.push_back(id);
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return std::make_pair(std::move(ids), last);
+}
+
+absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
+    const std::vector<PreemptDecision>& preemptions,
+    const std::vector<AdmitDecision>& admissions) {
+  DecisionOutcome out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    out = DecisionOutcome{};
+    std::vector<PendingEvent> events;
+    absl::flat_hash_set<int64_t> not_preempted;
+    for (const PreemptDecision& p : preemptions) {
+      absl::StatusOr<Job> job = LockJob(txn, p.tenant, p.job_id);
+      JobState to = trainyard::v1::JOB_STATE_UNSPECIFIED;
+      if (job.ok() && job->version() == p.expected_version) {
+        if (job->state() == trainyard::v1::JOB_STATE_RUNNING) {
+          to = trainyard::v1::JOB_STATE_PREEMPTING;
+        } else if (job->state() == trainyard::v1::JOB_STATE_ADMITTED) {
+          to = trainyard::v1::JOB_STATE_QUEUED;
+        }
+      }
+      if (to == trainyard::v1::JOB_STATE_UNSPECIFIED ||
+          !core::CheckTransition(job->state(), to).ok()) {
+        out.dropped.push_back(p.job_id);
+        not_preempted.insert(p.job_id);
+        continue;
+      }
+      const JobState from = job->state();
+      job->set_state(to);
+      job->set_state_reason(p.reason);
+      job->set_state_message(p.message);
+      Job saved = SaveJobState(txn, p.job_id, *job);
+      events.push_back(
+          Pending(saved, p.job_id,
+                  MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                            from, to, p.reason, p.message)));
+      out.preempted.push_back(p.job_id);
+    }
+    const absl::Time now = absl::Now();
+    for (const AdmitDecision& a : admissions) {
+      bool blocked = false;
+      for (int64_t v : a.victims) blocked |= not_preempted.contains(v);
+      absl::StatusOr<Job> job = blocked ? absl::AbortedError("victim")
+                                        : LockJob(txn, a.tenant, a.job_id);
+      if (!job.ok() || job->version() != a.expected_version ||
+          job->state() != trainyard::v1::JOB_STATE_QUEUED ||
+          job->cancel_requested()) {
+        out.dropped.push_back(a.job_id);
+        continue;
+      }
+      const int32_t index = job->attempt_count() + 1;
+      trainyard::v1::Attempt attempt = a.attempt;
+      attempt.set_index(index);
+      attempt.set_backend_job_name(absl::StrCat("ty-", a.job_id, "-", index));
+      attempt.set_resumed_from(job->resume_from());
+      *attempt.mutable_admit_time() = ToTimestamp(now);
+      txn.exec_prepared("attempt_insert", a.job_id, index,
+                        ShortId(attempt.cluster()), ShortId(attempt.flavor()),
+                        Bytea(attempt.SerializeAsString()));
+      job->set_attempt_count(index);
+      job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
+      job->set_state_reason("ADMITTED");
+      job->set_state_message(a.message);
+      Job saved = SaveJobState(txn, a.job_id, *job);
+      events.push_back(Pending(
+          saved, a.job_id,
+          MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                    trainyard::v1::JOB_STATE_QUEUED,
+                    trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED", a.message)));
+      out.admitted.push_back(a.job_id);
+    }
+    AppendEvents(txn, events);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status JobStore::WriteExplanations(
+    const std::vector<Explanation>& upserts, const std::vector<int64_t>& done) {
+  if (upserts.empty() && done.empty()) return absl::OkStatus();
+  return db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    if (!done.empty()) txn.exec_prepared("explanations_delete", IdArray(done));
+    // In chunks, so that one statement stays small.
+    constexpr size_t kChunk = 2000;
+    for (size_t begin = 0; begin < upserts.size(); begin += kChunk) {
+      ArrayLiteral ids, reasons, messages, positions;
+      for (size_t i = begin; i < std::min(upserts.size(), begin + kChunk);
+           ++i) {
+        ids.Int(upserts[i].job_id);
+        reasons.Text(upserts[i].reason);
+        messages.Text(upserts[i].message);
+        positions.Int(upserts[i].position);
+      }
+      txn.exec_prepared("explanations_upsert", ids.str(), reasons.str(),
+                        messages.str(), positions.str());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::optional<Explanation>> JobStore::GetExplanation(
+    int64_t job_id) {
+  std::optional<Explanation> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.reset();
+    pqxx::result r = txn.exec_prepared("explanation_get", job_id);
+    if (!r.empty()) {
+      out = Explanation{.job_id = job_id,
+                        .reason = r[0][0].c_str(),
+                        .message = r[0][1].c_str(),
+                        .position = r[0][2].as<int64_t>()};
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 }  // namespace trainyard::storage::postgres

@@ -3,10 +3,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <pqxx/pqxx>
 #include <string>
 #include <vector>
-
-#include <pqxx/pqxx>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -15,11 +14,13 @@
 
 namespace trainyard::storage::postgres {
 
-// A job to insert. `job` carries display_name, labels, spec, creator and priority.
+// A job to insert. `job` carries display_name, labels, spec, creator and
+// priority.
 struct NewJob {
   std::string tenant;
   std::string client_request_id;
-  // Hash of the request's content: a repeated client_request_id with another hash is refused.
+  // Hash of the request's content: a repeated client_request_id with another
+  // hash is refused.
   std::string request_hash;
   trainyard::v1::Job job;
 };
@@ -32,7 +33,8 @@ struct SubmitOutcome {
 };
 
 struct JobQuery {
-  std::vector<std::string> tenants;  // one or more (the tenants the caller can read)
+  std::vector<std::string>
+      tenants;  // one or more (the tenants the caller can read)
   std::string project;
   std::string queue;
   std::string job_set;
@@ -61,34 +63,89 @@ struct PendingPosition {
   int64_t queue_length = 0;
 };
 
-// Jobs, their checkpoints and the job-event outbox. Every state change writes its event rows in
-// the same transaction, and every change bumps the job's version. Thread-safe.
+// --- What the scheduler reads and writes (services/scheduler) ---
+
+// A job that is not terminal, as the scheduler sees it.
+struct ActiveJob {
+  trainyard::v1::Job job;
+  // Its newest attempt, if any (the running one for ADMITTED … PREEMPTING).
+  std::optional<trainyard::v1::Attempt> attempt;
+  // When its newest checkpoint was reported, if any.
+  std::optional<absl::Time> last_checkpoint;
+};
+
+// Admit job_id (QUEUED at expected_version) with `attempt` (index, backend
+// name, admit time and resume point are filled in here), once every job in
+// `victims` was preempted.
+struct AdmitDecision {
+  std::string tenant;
+  int64_t job_id = 0;
+  int64_t expected_version = 0;
+  trainyard::v1::Attempt attempt;
+  std::string message;
+  std::vector<int64_t> victims;
+};
+
+// Preempt job_id (at expected_version): RUNNING → PREEMPTING, or ADMITTED →
+// QUEUED (not yet dispatched: the admission is revoked).
+struct PreemptDecision {
+  std::string tenant;
+  int64_t job_id = 0;
+  int64_t expected_version = 0;
+  std::string reason;
+  std::string message;
+};
+
+struct DecisionOutcome {
+  std::vector<int64_t> admitted;
+  std::vector<int64_t> preempted;
+  // Decisions dropped because the job changed since the snapshot (version or
+  // state), or, for an admission, because one of its victims could not be
+  // preempted.
+  std::vector<int64_t> dropped;
+};
+
+// Why a pending job waits, as the scheduler last explained it.
+struct Explanation {
+  int64_t job_id = 0;
+  std::string reason;
+  std::string message;
+  int64_t position = 0;
+};
+
+// Jobs, their checkpoints and the job-event outbox. Every state change writes
+// its event rows in the same transaction, and every change bumps the job's
+// version. Thread-safe.
 class JobStore {
  public:
   explicit JobStore(Database* db);
 
-  // Inserts the jobs and their SUBMITTED events in ONE transaction (group commit), idempotent
-  // by (tenant, client_request_id): an existing job is returned with deduplicated = true, or
-  // ALREADY_EXISTS for that item if its request hash differs. Items sharing a key within the
-  // batch resolve to one job. Returns one outcome per input, or an error for the whole batch
-  // (e.g. UNAVAILABLE). `atomic`: any per-item error fails the whole batch and nothing is
-  // written (SubmitBatch semantics).
-  absl::StatusOr<std::vector<SubmitOutcome>> SubmitMany(const std::vector<NewJob>& jobs,
-                                                        bool atomic);
+  // Inserts the jobs and their SUBMITTED events in ONE transaction (group
+  // commit), idempotent by (tenant, client_request_id): an existing job is
+  // returned with deduplicated = true, or ALREADY_EXISTS for that item if its
+  // request hash differs. Items sharing a key within the batch resolve to one
+  // job. Returns one outcome per input, or an error for the whole batch (e.g.
+  // UNAVAILABLE). `atomic`: any per-item error fails the whole batch and
+  // nothing is written (SubmitBatch semantics).
+  absl::StatusOr<std::vector<SubmitOutcome>> SubmitMany(
+      const std::vector<NewJob>& jobs, bool atomic);
 
-  absl::StatusOr<trainyard::v1::Job> Get(const std::string& tenant, int64_t job_id,
-                                         bool with_attempts);
+  absl::StatusOr<trainyard::v1::Job> Get(const std::string& tenant,
+                                         int64_t job_id, bool with_attempts);
   absl::StatusOr<JobPage> List(const JobQuery& query);
 
-  // Ends a pending job at once, or asks the dispatcher to stop a running one. Idempotent; a
-  // terminal job is returned unchanged.
-  absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& tenant, int64_t job_id,
+  // Ends a pending job at once, or asks the dispatcher to stop a running one.
+  // Idempotent; a terminal job is returned unchanged.
+  absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& tenant,
+                                            int64_t job_id,
                                             const std::string& reason,
                                             const std::string& principal);
 
-  // Moves a job to `to` if it is at `expected_version` (0 = any) and the state machine allows
-  // it: ABORTED on a version conflict, FAILED_PRECONDITION on a forbidden transition.
-  absl::StatusOr<trainyard::v1::Job> Transition(const std::string& tenant, int64_t job_id,
+  // Moves a job to `to` if it is at `expected_version` (0 = any) and the state
+  // machine allows it: ABORTED on a version conflict, FAILED_PRECONDITION on a
+  // forbidden transition.
+  absl::StatusOr<trainyard::v1::Job> Transition(const std::string& tenant,
+                                                int64_t job_id,
                                                 int64_t expected_version,
                                                 trainyard::v1::JobState to,
                                                 const std::string& reason,
@@ -96,42 +153,66 @@ class JobStore {
 
   // Records a checkpoint; the newest step becomes the job's resume point.
   absl::StatusOr<trainyard::v1::Checkpoint> ReportCheckpoint(
-      const std::string& tenant, int64_t job_id, const trainyard::v1::Checkpoint& checkpoint);
+      const std::string& tenant, int64_t job_id,
+      const trainyard::v1::Checkpoint& checkpoint);
 
   struct CheckpointPage {
     std::vector<trainyard::v1::Checkpoint> checkpoints;
     int64_t next_before_id = 0;
   };
-  absl::StatusOr<CheckpointPage> ListCheckpoints(const std::string& tenant, int64_t job_id,
+  absl::StatusOr<CheckpointPage> ListCheckpoints(const std::string& tenant,
+                                                 int64_t job_id,
                                                  int64_t before_id, int limit);
 
-  absl::StatusOr<PendingPosition> Position(const std::string& tenant, int64_t job_id);
+  absl::StatusOr<PendingPosition> Position(const std::string& tenant,
+                                           int64_t job_id);
 
   // Count of jobs per state in a queue.
-  absl::StatusOr<std::vector<std::pair<trainyard::v1::JobState, int64_t>>> CountByState(
-      const std::string& tenant, const std::string& queue);
+  absl::StatusOr<std::vector<std::pair<trainyard::v1::JobState, int64_t>>>
+  CountByState(const std::string& tenant, const std::string& queue);
 
   // Events with sequence > after, ascending, at most `limit`.
-  absl::StatusOr<std::vector<trainyard::v1::JobEvent>> ReadEvents(uint64_t after,
-                                                                  const EventFilter& filter,
-                                                                  int limit);
+  absl::StatusOr<std::vector<trainyard::v1::JobEvent>> ReadEvents(
+      uint64_t after, const EventFilter& filter, int limit);
   // Highest committed event sequence (0 if none).
   absl::StatusOr<uint64_t> LastEventSequence();
+
+  // Scheduler: every non-terminal job (ids == nullptr) or those of `ids` that
+  // are not terminal, with their newest attempt and checkpoint time.
+  absl::StatusOr<std::vector<ActiveJob>> LoadActiveJobs(
+      const std::vector<int64_t>* ids);
+  // Scheduler: distinct ids of jobs with events after `after` (at most `limit`
+  // events read) and the highest sequence read (== after when none).
+  absl::StatusOr<std::pair<std::vector<int64_t>, uint64_t>> ChangedJobs(
+      uint64_t after, int limit);
+  // Scheduler: applies preemptions, then admissions, in ONE transaction, each
+  // guarded by the job's version and state (a job that changed since the
+  // snapshot is dropped, never applied twice), with their events.
+  absl::StatusOr<DecisionOutcome> ApplyDecisions(
+      const std::vector<PreemptDecision>& preemptions,
+      const std::vector<AdmitDecision>& admissions);
+  // Scheduler: upserts explanations and removes those of `done` jobs.
+  absl::Status WriteExplanations(const std::vector<Explanation>& upserts,
+                                 const std::vector<int64_t>& done);
+  // The scheduler's explanation of a job, if it wrote one.
+  absl::StatusOr<std::optional<Explanation>> GetExplanation(int64_t job_id);
 
  private:
   Database* db_;
 };
 
-// Event rows to append in a transaction (helper shared by every writer of job state).
+// Event rows to append in a transaction (helper shared by every writer of job
+// state).
 struct PendingEvent {
   std::string tenant;
   int64_t job_id = 0;
   trainyard::v1::JobEvent event;  // sequence is assigned on insert
 };
 
-// Appends events in order under the outbox lock (sequence order = commit order) and notifies
-// the relay (NOTIFY ty_events) at commit. Must be the last statement group of the transaction
-// that made the changes, to hold the lock briefly.
+// Appends events in order under the outbox lock (sequence order = commit order)
+// and notifies the relay (NOTIFY ty_events) at commit. Must be the last
+// statement group of the transaction that made the changes, to hold the lock
+// briefly.
 void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events);
 
 // Name of the PostgreSQL notification channel raised when events commit.

@@ -105,8 +105,13 @@ TEST_F(CliTest, VersionAndUsage) {
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("unknown command \"frobnicate\""));
   // No placeholder subcommands for services that do not exist yet.
-  RunResult scheduler = Run({"scheduler"});
-  EXPECT_EQ(scheduler.exit_code, 2);
+  RunResult dispatcher = Run({"dispatcher"});
+  EXPECT_EQ(dispatcher.exit_code, 2);
+  // The scheduler exists: without a database it fails clearly.
+  RunResult scheduler =
+      Run({"scheduler", "--postgres_url=postgresql://nobody@127.0.0.1:1/none", "--http_listen="});
+  EXPECT_EQ(scheduler.exit_code, 1);
+  EXPECT_THAT(scheduler.output, HasSubstr("scheduler: migrations failed"));
 }
 
 TEST_F(CliTest, MigrateIsIdempotentAndTokenCreateValidates) {

@@ -1,0 +1,383 @@
+#include "services/scheduler/scheduler_service.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <pqxx/pqxx>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "services/common/logging.h"
+#include "services/common/metrics.h"
+#include "storage/redis/redis_options.h"
+#include "storage/redis/wakeup_subscriber.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/queue.pb.h"
+
+namespace trainyard::scheduler {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+namespace pg = ::trainyard::storage::postgres;
+using common::Log;
+using common::LogLevel;
+
+// Redis channel the api notifies on submissions (services/api/events.h).
+constexpr char kSchedulerWakeup[] = "ty:wake:scheduler";
+
+// Every object of a kind, page by page.
+template <typename Proto, typename Fn>
+absl::Status ForEachObject(pg::ObjectStore& store, const pg::ObjectKind& kind,
+                           Fn fn) {
+  pg::ListQuery query;
+  query.limit = 1000;
+  while (true) {
+    absl::StatusOr<pg::ListPage> page = store.List(kind, query);
+    if (!page.ok()) return page.status();
+    for (const pg::StoredObject& o : page->objects) {
+      Proto p;
+      if (!p.ParseFromString(o.body)) continue;
+      fn(o.key, std::move(p));
+    }
+    if (!page->more || page->objects.empty()) return absl::OkStatus();
+    query.after_key = page->objects.back().key;
+  }
+}
+
+std::string ShortId(const std::string& name) {
+  const size_t slash = name.rfind('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+common::Histogram& CycleSeconds() {
+  static common::Histogram& h = common::DefaultMetrics().GetHistogram(
+      "trainyard_scheduler_cycle_seconds",
+      "Duration of a scheduling cycle (load, decide, commit).");
+  return h;
+}
+common::Counter& Decided(const char* kind) {
+  return common::DefaultMetrics().GetCounter(
+      "trainyard_scheduler_decisions_total", "Decisions committed, by kind.",
+      {{"kind", kind}});
+}
+
+}  // namespace
+
+SchedulerService::SchedulerService(SchedulerOptions options)
+    : options_(std::move(options)) {}
+
+SchedulerService::~SchedulerService() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
+    SchedulerOptions options) {
+  std::unique_ptr<SchedulerService> s(new SchedulerService(std::move(options)));
+  absl::StatusOr<std::unique_ptr<pg::Database>> db =
+      pg::Database::Open({.url = s->options_.postgres_url,
+                          .pool_size = std::max(2, s->options_.db_pool_size)});
+  if (!db.ok()) return db.status();
+  s->db_ = std::move(*db);
+  s->jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
+  s->objects_ = std::make_unique<pg::ObjectStore>(s->db_.get());
+  return s;
+}
+
+void SchedulerService::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void SchedulerService::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SchedulerService::Loop() {
+  while (!stop_.HasBeenNotified()) {
+    absl::Status s = LeadWhileLocked();
+    if (leader_.exchange(false))
+      Log(LogLevel::kInfo, "scheduler: no longer the leader");
+    if (!s.ok())
+      Log(LogLevel::kWarning, "scheduler: leader loop failed", {{"error", s}});
+    stop_.WaitForNotificationWithTimeout(options_.standby_poll);
+  }
+}
+
+absl::Status SchedulerService::LeadWhileLocked() {
+  return db_->WithConnection([&](pqxx::connection& conn) -> absl::Status {
+    pqxx::nontransaction lock(conn);
+    if (!lock.exec_params1("SELECT pg_try_advisory_lock($1)",
+                           options_.leader_lock_key)[0]
+             .as<bool>()) {
+      return absl::OkStatus();
+    }
+    leader_ = true;
+    Log(LogLevel::kInfo, "scheduler: became the leader");
+    {
+      absl::MutexLock l(&cycle_mu_);
+      // A new leader trusts nothing it knew before.
+      loaded_ = false;
+      explained_.clear();
+    }
+    std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
+    if (!options_.redis_addr.empty()) {
+      absl::StatusOr<storage::redis::RedisOptions> redis =
+          storage::redis::ParseRedisAddress(options_.redis_addr);
+      if (redis.ok()) {
+        wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
+            *redis, std::vector<std::string>{kSchedulerWakeup});
+      }
+    }
+    while (!stop_.HasBeenNotified()) {
+      absl::StatusOr<CycleReport> report = RunCycle();
+      if (!report.ok()) {
+        Log(LogLevel::kWarning, "scheduler: cycle failed",
+            {{"error", report.status()}});
+      } else if (report->admitted + report->preempted + report->dropped > 0) {
+        Log(LogLevel::kInfo, "scheduler: cycle",
+            {{"cycle", report->cycle},
+             {"pending", report->pending},
+             {"admitted", report->admitted},
+             {"preempted", report->preempted},
+             {"dropped", report->dropped},
+             {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
+                                               report->commit)}});
+      }
+      if (wakeups != nullptr) {
+        wakeups->Wait(options_.interval);
+      } else {
+        stop_.WaitForNotificationWithTimeout(options_.interval);
+      }
+      // Still connected (and so still holding the lock)? Throws if not.
+      lock.exec("SELECT 1");
+    }
+    lock.exec_params("SELECT pg_advisory_unlock($1)", options_.leader_lock_key);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status SchedulerService::LoadConfig() {
+  PlatformState& st = state_;
+  st.flavors.clear();
+  st.clusters.clear();
+  st.pools.clear();
+  st.nodes.clear();
+  st.cohorts.clear();
+  st.queues.clear();
+  st.priority_classes.clear();
+  absl::Status s = ForEachObject<v1::Flavor>(
+      *objects_, pg::FlavorKind(),
+      [&](const std::vector<std::string>& key, v1::Flavor f) {
+        st.flavors[key[0]] = std::move(f);
+      });
+  if (s.ok()) {
+    s = ForEachObject<v1::Cluster>(
+        *objects_, pg::ClusterKind(),
+        [&](const std::vector<std::string>& key, v1::Cluster c) {
+          st.clusters[key[0]] = std::move(c);
+        });
+  }
+  if (s.ok()) {
+    s = ForEachObject<v1::Pool>(
+        *objects_, pg::PoolKind(),
+        [&](const std::vector<std::string>& key, v1::Pool p) {
+          st.pools[{key[0], key[1]}] = std::move(p);
+        });
+  }
+  if (s.ok()) {
+    s = ForEachObject<v1::Node>(
+        *objects_, pg::NodeKind(),
+        [&](const std::vector<std::string>& key, v1::Node n) {
+          st.nodes[{key[0], key[1]}] = std::move(n);
+        });
+  }
+  if (s.ok()) {
+    s = ForEachObject<v1::Cohort>(
+        *objects_, pg::CohortKind(),
+        [&](const std::vector<std::string>& key, v1::Cohort c) {
+          st.cohorts[key[0]] = std::move(c);
+        });
+  }
+  if (s.ok()) {
+    s = ForEachObject<v1::Queue>(
+        *objects_, pg::QueueKind(),
+        [&](const std::vector<std::string>& key, v1::Queue q) {
+          st.queues[{key[0], key[1]}] = std::move(q);
+        });
+  }
+  if (s.ok()) {
+    s = ForEachObject<v1::PriorityClass>(
+        *objects_, pg::PriorityClassKind(),
+        [&](const std::vector<std::string>& key, v1::PriorityClass p) {
+          st.priority_classes[key[0]] = std::move(p);
+        });
+  }
+  return s;
+}
+
+absl::Status SchedulerService::Refresh() {
+  if (!loaded_) {
+    // The sequence first: a job that changes after it is read again next cycle.
+    absl::StatusOr<uint64_t> seq = jobs_->LastEventSequence();
+    if (!seq.ok()) return seq.status();
+    absl::StatusOr<std::vector<pg::ActiveJob>> all =
+        jobs_->LoadActiveJobs(nullptr);
+    if (!all.ok()) return all.status();
+    state_.jobs.clear();
+    for (pg::ActiveJob& a : *all) {
+      const int64_t id = std::stoll(ShortId(a.job.name()));
+      state_.jobs[id] =
+          JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
+    }
+    last_seq_ = *seq;
+    loaded_ = true;
+  } else {
+    // Only the jobs that have events since the last cycle.
+    while (true) {
+      absl::StatusOr<std::pair<std::vector<int64_t>, uint64_t>> changed =
+          jobs_->ChangedJobs(last_seq_, 10000);
+      if (!changed.ok()) return changed.status();
+      if (changed->second == last_seq_) break;
+      absl::StatusOr<std::vector<pg::ActiveJob>> fresh =
+          jobs_->LoadActiveJobs(&changed->first);
+      if (!fresh.ok()) return fresh.status();
+      for (int64_t id : changed->first) state_.jobs.erase(id);
+      for (pg::ActiveJob& a : *fresh) {
+        const int64_t id = std::stoll(ShortId(a.job.name()));
+        state_.jobs[id] =
+            JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
+      }
+      last_seq_ = changed->second;
+    }
+  }
+  return LoadConfig();
+}
+
+absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
+  absl::MutexLock l(&cycle_mu_);
+  CycleReport report;
+  const absl::Time start = absl::Now();
+  if (absl::Status s = Refresh(); !s.ok()) {
+    loaded_ = false;
+    return s;
+  }
+  policy::Snapshot snapshot;
+  SnapshotIndex index;
+  BuildSnapshot(state_, absl::Now(), &snapshot, &index);
+  const absl::Time loaded = absl::Now();
+  const policy::Decisions d = policy::Decide(snapshot, options_.policy);
+  const absl::Time decided = absl::Now();
+  report.load = loaded - start;
+  report.decide = decided - loaded;
+  report.pending = static_cast<int>(snapshot.pending.size());
+  report.running = static_cast<int>(snapshot.running.size());
+  report.reservations = static_cast<int>(d.reservations.size());
+
+  // Explanations of this cycle: (reason, message, position) per pending job.
+  std::map<int64_t, pg::Explanation> explain;
+  for (const policy::PendingDecision& p : d.pending) {
+    explain[p.job] = {.job_id = p.job,
+                      .reason = policy::PendingReasonCode(p.reason),
+                      .message = p.message.str(),
+                      .position = p.position};
+  }
+  for (const auto& [id, message] : index.excluded) {
+    explain[id] = {.job_id = id,
+                   .reason = message.substr(0, message.find(':')),
+                   .message = message,
+                   .position = 0};
+  }
+
+  // Preemptions, then the admissions that need them.
+  std::vector<pg::PreemptDecision> preemptions;
+  std::map<int64_t, std::vector<int64_t>> victims_of;
+  for (const policy::Preemption& p : d.preemptions) {
+    auto it = state_.jobs.find(p.victim);
+    if (it == state_.jobs.end()) continue;
+    preemptions.push_back({.tenant = it->second.job.tenant(),
+                           .job_id = p.victim,
+                           .expected_version = it->second.job.version(),
+                           .reason = policy::PreemptionReasonCode(p.reason),
+                           .message = p.message});
+    victims_of[p.preemptor].push_back(p.victim);
+  }
+  std::vector<pg::AdmitDecision> admissions;
+  for (const policy::Admission& a : d.admissions) {
+    auto it = state_.jobs.find(a.job);
+    if (it == state_.jobs.end()) continue;
+    const std::string& cluster = index.node_clusters[a.worker_nodes.front()];
+    bool one_cluster = true;
+    for (policy::NodeId n : a.worker_nodes)
+      one_cluster &= index.node_clusters[n] == cluster;
+    if (!one_cluster) {
+      // The policy packs gangs by block and rack, not by cluster yet.
+      explain[a.job] = {
+          .job_id = a.job,
+          .reason = "NO_FIT_TOPOLOGY",
+          .message = "NO_FIT_TOPOLOGY: the placement found spans clusters",
+          .position = 0};
+      continue;
+    }
+    const std::string& flavor_id = index.flavor_ids[a.flavor];
+    pg::AdmitDecision admit{.tenant = it->second.job.tenant(),
+                            .job_id = a.job,
+                            .expected_version = it->second.job.version(),
+                            .victims = victims_of[a.job]};
+    admit.attempt.set_cluster(absl::StrCat("clusters/", cluster));
+    admit.attempt.set_flavor(absl::StrCat("flavors/", flavor_id));
+    auto flavor = state_.flavors.find(flavor_id);
+    if (flavor != state_.flavors.end())
+      *admit.attempt.mutable_gpu_hour_price() = flavor->second.gpu_hour_price();
+    for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
+      v1::WorkerPlacement* p = admit.attempt.add_placements();
+      p->set_worker(static_cast<int32_t>(w));
+      p->set_node(index.node_names[a.worker_nodes[w]]);
+    }
+    admit.message = absl::StrCat(
+        "admitted on flavor ", flavor_id, " in cluster ", cluster,
+        a.borrowing ? " (borrowing from its cohort)" : "",
+        a.backfill ? " (backfill: ends before a reservation)" : "");
+    admissions.push_back(std::move(admit));
+  }
+  if (!preemptions.empty() || !admissions.empty()) {
+    absl::StatusOr<pg::DecisionOutcome> outcome =
+        jobs_->ApplyDecisions(preemptions, admissions);
+    if (!outcome.ok()) return outcome.status();
+    report.admitted = static_cast<int>(outcome->admitted.size());
+    report.preempted = static_cast<int>(outcome->preempted.size());
+    report.dropped = static_cast<int>(outcome->dropped.size());
+    Decided("admit").Increment(report.admitted);
+    Decided("preempt").Increment(report.preempted);
+    Decided("dropped").Increment(report.dropped);
+  }
+
+  // Explanations that changed; rows of jobs no longer pending go away.
+  std::vector<pg::Explanation> upserts;
+  for (auto& [id, e] : explain) {
+    std::string key =
+        absl::StrCat(e.reason, "\x1f", e.message, "\x1f", e.position);
+    auto it = explained_.find(id);
+    if (it != explained_.end() && it->second == key) continue;
+    explained_[id] = std::move(key);
+    upserts.push_back(e);
+  }
+  std::vector<int64_t> done;
+  for (const auto& [id, key] : explained_) {
+    if (!explain.contains(id)) done.push_back(id);
+  }
+  for (int64_t id : done) explained_.erase(id);
+  if (absl::Status s = jobs_->WriteExplanations(upserts, done); !s.ok()) {
+    explained_.clear();  // Rewrite everything next time.
+    return s;
+  }
+  report.explanations_written = static_cast<int>(upserts.size() + done.size());
+  report.commit = absl::Now() - decided;
+  report.cycle = ++cycles_;
+  CycleSeconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  return report;
+}
+
+}  // namespace trainyard::scheduler

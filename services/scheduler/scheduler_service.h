@@ -1,0 +1,111 @@
+// The scheduler service (issue 4 item 1): one active leader, elected with a
+// PostgreSQL session advisory lock (a standby takes over within
+// `standby_poll` of the leader's death, when PostgreSQL drops its session).
+// Each cycle refreshes its picture of the platform incrementally (jobs named
+// by outbox events since the last cycle; the small configuration tables in
+// full), builds the policy's snapshot, calls policy::Decide and commits the
+// decisions in one transaction guarded by each job's version (a job that
+// changed meanwhile is dropped, never applied twice), then writes the
+// explanation of every job it left pending when it changed (ExplainPending
+// serves them). Cycles run on wake-ups (Redis, from submissions and
+// completions) and on a timer. See docs/scheduler.md.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
+#define TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/snapshot_builder.h"
+#include "storage/postgres/job_store.h"
+#include "storage/postgres/object_store.h"
+#include "storage/postgres/pool.h"
+
+namespace trainyard::scheduler {
+
+struct SchedulerOptions {
+  std::string postgres_url;
+  // Redis for wake-ups; empty = timer only.
+  std::string redis_addr = "127.0.0.1:6379";
+  // A cycle runs at least this often, and on every wake-up.
+  absl::Duration interval = absl::Seconds(1);
+  // How often a standby tries to become the leader.
+  absl::Duration standby_poll = absl::Seconds(1);
+  // Key of the session advisory lock that elects the leader.
+  int64_t leader_lock_key = 0x7479736368656400;  // "tysched\0"
+  int db_pool_size = 4;
+  policy::PolicyConfig policy;
+};
+
+struct CycleReport {
+  int64_t cycle = 0;
+  int pending = 0;
+  int running = 0;
+  int admitted = 0;
+  int preempted = 0;
+  int reservations = 0;
+  // Decisions dropped because their job changed since the snapshot.
+  int dropped = 0;
+  int explanations_written = 0;
+  absl::Duration load, decide, commit;
+};
+
+class SchedulerService {
+ public:
+  // Connects; starts no thread. RunCycle() may then be called directly
+  // (tests), or Start() runs the leader loop.
+  static absl::StatusOr<std::unique_ptr<SchedulerService>> Create(
+      SchedulerOptions options);
+  ~SchedulerService();
+
+  // Starts the leader-election loop in a background thread.
+  void Start();
+  // Stops the loop (releasing leadership) and waits for it.
+  void Shutdown();
+
+  // One cycle now (the caller makes sure only one scheduler runs cycles).
+  absl::StatusOr<CycleReport> RunCycle();
+
+  bool is_leader() const { return leader_.load(); }
+  int64_t cycles() const { return cycles_.load(); }
+
+ private:
+  explicit SchedulerService(SchedulerOptions options);
+  absl::Status Refresh();
+  absl::Status LoadConfig();
+  void Loop();
+  // Returns when the lock is lost, the connection fails or Shutdown() is
+  // called.
+  absl::Status LeadWhileLocked();
+
+  const SchedulerOptions options_;
+  std::unique_ptr<storage::postgres::Database> db_;
+  std::unique_ptr<storage::postgres::JobStore> jobs_;
+  std::unique_ptr<storage::postgres::ObjectStore> objects_;
+
+  absl::Mutex cycle_mu_;
+  PlatformState state_ ABSL_GUARDED_BY(cycle_mu_);
+  bool loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+  // What was last written to pending_explanations, per job (reason + message
+  // + position), so that only changes are written.
+  absl::flat_hash_map<int64_t, std::string> explained_
+      ABSL_GUARDED_BY(cycle_mu_);
+
+  std::atomic<bool> leader_{false};
+  std::atomic<int64_t> cycles_{0};
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace trainyard::scheduler
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_

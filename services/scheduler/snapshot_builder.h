@@ -1,0 +1,81 @@
+// Turns the platform's objects (API protos as stored) into the policy's
+// Snapshot, and the policy's Decisions back into names. Pure: no I/O, no
+// clock (now is an argument), deterministic (objects are visited in key
+// order), so it is unit-tested without a database. See docs/scheduler.md.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_SNAPSHOT_BUILDER_H_
+#define TRAINYARD_SERVICES_SCHEDULER_SNAPSHOT_BUILDER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/snapshot.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/job.pb.h"
+#include "trainyard/v1/queue.pb.h"
+
+namespace trainyard::scheduler {
+
+// A job that is not terminal, with its newest attempt and checkpoint time.
+struct JobView {
+  trainyard::v1::Job job;
+  std::optional<trainyard::v1::Attempt> attempt;
+  std::optional<absl::Time> last_checkpoint;
+};
+
+// Everything a cycle looks at. Keys are ids without their collection prefix.
+struct PlatformState {
+  std::map<std::string, trainyard::v1::Flavor> flavors;
+  std::map<std::string, trainyard::v1::Cluster> clusters;
+  // (cluster, pool) and (cluster, node).
+  std::map<std::pair<std::string, std::string>, trainyard::v1::Pool> pools;
+  std::map<std::pair<std::string, std::string>, trainyard::v1::Node> nodes;
+  std::map<std::string, trainyard::v1::Cohort> cohorts;
+  // (tenant, queue).
+  std::map<std::pair<std::string, std::string>, trainyard::v1::Queue> queues;
+  std::map<std::string, trainyard::v1::PriorityClass> priority_classes;
+  // Non-terminal jobs by id.
+  std::map<int64_t, JobView> jobs;
+};
+
+// Names for the snapshot's dense ids, and what the commit needs per job.
+struct SnapshotIndex {
+  // policy NodeId -> "clusters/{c}/nodes/{n}" and its cluster id.
+  std::vector<std::string> node_names;
+  std::vector<std::string> node_clusters;
+  // policy FlavorId -> flavor id.
+  std::vector<std::string> flavor_ids;
+  // policy QueueId -> (tenant, queue).
+  std::vector<std::pair<std::string, std::string>> queue_keys;
+  // Pending jobs left out of the snapshot, with the reason they wait (their
+  // queue is stopped, it or its cohort names something unknown ...).
+  std::vector<std::pair<int64_t, std::string>> excluded;
+};
+
+// Builds the policy's snapshot:
+//   - flavors with their GPU-hour price (micros) and reclaim rate;
+//   - nodes of every cluster (READY and the cluster not cordoned ==
+//     schedulable), GPU model ids interned by name, block and rack labels
+//     (a rack is identified by block + rack), `used` = what the attempts of
+//     ADMITTED … PREEMPTING jobs hold on them (each worker the job's shape);
+//   - cohorts and queues with their quotas (flavors not in `flavors` are
+//     dropped), weights, strategies and preemption policies;
+//   - priority classes by name (a job whose class is unknown gets its
+//     resolved priority value, preemptible); jobs being preempted are not
+//     preemptible again;
+//   - running attempts (ADMITTED, DISPATCHING, RUNNING, PREEMPTING) and
+//     pending jobs (QUEUED; HELD ones wait for their hold to lift).
+// Jobs of queues that do not exist or are stopped (stop_policy HOLD …) are
+// left out and listed in index->excluded with a reason.
+void BuildSnapshot(const PlatformState& state, absl::Time now,
+                   policy::Snapshot* snapshot, SnapshotIndex* index);
+
+}  // namespace trainyard::scheduler
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_SNAPSHOT_BUILDER_H_

@@ -1,0 +1,237 @@
+#include "services/scheduler/snapshot_builder.h"
+
+#include <string>
+
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "services/scheduler/policy/policy.h"
+
+namespace trainyard::scheduler {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using google::protobuf::util::TimeUtil;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+v1::Node MakeNode(const std::string& pool, int gpus, const std::string& block,
+                  const std::string& rack,
+                  v1::NodeState state = v1::NODE_STATE_READY) {
+  v1::Node n;
+  n.set_pool(pool);
+  n.mutable_capacity()->set_gpus(gpus);
+  n.mutable_capacity()->set_cpu_millis(64000);
+  n.mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
+  n.mutable_topology()->set_block(block);
+  n.mutable_topology()->set_rack(rack);
+  n.set_state(state);
+  return n;
+}
+
+JobView MakeJob(int64_t id, const std::string& queue, v1::JobState state,
+                int gpus, int workers = 1) {
+  JobView v;
+  v.job.set_name("tenants/acme/jobs/" + std::to_string(id));
+  v.job.set_tenant("acme");
+  v.job.set_state(state);
+  v.job.set_version(3);
+  v.job.set_priority(10);
+  *v.job.mutable_create_time() =
+      TimeUtil::SecondsToTimestamp(absl::ToUnixSeconds(kNow) - 60);
+  v1::JobSpec* spec = v.job.mutable_spec();
+  spec->set_queue(queue);
+  spec->set_workers(workers);
+  spec->mutable_resources()->set_gpus(gpus);
+  spec->mutable_resources()->set_cpu_millis(1000);
+  spec->mutable_resources()->set_memory_bytes(int64_t{1} << 30);
+  return v;
+}
+
+PlatformState Platform() {
+  PlatformState st;
+  v1::Flavor od;
+  od.set_kind(v1::FLAVOR_KIND_ON_DEMAND);
+  od.set_gpu_model("H100");
+  od.mutable_gpu_hour_price()->set_micros(2'500'000);
+  st.flavors["h100"] = od;
+  v1::Flavor spot = od;
+  spot.set_kind(v1::FLAVOR_KIND_SPOT);
+  spot.mutable_gpu_hour_price()->set_micros(1'000'000);
+  spot.set_reclaim_rate_per_hour(0.05);
+  st.flavors["h100-spot"] = spot;
+  st.clusters["sim"] = v1::Cluster();
+  v1::Pool pool;
+  pool.set_flavor("h100");
+  st.pools[{"sim", "main"}] = pool;
+  st.nodes[{"sim", "n1"}] = MakeNode("main", 8, "b1", "r1");
+  st.nodes[{"sim", "n2"}] = MakeNode("main", 8, "b1", "r2");
+  st.nodes[{"sim", "n3"}] =
+      MakeNode("main", 8, "b1", "r2", v1::NODE_STATE_DOWN);
+  v1::Cohort cohort;
+  st.cohorts["pool"] = cohort;
+  v1::Queue q;
+  q.set_cohort("pool");
+  v1::FlavorQuotas* fq = q.add_quotas();
+  fq->set_flavor("h100");
+  v1::ResourceQuota* rq = fq->add_resources();
+  rq->set_resource(v1::RESOURCE_NAME_GPU);
+  rq->set_nominal(16);
+  rq->set_borrowing_limit(4);
+  q.mutable_preemption()->set_within_queue(
+      v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+  st.queues[{"acme", "default"}] = q;
+  v1::Queue stopped = q;
+  stopped.set_stop_policy(v1::STOP_POLICY_HOLD);
+  st.queues[{"acme", "stopped"}] = stopped;
+  v1::PriorityClass pc;
+  pc.set_value(10);
+  pc.set_preemptible(true);
+  st.priority_classes["default"] = pc;
+  return st;
+}
+
+TEST(SnapshotBuilderTest, MapsPlatformObjectsToThePolicyModel) {
+  PlatformState st = Platform();
+  // Running: job 1 on n1 with 6 GPUs, checkpointed.
+  JobView running = MakeJob(1, "default", v1::JOB_STATE_RUNNING, 6);
+  v1::Attempt a;
+  a.set_index(1);
+  a.set_cluster("clusters/sim");
+  a.set_flavor("flavors/h100");
+  a.add_placements()->set_node("clusters/sim/nodes/n1");
+  *a.mutable_start_time() =
+      TimeUtil::SecondsToTimestamp(absl::ToUnixSeconds(kNow) - 600);
+  running.attempt = a;
+  running.last_checkpoint = kNow - absl::Seconds(120);
+  running.job.mutable_spec()->mutable_time_limit()->set_seconds(3600);
+  st.jobs[1] = running;
+  JobView pending = MakeJob(2, "default", v1::JOB_STATE_QUEUED, 8, 2);
+  pending.job.mutable_spec()->mutable_topology()->set_required_level(
+      v1::TOPOLOGY_LEVEL_BLOCK);
+  pending.job.mutable_spec()->mutable_checkpoint()->set_resumable(true);
+  st.jobs[2] = pending;
+  st.jobs[3] = MakeJob(3, "stopped", v1::JOB_STATE_QUEUED, 1);
+  st.jobs[4] = MakeJob(4, "nowhere", v1::JOB_STATE_QUEUED, 1);
+  st.jobs[5] = MakeJob(5, "default", v1::JOB_STATE_HELD, 1);
+
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_TRUE(policy::ValidateSnapshot(s).ok()) << policy::ValidateSnapshot(s);
+
+  EXPECT_EQ(s.now, absl::ToUnixMicros(kNow));
+  ASSERT_EQ(s.flavors.size(), 2u);
+  EXPECT_EQ(s.flavors[0].name, "h100");
+  EXPECT_EQ(s.flavors[0].price_micros_per_gpu_hour, 2'500'000);
+  EXPECT_EQ(s.flavors[1].kind, policy::FlavorKind::kSpot);
+  EXPECT_DOUBLE_EQ(s.flavors[1].reclaim_rate_per_hour, 0.05);
+
+  ASSERT_EQ(s.nodes.size(), 3u);
+  EXPECT_EQ(index.node_names[0], "clusters/sim/nodes/n1");
+  EXPECT_EQ(index.node_clusters[2], "sim");
+  EXPECT_EQ(s.nodes[0].used.gpus, 6);
+  EXPECT_EQ(s.nodes[1].used.gpus, 0);
+  EXPECT_TRUE(s.nodes[0].schedulable);
+  EXPECT_FALSE(s.nodes[2].schedulable);
+  EXPECT_EQ(s.nodes[0].block, s.nodes[1].block);
+  EXPECT_NE(s.nodes[0].rack, s.nodes[1].rack);
+  EXPECT_EQ(s.nodes[1].rack, s.nodes[2].rack);
+  EXPECT_EQ(s.gpu_model_names[s.nodes[0].gpu_model], "H100");
+
+  ASSERT_EQ(s.queues.size(), 1u);  // "stopped" is left out
+  EXPECT_EQ(index.queue_keys[0],
+            (std::pair<std::string, std::string>{"acme", "default"}));
+  ASSERT_TRUE(s.queues[0].cohort.has_value());
+  ASSERT_EQ(s.queues[0].quotas.size(), 1u);
+  const auto& gpu = s.queues[0].quotas[0].resources[0];
+  ASSERT_TRUE(gpu.has_value());
+  EXPECT_EQ(gpu->nominal, 16);
+  EXPECT_EQ(gpu->borrowing_limit, 4);
+  EXPECT_FALSE(gpu->lending_limit.has_value());
+  EXPECT_EQ(s.queues[0].within_queue_preemption,
+            policy::WithinQueuePreemption::kLowerPriority);
+
+  ASSERT_EQ(s.running.size(), 1u);
+  const policy::RunningAttempt& r = s.running[0];
+  EXPECT_EQ(r.job, 1);
+  EXPECT_EQ(r.placement, std::vector<policy::NodeId>{0});
+  EXPECT_EQ(r.resources.gpus, 6);
+  EXPECT_EQ(r.start_time, absl::ToUnixMicros(kNow) - 600'000'000);
+  EXPECT_EQ(r.last_checkpoint_time, absl::ToUnixMicros(kNow) - 120'000'000);
+  EXPECT_EQ(r.time_limit_micros, 3'600'000'000);
+
+  ASSERT_EQ(s.pending.size(),
+            1u);  // HELD, stopped and unknown queues are not pending
+  const policy::PendingJob& p = s.pending[0];
+  EXPECT_EQ(p.id, 2);
+  EXPECT_EQ(p.workers, 2);
+  EXPECT_EQ(p.worker.gpus, 8);
+  EXPECT_EQ(p.required_topology, policy::TopologyLevel::kBlock);
+  EXPECT_EQ(p.spot_policy,
+            policy::SpotPolicy::kAllowed);  // resumable, unspecified
+  EXPECT_TRUE(p.can_checkpoint);
+  EXPECT_EQ(s.priority_classes[p.priority_class].value, 10);
+
+  ASSERT_EQ(index.excluded.size(), 2u);
+  EXPECT_EQ(index.excluded[0].first, 3);
+  EXPECT_EQ(index.excluded[0].second.rfind("QUEUE_STOPPED: ", 0), 0u);
+  EXPECT_EQ(index.excluded[1].first, 4);
+  EXPECT_EQ(index.excluded[1].second.rfind("QUEUE_NOT_FOUND: ", 0), 0u);
+
+  // 6 GPUs used of the queue's 16 nominal leave 10; the gang needs 16 and the
+  // cohort has no one to borrow from.
+  const policy::Decisions d = policy::Decide(s);
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].reason, policy::PendingReason::kQuotaExhausted);
+  EXPECT_EQ(d.pending[0].message.str(),
+            "QUOTA_EXHAUSTED: queue acme/default gpu 6/16, cohort lends 0, job "
+            "needs 16 "
+            "(flavor h100)");
+  // One 8-GPU worker fits quota, and n2 (8 free GPUs) holds it; n3 is down.
+  st.jobs[2].job.mutable_spec()->set_workers(1);
+  BuildSnapshot(st, kNow, &s, &index);
+  const policy::Decisions one = policy::Decide(s);
+  ASSERT_EQ(one.admissions.size(), 1u);
+  EXPECT_EQ(index.node_names[one.admissions[0].worker_nodes[0]],
+            "clusters/sim/nodes/n2");
+}
+
+TEST(SnapshotBuilderTest, PreemptingJobsAreNotPreemptibleAgain) {
+  PlatformState st = Platform();
+  JobView j = MakeJob(1, "default", v1::JOB_STATE_PREEMPTING, 8);
+  v1::Attempt a;
+  a.set_flavor("flavors/h100");
+  a.add_placements()->set_node("clusters/sim/nodes/n1");
+  j.attempt = a;
+  st.jobs[1] = j;
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_EQ(s.running.size(), 1u);
+  EXPECT_FALSE(s.priority_classes[s.running[0].priority_class].preemptible);
+  EXPECT_EQ(s.priority_classes[s.running[0].priority_class].value, 10);
+}
+
+TEST(SnapshotBuilderTest, CordonedClusterIsNotSchedulable) {
+  PlatformState st = Platform();
+  st.clusters["sim"].set_cordoned(true);
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  for (const policy::Node& n : s.nodes) EXPECT_FALSE(n.schedulable);
+}
+
+TEST(SnapshotBuilderTest, SameStateSameSnapshot) {
+  PlatformState st = Platform();
+  st.jobs[2] = MakeJob(2, "default", v1::JOB_STATE_QUEUED, 8, 2);
+  st.jobs[7] = MakeJob(7, "default", v1::JOB_STATE_QUEUED, 1);
+  policy::Snapshot a, b;
+  SnapshotIndex ia, ib;
+  BuildSnapshot(st, kNow, &a, &ia);
+  BuildSnapshot(st, kNow, &b, &ib);
+  EXPECT_EQ(policy::Decide(a), policy::Decide(b));
+  EXPECT_EQ(ia.node_names, ib.node_names);
+}
+
+}  // namespace
+}  // namespace trainyard::scheduler

@@ -1,0 +1,258 @@
+// The scheduler service over a real PostgreSQL and Redis, with jobs submitted
+// through the real api (issue 4 item 1).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "services/scheduler/scheduler_service.h"
+#include "storage/postgres/job_store.h"
+#include "storage/postgres/pool.h"
+#include "tests/integration/api_test_harness.h"
+
+namespace trainyard::testing {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using scheduler::CycleReport;
+using scheduler::SchedulerOptions;
+using scheduler::SchedulerService;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
+    ASSERT_TRUE(h.ok()) << h.status();
+    harness_ = std::move(*h);
+    ASSERT_TRUE(harness_->SeedTenant("acme").ok());
+    token_ = harness_->Token("users/alice", v1::ROLE_TENANT_ADMIN, "acme");
+  }
+
+  SchedulerOptions Options() const {
+    SchedulerOptions o;
+    o.postgres_url = harness_->database_url();
+    o.redis_addr = absl::StrCat("127.0.0.1:", harness_->redis()->port());
+    o.interval = absl::Milliseconds(200);
+    o.standby_poll = absl::Milliseconds(200);
+    return o;
+  }
+
+  // Submits `workers` × 8-GPU workers; returns the job id.
+  int64_t Submit(const std::string& request_id, int workers, int gpus = 8) {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", request_id);
+    req.mutable_job()->mutable_spec()->set_workers(workers);
+    req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(gpus);
+    v1::SubmitJobResponse resp;
+    grpc::Status s =
+        harness_->jobs()->Submit(ApiHarness::Context(token_).get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    const std::string& name = resp.job().name();
+    return std::stoll(name.substr(name.rfind('/') + 1));
+  }
+
+  v1::Job Get(int64_t id) {
+    v1::GetJobRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    req.set_view(v1::JOB_VIEW_FULL);
+    v1::Job job;
+    grpc::Status s =
+        harness_->jobs()->Get(ApiHarness::Context(token_).get(), req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  v1::ExplainPendingResponse Explain(int64_t id) {
+    v1::ExplainPendingRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    v1::ExplainPendingResponse resp;
+    grpc::Status s = harness_->jobs()->ExplainPending(
+        ApiHarness::Context(token_).get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  std::unique_ptr<ApiHarness> harness_;
+  std::string token_;
+};
+
+TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
+  const int64_t a = Submit("a", 1);
+  const int64_t b = Submit("b", 1);
+  const int64_t c =
+      Submit("c", 4);  // 32 GPUs: the cluster has 32, 16 remain after a and b
+  EXPECT_EQ(Explain(c).reason(), "AWAITING_SCHEDULER");
+
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<CycleReport> r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pending, 3);
+  EXPECT_EQ(r->admitted, 2);
+  EXPECT_EQ(r->dropped, 0);
+
+  for (int64_t id : {a, b}) {
+    const v1::Job job = Get(id);
+    EXPECT_EQ(job.state(), v1::JOB_STATE_ADMITTED) << id;
+    EXPECT_EQ(job.attempt_count(), 1);
+    ASSERT_EQ(job.attempts_size(), 1);
+    const v1::Attempt& at = job.attempts(0);
+    EXPECT_EQ(at.index(), 1);
+    EXPECT_EQ(at.cluster(), "clusters/sim");
+    EXPECT_EQ(at.flavor(), "flavors/gpu");
+    EXPECT_EQ(at.backend_job_name(), absl::StrCat("ty-", id, "-1"));
+    EXPECT_EQ(at.gpu_hour_price().micros(), 2000000);
+    ASSERT_EQ(at.placements_size(), 1);
+    EXPECT_EQ(at.placements(0).node().rfind("clusters/sim/nodes/n", 0), 0u);
+    EXPECT_TRUE(at.has_admit_time());
+  }
+  // Two 8-GPU workers never share a node.
+  EXPECT_NE(Get(a).attempts(0).placements(0).node(),
+            Get(b).attempts(0).placements(0).node());
+
+  const v1::ExplainPendingResponse e = Explain(c);
+  EXPECT_EQ(e.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(e.reason(), "NO_CAPACITY");
+  EXPECT_EQ(e.message(),
+            "NO_CAPACITY: free nodes hold 2 of 4 workers (flavor gpu)");
+  EXPECT_EQ(e.position_in_queue(), 1);
+
+  // Nothing changed: the next cycle admits nothing and writes nothing.
+  r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 0);
+  EXPECT_EQ(r->running, 2);
+  EXPECT_EQ(r->explanations_written, 0);
+
+  // A cancelled job loses its explanation; the gang still waits.
+  const int64_t d = Submit("d", 4);
+  r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Explain(d).reason(), "NO_CAPACITY");
+  EXPECT_EQ(Explain(d).position_in_queue(), 2);
+  v1::CancelJobRequest cancel;
+  cancel.set_name(absl::StrCat("tenants/acme/jobs/", c));
+  v1::Job cancelled;
+  ASSERT_TRUE(
+      harness_->jobs()
+          ->Cancel(ApiHarness::Context(token_).get(), cancel, &cancelled)
+          .ok());
+  r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Explain(c).reason(), "NOT_PENDING");
+  EXPECT_EQ(Explain(d).position_in_queue(), 1);
+}
+
+TEST_F(SchedulerTest, DecisionsAreGuardedByTheJobVersion) {
+  const int64_t a = Submit("a", 1);
+  absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
+      storage::postgres::Database::Open(
+          {.url = harness_->database_url(), .pool_size = 2});
+  ASSERT_TRUE(db.ok()) << db.status();
+  storage::postgres::JobStore store(db->get());
+  const v1::Job job = Get(a);
+  storage::postgres::AdmitDecision admit{
+      .tenant = "acme",
+      .job_id = a,
+      .expected_version = job.version() + 1,  // stale
+      .message = "test"};
+  admit.attempt.set_cluster("clusters/sim");
+  admit.attempt.set_flavor("flavors/gpu");
+  admit.attempt.add_placements()->set_node("clusters/sim/nodes/n0");
+  absl::StatusOr<storage::postgres::DecisionOutcome> out =
+      store.ApplyDecisions({}, {admit});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->admitted.empty());
+  EXPECT_EQ(out->dropped, std::vector<int64_t>{a});
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Get(a).attempts_size(), 0);
+
+  admit.expected_version = job.version();
+  out = store.ApplyDecisions({}, {admit});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->admitted, std::vector<int64_t>{a});
+  // The same decision again (e.g. a retried commit): dropped, not applied
+  // twice.
+  out = store.ApplyDecisions({}, {admit});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->dropped, std::vector<int64_t>{a});
+  const v1::Job after = Get(a);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(after.attempt_count(), 1);
+  EXPECT_EQ(after.attempts_size(), 1);
+
+  // An admission whose victim cannot be preempted is dropped with it.
+  const int64_t b = Submit("b", 1);
+  storage::postgres::PreemptDecision victim{.tenant = "acme",
+                                            .job_id = a,
+                                            .expected_version = 1,
+                                            .reason = "PREEMPTED_BY_PRIORITY"};
+  storage::postgres::AdmitDecision needs{.tenant = "acme",
+                                         .job_id = b,
+                                         .expected_version = Get(b).version(),
+                                         .victims = {a}};
+  needs.attempt = admit.attempt;
+  out = store.ApplyDecisions({victim}, {needs});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->preempted.empty());
+  EXPECT_EQ(out->dropped, (std::vector<int64_t>{a, b}));
+  EXPECT_EQ(Get(b).state(), v1::JOB_STATE_QUEUED);
+
+  // With the right version the ADMITTED victim's admission is revoked (back to
+  // QUEUED).
+  victim.expected_version = after.version();
+  out = store.ApplyDecisions({victim}, {needs});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->preempted, std::vector<int64_t>{a});
+  EXPECT_EQ(out->admitted, std::vector<int64_t>{b});
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Get(b).state(), v1::JOB_STATE_ADMITTED);
+}
+
+TEST_F(SchedulerTest, OneLeaderAndAStandbyTakesOver) {
+  const int64_t a = Submit("a", 1);
+  absl::StatusOr<std::unique_ptr<SchedulerService>> first =
+      SchedulerService::Create(Options());
+  absl::StatusOr<std::unique_ptr<SchedulerService>> second =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(first.ok() && second.ok());
+  (*first)->Start();
+  (*second)->Start();
+  auto wait_for = [](auto predicate) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    while (!predicate() && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(20));
+    return predicate();
+  };
+  ASSERT_TRUE(wait_for(
+      [&] { return (*first)->is_leader() || (*second)->is_leader(); }));
+  absl::SleepFor(absl::Milliseconds(600));
+  EXPECT_NE((*first)->is_leader(), (*second)->is_leader())
+      << "exactly one leader";
+  ASSERT_TRUE(
+      wait_for([&] { return Get(a).state() == v1::JOB_STATE_ADMITTED; }));
+
+  SchedulerService* leader =
+      (*first)->is_leader() ? first->get() : second->get();
+  SchedulerService* standby =
+      leader == first->get() ? second->get() : first->get();
+  EXPECT_EQ(standby->cycles(), 0);
+  const absl::Time stopped = absl::Now();
+  leader->Shutdown();
+  ASSERT_TRUE(wait_for([&] { return standby->is_leader(); }));
+  const absl::Duration takeover = absl::Now() - stopped;
+  EXPECT_LT(takeover, absl::Seconds(5)) << takeover;
+
+  // The new leader schedules: a job submitted now is admitted (woken by Redis
+  // or the timer).
+  const int64_t b = Submit("b", 1);
+  ASSERT_TRUE(
+      wait_for([&] { return Get(b).state() == v1::JOB_STATE_ADMITTED; }));
+  EXPECT_EQ(Get(a).attempt_count(), 1) << "a was never admitted twice";
+  standby->Shutdown();
+}
+
+}  // namespace
+}  // namespace trainyard::testing
