@@ -231,6 +231,7 @@ write_trainyard_conf() {
     line="${line//@GRPC_LISTEN@/${TY_GRPC_ADDR}}"
     line="${line//@HTTP_LISTEN@/${TY_HTTP_ADDR}}"
     line="${line//@LOG_LEVEL@/${TY_LOG_LEVEL}}"
+    line="${line//@REPO@/${TY_REPO}}"
     out+="${line}"$'\n'
   done <"${template}"
   printf '%s' "${out}" >"${TY_CONF}.tmp"

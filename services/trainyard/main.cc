@@ -1,16 +1,18 @@
 // The `trainyard` binary: every Trainyard service and its operator commands.
 //
-//   trainyard api        the api service (gRPC; /metrics, /healthz, /readyz
-//   over HTTP) trainyard scheduler  the scheduler service (one leader; others
-//   stand by) trainyard all        every service that exists, in one process
-//   trainyard migrate    apply the SQL migrations
+//   trainyard api         the api service (gRPC; /metrics, /healthz, /readyz)
+//   trainyard scheduler   the scheduler (one leader; others stand by)
+//   trainyard dispatcher  one cluster's dispatcher (today: the sim backend)
+//   trainyard all         every service that exists, in one process
+//   trainyard migrate     apply the SQL migrations
 //   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
-//   [--ttl=720h] trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
+//   trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
 //   trainyard version
 
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +31,10 @@
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 #include "services/core/validation.h"
+#include "services/dispatcher/adapters/clock.h"
+#include "services/dispatcher/adapters/sim/sim_adapter.h"
+#include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/dispatcher/dispatcher.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/trainyard/apply.h"
 #include "storage/postgres/auth_store.h"
@@ -60,6 +66,12 @@ ABSL_FLAG(int, submit_batch, 256,
           "Most submits written in one group-commit transaction");
 ABSL_FLAG(absl::Duration, schedule_interval, absl::Seconds(1),
           "scheduler: a cycle runs at least this often (and on every wake-up)");
+ABSL_FLAG(
+    std::string, sim_config, "",
+    "dispatcher/all: text-format SimClusterConfig; runs a dispatcher with "
+    "the sim backend for the cluster it names (docs/sim.md)");
+ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(500),
+          "dispatcher: a pass runs at least this often");
 ABSL_FLAG(std::string, principal, "",
           "token create: principal, e.g. users/alice");
 ABSL_FLAG(std::string, role, "",
@@ -86,7 +98,8 @@ constexpr char kUsage[] =
 Usage:
   trainyard api      [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
-  trainyard all      (the api's flags; every service that exists, in one process)
+  trainyard dispatcher --sim_config=FILE [--config=FILE] [--http_listen=..] [--postgres_url=..]
+  trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
   trainyard migrate  [--postgres_url=..]
   trainyard token create --principal=users/NAME --role=ROLE [--tenant=TENANT] [--ttl=2160h]
   trainyard apply -f FILE [--target=127.0.0.1:50051] [--token=TOKEN]
@@ -204,6 +217,76 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
+// A dispatcher with the sim backend for the cluster `--sim_config` names, on
+// the real clock. Owns its adapter.
+struct SimDispatcher {
+  std::unique_ptr<trainyard::dispatcher::sim::SimAdapter> adapter;
+  std::unique_ptr<trainyard::dispatcher::Dispatcher> dispatcher;
+};
+
+absl::StatusOr<SimDispatcher> StartSimDispatcher() {
+  auto config = trainyard::dispatcher::sim::LoadSimConfig(
+      absl::GetFlag(FLAGS_sim_config));
+  if (!config.ok()) return config.status();
+  SimDispatcher out;
+  auto adapter = trainyard::dispatcher::sim::SimAdapter::Create(
+      *config, &trainyard::dispatcher::RealClock::Get());
+  if (!adapter.ok()) return adapter.status();
+  out.adapter = std::move(*adapter);
+  auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
+      {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
+       .cluster = config->cluster(),
+       .interval = absl::GetFlag(FLAGS_dispatch_interval)},
+      out.adapter.get());
+  if (!dispatcher.ok()) return dispatcher.status();
+  out.dispatcher = std::move(*dispatcher);
+  out.dispatcher->Start();
+  Log(LogLevel::kInfo, "dispatcher started",
+      {{"cluster", config->cluster()}, {"backend", "sim"}});
+  return out;
+}
+
+// `trainyard dispatcher`: one cluster's dispatcher, with /metrics, /healthz,
+// /readyz.
+int ServeDispatcher() {
+  sigset_t signals = BlockStopSignals();
+  if (absl::GetFlag(FLAGS_sim_config).empty()) {
+    std::cerr << "dispatcher: --sim_config=FILE is required (the Slurm and "
+                 "Kubernetes backends arrive with their issues)\n";
+    return 2;
+  }
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    Log(LogLevel::kError, "dispatcher: migrations failed",
+        {{"error", migrated.status()}});
+    return 1;
+  }
+  absl::StatusOr<SimDispatcher> sim = StartSimDispatcher();
+  if (!sim.ok()) {
+    Log(LogLevel::kError, "dispatcher failed to start",
+        {{"error", sim.status()}});
+    return 1;
+  }
+  trainyard::common::Health health;
+  std::unique_ptr<trainyard::common::HttpServer> http;
+  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+    http = std::make_unique<trainyard::common::HttpServer>(
+        absl::GetFlag(FLAGS_http_listen));
+    health.Register(*http, trainyard::common::DefaultMetrics());
+    if (absl::Status s = http->Start(); !s.ok()) {
+      Log(LogLevel::kError, "dispatcher: http failed to start", {{"error", s}});
+      return 1;
+    }
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  sim->dispatcher->Shutdown();
+  if (http) http->Stop();
+  return 0;
+}
+
 // `trainyard scheduler`: the scheduler alone, with /metrics, /healthz, /readyz.
 int ServeScheduler() {
   sigset_t signals = BlockStopSignals();
@@ -283,10 +366,24 @@ int Serve(bool with_scheduler) {
     scheduler = std::move(*created);
     scheduler->Start();
   }
+  // ... and, given --sim_config, a dispatcher for that simulated cluster.
+  std::optional<SimDispatcher> sim;
+  if (with_scheduler && !absl::GetFlag(FLAGS_sim_config).empty()) {
+    absl::StatusOr<SimDispatcher> started = StartSimDispatcher();
+    if (!started.ok()) {
+      Log(LogLevel::kError, "dispatcher failed to start",
+          {{"error", started.status()}});
+      if (scheduler) scheduler->Shutdown();
+      (*server)->Shutdown(absl::Seconds(1));
+      return 1;
+    }
+    sim = std::move(*started);
+  }
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+    if (sim.has_value()) sim->dispatcher->Shutdown();
     if (scheduler) scheduler->Shutdown();
     (*server)->Shutdown(absl::Seconds(5));
   });
@@ -324,6 +421,7 @@ int main(int argc, char** argv) {
   if (command == "api") return Serve(/*with_scheduler=*/false);
   if (command == "all") return Serve(/*with_scheduler=*/true);
   if (command == "scheduler") return ServeScheduler();
+  if (command == "dispatcher") return ServeDispatcher();
   if (command == "token") {
     if (args.size() >= 3 && std::string(args[2]) == "create")
       return TokenCreate();

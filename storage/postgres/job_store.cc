@@ -299,6 +299,25 @@ JobStore::JobStore(Database* db) : db_(db) {
   db_->Prepare(
       "explanations_delete",
       "DELETE FROM pending_explanations WHERE job_id = ANY($1::bigint[])");
+  db_->Prepare(
+      "cluster_attempts",
+      absl::StrCat(
+          "SELECT ", JobColumns(),
+          ", a.body FROM jobs JOIN LATERAL (SELECT cluster, body FROM attempts "
+          "WHERE job_id = jobs.id ORDER BY idx DESC LIMIT 1) a ON true "
+          "WHERE jobs.state IN (2, 3, 4, 8) AND a.cluster = $1 ORDER BY "
+          "jobs.id"));
+  db_->Prepare("attempt_latest_lock",
+               "SELECT idx, body FROM attempts WHERE job_id = $1 ORDER BY idx "
+               "DESC LIMIT 1 "
+               "FOR UPDATE");
+  db_->Prepare(
+      "attempt_update",
+      absl::StrCat(
+          "UPDATE attempts SET body = $3, start_time = CASE WHEN $4::bigint IS "
+          "NULL THEN start_time ELSE to_timestamp($4::bigint / 1e6) END, "
+          "end_time = CASE WHEN $5::bigint IS NULL THEN end_time ELSE "
+          "to_timestamp($5::bigint / 1e6) END WHERE job_id = $1 AND idx = $2"));
   db_->Prepare("explanation_get",
                "SELECT reason, message, position FROM pending_explanations "
                "WHERE job_id = $1");
@@ -947,6 +966,77 @@ absl::StatusOr<std::optional<Explanation>> JobStore::GetExplanation(
                         .message = r[0][1].c_str(),
                         .position = r[0][2].as<int64_t>()};
     }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<ClusterAttempt>> JobStore::ClusterAttempts(
+    const std::string& cluster) {
+  std::vector<ClusterAttempt> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& row :
+         txn.exec_prepared("cluster_attempts", cluster)) {
+      ClusterAttempt a{.job = RowToJob(row)};
+      a.attempt.ParseFromString(BytesOf(row[row.size() - 1]));
+      out.push_back(std::move(a));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<Job> JobStore::ChangeAttempt(const AttemptChange& c) {
+  Job out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    absl::StatusOr<Job> job = LockJob(txn, c.tenant, c.job_id);
+    if (!job.ok()) return job.status();
+    if (c.expected_version != 0 && job->version() != c.expected_version) {
+      return absl::AbortedError(absl::StrCat(job->name(), " changed: version ",
+                                             job->version(), ", expected ",
+                                             c.expected_version));
+    }
+    if (absl::Status t = core::CheckTransition(job->state(), c.to); !t.ok())
+      return t;
+    pqxx::result a = txn.exec_prepared("attempt_latest_lock", c.job_id);
+    if (a.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(job->name(), " has no attempt"));
+    }
+    const int idx = a[0][0].as<int>();
+    trainyard::v1::Attempt attempt;
+    attempt.ParseFromString(BytesOf(a[0][1]));
+    if (c.start_time.has_value())
+      *attempt.mutable_start_time() = ToTimestamp(*c.start_time);
+    if (c.end_time.has_value())
+      *attempt.mutable_end_time() = ToTimestamp(*c.end_time);
+    if (c.failure_class != trainyard::v1::FAILURE_CLASS_UNSPECIFIED)
+      attempt.set_failure_class(c.failure_class);
+    if (c.exit_code.has_value()) attempt.set_exit_code(*c.exit_code);
+    if (c.lost_gpu_seconds > 0)
+      attempt.set_lost_gpu_seconds(c.lost_gpu_seconds);
+    if (!c.attempt_message.empty()) attempt.set_message(c.attempt_message);
+    if (!c.backend_job_id.empty()) attempt.set_backend_job_id(c.backend_job_id);
+    std::optional<int64_t> start, end;
+    if (c.start_time.has_value()) start = absl::ToUnixMicros(*c.start_time);
+    if (c.end_time.has_value()) end = absl::ToUnixMicros(*c.end_time);
+    txn.exec_prepared("attempt_update", c.job_id, idx,
+                      Bytea(attempt.SerializeAsString()), start, end);
+    const JobState from = job->state();
+    job->set_state(c.to);
+    job->set_state_reason(c.reason);
+    job->set_state_message(c.message);
+    if (c.to == trainyard::v1::JOB_STATE_CANCELLED)
+      job->set_cancel_requested(false);
+    out = SaveJobState(txn, c.job_id, *job);
+    AppendEvents(
+        txn,
+        {Pending(out, c.job_id,
+                 MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                           from, c.to, c.reason, c.message))});
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -113,6 +113,33 @@ struct Explanation {
   int64_t position = 0;
 };
 
+// --- What a dispatcher reads and writes (services/dispatcher) ---
+
+// A job with its newest attempt, on the dispatcher's cluster.
+struct ClusterAttempt {
+  trainyard::v1::Job job;
+  trainyard::v1::Attempt attempt;
+};
+
+// A transition of a job and what its newest attempt records with it.
+struct AttemptChange {
+  std::string tenant;
+  int64_t job_id = 0;
+  int64_t expected_version = 0;
+  trainyard::v1::JobState to = trainyard::v1::JOB_STATE_UNSPECIFIED;
+  std::string reason;
+  std::string message;
+  // Newest attempt's fields (unset = unchanged).
+  std::optional<absl::Time> start_time;
+  std::optional<absl::Time> end_time;
+  trainyard::v1::FailureClass failure_class =
+      trainyard::v1::FAILURE_CLASS_UNSPECIFIED;
+  std::optional<int> exit_code;
+  int64_t lost_gpu_seconds = 0;
+  std::string attempt_message;
+  std::string backend_job_id;
+};
+
 // Jobs, their checkpoints and the job-event outbox. Every state change writes
 // its event rows in the same transaction, and every change bumps the job's
 // version. Thread-safe.
@@ -194,6 +221,16 @@ class JobStore {
   // Scheduler: upserts explanations and removes those of `done` jobs.
   absl::Status WriteExplanations(const std::vector<Explanation>& upserts,
                                  const std::vector<int64_t>& done);
+  // Dispatcher: jobs ADMITTED, DISPATCHING, RUNNING or PREEMPTING whose newest
+  // attempt is on `cluster` (id), oldest first.
+  absl::StatusOr<std::vector<ClusterAttempt>> ClusterAttempts(
+      const std::string& cluster);
+  // Dispatcher: moves the job (at expected_version; ABORTED otherwise) to `to`
+  // if the state machine allows it (FAILED_PRECONDITION otherwise) and records
+  // the attempt's fields, with its event, in one transaction. Returns the job
+  // with its attempts.
+  absl::StatusOr<trainyard::v1::Job> ChangeAttempt(const AttemptChange& change);
+
   // The scheduler's explanation of a job, if it wrote one.
   absl::StatusOr<std::optional<Explanation>> GetExplanation(int64_t job_id);
 

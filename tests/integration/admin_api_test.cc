@@ -1413,7 +1413,8 @@ TEST_F(AdminApiTest, ApplyDemoBundleIsIdempotent) {
   for (const auto& f : cap.flavors()) {
     if (absl::EndsWith(f.flavor(), "-h100")) h100_gpus += f.total().gpus();
   }
-  EXPECT_EQ(h100_gpus, 32);
+  // 8 nodes × 8 GPUs, as in deploy/local/sim-cluster.textproto.
+  EXPECT_EQ(h100_gpus, 64);
 
   // A change is an update.
   std::string changed = bundle;

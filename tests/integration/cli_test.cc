@@ -1,7 +1,7 @@
-// End-to-end tests of the `trainyard` binary as the README documents it: version, migrate,
-// token create, all (with a config file), apply, /healthz /readyz /metrics, clean shutdown
-// on SIGTERM, and clear errors for bad arguments. Runs the real binary against a real
-// PostgreSQL and Redis.
+// End-to-end tests of the `trainyard` binary as the README documents it:
+// version, migrate, token create, all (with a config file), apply, /healthz
+// /readyz /metrics, clean shutdown on SIGTERM, and clear errors for bad
+// arguments. Runs the real binary against a real PostgreSQL and Redis.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,7 +51,8 @@ struct RunResult {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(Binary().empty()) << "TRAINYARD_BIN is not set (run through ctest)";
+    ASSERT_FALSE(Binary().empty())
+        << "TRAINYARD_BIN is not set (run through ctest)";
     auto dir = fx::MakeTempDir("trainyard-cli-");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = *dir;
@@ -77,7 +78,8 @@ class CliTest : public ::testing::Test {
   std::string db_url_;
 };
 
-// GET 127.0.0.1:port/path; returns {status code, body}, {0, ""} when nothing answered.
+// GET 127.0.0.1:port/path; returns {status code, body}, {0, ""} when nothing
+// answered.
 std::pair<int, std::string> HttpGet(int port, const std::string& path) {
   auto r = common::HttpGet(absl::StrCat("127.0.0.1:", port), path);
   if (!r.ok()) return {0, ""};
@@ -95,7 +97,8 @@ std::string TokenFrom(const std::string& output) {
 TEST_F(CliTest, VersionAndUsage) {
   RunResult v = Run({"version"});
   EXPECT_EQ(v.exit_code, 0);
-  EXPECT_THAT(v.output, ::testing::MatchesRegex("trainyard [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  EXPECT_THAT(v.output,
+              ::testing::MatchesRegex("trainyard [0-9]+\\.[0-9]+\\.[0-9]+\n"));
 
   RunResult none = Run({});
   EXPECT_EQ(none.exit_code, 2);
@@ -105,11 +108,16 @@ TEST_F(CliTest, VersionAndUsage) {
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("unknown command \"frobnicate\""));
   // No placeholder subcommands for services that do not exist yet.
+  RunResult gateway = Run({"gateway"});
+  EXPECT_EQ(gateway.exit_code, 2);
+  // The dispatcher needs a backend.
   RunResult dispatcher = Run({"dispatcher"});
   EXPECT_EQ(dispatcher.exit_code, 2);
+  EXPECT_THAT(dispatcher.output, HasSubstr("--sim_config=FILE is required"));
   // The scheduler exists: without a database it fails clearly.
   RunResult scheduler =
-      Run({"scheduler", "--postgres_url=postgresql://nobody@127.0.0.1:1/none", "--http_listen="});
+      Run({"scheduler", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",
+           "--http_listen="});
   EXPECT_EQ(scheduler.exit_code, 1);
   EXPECT_THAT(scheduler.output, HasSubstr("scheduler: migrations failed"));
 }
@@ -122,7 +130,8 @@ TEST_F(CliTest, MigrateIsIdempotentAndTokenCreateValidates) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_THAT(second.output, HasSubstr("(applied 0 migration(s))"));
 
-  RunResult bad_db = Run({"migrate", "--postgres_url=postgresql://nobody@127.0.0.1:1/none"});
+  RunResult bad_db =
+      Run({"migrate", "--postgres_url=postgresql://nobody@127.0.0.1:1/none"});
   EXPECT_EQ(bad_db.exit_code, 1);
   EXPECT_THAT(bad_db.output, HasSubstr("migrate:"));
 
@@ -159,15 +168,18 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
         << "postgres_url = " << db_url_ << "\n"
         << "redis_addr = " << SharedRedis()->Address() << "\n"
         << "grpc_listen = 127.0.0.1:" << *grpc_port << "\n"
-        << "http_listen = 127.0.0.1:" << *http_port << "  # comment after a value\n"
+        << "http_listen = 127.0.0.1:" << *http_port
+        << "  # comment after a value\n"
         << "log_level = info\n";
   }
   const std::string log = absl::StrCat(dir_, "/all.log");
-  auto pid = fx::Spawn({.argv = {Binary(), "all", "--config=" + config}, .log_path = log});
+  auto pid = fx::Spawn(
+      {.argv = {Binary(), "all", "--config=" + config}, .log_path = log});
   ASSERT_TRUE(pid.ok()) << pid.status();
 
   bool ready = false;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;) {
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
+       absl::Now() < deadline;) {
     if (HttpGet(*http_port, "/readyz").first == 200) {
       ready = true;
       break;
@@ -180,17 +192,20 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
   EXPECT_EQ(healthz.first, 200);
   EXPECT_THAT(healthz.second, HasSubstr("\"ok\""));
 
-  // apply the demo bundle the quick start uses; a second apply is a no-op, not an error.
+  // apply the demo bundle the quick start uses; a second apply is a no-op, not
+  // an error.
   const std::string bundle = SourceDir() + "/deploy/local/demo.textproto";
   const std::string target = absl::StrCat("--target=127.0.0.1:", *grpc_port);
   RunResult applied = Run({"apply", "-f", bundle, target, "--token=" + token});
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
   RunResult again = Run({"apply", "-f", bundle, target, "--token=" + token});
   EXPECT_EQ(again.exit_code, 0) << again.output;
-  RunResult no_token = Run({"apply", "-f", bundle, target, "--token=ty_bad_token"});
+  RunResult no_token =
+      Run({"apply", "-f", bundle, target, "--token=ty_bad_token"});
   EXPECT_NE(no_token.exit_code, 0);
   EXPECT_THAT(no_token.output, HasSubstr("UNAUTHENTICATED"));
-  RunResult missing = Run({"apply", "-f", dir_ + "/nope.textproto", target, "--token=" + token});
+  RunResult missing = Run(
+      {"apply", "-f", dir_ + "/nope.textproto", target, "--token=" + token});
   EXPECT_NE(missing.exit_code, 0);
 
   // The tenant from the bundle is there, over gRPC with the admin token.
@@ -208,11 +223,13 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
 
   auto metrics = HttpGet(*http_port, "/metrics");
   EXPECT_EQ(metrics.first, 200);
-  EXPECT_THAT(metrics.second, HasSubstr("# TYPE trainyard_grpc_requests_total counter"));
+  EXPECT_THAT(metrics.second,
+              HasSubstr("# TYPE trainyard_grpc_requests_total counter"));
   // apply read the tenant too, so only the series' presence is certain.
-  EXPECT_TRUE(absl::StrContains(metrics.second,
-                                "trainyard_grpc_requests_total{method=\"/trainyard.v1.QueueService/"
-                                "GetTenant\",code=\"OK\"} "));
+  EXPECT_TRUE(absl::StrContains(
+      metrics.second,
+      "trainyard_grpc_requests_total{method=\"/trainyard.v1.QueueService/"
+      "GetTenant\",code=\"OK\"} "));
   EXPECT_THAT(metrics.second, HasSubstr("trainyard_redis_up 1"));
 
   // Structured JSON log lines.
@@ -221,7 +238,8 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
   ASSERT_EQ(kill(*pid, SIGTERM), 0);
   auto exited = fx::WaitForExit(*pid, absl::Seconds(15));
   ASSERT_TRUE(exited.ok()) << "trainyard did not stop on SIGTERM";
-  EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 0) << fx::DescribeWaitStatus(*exited);
+  EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 0)
+      << fx::DescribeWaitStatus(*exited);
 }
 
 TEST_F(CliTest, BadConfigFileAndPortInUseFailClearly) {
@@ -238,9 +256,11 @@ TEST_F(CliTest, BadConfigFileAndPortInUseFailClearly) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.output, HasSubstr("cannot read config file"));
 
-  // The database is not migrated and unreachable: start fails with exit 1 and says why.
-  RunResult no_db = Run({"api", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",
-                         "--grpc_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0"});
+  // The database is not migrated and unreachable: start fails with exit 1 and
+  // says why.
+  RunResult no_db =
+      Run({"api", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",
+           "--grpc_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0"});
   EXPECT_EQ(no_db.exit_code, 1);
   EXPECT_THAT(no_db.output, HasSubstr("api failed to start"));
 }

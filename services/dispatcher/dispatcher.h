@@ -1,0 +1,119 @@
+// The dispatcher service (issue 4 item 2): one active dispatcher per cluster
+// (a PostgreSQL session advisory lock keyed by the cluster), driving one
+// Adapter. Each pass:
+//   1. reports the backend's node inventory into the nodes table (only what
+//      changed), so capacity and node failures reach the scheduler;
+//   2. claims ADMITTED attempts of its cluster (ADMITTED → DISPATCHING) and
+//      launches them under their deterministic name "ty-<job>-<attempt>",
+//      looking before it creates (Adapter::Launch is idempotent), so a crash
+//      between the two never yields a second copy;
+//   3. follows every attempt it owns: DISPATCHING → RUNNING when it starts;
+//      new checkpoints are recorded (the job's resume point); a preemption
+//      (PREEMPTING) or a cancel request is executed with Stop (signal, then
+//      the job's grace period); an ended attempt is classified (user error,
+//      preemption, spot reclaim, node failure, time limit, backend error)
+//      and the job goes to SUCCEEDED, FAILED, CANCELLED or back to QUEUED to
+//      resume from its last checkpoint (through RECOVERING for platform
+//      failures), with its lost work (GPU-seconds since the last checkpoint)
+//      recorded on the attempt.
+// Every change is one versioned transaction with its event. See
+// docs/dispatcher.md.
+#ifndef TRAINYARD_SERVICES_DISPATCHER_DISPATCHER_H_
+#define TRAINYARD_SERVICES_DISPATCHER_DISPATCHER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "services/dispatcher/adapters/adapter.h"
+#include "storage/postgres/job_store.h"
+#include "storage/postgres/object_store.h"
+#include "storage/postgres/pool.h"
+
+namespace trainyard::dispatcher {
+
+struct DispatcherOptions {
+  std::string postgres_url;
+  // Cluster id this dispatcher owns (the {cluster} of "clusters/{cluster}").
+  std::string cluster;
+  // A pass runs at least this often.
+  absl::Duration interval = absl::Milliseconds(500);
+  absl::Duration standby_poll = absl::Seconds(1);
+  // Grace period of a preempted attempt whose job sets none (CheckpointPolicy
+  // documents 60 s).
+  absl::Duration default_grace = absl::Seconds(60);
+  int db_pool_size = 4;
+};
+
+struct PassReport {
+  int launched = 0;
+  int started = 0;
+  int succeeded = 0;
+  int failed = 0;
+  int requeued = 0;
+  int cancelled = 0;
+  int stops = 0;
+  int checkpoints = 0;
+  int nodes_reported = 0;
+  // Changes that lost a version race (re-examined next pass).
+  int conflicts = 0;
+};
+
+class Dispatcher {
+ public:
+  static absl::StatusOr<std::unique_ptr<Dispatcher>> Create(
+      DispatcherOptions options, Adapter* adapter);
+  ~Dispatcher();
+
+  // Starts the leader loop (one active dispatcher per cluster).
+  void Start();
+  void Shutdown();
+  // One pass now (the caller makes sure it is the only dispatcher of the
+  // cluster).
+  absl::StatusOr<PassReport> RunPass();
+
+  bool is_leader() const { return leader_.load(); }
+
+ private:
+  Dispatcher(DispatcherOptions options, Adapter* adapter);
+  absl::Status ReportInventory(PassReport& report);
+  absl::Status Follow(const storage::postgres::ClusterAttempt& a,
+                      const AttemptStatus* status, PassReport& report);
+  absl::Status Launch(const storage::postgres::ClusterAttempt& a,
+                      PassReport& report);
+  absl::Status RecordCheckpoints(const storage::postgres::ClusterAttempt& a,
+                                 const AttemptStatus& status,
+                                 PassReport& report);
+  absl::Status End(const storage::postgres::ClusterAttempt& a,
+                   const AttemptStatus& status, PassReport& report);
+  void Loop();
+  absl::Status LeadWhileLocked();
+
+  const DispatcherOptions options_;
+  Adapter* const adapter_;
+  std::unique_ptr<storage::postgres::Database> db_;
+  std::unique_ptr<storage::postgres::JobStore> jobs_;
+  std::unique_ptr<storage::postgres::ObjectStore> objects_;
+
+  absl::Mutex mu_;
+  // Serialized node protos last written, by node id.
+  absl::flat_hash_map<std::string, std::string> reported_nodes_
+      ABSL_GUARDED_BY(mu_);
+  // Highest checkpoint step recorded per job.
+  absl::flat_hash_map<int64_t, int64_t> checkpoint_step_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<bool> leader_{false};
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace trainyard::dispatcher
+
+#endif  // TRAINYARD_SERVICES_DISPATCHER_DISPATCHER_H_

@@ -1,0 +1,340 @@
+// A job's whole life through the real api, scheduler and dispatcher over
+// PostgreSQL and Redis, run by the sim backend on a virtual clock (issue 4
+// items 2-4): dispatch, checkpoints, success, node failure and recovery from
+// the last checkpoint, retries of user errors, preemption with a grace
+// period.
+#include "services/dispatcher/dispatcher.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "services/dispatcher/adapters/clock.h"
+#include "services/dispatcher/adapters/sim/sim_adapter.h"
+#include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/scheduler/scheduler_service.h"
+#include "tests/integration/api_test_harness.h"
+
+namespace trainyard::testing {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using dispatcher::Dispatcher;
+using dispatcher::VirtualClock;
+using dispatcher::sim::SimAdapter;
+
+// The harness's cluster "sim": pool "main" (flavor "gpu"), nodes n0..n3 with
+// 8 H100 each, racks r0 (n0, n1) and r1 (n2, n3) of block b0.
+constexpr char kSimConfig[] = R"pb(
+  cluster: "sim"
+  pools {
+    name: "main"
+    flavor: "gpu"
+    flavor_kind: FLAVOR_KIND_ON_DEMAND
+    gpu_hour_price_micros: 2000000
+  }
+  nodes {
+    name: "n0"
+    pool: "main"
+    block: "b0"
+    rack: "r0"
+    capacity {
+      gpus: 8
+      gpu_model: "H100"
+      cpu_millis: 64000
+      memory_bytes: 549755813888
+    }
+  }
+  nodes {
+    name: "n1"
+    pool: "main"
+    block: "b0"
+    rack: "r0"
+    capacity {
+      gpus: 8
+      gpu_model: "H100"
+      cpu_millis: 64000
+      memory_bytes: 549755813888
+    }
+  }
+  nodes {
+    name: "n2"
+    pool: "main"
+    block: "b0"
+    rack: "r1"
+    capacity {
+      gpus: 8
+      gpu_model: "H100"
+      cpu_millis: 64000
+      memory_bytes: 549755813888
+    }
+  }
+  nodes {
+    name: "n3"
+    pool: "main"
+    block: "b0"
+    rack: "r1"
+    capacity {
+      gpus: 8
+      gpu_model: "H100"
+      cpu_millis: 64000
+      memory_bytes: 549755813888
+    }
+  }
+)pb";
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
+    ASSERT_TRUE(h.ok()) << h.status();
+    harness_ = std::move(*h);
+    ASSERT_TRUE(harness_->SeedTenant("acme").ok());
+    token_ = harness_->Token("users/alice", v1::ROLE_TENANT_ADMIN, "acme");
+    absl::StatusOr<v1::SimClusterConfig> config =
+        dispatcher::sim::ParseSimConfig(kSimConfig, "test");
+    ASSERT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<std::unique_ptr<SimAdapter>> sim =
+        SimAdapter::Create(*config, &clock_);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    sim_ = std::move(*sim);
+    scheduler::SchedulerOptions so;
+    so.postgres_url = harness_->database_url();
+    so.redis_addr = "";
+    absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
+        scheduler::SchedulerService::Create(so);
+    ASSERT_TRUE(s.ok()) << s.status();
+    scheduler_ = std::move(*s);
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(
+        {.postgres_url = harness_->database_url(), .cluster = "sim"},
+        sim_.get());
+    ASSERT_TRUE(d.ok()) << d.status();
+    dispatcher_ = std::move(*d);
+  }
+
+  v1::SubmitJobRequest Job(const std::string& request_id, int workers,
+                           const std::string& duration,
+                           const std::string& checkpoint_every = "") {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", request_id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_workers(workers);
+    spec->mutable_resources()->set_gpus(8);
+    (*spec->mutable_env())["SIM_DURATION"] = duration;
+    if (!checkpoint_every.empty()) {
+      (*spec->mutable_env())["SIM_CHECKPOINT_EVERY"] = checkpoint_every;
+      spec->mutable_checkpoint()->set_resumable(true);
+      spec->mutable_checkpoint()->set_directory("sim://checkpoints");
+    }
+    return req;
+  }
+
+  int64_t Submit(const v1::SubmitJobRequest& req) {
+    v1::SubmitJobResponse resp;
+    grpc::Status s =
+        harness_->jobs()->Submit(ApiHarness::Context(token_).get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    const std::string& name = resp.job().name();
+    return std::stoll(name.substr(name.rfind('/') + 1));
+  }
+
+  v1::Job Get(int64_t id) {
+    v1::GetJobRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    req.set_view(v1::JOB_VIEW_FULL);
+    v1::Job job;
+    grpc::Status s =
+        harness_->jobs()->Get(ApiHarness::Context(token_).get(), req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  // One scheduler cycle, then one dispatcher pass.
+  void Step() {
+    absl::StatusOr<scheduler::CycleReport> c = scheduler_->RunCycle();
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
+    ASSERT_TRUE(p.ok()) << p.status();
+    last_pass_ = *p;
+  }
+
+  // Starts now: the scheduler compares attempt start times with its own clock.
+  VirtualClock clock_{absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()))};
+  std::unique_ptr<ApiHarness> harness_;
+  std::string token_;
+  std::unique_ptr<SimAdapter> sim_;
+  std::unique_ptr<scheduler::SchedulerService> scheduler_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  dispatcher::PassReport last_pass_;
+};
+
+TEST_F(DispatcherTest, RunsAJobToSuccessRecordingCheckpoints) {
+  const int64_t id = Submit(Job("a", 1, "60s", "20s"));
+  Step();  // admitted; dispatched; the sim starts it at once
+  EXPECT_EQ(last_pass_.nodes_reported, 4);
+  EXPECT_EQ(last_pass_.launched, 1);
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_TRUE(job.attempts(0).has_start_time());
+  EXPECT_FALSE(job.attempts(0).backend_job_id().empty());
+
+  clock_.Advance(absl::Seconds(45));
+  Step();
+  EXPECT_EQ(last_pass_.nodes_reported, 0)
+      << "unchanged inventory is not rewritten";
+  EXPECT_EQ(last_pass_.checkpoints, 2);
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  // The sim numbers steps by seconds of progress: checkpoints at 20 s and 40 s.
+  EXPECT_EQ(job.resume_from(), dispatcher::sim::SimCheckpointUri(
+                                   absl::StrCat("ty-", id, "-1"), 40));
+
+  clock_.Advance(absl::Seconds(20));
+  Step();
+  EXPECT_EQ(last_pass_.succeeded, 1);
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.attempts(0).exit_code(), 0);
+  EXPECT_TRUE(job.attempts(0).has_end_time());
+  EXPECT_EQ(job.attempts(0).lost_gpu_seconds(), 0);
+  // The backend forgot it once recorded.
+  EXPECT_TRUE(
+      absl::IsNotFound(sim_->Status(absl::StrCat("ty-", id, "-1")).status()));
+}
+
+TEST_F(DispatcherTest,
+       NodeFailureRequeuesAndTheNextAttemptResumesFromTheCheckpoint) {
+  const int64_t id = Submit(Job("a", 1, "600s", "30s"));
+  Step();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  const std::string node = job.attempts(0).placements(0).node();
+  clock_.Advance(absl::Seconds(70));  // checkpoints at 30 s and 60 s
+  Step();
+  const std::string checkpoint =
+      dispatcher::sim::SimCheckpointUri(absl::StrCat("ty-", id, "-1"), 60);
+  ASSERT_EQ(Get(id).resume_from(), checkpoint);
+
+  ASSERT_TRUE(sim_->FailNode(node.substr(node.rfind('/') + 1)).ok());
+  ASSERT_TRUE(dispatcher_->RunPass().ok());
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.state_reason(), "RECOVERED");
+  EXPECT_EQ(job.attempts(0).failure_class(), v1::FAILURE_CLASS_NODE_FAILURE);
+  // 8 GPUs × the 10 s since the checkpoint at 60 s.
+  EXPECT_EQ(job.attempts(0).lost_gpu_seconds(), 80);
+
+  // The failed node is reported DOWN; the next attempt goes elsewhere and
+  // resumes from the checkpoint.
+  Step();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(job.attempts_size(), 2);
+  EXPECT_NE(job.attempts(1).placements(0).node(), node);
+  EXPECT_EQ(job.attempts(1).resumed_from(), checkpoint);
+  EXPECT_EQ(job.attempt_count(), 2);
+}
+
+TEST_F(DispatcherTest, UserErrorsAreRetriedAsThePolicySaysThenFail) {
+  v1::SubmitJobRequest req = Job("a", 1, "10s");
+  (*req.mutable_job()->mutable_spec()->mutable_env())["SIM_EXIT_CODE"] = "3";
+  req.mutable_job()->mutable_spec()->mutable_retry()->set_max_attempts(2);
+  const int64_t id = Submit(req);
+  Step();
+  clock_.Advance(absl::Seconds(15));
+  Step();  // attempt 1 fails with exit 3: retried
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.state_reason(), "RETRYING");
+  Step();  // attempt 2 admitted and started
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(15));
+  Step();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.state_reason(), "USER_ERROR");
+  ASSERT_EQ(job.attempts_size(), 2);
+  for (const v1::Attempt& a : job.attempts()) {
+    EXPECT_EQ(a.failure_class(), v1::FAILURE_CLASS_USER_ERROR);
+    EXPECT_EQ(a.exit_code(), 3);
+  }
+}
+
+TEST_F(DispatcherTest,
+       PreemptionStopsTheVictimAfterItsGraceThenStartsThePreemptor) {
+  // Priorities and a queue that preempts lower priority.
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
+    v1::CreatePriorityClassRequest req;
+    req.set_priority_class_id(name);
+    req.mutable_priority_class()->set_value(value);
+    req.mutable_priority_class()->set_preemptible(true);
+    v1::PriorityClass out;
+    ASSERT_TRUE(
+        harness_->queues()
+            ->CreatePriorityClass(
+                ApiHarness::Context(harness_->admin_token()).get(), req, &out)
+            .ok());
+  }
+  v1::UpdateQueueRequest update;
+  update.mutable_queue()->set_name("tenants/acme/queues/default");
+  update.mutable_queue()->mutable_preemption()->set_within_queue(
+      v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+  update.mutable_update_mask()->add_paths("preemption");
+  v1::Queue updated;
+  grpc::Status u = harness_->queues()->UpdateQueue(
+      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+  ASSERT_TRUE(u.ok()) << u.error_message();
+  ASSERT_EQ(updated.preemption().within_queue(),
+            v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY)
+      << updated.DebugString();
+
+  // The low-priority gang takes the whole cluster (4 × 8 GPUs).
+  v1::SubmitJobRequest low = Job("low", 4, "3600s", "60s");
+  low.mutable_job()->mutable_spec()->set_priority_class("low");
+  low.mutable_job()
+      ->mutable_spec()
+      ->mutable_checkpoint()
+      ->mutable_grace_period()
+      ->set_seconds(30);
+  const int64_t victim = Submit(low);
+  Step();
+  ASSERT_EQ(Get(victim).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(130));  // checkpoints at 60 s and 120 s
+  Step();
+
+  v1::SubmitJobRequest high = Job("high", 1, "60s");
+  high.mutable_job()->mutable_spec()->set_priority_class("high");
+  const int64_t preemptor = Submit(high);
+  Step();  // the scheduler preempts the gang; the dispatcher signals it
+  EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_EQ(Get(victim).state_reason(), "PREEMPTED_BY_PRIORITY");
+  EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_ADMITTED)
+      << "waits for the victim's nodes";
+  EXPECT_EQ(last_pass_.stops, 1);
+
+  clock_.Advance(absl::Seconds(10));  // inside the 30 s grace period
+  Step();
+  EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_ADMITTED);
+
+  clock_.Advance(absl::Seconds(25));  // past the grace period
+  Step();
+  v1::Job v = Get(victim);
+  EXPECT_EQ(v.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(v.state_reason(), "PREEMPTED");
+  EXPECT_EQ(v.attempts(0).failure_class(), v1::FAILURE_CLASS_PREEMPTION);
+  // The sim writes a final checkpoint when it is signalled: it resumes from
+  // there.
+  EXPECT_FALSE(v.resume_from().empty());
+  Step();
+  EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_RUNNING);
+  // The victim waits behind the preemptor (not enough room for the gang).
+  EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_QUEUED);
+}
+
+}  // namespace
+}  // namespace trainyard::testing
