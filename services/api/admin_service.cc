@@ -86,8 +86,8 @@ absl::Status CheckTokenAuthority(pg::AuthStore* store, const Caller& caller,
       // Name the tenant only to a caller who can see it.
       if (!caller.Sees(b.tenant())) {
         return absl::PermissionDeniedError(core::Cat(
-            caller.principal,
-            " needs role tenant-admin in every tenant where ", principal,
+            caller.principal, " needs role tenant-admin in every tenant where ",
+            principal,
             " holds a role (or platform-admin) to create tokens for them"));
       }
       return absl::PermissionDeniedError(

@@ -21,9 +21,11 @@ uint32_t Allowed(Permission p) {
   switch (p) {
     case Permission::kRead:
       return Bit(trainyard::v1::ROLE_VIEWER) | Bit(trainyard::v1::ROLE_MEMBER) |
-             Bit(trainyard::v1::ROLE_TENANT_ADMIN) | Bit(trainyard::v1::ROLE_FINANCE);
+             Bit(trainyard::v1::ROLE_TENANT_ADMIN) |
+             Bit(trainyard::v1::ROLE_FINANCE);
     case Permission::kWriteJobs:
-      return Bit(trainyard::v1::ROLE_MEMBER) | Bit(trainyard::v1::ROLE_TENANT_ADMIN);
+      return Bit(trainyard::v1::ROLE_MEMBER) |
+             Bit(trainyard::v1::ROLE_TENANT_ADMIN);
     case Permission::kAdminTenant:
       return Bit(trainyard::v1::ROLE_TENANT_ADMIN);
     case Permission::kFinance:
@@ -65,28 +67,33 @@ std::vector<std::string> Caller::VisibleTenants() const {
   return out;
 }
 
-absl::Status Require(const Caller& caller, std::string_view tenant, Permission p,
-                     std::string_view resource) {
-  if (!caller.Sees(tenant)) return absl::NotFoundError(absl::StrCat(std::string(resource), " not found"));
+absl::Status Require(const Caller& caller, std::string_view tenant,
+                     Permission p, std::string_view resource) {
+  if (!caller.Sees(tenant))
+    return absl::NotFoundError(
+        absl::StrCat(std::string(resource), " not found"));
   if (!caller.Can(tenant, p)) {
-    return absl::PermissionDeniedError(absl::StrCat(caller.principal, " needs role ",
-                                                    std::string(PermissionName(p)), " in tenant ",
-                                                    std::string(tenant), " for ",
-                                                    std::string(resource)));
+    return absl::PermissionDeniedError(absl::StrCat(
+        caller.principal, " needs role ", std::string(PermissionName(p)),
+        " in tenant ", std::string(tenant), " for ", std::string(resource)));
   }
   return absl::OkStatus();
 }
 
-absl::Status RequirePlatformAdmin(const Caller& caller, std::string_view action) {
+absl::Status RequirePlatformAdmin(const Caller& caller,
+                                  std::string_view action) {
   if (caller.platform_admin) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat(caller.principal, " needs role platform-admin to ", std::string(action)));
+  return absl::PermissionDeniedError(absl::StrCat(
+      caller.principal, " needs role platform-admin to ", std::string(action)));
 }
 
-absl::Status RequirePlatformAdminIn(const Caller& caller, std::string_view tenant,
-                                    std::string_view action, std::string_view resource) {
+absl::Status RequirePlatformAdminIn(const Caller& caller,
+                                    std::string_view tenant,
+                                    std::string_view action,
+                                    std::string_view resource) {
   if (!caller.Sees(tenant)) {
-    return absl::NotFoundError(absl::StrCat(std::string(resource), " not found"));
+    return absl::NotFoundError(
+        absl::StrCat(std::string(resource), " not found"));
   }
   return RequirePlatformAdmin(caller, action);
 }
@@ -102,13 +109,15 @@ NewToken GenerateToken() {
 absl::StatusOr<std::string> TokenId(std::string_view token) {
   std::vector<absl::string_view> parts =
       absl::StrSplit(core::AbslView(token), absl::MaxSplits('_', 2));
-  if (parts.size() != 3 || parts[0] != "ty" || parts[1].empty() || parts[2].empty()) {
+  if (parts.size() != 3 || parts[0] != "ty" || parts[1].empty() ||
+      parts[2].empty()) {
     return absl::UnauthenticatedError("malformed API token");
   }
   return std::string(parts[1]);
 }
 
-Authenticator::Authenticator(storage::postgres::AuthStore* store, absl::Duration cache_ttl)
+Authenticator::Authenticator(storage::postgres::AuthStore* store,
+                             absl::Duration cache_ttl)
     : store_(store), ttl_(cache_ttl) {}
 
 void Authenticator::InvalidateAll() {
@@ -116,7 +125,8 @@ void Authenticator::InvalidateAll() {
   cache_.clear();
 }
 
-absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& context) {
+absl::StatusOr<Caller> Authenticator::Authenticate(
+    const grpc::ServerContextBase& context) {
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) {
@@ -125,25 +135,29 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase
   }
   std::string_view value(it->second.data(), it->second.size());
   if (!absl::StartsWithIgnoreCase(core::AbslView(value), "bearer ")) {
-    return absl::UnauthenticatedError("authorization metadata must be \"Bearer <token>\"");
+    return absl::UnauthenticatedError(
+        "authorization metadata must be \"Bearer <token>\"");
   }
   return AuthenticateToken(value.substr(7));
 }
 
-absl::StatusOr<Caller> Authenticator::AuthenticateToken(std::string_view token) {
+absl::StatusOr<Caller> Authenticator::AuthenticateToken(
+    std::string_view token) {
   const std::string hash = common::Sha256Hex(token);
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(hash);
-    if (it != cache_.end() && now - it->second.fetched < ttl_ && now < it->second.expires) {
+    if (it != cache_.end() && now - it->second.fetched < ttl_ &&
+        now < it->second.expires) {
       return it->second.caller;
     }
   }
   absl::StatusOr<std::string> id = TokenId(token);
   if (!id.ok()) return id.status();
   absl::StatusOr<storage::postgres::TokenRecord> record = store_->GetToken(*id);
-  if (absl::IsNotFound(record.status())) return absl::UnauthenticatedError("unknown API token");
+  if (absl::IsNotFound(record.status()))
+    return absl::UnauthenticatedError("unknown API token");
   if (!record.ok()) return record.status();
   if (!common::ConstantTimeEquals(record->secret_hash, hash)) {
     return absl::UnauthenticatedError("unknown API token");
@@ -154,7 +168,8 @@ absl::StatusOr<Caller> Authenticator::AuthenticateToken(std::string_view token) 
   absl::Time expires = absl::InfiniteFuture();
   if (record->token.has_expire_time()) {
     expires = absl::FromUnixMicros(
-        google::protobuf::util::TimeUtil::TimestampToMicroseconds(record->token.expire_time()));
+        google::protobuf::util::TimeUtil::TimestampToMicroseconds(
+            record->token.expire_time()));
     if (now >= expires) return absl::UnauthenticatedError("API token expired");
   }
   Caller caller;

@@ -1,12 +1,12 @@
 #ifndef TRAINYARD_SERVICES_API_AUTH_H_
 #define TRAINYARD_SERVICES_API_AUTH_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -18,13 +18,14 @@
 
 namespace trainyard::api {
 
-// What a caller may do. Roles per tenant: viewer ⊂ member ⊂ tenant-admin; finance = viewer +
-// accounting; platform-admin = everything everywhere (see docs/security.md).
+// What a caller may do. Roles per tenant: viewer ⊂ member ⊂ tenant-admin;
+// finance = viewer + accounting; platform-admin = everything everywhere (see
+// docs/security.md).
 enum class Permission {
-  kRead,           // read the tenant's jobs, queues, projects
-  kWriteJobs,      // submit, cancel, report checkpoints
-  kAdminTenant,    // projects, role bindings and tokens within the tenant
-  kFinance,        // accounting reads, budgets
+  kRead,         // read the tenant's jobs, queues, projects
+  kWriteJobs,    // submit, cancel, report checkpoints
+  kAdminTenant,  // projects, role bindings and tokens within the tenant
+  kFinance,      // accounting reads, budgets
 };
 
 // An authenticated principal and its role bindings.
@@ -37,24 +38,30 @@ struct Caller {
 
   bool Sees(std::string_view tenant) const;
   bool Can(std::string_view tenant, Permission p) const;
-  // Tenants with any binding (platform admins: all, signalled by the flag, not listed).
+  // Tenants with any binding (platform admins: all, signalled by the flag, not
+  // listed).
   std::vector<std::string> VisibleTenants() const;
 };
 
-// NOT_FOUND when the caller cannot see the tenant at all (another tenant's objects are
-// invisible), PERMISSION_DENIED when it sees it but lacks the permission.
-absl::Status Require(const Caller& caller, std::string_view tenant, Permission p,
-                     std::string_view resource);
+// NOT_FOUND when the caller cannot see the tenant at all (another tenant's
+// objects are invisible), PERMISSION_DENIED when it sees it but lacks the
+// permission.
+absl::Status Require(const Caller& caller, std::string_view tenant,
+                     Permission p, std::string_view resource);
 // PERMISSION_DENIED unless platform admin.
-absl::Status RequirePlatformAdmin(const Caller& caller, std::string_view action);
+absl::Status RequirePlatformAdmin(const Caller& caller,
+                                  std::string_view action);
 
-// For platform-admin operations on one tenant's objects: a caller with no role in `tenant`
-// gets NOT_FOUND for `resource` (the tenant stays invisible), others need platform-admin.
-absl::Status RequirePlatformAdminIn(const Caller& caller, std::string_view tenant,
-                                    std::string_view action, std::string_view resource);
+// For platform-admin operations on one tenant's objects: a caller with no role
+// in `tenant` gets NOT_FOUND for `resource` (the tenant stays invisible),
+// others need platform-admin.
+absl::Status RequirePlatformAdminIn(const Caller& caller,
+                                    std::string_view tenant,
+                                    std::string_view action,
+                                    std::string_view resource);
 
-// Bearer tokens: "ty_<id>_<secret>". The id locates the record; only the SHA-256 of the whole
-// token is stored.
+// Bearer tokens: "ty_<id>_<secret>". The id locates the record; only the
+// SHA-256 of the whole token is stored.
 struct NewToken {
   std::string id;
   std::string secret;  // the full bearer token, shown once
@@ -64,8 +71,9 @@ NewToken GenerateToken();
 // Splits "ty_<id>_<secret>" and returns the id, or UNAUTHENTICATED.
 absl::StatusOr<std::string> TokenId(std::string_view token);
 
-// Resolves `authorization: Bearer <token>` to a Caller, with a short cache (revocations and
-// role changes reach other replicas within `cache_ttl`; this replica invalidates at once).
+// Resolves `authorization: Bearer <token>` to a Caller, with a short cache
+// (revocations and role changes reach other replicas within `cache_ttl`; this
+// replica invalidates at once).
 class Authenticator {
  public:
   Authenticator(storage::postgres::AuthStore* store, absl::Duration cache_ttl);
@@ -83,7 +91,8 @@ class Authenticator {
   storage::postgres::AuthStore* store_;
   const absl::Duration ttl_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Entry> cache_ ABSL_GUARDED_BY(mu_);  // by token hash
+  absl::flat_hash_map<std::string, Entry> cache_
+      ABSL_GUARDED_BY(mu_);  // by token hash
 };
 
 }  // namespace trainyard::api

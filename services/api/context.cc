@@ -13,7 +13,8 @@ namespace trainyard::api {
 
 using storage::postgres::ObjectKind;
 
-Directory::Directory(storage::postgres::ObjectStore* objects, absl::Duration ttl)
+Directory::Directory(storage::postgres::ObjectStore* objects,
+                     absl::Duration ttl)
     : objects_(objects), ttl_(ttl) {}
 
 void Directory::Invalidate() {
@@ -26,14 +27,16 @@ void Directory::Invalidate() {
 
 absl::StatusOr<bool> Directory::Exists(const ObjectKind& kind,
                                        const std::vector<std::string>& key) {
-  const std::string cache_key = absl::StrCat(kind.table, "/", absl::StrJoin(key, "/"));
+  const std::string cache_key =
+      absl::StrCat(kind.table, "/", absl::StrJoin(key, "/"));
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     auto it = present_.find(cache_key);
     if (it != present_.end() && now - it->second < ttl_) return true;
   }
-  absl::StatusOr<storage::postgres::StoredObject> got = objects_->Get(kind, key);
+  absl::StatusOr<storage::postgres::StoredObject> got =
+      objects_->Get(kind, key);
   if (absl::IsNotFound(got.status())) return false;
   if (!got.ok()) return got.status();
   absl::MutexLock lock(&mu_);
@@ -41,36 +44,44 @@ absl::StatusOr<bool> Directory::Exists(const ObjectKind& kind,
   return true;
 }
 
-absl::Status Directory::CheckQueue(const std::string& tenant, const std::string& queue,
+absl::Status Directory::CheckQueue(const std::string& tenant,
+                                   const std::string& queue,
                                    const std::string& field) {
-  absl::StatusOr<bool> ok = Exists(storage::postgres::QueueKind(), {tenant, queue});
+  absl::StatusOr<bool> ok =
+      Exists(storage::postgres::QueueKind(), {tenant, queue});
   if (!ok.ok()) return ok.status();
   if (!*ok) {
-    return core::FieldError(field, core::reason::kUnknownQueue,
-                            absl::StrCat("queue \"", queue, "\" does not exist in tenant ",
-                                         tenant));
+    return core::FieldError(
+        field, core::reason::kUnknownQueue,
+        absl::StrCat("queue \"", queue, "\" does not exist in tenant ",
+                     tenant));
   }
   return absl::OkStatus();
 }
 
-absl::Status Directory::CheckProject(const std::string& tenant, const std::string& project,
+absl::Status Directory::CheckProject(const std::string& tenant,
+                                     const std::string& project,
                                      const std::string& field) {
-  absl::StatusOr<bool> ok = Exists(storage::postgres::ProjectKind(), {tenant, project});
+  absl::StatusOr<bool> ok =
+      Exists(storage::postgres::ProjectKind(), {tenant, project});
   if (!ok.ok()) return ok.status();
   if (!*ok) {
-    return core::FieldError(field, "UNKNOWN_PROJECT",
-                            absl::StrCat("project \"", project, "\" does not exist in tenant ",
-                                         tenant));
+    return core::FieldError(
+        field, "UNKNOWN_PROJECT",
+        absl::StrCat("project \"", project, "\" does not exist in tenant ",
+                     tenant));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<trainyard::v1::Tenant> Directory::GetTenant(const std::string& tenant) {
+absl::StatusOr<trainyard::v1::Tenant> Directory::GetTenant(
+    const std::string& tenant) {
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     auto it = tenants_.find(tenant);
-    if (it != tenants_.end() && now - it->second.fetched < ttl_) return it->second.value;
+    if (it != tenants_.end() && now - it->second.fetched < ttl_)
+      return it->second.value;
   }
   absl::StatusOr<storage::postgres::StoredObject> got =
       objects_->Get(storage::postgres::TenantKind(), {tenant});
@@ -83,7 +94,8 @@ absl::StatusOr<trainyard::v1::Tenant> Directory::GetTenant(const std::string& te
 }
 
 absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
-    const trainyard::v1::Tenant& tenant, const std::string& name, const std::string& field) {
+    const trainyard::v1::Tenant& tenant, const std::string& name,
+    const std::string& field) {
   std::string id = name;
   if (id.empty()) id = tenant.default_priority_class();
   const bool implicit = id.empty();
@@ -92,22 +104,25 @@ absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
   {
     absl::MutexLock lock(&mu_);
     auto it = classes_.find(id);
-    if (it != classes_.end() && now - it->second.fetched < ttl_) return it->second.value;
+    if (it != classes_.end() && now - it->second.fetched < ttl_)
+      return it->second.value;
   }
   absl::StatusOr<storage::postgres::StoredObject> got =
       objects_->Get(storage::postgres::PriorityClassKind(), {id});
   trainyard::v1::PriorityClass pc;
   if (absl::IsNotFound(got.status())) {
     if (!implicit && !name.empty()) {
-      return core::FieldError(field, "UNKNOWN_PRIORITY_CLASS",
-                              absl::StrCat("priority class \"", id, "\" does not exist"));
+      return core::FieldError(
+          field, "UNKNOWN_PRIORITY_CLASS",
+          absl::StrCat("priority class \"", id, "\" does not exist"));
     }
     if (!implicit) {
       return absl::FailedPreconditionError(absl::StrCat(
           "tenant's default priority class \"", id, "\" does not exist"));
     }
-    // No "default" class defined: priority 0, preemptible. Cached like a stored class (a
-    // "default" created later replaces it on invalidation or after the TTL).
+    // No "default" class defined: priority 0, preemptible. Cached like a stored
+    // class (a "default" created later replaces it on invalidation or after the
+    // TTL).
     pc.set_name("priorityClasses/default");
     pc.set_value(0);
     pc.set_preemptible(true);
@@ -122,11 +137,13 @@ absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
   return pc;
 }
 
-absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> Directory::Capacity() {
+absl::StatusOr<std::shared_ptr<const core::CapacityIndex>>
+Directory::Capacity() {
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
-    if (capacity_ != nullptr && now - capacity_fetched_ < ttl_) return capacity_;
+    if (capacity_ != nullptr && now - capacity_fetched_ < ttl_)
+      return capacity_;
   }
   std::vector<trainyard::v1::Node> nodes;
   absl::flat_hash_map<std::string, trainyard::v1::BackendKind> backends;
@@ -153,17 +170,17 @@ absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> Directory::Capacity()
     c.ParseFromString(o.body);
     backends[o.key[0]] = c.backend();
   }
-  auto index =
-      std::make_shared<const core::CapacityIndex>(core::CapacityIndex::Build(nodes, backends));
+  auto index = std::make_shared<const core::CapacityIndex>(
+      core::CapacityIndex::Build(nodes, backends));
   absl::MutexLock lock(&mu_);
   capacity_ = index;
   capacity_fetched_ = now;
   return capacity_;
 }
 
-storage::postgres::AuditRecord MakeAudit(const Caller& caller, std::string_view method,
-                                         const std::string& resource, const std::string& tenant,
-                                         const google::protobuf::Message& request) {
+storage::postgres::AuditRecord MakeAudit(
+    const Caller& caller, std::string_view method, const std::string& resource,
+    const std::string& tenant, const google::protobuf::Message& request) {
   storage::postgres::AuditRecord audit;
   audit.principal = caller.principal;
   audit.method = std::string(method);
@@ -171,7 +188,8 @@ storage::postgres::AuditRecord MakeAudit(const Caller& caller, std::string_view 
   audit.tenant = tenant;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(request, &audit.request_json, options);
+  (void)google::protobuf::util::MessageToJsonString(
+      request, &audit.request_json, options);
   return audit;
 }
 
@@ -187,8 +205,9 @@ void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
 absl::StatusOr<int> PageSize(int32_t requested, std::string_view field) {
   if (requested == 0) return 100;
   if (requested < 0 || requested > 1000) {
-    return core::FieldError(field, "OUT_OF_RANGE",
-                            absl::StrCat("must be between 1 and 1000, got ", requested));
+    return core::FieldError(
+        field, "OUT_OF_RANGE",
+        absl::StrCat("must be between 1 and 1000, got ", requested));
   }
   return requested;
 }

@@ -24,8 +24,9 @@ namespace trainyard::api {
 class SubmitBatcher;
 class EventHub;
 
-// Cached lookups the hot paths need (queue and project existence, priority classes, tenant
-// settings, cluster capacity). Entries live `ttl`; writers through this replica invalidate.
+// Cached lookups the hot paths need (queue and project existence, priority
+// classes, tenant settings, cluster capacity). Entries live `ttl`; writers
+// through this replica invalidate.
 class Directory {
  public:
   Directory(storage::postgres::ObjectStore* objects, absl::Duration ttl);
@@ -33,14 +34,17 @@ class Directory {
   // OK, or FieldError(field, UNKNOWN_QUEUE/UNKNOWN_PROJECT).
   absl::Status CheckQueue(const std::string& tenant, const std::string& queue,
                           const std::string& field);
-  absl::Status CheckProject(const std::string& tenant, const std::string& project,
+  absl::Status CheckProject(const std::string& tenant,
+                            const std::string& project,
                             const std::string& field);
-  // "" → the tenant's default class, else "default"; a missing "default" class means value 0,
-  // preemptible. Unknown names are a FieldError on `field`.
+  // "" → the tenant's default class, else "default"; a missing "default" class
+  // means value 0, preemptible. Unknown names are a FieldError on `field`.
   absl::StatusOr<trainyard::v1::PriorityClass> ResolvePriorityClass(
-      const trainyard::v1::Tenant& tenant, const std::string& name, const std::string& field);
+      const trainyard::v1::Tenant& tenant, const std::string& name,
+      const std::string& field);
   absl::StatusOr<trainyard::v1::Tenant> GetTenant(const std::string& tenant);
-  // Capacity of the known clusters (rebuilt from the nodes table at most every ttl).
+  // Capacity of the known clusters (rebuilt from the nodes table at most every
+  // ttl).
   absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> Capacity();
 
   void Invalidate();
@@ -58,20 +62,22 @@ class Directory {
   const absl::Duration ttl_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, absl::Time> present_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Cached<trainyard::v1::PriorityClass>> classes_
+  absl::flat_hash_map<std::string, Cached<trainyard::v1::PriorityClass>>
+      classes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Cached<trainyard::v1::Tenant>> tenants_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Cached<trainyard::v1::Tenant>> tenants_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const core::CapacityIndex> capacity_ ABSL_GUARDED_BY(mu_);
   absl::Time capacity_fetched_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
-// Everything the API handlers share. Owned by the server (services/api/server.h).
+// Everything the API handlers share. Owned by the server
+// (services/api/server.h).
 struct ApiContext {
   storage::postgres::Database* db = nullptr;
   storage::postgres::ObjectStore* objects = nullptr;
   storage::postgres::JobStore* jobs = nullptr;
   storage::postgres::AuthStore* auth_store = nullptr;
-  storage::redis::RedisClient* redis = nullptr;            // may be down; never required
+  storage::redis::RedisClient* redis = nullptr;  // may be down; never required
   storage::redis::TenantRateLimiter* rate_limiter = nullptr;
   Authenticator* auth = nullptr;
   Directory* directory = nullptr;
@@ -82,17 +88,20 @@ struct ApiContext {
 
 // Audit record for a mutation by `caller`: `method` is the full RPC name
 // ("/trainyard.v1.QueueService/CreateQueue"), the request is stored as JSON.
-storage::postgres::AuditRecord MakeAudit(const Caller& caller, std::string_view method,
-                                         const std::string& resource, const std::string& tenant,
-                                         const google::protobuf::Message& request);
+storage::postgres::AuditRecord MakeAudit(
+    const Caller& caller, std::string_view method, const std::string& resource,
+    const std::string& tenant, const google::protobuf::Message& request);
 
-// Writes the audit row of a refused or failed mutation (successful ones are written in the
-// mutation's own transaction). Best effort: a failure here is logged, not returned.
+// Writes the audit row of a refused or failed mutation (successful ones are
+// written in the mutation's own transaction). Best effort: a failure here is
+// logged, not returned.
 void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
                   const absl::Status& status);
 
-// Page size from a request: 0 → 100, otherwise 1..1000, else INVALID_ARGUMENT on `field`.
-absl::StatusOr<int> PageSize(int32_t requested, std::string_view field = "page_size");
+// Page size from a request: 0 → 100, otherwise 1..1000, else INVALID_ARGUMENT
+// on `field`.
+absl::StatusOr<int> PageSize(int32_t requested,
+                             std::string_view field = "page_size");
 
 }  // namespace trainyard::api
 

@@ -1,9 +1,8 @@
 #include "services/api/events.h"
 
 #include <algorithm>
-#include <utility>
-
 #include <pqxx/pqxx>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "services/common/logging.h"
@@ -24,13 +23,16 @@ class Listener : public pqxx::notification_receiver {
 
 }  // namespace
 
-EventRelay::EventRelay(storage::postgres::Database* db, storage::postgres::JobStore* jobs,
+EventRelay::EventRelay(storage::postgres::Database* db,
+                       storage::postgres::JobStore* jobs,
                        storage::redis::RedisClient* redis)
     : db_(db), jobs_(jobs), redis_(redis) {}
 
 EventRelay::~EventRelay() { Stop(); }
 
-void EventRelay::Start() { thread_ = std::thread([this] { Loop(); }); }
+void EventRelay::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void EventRelay::Stop() {
   stop_ = true;
@@ -57,7 +59,8 @@ void EventRelay::Loop() {
       absl::StatusOr<uint64_t> last = redis_->LastEventSeq(kEventStream);
       if (!last.ok()) {
         if (!redis_was_down) {
-          Log(LogLevel::kWarning, "event relay: redis unavailable; events stay in the outbox",
+          Log(LogLevel::kWarning,
+              "event relay: redis unavailable; events stay in the outbox",
               {{"error", last.status()}});
         }
         redis_was_down = true;
@@ -68,8 +71,9 @@ void EventRelay::Loop() {
       redis_was_down = false;
       cursor = *last;
       if (*last == 0) {
-        // Empty stream (new, or Redis restarted without data): publish recent history so that
-        // hubs waiting after an older sequence see it; older events are read from PostgreSQL.
+        // Empty stream (new, or Redis restarted without data): publish recent
+        // history so that hubs waiting after an older sequence see it; older
+        // events are read from PostgreSQL.
         absl::StatusOr<uint64_t> newest = jobs_->LastEventSequence();
         if (newest.ok() && *newest > 10000) cursor = *newest - 10000;
       }
@@ -83,17 +87,20 @@ void EventRelay::Loop() {
     if (!events->empty()) {
       std::vector<std::pair<uint64_t, std::string>> entries;
       entries.reserve(events->size());
-      for (const auto& e : *events) entries.emplace_back(e.sequence(), e.SerializeAsString());
+      for (const auto& e : *events)
+        entries.emplace_back(e.sequence(), e.SerializeAsString());
       absl::StatusOr<int> added = redis_->PublishEvents(kEventStream, entries);
       if (!added.ok()) {
-        cursor.reset();  // re-read the stream's position when Redis answers again
+        cursor
+            .reset();  // re-read the stream's position when Redis answers again
         continue;
       }
       published_ += *added;
       cursor = events->back().sequence();
       if (events->size() == 1000) continue;
     }
-    // Wait for a commit notification, at most a second (also covers missed notifications).
+    // Wait for a commit notification, at most a second (also covers missed
+    // notifications).
     if (listen_conn != nullptr) {
       try {
         listen_conn->await_notification(1, 0);
@@ -107,9 +114,11 @@ void EventRelay::Loop() {
   }
 }
 
-EventHub::EventHub(storage::redis::RedisOptions redis_options, storage::postgres::JobStore* jobs,
-                   size_t capacity)
-    : redis_options_(std::move(redis_options)), jobs_(jobs), capacity_(capacity) {}
+EventHub::EventHub(storage::redis::RedisOptions redis_options,
+                   storage::postgres::JobStore* jobs, size_t capacity)
+    : redis_options_(std::move(redis_options)),
+      jobs_(jobs),
+      capacity_(capacity) {}
 
 EventHub::~EventHub() { Stop(); }
 
@@ -163,7 +172,8 @@ void EventHub::Loop() {
   }
 }
 
-EventHub::Read EventHub::Wait(uint64_t after, absl::Duration timeout, size_t max) {
+EventHub::Read EventHub::Wait(uint64_t after, absl::Duration timeout,
+                              size_t max) {
   Read out;
   absl::MutexLock lock(&mu_);
   auto has_news = [this, after]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -172,16 +182,18 @@ EventHub::Read EventHub::Wait(uint64_t after, absl::Duration timeout, size_t max
   mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout);
   if (last_ <= after) return out;
   if (buffer_.empty() || buffer_.front().sequence() > after + 1) {
-    // The watcher is older than what the buffer keeps (or the hub started after it); only
-    // PostgreSQL has what lies in between.
+    // The watcher is older than what the buffer keeps (or the hub started after
+    // it); only PostgreSQL has what lies in between.
     out.behind = true;
     return out;
   }
-  auto it = std::upper_bound(buffer_.begin(), buffer_.end(), after,
-                             [](uint64_t seq, const trainyard::v1::JobEvent& e) {
-                               return seq < e.sequence();
-                             });
-  for (; it != buffer_.end() && out.events.size() < max; ++it) out.events.push_back(*it);
+  auto it =
+      std::upper_bound(buffer_.begin(), buffer_.end(), after,
+                       [](uint64_t seq, const trainyard::v1::JobEvent& e) {
+                         return seq < e.sequence();
+                       });
+  for (; it != buffer_.end() && out.events.size() < max; ++it)
+    out.events.push_back(*it);
   return out;
 }
 

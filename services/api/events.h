@@ -19,15 +19,17 @@
 
 namespace trainyard::api {
 
-// Redis stream that mirrors the job-event outbox; entry ids are event sequence numbers.
+// Redis stream that mirrors the job-event outbox; entry ids are event sequence
+// numbers.
 inline constexpr char kEventStream[] = "ty:events";
 // Redis channel that wakes the scheduler when work arrives.
 inline constexpr char kSchedulerWakeup[] = "ty:wake:scheduler";
 
-// Copies committed outbox rows from PostgreSQL to the Redis stream, in sequence order. Wakes on
-// PostgreSQL NOTIFY (and every second). Several relays may run (one per api replica): a
-// republished id is refused by Redis, so each event lands once. While Redis is down it waits;
-// when Redis returns (even empty, after a restart) it resumes from the stream's last id.
+// Copies committed outbox rows from PostgreSQL to the Redis stream, in sequence
+// order. Wakes on PostgreSQL NOTIFY (and every second). Several relays may run
+// (one per api replica): a republished id is refused by Redis, so each event
+// lands once. While Redis is down it waits; when Redis returns (even empty,
+// after a restart) it resumes from the stream's last id.
 class EventRelay {
  public:
   EventRelay(storage::postgres::Database* db, storage::postgres::JobStore* jobs,
@@ -48,21 +50,23 @@ class EventRelay {
   std::thread thread_;
 };
 
-// Fans events out to the Watch streams of this process: one reader follows the Redis stream
-// and keeps the latest events in memory; watchers read from that buffer, and from PostgreSQL
-// when they are behind it or see a gap. With Redis down nothing new arrives live; watchers
-// receive everything once it is back.
+// Fans events out to the Watch streams of this process: one reader follows the
+// Redis stream and keeps the latest events in memory; watchers read from that
+// buffer, and from PostgreSQL when they are behind it or see a gap. With Redis
+// down nothing new arrives live; watchers receive everything once it is back.
 class EventHub {
  public:
-  EventHub(storage::redis::RedisOptions redis_options, storage::postgres::JobStore* jobs,
-           size_t capacity = 20000);
+  EventHub(storage::redis::RedisOptions redis_options,
+           storage::postgres::JobStore* jobs, size_t capacity = 20000);
   ~EventHub();
   void Start();
   void Stop();
 
   struct Read {
-    std::vector<trainyard::v1::JobEvent> events;  // seq > after, ascending, contiguous in hub
-    bool behind = false;  // `after` is older than the buffer: read PostgreSQL first
+    std::vector<trainyard::v1::JobEvent>
+        events;  // seq > after, ascending, contiguous in hub
+    bool behind =
+        false;  // `after` is older than the buffer: read PostgreSQL first
   };
   // Waits up to `timeout` for events after `after`.
   Read Wait(uint64_t after, absl::Duration timeout, size_t max = 1000);

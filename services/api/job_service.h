@@ -6,49 +6,58 @@
 
 namespace trainyard::api {
 
-// JobService: submission (validated, rate-limited, idempotent, group-committed), reads,
-// cancellation, the event Watch stream, checkpoints, and pending explanations.
-// Submit uses gRPC's callback API: the request thread hands the job to the group-commit
-// batcher and returns, and the committer finishes the RPC, so thousands of submits can wait
-// for one fsync without holding a thread each. The other methods are synchronous.
+// JobService: submission (validated, rate-limited, idempotent,
+// group-committed), reads, cancellation, the event Watch stream, checkpoints,
+// and pending explanations. Submit uses gRPC's callback API: the request thread
+// hands the job to the group-commit batcher and returns, and the committer
+// finishes the RPC, so thousands of submits can wait for one fsync without
+// holding a thread each. The other methods are synchronous.
 class JobServiceImpl final
     : public trainyard::v1::JobService::WithCallbackMethod_Submit<
           trainyard::v1::JobService::Service> {
  public:
   explicit JobServiceImpl(ApiContext* ctx) : ctx_(ctx) {}
 
-  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
-                                   const trainyard::v1::SubmitJobRequest* request,
-                                   trainyard::v1::SubmitJobResponse* response) override;
-  grpc::Status SubmitBatch(grpc::ServerContext* context,
-                           const trainyard::v1::SubmitJobBatchRequest* request,
-                           trainyard::v1::SubmitJobBatchResponse* response) override;
-  grpc::Status Get(grpc::ServerContext* context, const trainyard::v1::GetJobRequest* request,
+  grpc::ServerUnaryReactor* Submit(
+      grpc::CallbackServerContext* context,
+      const trainyard::v1::SubmitJobRequest* request,
+      trainyard::v1::SubmitJobResponse* response) override;
+  grpc::Status SubmitBatch(
+      grpc::ServerContext* context,
+      const trainyard::v1::SubmitJobBatchRequest* request,
+      trainyard::v1::SubmitJobBatchResponse* response) override;
+  grpc::Status Get(grpc::ServerContext* context,
+                   const trainyard::v1::GetJobRequest* request,
                    trainyard::v1::Job* response) override;
-  grpc::Status List(grpc::ServerContext* context, const trainyard::v1::ListJobsRequest* request,
+  grpc::Status List(grpc::ServerContext* context,
+                    const trainyard::v1::ListJobsRequest* request,
                     trainyard::v1::ListJobsResponse* response) override;
   grpc::Status Cancel(grpc::ServerContext* context,
                       const trainyard::v1::CancelJobRequest* request,
                       trainyard::v1::Job* response) override;
-  grpc::Status Watch(grpc::ServerContext* context,
-                     const trainyard::v1::WatchJobsRequest* request,
-                     grpc::ServerWriter<trainyard::v1::WatchJobsResponse>* writer) override;
-  grpc::Status ReportCheckpoint(grpc::ServerContext* context,
-                                const trainyard::v1::ReportCheckpointRequest* request,
-                                trainyard::v1::Checkpoint* response) override;
-  grpc::Status ListCheckpoints(grpc::ServerContext* context,
-                               const trainyard::v1::ListCheckpointsRequest* request,
-                               trainyard::v1::ListCheckpointsResponse* response) override;
-  grpc::Status ExplainPending(grpc::ServerContext* context,
-                              const trainyard::v1::ExplainPendingRequest* request,
-                              trainyard::v1::ExplainPendingResponse* response) override;
+  grpc::Status Watch(
+      grpc::ServerContext* context,
+      const trainyard::v1::WatchJobsRequest* request,
+      grpc::ServerWriter<trainyard::v1::WatchJobsResponse>* writer) override;
+  grpc::Status ReportCheckpoint(
+      grpc::ServerContext* context,
+      const trainyard::v1::ReportCheckpointRequest* request,
+      trainyard::v1::Checkpoint* response) override;
+  grpc::Status ListCheckpoints(
+      grpc::ServerContext* context,
+      const trainyard::v1::ListCheckpointsRequest* request,
+      trainyard::v1::ListCheckpointsResponse* response) override;
+  grpc::Status ExplainPending(
+      grpc::ServerContext* context,
+      const trainyard::v1::ExplainPendingRequest* request,
+      trainyard::v1::ExplainPendingResponse* response) override;
 
  private:
-  // Validates one submission and turns it into a storage row; errors name fields relative to
-  // the SubmitJobRequest.
-  absl::StatusOr<storage::postgres::NewJob> Prepare(const Caller& caller,
-                                                    const std::string& tenant,
-                                                    const trainyard::v1::SubmitJobRequest& req);
+  // Validates one submission and turns it into a storage row; errors name
+  // fields relative to the SubmitJobRequest.
+  absl::StatusOr<storage::postgres::NewJob> Prepare(
+      const Caller& caller, const std::string& tenant,
+      const trainyard::v1::SubmitJobRequest& req);
   absl::Status CheckRate(const std::string& tenant, double cost);
 
   ApiContext* ctx_;

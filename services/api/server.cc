@@ -50,15 +50,17 @@ ApiServer::ApiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ApiServer::~ApiServer() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptions& options) {
+absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
+    const ApiServerOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.migrate) {
     absl::StatusOr<storage::postgres::MigrateResult> m =
         storage::postgres::Migrate(options.postgres_url);
     if (!m.ok()) {
-      return absl::Status(m.status().code(),
-                          absl::StrCat("migrating the database: ", m.status().message()));
+      return absl::Status(
+          m.status().code(),
+          absl::StrCat("migrating the database: ", m.status().message()));
     }
     if (!m->applied.empty()) {
       Log(LogLevel::kInfo, "applied migrations",
@@ -71,29 +73,36 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
           {.url = options.postgres_url, .pool_size = options.db_pool_size});
   if (!db.ok()) return db.status();
   impl->db = *std::move(db);
-  impl->objects = std::make_unique<storage::postgres::ObjectStore>(impl->db.get());
+  impl->objects =
+      std::make_unique<storage::postgres::ObjectStore>(impl->db.get());
   impl->jobs = std::make_unique<storage::postgres::JobStore>(impl->db.get());
-  impl->auth_store = std::make_unique<storage::postgres::AuthStore>(impl->db.get());
+  impl->auth_store =
+      std::make_unique<storage::postgres::AuthStore>(impl->db.get());
 
   absl::StatusOr<storage::redis::RedisOptions> redis_options =
       storage::redis::ParseRedisAddress(options.redis_addr);
   if (!redis_options.ok()) return redis_options.status();
   impl->redis = std::make_unique<storage::redis::RedisClient>(*redis_options);
   if (absl::Status s = impl->redis->Ping(); !s.ok()) {
-    Log(LogLevel::kWarning, "redis unavailable at start; running without live push",
+    Log(LogLevel::kWarning,
+        "redis unavailable at start; running without live push",
         {{"redis", options.redis_addr}, {"error", s}});
   }
   impl->rate_limiter = std::make_unique<storage::redis::TenantRateLimiter>(
-      impl->redis.get(), options.default_submit_rate, options.default_submit_burst);
-  impl->auth = std::make_unique<Authenticator>(impl->auth_store.get(), options.cache_ttl);
-  impl->directory = std::make_unique<Directory>(impl->objects.get(), options.cache_ttl);
+      impl->redis.get(), options.default_submit_rate,
+      options.default_submit_burst);
+  impl->auth = std::make_unique<Authenticator>(impl->auth_store.get(),
+                                               options.cache_ttl);
+  impl->directory =
+      std::make_unique<Directory>(impl->objects.get(), options.cache_ttl);
   storage::redis::RedisClient* redis = impl->redis.get();
   impl->batcher = std::make_unique<SubmitBatcher>(
       impl->jobs.get(),
       SubmitBatcher::Options{.max_batch = options.submit_batch,
                              .committers = options.submit_committers},
       [redis](size_t) { (void)redis->Notify(kSchedulerWakeup, "submit"); });
-  impl->relay = std::make_unique<EventRelay>(impl->db.get(), impl->jobs.get(), redis);
+  impl->relay =
+      std::make_unique<EventRelay>(impl->db.get(), impl->jobs.get(), redis);
   impl->hub = std::make_unique<EventHub>(*redis_options, impl->jobs.get());
 
   ApiContext& ctx = impl->ctx;
@@ -125,17 +134,20 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   if (absl::Status s = impl->grpc->Start(); !s.ok()) return s;
 
   storage::postgres::Database* database = impl->db.get();
-  impl->health.AddReadinessCheck("postgres", [database] { return database->Ping(); });
+  impl->health.AddReadinessCheck("postgres",
+                                 [database] { return database->Ping(); });
   common::MetricsRegistry& metrics = common::DefaultMetrics();
-  common::Gauge& redis_up =
-      metrics.GetGauge("trainyard_redis_up", "Whether Redis answered the last ping (1) or not.");
+  common::Gauge& redis_up = metrics.GetGauge(
+      "trainyard_redis_up", "Whether Redis answered the last ping (1) or not.");
   common::Gauge& relayed = metrics.GetGauge(
-      "trainyard_events_relayed", "Job events this process relayed from the outbox to Redis.");
+      "trainyard_events_relayed",
+      "Job events this process relayed from the outbox to Redis.");
   EventRelay* relay = impl->relay.get();
-  metrics.AddCollector([redis, relay, &redis_up, &relayed](common::MetricsRegistry&) {
-    redis_up.Set(redis->Ping().ok() ? 1 : 0);
-    relayed.Set(static_cast<double>(relay->published()));
-  });
+  metrics.AddCollector(
+      [redis, relay, &redis_up, &relayed](common::MetricsRegistry&) {
+        redis_up.Set(redis->Ping().ok() ? 1 : 0);
+        relayed.Set(static_cast<double>(relay->published()));
+      });
   if (!options.http_listen.empty()) {
     impl->http = std::make_unique<common::HttpServer>(options.http_listen);
     impl->health.Register(*impl->http, metrics);
@@ -143,13 +155,16 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   }
   Log(LogLevel::kInfo, "api serving",
       {{"grpc", absl::StrCat("127.0.0.1:", impl->grpc->port())},
-       {"http", impl->http ? absl::StrCat("127.0.0.1:", impl->http->port()) : "off"}});
+       {"http",
+        impl->http ? absl::StrCat("127.0.0.1:", impl->http->port()) : "off"}});
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(impl)));
 }
 
 int ApiServer::grpc_port() const { return impl_->grpc->port(); }
 
-int ApiServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
+int ApiServer::http_port() const {
+  return impl_->http ? impl_->http->port() : 0;
+}
 
 ApiContext* ApiServer::context() { return &impl_->ctx; }
 
@@ -157,7 +172,8 @@ void ApiServer::Shutdown(absl::Duration grace) {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->shut_down = true;
   impl_->health.SetLive(false);
-  // Watch streams end when the hub stops waking them and the server cancels them.
+  // Watch streams end when the hub stops waking them and the server cancels
+  // them.
   impl_->hub->Stop();
   impl_->grpc->Shutdown(grace);
   impl_->relay->Stop();

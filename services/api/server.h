@@ -30,17 +30,20 @@ struct ApiServerOptions {
   int submit_committers = 2;
 };
 
-// The api service: JobService, QueueService, ClusterService and AdminService over PostgreSQL
-// and Redis, the outbox relay and the Watch hub, with metrics, health and readiness.
+// The api service: JobService, QueueService, ClusterService and AdminService
+// over PostgreSQL and Redis, the outbox relay and the Watch hub, with metrics,
+// health and readiness.
 class ApiServer {
  public:
-  static absl::StatusOr<std::unique_ptr<ApiServer>> Start(const ApiServerOptions& options);
+  static absl::StatusOr<std::unique_ptr<ApiServer>> Start(
+      const ApiServerOptions& options);
   ~ApiServer();
 
   int grpc_port() const;
   int http_port() const;
   ApiContext* context();
-  // Stops accepting RPCs, lets running ones finish (up to `grace`), stops background threads.
+  // Stops accepting RPCs, lets running ones finish (up to `grace`), stops
+  // background threads.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until Shutdown().
   void Wait();

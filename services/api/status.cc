@@ -17,15 +17,18 @@ constexpr char kRetryPayload[] = "trainyard.dev/retry_delay_ms";
 }  // namespace
 
 absl::Status WithRetryDelay(absl::Status status, absl::Duration delay) {
-  status.SetPayload(kRetryPayload, absl::Cord(absl::StrCat(absl::ToInt64Milliseconds(delay))));
+  status.SetPayload(kRetryPayload,
+                    absl::Cord(absl::StrCat(absl::ToInt64Milliseconds(delay))));
   return status;
 }
 
-grpc::Status Reply(grpc::ServerContextBase* context, const absl::Status& status) {
+grpc::Status Reply(grpc::ServerContextBase* context,
+                   const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
   if (status.code() == absl::StatusCode::kInternal) {
-    common::Log(common::LogLevel::kError, "internal error", {{"error", message}});
+    common::Log(common::LogLevel::kError, "internal error",
+                {{"error", message}});
     message = "internal error (details in the server log)";
   }
   trainyard::v1::ErrorInfo info = core::ToErrorInfo(status);
@@ -33,11 +36,13 @@ grpc::Status Reply(grpc::ServerContextBase* context, const absl::Status& status)
     int64_t ms = 0;
     if (absl::SimpleAtoi(std::string(*delay), &ms)) {
       info.mutable_retry_delay()->set_seconds(ms / 1000);
-      info.mutable_retry_delay()->set_nanos(static_cast<int32_t>((ms % 1000) * 1000000));
+      info.mutable_retry_delay()->set_nanos(
+          static_cast<int32_t>((ms % 1000) * 1000000));
     }
   }
   if (context != nullptr) {
-    context->AddTrailingMetadata("trainyard-error-bin", info.SerializeAsString());
+    context->AddTrailingMetadata("trainyard-error-bin",
+                                 info.SerializeAsString());
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }

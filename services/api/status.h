@@ -8,12 +8,15 @@
 
 namespace trainyard::api {
 
-// Converts a status to the gRPC status returned to the client, attaching a serialized
-// trainyard.v1.ErrorInfo (field at fault, reason, retry delay) as the trailing metadata
-// "trainyard-error-bin". Internal details of INTERNAL errors are logged, not returned.
-grpc::Status Reply(grpc::ServerContextBase* context, const absl::Status& status);
+// Converts a status to the gRPC status returned to the client, attaching a
+// serialized trainyard.v1.ErrorInfo (field at fault, reason, retry delay) as
+// the trailing metadata "trainyard-error-bin". Internal details of INTERNAL
+// errors are logged, not returned.
+grpc::Status Reply(grpc::ServerContextBase* context,
+                   const absl::Status& status);
 
-// Marks a status with the delay after which a retry may succeed (RESOURCE_EXHAUSTED).
+// Marks a status with the delay after which a retry may succeed
+// (RESOURCE_EXHAUSTED).
 absl::Status WithRetryDelay(absl::Status status, absl::Duration delay);
 
 }  // namespace trainyard::api

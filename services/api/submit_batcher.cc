@@ -34,7 +34,8 @@ void SubmitBatcher::SubmitAsync(NewJob job, Callback done) {
       return;
     }
   }
-  done(SubmitOutcome{absl::UnavailableError("server is shutting down"), {}, false});
+  done(SubmitOutcome{
+      absl::UnavailableError("server is shutting down"), {}, false});
 }
 
 SubmitOutcome SubmitBatcher::Submit(NewJob job) {
@@ -53,10 +54,13 @@ SubmitOutcome SubmitBatcher::Submit(NewJob job) {
 
 void SubmitBatcher::CommitLoop() {
   static common::Histogram& batch_size = common::DefaultMetrics().GetHistogram(
-      "trainyard_submit_batch_size", "Submits written per group-commit transaction.", {},
+      "trainyard_submit_batch_size",
+      "Submits written per group-commit transaction.", {},
       {1, 2, 4, 8, 16, 32, 64, 128, 256, 512});
-  static common::Histogram& commit_seconds = common::DefaultMetrics().GetHistogram(
-      "trainyard_submit_commit_seconds", "Duration of one group-commit transaction.");
+  static common::Histogram& commit_seconds =
+      common::DefaultMetrics().GetHistogram(
+          "trainyard_submit_commit_seconds",
+          "Duration of one group-commit transaction.");
   while (true) {
     std::vector<Request> batch;
     {
@@ -66,7 +70,8 @@ void SubmitBatcher::CommitLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping and drained
-      while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
+      while (!queue_.empty() &&
+             static_cast<int>(batch.size()) < options_.max_batch) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -76,7 +81,8 @@ void SubmitBatcher::CommitLoop() {
     std::vector<NewJob> jobs;
     jobs.reserve(batch.size());
     for (Request& r : batch) jobs.push_back(std::move(r.job));
-    absl::StatusOr<std::vector<SubmitOutcome>> outcomes = jobs_->SubmitMany(jobs, false);
+    absl::StatusOr<std::vector<SubmitOutcome>> outcomes =
+        jobs_->SubmitMany(jobs, false);
     commit_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - commit_start));
     for (size_t i = 0; i < batch.size(); ++i) {
       if (outcomes.ok()) {

@@ -13,18 +13,20 @@
 
 namespace trainyard::api {
 
-// Group commit for Submit: concurrent submissions queue here and `committers` threads write
-// them in batches of up to `max_batch`, one transaction (and one fsync) per batch. A caller
-// returns only after its job is durable.
+// Group commit for Submit: concurrent submissions queue here and `committers`
+// threads write them in batches of up to `max_batch`, one transaction (and one
+// fsync) per batch. A caller returns only after its job is durable.
 class SubmitBatcher {
  public:
   struct Options {
     int max_batch = 256;
     int committers = 2;
   };
-  // `after_commit` runs after each successful batch (e.g. to wake the scheduler).
-  SubmitBatcher(storage::postgres::JobStore* jobs, Options options,
-                std::function<void(size_t jobs_committed)> after_commit = nullptr);
+  // `after_commit` runs after each successful batch (e.g. to wake the
+  // scheduler).
+  SubmitBatcher(
+      storage::postgres::JobStore* jobs, Options options,
+      std::function<void(size_t jobs_committed)> after_commit = nullptr);
   ~SubmitBatcher();
 
   SubmitBatcher(const SubmitBatcher&) = delete;
@@ -32,8 +34,9 @@ class SubmitBatcher {
 
   using Callback = std::function<void(storage::postgres::SubmitOutcome)>;
 
-  // Queues the job; `done` runs once it is committed (or its batch failed), on a committer
-  // thread, so it must not block. After shutdown began it runs at once with UNAVAILABLE.
+  // Queues the job; `done` runs once it is committed (or its batch failed), on
+  // a committer thread, so it must not block. After shutdown began it runs at
+  // once with UNAVAILABLE.
   void SubmitAsync(storage::postgres::NewJob job, Callback done);
 
   // Blocks until the job is committed (or the batch failed).

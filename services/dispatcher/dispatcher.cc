@@ -4,8 +4,8 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <pqxx/pqxx>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,7 +169,8 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
   std::set<std::string> stopping_nodes;
   for (const pg::ClusterAttempt& a : *attempts) {
     if (a.job.state() != v1::JOB_STATE_PREEMPTING) continue;
-    for (const v1::WorkerPlacement& p : a.attempt.placements()) stopping_nodes.insert(p.node());
+    for (const v1::WorkerPlacement& p : a.attempt.placements())
+      stopping_nodes.insert(p.node());
   }
   for (const pg::ClusterAttempt& a : *attempts) {
     if (a.job.state() == v1::JOB_STATE_ADMITTED) {

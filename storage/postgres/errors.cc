@@ -53,13 +53,16 @@ absl::Status StatusFromException(const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("database unavailable: ", what));
   }
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
-    // Class 08 (connection exception), 57P (operator intervention: shutdown) and 53
-    // (insufficient resources) are transient.
+    // Class 08 (connection exception), 57P (operator intervention: shutdown)
+    // and 53 (insufficient resources) are transient.
     const std::string& state = sql->sqlstate();
-    if (state.rfind("08", 0) == 0 || state.rfind("57P", 0) == 0 || state.rfind("53", 0) == 0) {
-      return absl::UnavailableError(absl::StrCat("database unavailable: ", what));
+    if (state.rfind("08", 0) == 0 || state.rfind("57P", 0) == 0 ||
+        state.rfind("53", 0) == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("database unavailable: ", what));
     }
-    return absl::InternalError(absl::StrCat("database error ", state, ": ", what));
+    return absl::InternalError(
+        absl::StrCat("database error ", state, ": ", what));
   }
   return absl::InternalError(absl::StrCat("database error: ", what));
 }

@@ -9,10 +9,12 @@
 namespace trainyard::storage::postgres {
 
 // Maps an exception thrown by libpqxx (or the standard library) to a status:
-// unique violation → ALREADY_EXISTS, foreign-key violation → FAILED_PRECONDITION, check or
-// not-null violation → INVALID_ARGUMENT, serialization failure or deadlock → ABORTED (retryable),
-// lost connection → UNAVAILABLE, anything else → INTERNAL. The violated constraint's name, when
-// PostgreSQL reports one, is attached as the payload "trainyard.dev/constraint".
+// unique violation → ALREADY_EXISTS, foreign-key violation →
+// FAILED_PRECONDITION, check or not-null violation → INVALID_ARGUMENT,
+// serialization failure or deadlock → ABORTED (retryable), lost connection →
+// UNAVAILABLE, anything else → INTERNAL. The violated constraint's name, when
+// PostgreSQL reports one, is attached as the payload
+// "trainyard.dev/constraint".
 absl::Status StatusFromException(const std::exception& e);
 
 // The constraint name attached by StatusFromException, or "".

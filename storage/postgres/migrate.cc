@@ -13,8 +13,8 @@ constexpr int64_t kMigrationLockKey = 0x7472616e6d6967;
 
 }  // namespace
 
-absl::StatusOr<MigrateResult> Migrate(const std::string& url,
-                                      const std::vector<Migration>& migrations) {
+absl::StatusOr<MigrateResult> Migrate(
+    const std::string& url, const std::vector<Migration>& migrations) {
   MigrateResult result;
   try {
     pqxx::connection conn(url);
@@ -30,31 +30,35 @@ absl::StatusOr<MigrateResult> Migrate(const std::string& url,
     int current = 0;
     {
       pqxx::nontransaction tx(conn);
-      pqxx::result r = tx.exec("SELECT coalesce(max(version), 0) FROM schema_migrations");
+      pqxx::result r =
+          tx.exec("SELECT coalesce(max(version), 0) FROM schema_migrations");
       current = r[0][0].as<int>();
     }
     int newest_known = migrations.empty() ? 0 : migrations.back().version;
     if (current > newest_known) {
       pqxx::nontransaction tx(conn);
-      tx.exec(absl::StrCat("SELECT pg_advisory_unlock(", kMigrationLockKey, ")"));
-      return absl::FailedPreconditionError(
-          absl::StrCat("database schema is at version ", current,
-                       " but this binary knows only up to ", newest_known,
-                       "; refusing to run an older binary against a newer schema"));
+      tx.exec(
+          absl::StrCat("SELECT pg_advisory_unlock(", kMigrationLockKey, ")"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "database schema is at version ", current,
+          " but this binary knows only up to ", newest_known,
+          "; refusing to run an older binary against a newer schema"));
     }
     for (const Migration& m : migrations) {
       if (m.version <= current) continue;
       pqxx::work tx(conn);
       tx.exec(m.sql);
-      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
-                     m.name);
+      tx.exec_params(
+          "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+          m.version, m.name);
       tx.commit();
       result.applied.push_back(m.version);
       current = m.version;
     }
     {
       pqxx::nontransaction tx(conn);
-      tx.exec(absl::StrCat("SELECT pg_advisory_unlock(", kMigrationLockKey, ")"));
+      tx.exec(
+          absl::StrCat("SELECT pg_advisory_unlock(", kMigrationLockKey, ")"));
     }
     result.current_version = current;
     return result;

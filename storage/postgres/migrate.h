@@ -15,7 +15,8 @@ struct Migration {
   std::string sql;
 };
 
-// The migrations compiled into the binary, ascending by version (generated at build time).
+// The migrations compiled into the binary, ascending by version (generated at
+// build time).
 const std::vector<Migration>& EmbeddedMigrations();
 
 struct MigrateResult {
@@ -23,12 +24,13 @@ struct MigrateResult {
   int current_version = 0;   // schema version after the call
 };
 
-// Applies the missing migrations, each in its own transaction, under a session advisory lock so
-// concurrent callers (several services starting at once) serialise; idempotent. Fails if the
-// database holds a migration newer than this binary knows (a downgrade).
-absl::StatusOr<MigrateResult> Migrate(const std::string& url,
-                                      const std::vector<Migration>& migrations =
-                                          EmbeddedMigrations());
+// Applies the missing migrations, each in its own transaction, under a session
+// advisory lock so concurrent callers (several services starting at once)
+// serialise; idempotent. Fails if the database holds a migration newer than
+// this binary knows (a downgrade).
+absl::StatusOr<MigrateResult> Migrate(
+    const std::string& url,
+    const std::vector<Migration>& migrations = EmbeddedMigrations());
 
 }  // namespace trainyard::storage::postgres
 

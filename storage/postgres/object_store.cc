@@ -13,14 +13,16 @@ namespace trainyard::storage::postgres {
 namespace {
 
 std::string SelectColumns(const ObjectKind& kind) {
-  return absl::StrCat(absl::StrJoin(kind.key_columns, ", "), ", body, version, ",
-                      EpochMicros("create_time"), ", ", EpochMicros("update_time"));
+  return absl::StrCat(absl::StrJoin(kind.key_columns, ", "),
+                      ", body, version, ", EpochMicros("create_time"), ", ",
+                      EpochMicros("update_time"));
 }
 
 StoredObject RowToObject(const ObjectKind& kind, const pqxx::row& row) {
   StoredObject o;
   size_t i = 0;
-  for (; i < kind.key_columns.size(); ++i) o.key.push_back(row[static_cast<int>(i)].c_str());
+  for (; i < kind.key_columns.size(); ++i)
+    o.key.push_back(row[static_cast<int>(i)].c_str());
   o.body = BytesOf(row[static_cast<int>(i++)]);
   o.version = row[static_cast<int>(i++)].as<int64_t>();
   o.create_time = TimeOf(row[static_cast<int>(i++)]);
@@ -28,24 +30,29 @@ StoredObject RowToObject(const ObjectKind& kind, const pqxx::row& row) {
   return o;
 }
 
-std::string KeyCondition(const ObjectKind& kind, const std::vector<std::string>& key,
+std::string KeyCondition(const ObjectKind& kind,
+                         const std::vector<std::string>& key,
                          DynamicParams& params) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < kind.key_columns.size(); ++i) {
-    parts.push_back(absl::StrCat(kind.key_columns[i], " = ", params.Add(key[i])));
+    parts.push_back(
+        absl::StrCat(kind.key_columns[i], " = ", params.Add(key[i])));
   }
   return absl::StrJoin(parts, " AND ");
 }
 
-absl::Status CheckKey(const ObjectKind& kind, const std::vector<std::string>& key) {
+absl::Status CheckKey(const ObjectKind& kind,
+                      const std::vector<std::string>& key) {
   if (key.size() != kind.key_columns.size()) {
-    return absl::InternalError(absl::StrCat(kind.table, ": key has ", key.size(),
-                                            " parts, expected ", kind.key_columns.size()));
+    return absl::InternalError(absl::StrCat(kind.table, ": key has ",
+                                            key.size(), " parts, expected ",
+                                            kind.key_columns.size()));
   }
   return absl::OkStatus();
 }
 
-std::string ResourceNotFound(const ObjectKind& kind, const std::vector<std::string>& key) {
+std::string ResourceNotFound(const ObjectKind& kind,
+                             const std::vector<std::string>& key) {
   return absl::StrCat(kind.table, " ", absl::StrJoin(key, "/"), " not found");
 }
 
@@ -61,10 +68,11 @@ std::vector<std::string> QueueFlavors(const std::string& body) {
 
 void InsertAudit(pqxx::work& txn, const AuditRecord& audit) {
   txn.exec_params(
-      "INSERT INTO audit_log (principal, method, resource, tenant, request_json, result) "
+      "INSERT INTO audit_log (principal, method, resource, tenant, "
+      "request_json, result) "
       "VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6)",
-      audit.principal, audit.method, audit.resource, audit.tenant, audit.request_json,
-      audit.result);
+      audit.principal, audit.method, audit.resource, audit.tenant,
+      audit.request_json, audit.result);
 }
 
 const ObjectKind& TenantKind() {
@@ -72,22 +80,29 @@ const ObjectKind& TenantKind() {
   return *kind;
 }
 const ObjectKind& ProjectKind() {
-  static const auto* kind = new ObjectKind{"projects", {"tenant", "id"}, {}, nullptr};
+  static const auto* kind =
+      new ObjectKind{"projects", {"tenant", "id"}, {}, nullptr};
   return *kind;
 }
 const ObjectKind& CohortKind() {
-  static const auto* kind = new ObjectKind{"cohorts", {"id"}, {"parent"}, nullptr};
+  static const auto* kind =
+      new ObjectKind{"cohorts", {"id"}, {"parent"}, nullptr};
   return *kind;
 }
 const ObjectKind& QueueKind() {
   static const auto* kind = new ObjectKind{
-      "queues", {"tenant", "id"}, {"cohort"},
-      [](pqxx::work& txn, const std::vector<std::string>& key, const std::string& body) {
-        txn.exec_params("DELETE FROM queue_flavors WHERE tenant = $1 AND queue = $2", key[0],
-                        key[1]);
+      "queues",
+      {"tenant", "id"},
+      {"cohort"},
+      [](pqxx::work& txn, const std::vector<std::string>& key,
+         const std::string& body) {
+        txn.exec_params(
+            "DELETE FROM queue_flavors WHERE tenant = $1 AND queue = $2",
+            key[0], key[1]);
         for (const std::string& flavor : QueueFlavors(body)) {
           txn.exec_params(
-              "INSERT INTO queue_flavors (tenant, queue, flavor) VALUES ($1, $2, $3) "
+              "INSERT INTO queue_flavors (tenant, queue, flavor) VALUES ($1, "
+              "$2, $3) "
               "ON CONFLICT DO NOTHING",
               key[0], key[1], flavor);
         }
@@ -95,7 +110,8 @@ const ObjectKind& QueueKind() {
   return *kind;
 }
 const ObjectKind& PriorityClassKind() {
-  static const auto* kind = new ObjectKind{"priority_classes", {"id"}, {"value"}, nullptr};
+  static const auto* kind =
+      new ObjectKind{"priority_classes", {"id"}, {"value"}, nullptr};
   return *kind;
 }
 const ObjectKind& FlavorKind() {
@@ -107,7 +123,8 @@ const ObjectKind& ClusterKind() {
   return *kind;
 }
 const ObjectKind& PoolKind() {
-  static const auto* kind = new ObjectKind{"pools", {"cluster", "id"}, {"flavor"}, nullptr};
+  static const auto* kind =
+      new ObjectKind{"pools", {"cluster", "id"}, {"flavor"}, nullptr};
   return *kind;
 }
 const ObjectKind& NodeKind() {
@@ -118,8 +135,8 @@ const ObjectKind& NodeKind() {
 
 absl::StatusOr<StoredObject> ObjectStore::Create(
     const ObjectKind& kind, const std::vector<std::string>& key,
-    const std::vector<std::optional<std::string>>& extras, const std::string& body,
-    const AuditRecord* audit) {
+    const std::vector<std::optional<std::string>>& extras,
+    const std::string& body, const AuditRecord* audit) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
@@ -129,15 +146,17 @@ absl::StatusOr<StoredObject> ObjectStore::Create(
     for (const auto& k : key) values.push_back(params.Add(k));
     for (size_t i = 0; i < kind.extra_columns.size(); ++i) {
       columns.push_back(kind.extra_columns[i]);
-      values.push_back(params.Add(i < extras.size() ? extras[i] : std::nullopt));
+      values.push_back(
+          params.Add(i < extras.size() ? extras[i] : std::nullopt));
     }
     columns.push_back("body");
     values.push_back(params.AddBytes(body));
-    pqxx::result r = txn.exec_params(
-        absl::StrCat("INSERT INTO ", kind.table, " (", absl::StrJoin(columns, ", "),
-                     ") VALUES (", absl::StrJoin(values, ", "), ") RETURNING ",
-                     SelectColumns(kind)),
-        params.Dynamic());
+    pqxx::result r =
+        txn.exec_params(absl::StrCat("INSERT INTO ", kind.table, " (",
+                                     absl::StrJoin(columns, ", "), ") VALUES (",
+                                     absl::StrJoin(values, ", "),
+                                     ") RETURNING ", SelectColumns(kind)),
+                        params.Dynamic());
     out = RowToObject(kind, r[0]);
     if (kind.on_write) kind.on_write(txn, key, body);
     if (audit != nullptr) InsertAudit(txn, *audit);
@@ -147,16 +166,17 @@ absl::StatusOr<StoredObject> ObjectStore::Create(
   return out;
 }
 
-absl::StatusOr<StoredObject> ObjectStore::Get(const ObjectKind& kind,
-                                              const std::vector<std::string>& key) {
+absl::StatusOr<StoredObject> ObjectStore::Get(
+    const ObjectKind& kind, const std::vector<std::string>& key) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   std::optional<StoredObject> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
     DynamicParams params;
     std::string where = KeyCondition(kind, key, params);
-    pqxx::result r = txn.exec_params(
-        absl::StrCat("SELECT ", SelectColumns(kind), " FROM ", kind.table, " WHERE ", where),
-        params.Dynamic());
+    pqxx::result r =
+        txn.exec_params(absl::StrCat("SELECT ", SelectColumns(kind), " FROM ",
+                                     kind.table, " WHERE ", where),
+                        params.Dynamic());
     out.reset();
     if (!r.empty()) out = RowToObject(kind, r[0]);
     return absl::OkStatus();
@@ -166,7 +186,8 @@ absl::StatusOr<StoredObject> ObjectStore::Get(const ObjectKind& kind,
   return *std::move(out);
 }
 
-absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind, const ListQuery& query) {
+absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind,
+                                           const ListQuery& query) {
   ListPage page;
   if (query.in && query.in->second.empty()) return page;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
@@ -177,24 +198,31 @@ absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind, const ListQue
     }
     if (query.in) {
       std::vector<std::string> placeholders;
-      for (const auto& v : query.in->second) placeholders.push_back(params.Add(v));
-      where.push_back(
-          absl::StrCat(query.in->first, " IN (", absl::StrJoin(placeholders, ", "), ")"));
+      for (const auto& v : query.in->second)
+        placeholders.push_back(params.Add(v));
+      where.push_back(absl::StrCat(query.in->first, " IN (",
+                                   absl::StrJoin(placeholders, ", "), ")"));
     }
     if (!query.after_key.empty()) {
       if (query.after_key.size() != kind.key_columns.size()) {
-        return absl::InvalidArgumentError("page_token: does not belong to this listing");
+        return absl::InvalidArgumentError(
+            "page_token: does not belong to this listing");
       }
       std::vector<std::string> placeholders;
-      for (const auto& k : query.after_key) placeholders.push_back(params.Add(k));
-      where.push_back(absl::StrCat("(", absl::StrJoin(kind.key_columns, ", "), ") > (",
-                                   absl::StrJoin(placeholders, ", "), ")"));
+      for (const auto& k : query.after_key)
+        placeholders.push_back(params.Add(k));
+      where.push_back(absl::StrCat("(", absl::StrJoin(kind.key_columns, ", "),
+                                   ") > (", absl::StrJoin(placeholders, ", "),
+                                   ")"));
     }
-    std::string sql = absl::StrCat("SELECT ", SelectColumns(kind), " FROM ", kind.table);
-    if (!where.empty()) absl::StrAppend(&sql, " WHERE ", absl::StrJoin(where, " AND "));
+    std::string sql =
+        absl::StrCat("SELECT ", SelectColumns(kind), " FROM ", kind.table);
+    if (!where.empty())
+      absl::StrAppend(&sql, " WHERE ", absl::StrJoin(where, " AND "));
     absl::StrAppend(&sql, " ORDER BY ",
-                    query.order_by.empty() ? absl::StrJoin(kind.key_columns, ", ")
-                                           : query.order_by,
+                    query.order_by.empty()
+                        ? absl::StrJoin(kind.key_columns, ", ")
+                        : query.order_by,
                     " LIMIT ", query.limit + 1);
     pqxx::result r = txn.exec_params(sql, params.Dynamic());
     page.objects.clear();
@@ -209,23 +237,26 @@ absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind, const ListQue
 }
 
 absl::StatusOr<StoredObject> ObjectStore::Update(
-    const ObjectKind& kind, const std::vector<std::string>& key, int64_t expected_version,
-    const std::function<absl::StatusOr<Mutation>(const StoredObject& current)>& mutate,
+    const ObjectKind& kind, const std::vector<std::string>& key,
+    int64_t expected_version,
+    const std::function<absl::StatusOr<Mutation>(const StoredObject& current)>&
+        mutate,
     const AuditRecord* audit) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     DynamicParams read_params;
     std::string where = KeyCondition(kind, key, read_params);
-    pqxx::result r = txn.exec_params(absl::StrCat("SELECT ", SelectColumns(kind), " FROM ",
-                                                  kind.table, " WHERE ", where, " FOR UPDATE"),
-                                     read_params.Dynamic());
+    pqxx::result r = txn.exec_params(
+        absl::StrCat("SELECT ", SelectColumns(kind), " FROM ", kind.table,
+                     " WHERE ", where, " FOR UPDATE"),
+        read_params.Dynamic());
     if (r.empty()) return absl::NotFoundError(ResourceNotFound(kind, key));
     StoredObject current = RowToObject(kind, r[0]);
     if (expected_version != 0 && expected_version != current.version) {
-      return absl::AbortedError(absl::StrCat("etag mismatch: ", kind.table, " ",
-                                             absl::StrJoin(key, "/"), " is at version ",
-                                             current.version, ", not ", expected_version));
+      return absl::AbortedError(absl::StrCat(
+          "etag mismatch: ", kind.table, " ", absl::StrJoin(key, "/"),
+          " is at version ", current.version, ", not ", expected_version));
     }
     absl::StatusOr<Mutation> mutation = mutate(current);
     if (!mutation.ok()) return mutation.status();
@@ -234,15 +265,16 @@ absl::StatusOr<StoredObject> ObjectStore::Update(
     for (size_t i = 0; i < kind.extra_columns.size(); ++i) {
       sets.push_back(absl::StrCat(
           kind.extra_columns[i], " = ",
-          params.Add(i < mutation->extras.size() ? mutation->extras[i] : std::nullopt)));
+          params.Add(i < mutation->extras.size() ? mutation->extras[i]
+                                                 : std::nullopt)));
     }
     sets.push_back(absl::StrCat("body = ", params.AddBytes(mutation->body)));
     sets.push_back("version = version + 1");
     sets.push_back("update_time = now()");
     std::string cond = KeyCondition(kind, key, params);
     pqxx::result u = txn.exec_params(
-        absl::StrCat("UPDATE ", kind.table, " SET ", absl::StrJoin(sets, ", "), " WHERE ", cond,
-                     " RETURNING ", SelectColumns(kind)),
+        absl::StrCat("UPDATE ", kind.table, " SET ", absl::StrJoin(sets, ", "),
+                     " WHERE ", cond, " RETURNING ", SelectColumns(kind)),
         params.Dynamic());
     out = RowToObject(kind, u[0]);
     if (kind.on_write) kind.on_write(txn, key, mutation->body);
@@ -255,8 +287,8 @@ absl::StatusOr<StoredObject> ObjectStore::Update(
 
 absl::StatusOr<StoredObject> ObjectStore::Upsert(
     const ObjectKind& kind, const std::vector<std::string>& key,
-    const std::vector<std::optional<std::string>>& extras, const std::string& body,
-    const AuditRecord* audit) {
+    const std::vector<std::optional<std::string>>& extras,
+    const std::string& body, const AuditRecord* audit) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
@@ -267,8 +299,10 @@ absl::StatusOr<StoredObject> ObjectStore::Upsert(
     for (const auto& k : key) values.push_back(params.Add(k));
     for (size_t i = 0; i < kind.extra_columns.size(); ++i) {
       columns.push_back(kind.extra_columns[i]);
-      values.push_back(params.Add(i < extras.size() ? extras[i] : std::nullopt));
-      sets.push_back(absl::StrCat(kind.extra_columns[i], " = EXCLUDED.", kind.extra_columns[i]));
+      values.push_back(
+          params.Add(i < extras.size() ? extras[i] : std::nullopt));
+      sets.push_back(absl::StrCat(kind.extra_columns[i], " = EXCLUDED.",
+                                  kind.extra_columns[i]));
     }
     columns.push_back("body");
     values.push_back(params.AddBytes(body));
@@ -276,10 +310,11 @@ absl::StatusOr<StoredObject> ObjectStore::Upsert(
     sets.push_back(absl::StrCat("version = ", kind.table, ".version + 1"));
     sets.push_back("update_time = now()");
     pqxx::result r = txn.exec_params(
-        absl::StrCat("INSERT INTO ", kind.table, " (", absl::StrJoin(columns, ", "),
-                     ") VALUES (", absl::StrJoin(values, ", "), ") ON CONFLICT (",
-                     absl::StrJoin(kind.key_columns, ", "), ") DO UPDATE SET ",
-                     absl::StrJoin(sets, ", "), " RETURNING ", SelectColumns(kind)),
+        absl::StrCat(
+            "INSERT INTO ", kind.table, " (", absl::StrJoin(columns, ", "),
+            ") VALUES (", absl::StrJoin(values, ", "), ") ON CONFLICT (",
+            absl::StrJoin(kind.key_columns, ", "), ") DO UPDATE SET ",
+            absl::StrJoin(sets, ", "), " RETURNING ", SelectColumns(kind)),
         params.Dynamic());
     out = RowToObject(kind, r[0]);
     if (kind.on_write) kind.on_write(txn, key, body);
@@ -290,15 +325,18 @@ absl::StatusOr<StoredObject> ObjectStore::Upsert(
   return out;
 }
 
-absl::Status ObjectStore::Delete(const ObjectKind& kind, const std::vector<std::string>& key,
+absl::Status ObjectStore::Delete(const ObjectKind& kind,
+                                 const std::vector<std::string>& key,
                                  const AuditRecord* audit) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   return db_->Transact([&](pqxx::work& txn) -> absl::Status {
     DynamicParams params;
     std::string where = KeyCondition(kind, key, params);
     pqxx::result r = txn.exec_params(
-        absl::StrCat("DELETE FROM ", kind.table, " WHERE ", where), params.Dynamic());
-    if (r.affected_rows() == 0) return absl::NotFoundError(ResourceNotFound(kind, key));
+        absl::StrCat("DELETE FROM ", kind.table, " WHERE ", where),
+        params.Dynamic());
+    if (r.affected_rows() == 0)
+      return absl::NotFoundError(ResourceNotFound(kind, key));
     if (audit != nullptr) InsertAudit(txn, *audit);
     return absl::OkStatus();
   });
@@ -308,7 +346,8 @@ std::string EncodePageToken(const std::vector<std::string>& key) {
   return absl::WebSafeBase64Escape(absl::StrJoin(key, "\x1f"));
 }
 
-absl::StatusOr<std::vector<std::string>> DecodePageToken(const std::string& token) {
+absl::StatusOr<std::vector<std::string>> DecodePageToken(
+    const std::string& token) {
   std::string raw;
   if (!absl::WebSafeBase64Unescape(token, &raw) || raw.empty()) {
     return absl::InvalidArgumentError("page_token: malformed");

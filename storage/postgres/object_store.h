@@ -3,11 +3,10 @@
 
 #include <functional>
 #include <optional>
+#include <pqxx/pqxx>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <pqxx/pqxx>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -15,29 +14,32 @@
 
 namespace trainyard::storage::postgres {
 
-// A table of administrative objects (tenants, queues, flavors …): key columns, a few indexed
-// columns derived from the object, and the object itself serialized in `body`, guarded by a
-// `version` column for optimistic concurrency.
+// A table of administrative objects (tenants, queues, flavors …): key columns,
+// a few indexed columns derived from the object, and the object itself
+// serialized in `body`, guarded by a `version` column for optimistic
+// concurrency.
 struct ObjectKind {
   std::string table;
   std::vector<std::string> key_columns;
   std::vector<std::string> extra_columns;
-  // Optional extra writes in the same transaction after an insert or update (e.g. the flavors a
-  // queue's quotas name, so a flavor in use cannot be deleted).
-  std::function<void(pqxx::work&, const std::vector<std::string>& key, const std::string& body)>
+  // Optional extra writes in the same transaction after an insert or update
+  // (e.g. the flavors a queue's quotas name, so a flavor in use cannot be
+  // deleted).
+  std::function<void(pqxx::work&, const std::vector<std::string>& key,
+                     const std::string& body)>
       on_write;
 };
 
 // The kinds of this schema.
 const ObjectKind& TenantKind();
-const ObjectKind& ProjectKind();       // key tenant, id
-const ObjectKind& CohortKind();        // extra: parent
-const ObjectKind& QueueKind();         // key tenant, id; extra: cohort
-const ObjectKind& PriorityClassKind(); // extra: value
+const ObjectKind& ProjectKind();        // key tenant, id
+const ObjectKind& CohortKind();         // extra: parent
+const ObjectKind& QueueKind();          // key tenant, id; extra: cohort
+const ObjectKind& PriorityClassKind();  // extra: value
 const ObjectKind& FlavorKind();
 const ObjectKind& ClusterKind();
-const ObjectKind& PoolKind();          // key cluster, id; extra: flavor
-const ObjectKind& NodeKind();          // key cluster, id; extra: pool, state
+const ObjectKind& PoolKind();  // key cluster, id; extra: flavor
+const ObjectKind& NodeKind();  // key cluster, id; extra: pool, state
 
 struct StoredObject {
   std::vector<std::string> key;
@@ -47,7 +49,8 @@ struct StoredObject {
   absl::Time update_time;
 };
 
-// One row of the audit log, written in the same transaction as the change it records.
+// One row of the audit log, written in the same transaction as the change it
+// records.
 struct AuditRecord {
   std::string principal;
   std::string method;
@@ -69,8 +72,8 @@ struct ListQuery {
   std::vector<std::string> after_key;
   // Page size; one more row is read to learn whether a next page exists.
   int limit = 100;
-  // ORDER BY expression; default the key columns ascending. Must end with the key columns
-  // when after_key is used.
+  // ORDER BY expression; default the key columns ascending. Must end with the
+  // key columns when after_key is used.
   std::string order_by;
 };
 
@@ -84,36 +87,45 @@ class ObjectStore {
  public:
   explicit ObjectStore(Database* db) : db_(db) {}
 
-  // ALREADY_EXISTS if the key is taken; FAILED_PRECONDITION (constraint name attached) when a
-  // referenced object is missing.
-  absl::StatusOr<StoredObject> Create(const ObjectKind& kind, const std::vector<std::string>& key,
-                                      const std::vector<std::optional<std::string>>& extras,
-                                      const std::string& body, const AuditRecord* audit);
+  // ALREADY_EXISTS if the key is taken; FAILED_PRECONDITION (constraint name
+  // attached) when a referenced object is missing.
+  absl::StatusOr<StoredObject> Create(
+      const ObjectKind& kind, const std::vector<std::string>& key,
+      const std::vector<std::optional<std::string>>& extras,
+      const std::string& body, const AuditRecord* audit);
 
   // NOT_FOUND if absent.
-  absl::StatusOr<StoredObject> Get(const ObjectKind& kind, const std::vector<std::string>& key);
+  absl::StatusOr<StoredObject> Get(const ObjectKind& kind,
+                                   const std::vector<std::string>& key);
 
   absl::StatusOr<ListPage> List(const ObjectKind& kind, const ListQuery& query);
 
-  // Replaces the object. expected_version 0 means "any"; otherwise a mismatch is ABORTED
-  // ("etag mismatch"). `mutate` receives the stored body and returns the new body and extras
-  // (read-modify-write inside one transaction, the row locked FOR UPDATE).
+  // Replaces the object. expected_version 0 means "any"; otherwise a mismatch
+  // is ABORTED
+  // ("etag mismatch"). `mutate` receives the stored body and returns the new
+  // body and extras (read-modify-write inside one transaction, the row locked
+  // FOR UPDATE).
   struct Mutation {
     std::string body;
     std::vector<std::optional<std::string>> extras;
   };
   absl::StatusOr<StoredObject> Update(
-      const ObjectKind& kind, const std::vector<std::string>& key, int64_t expected_version,
-      const std::function<absl::StatusOr<Mutation>(const StoredObject& current)>& mutate,
+      const ObjectKind& kind, const std::vector<std::string>& key,
+      int64_t expected_version,
+      const std::function<
+          absl::StatusOr<Mutation>(const StoredObject& current)>& mutate,
       const AuditRecord* audit);
 
-  // Creates or replaces in one statement (used by inventory reports and `trainyard apply`).
-  absl::StatusOr<StoredObject> Upsert(const ObjectKind& kind, const std::vector<std::string>& key,
-                                      const std::vector<std::optional<std::string>>& extras,
-                                      const std::string& body, const AuditRecord* audit);
+  // Creates or replaces in one statement (used by inventory reports and
+  // `trainyard apply`).
+  absl::StatusOr<StoredObject> Upsert(
+      const ObjectKind& kind, const std::vector<std::string>& key,
+      const std::vector<std::optional<std::string>>& extras,
+      const std::string& body, const AuditRecord* audit);
 
   // NOT_FOUND if absent; FAILED_PRECONDITION while other rows reference it.
-  absl::Status Delete(const ObjectKind& kind, const std::vector<std::string>& key,
+  absl::Status Delete(const ObjectKind& kind,
+                      const std::vector<std::string>& key,
                       const AuditRecord* audit);
 
   Database* db() const { return db_; }
@@ -124,7 +136,8 @@ class ObjectStore {
 
 // Page tokens: an opaque encoding of the last key of a page.
 std::string EncodePageToken(const std::vector<std::string>& key);
-absl::StatusOr<std::vector<std::string>> DecodePageToken(const std::string& token);
+absl::StatusOr<std::vector<std::string>> DecodePageToken(
+    const std::string& token);
 
 }  // namespace trainyard::storage::postgres
 

@@ -12,7 +12,8 @@ Database::Database(DatabaseOptions options) : options_(std::move(options)) {}
 
 Database::~Database() = default;
 
-absl::StatusOr<std::unique_ptr<Database>> Database::Open(DatabaseOptions options) {
+absl::StatusOr<std::unique_ptr<Database>> Database::Open(
+    DatabaseOptions options) {
   if (options.url.empty()) {
     return absl::InvalidArgumentError("postgres_url: must be set");
   }
@@ -40,8 +41,11 @@ void Database::Prepare(const std::string& name, const std::string& sql) {
 
 absl::StatusOr<Database::Slot*> Database::Acquire() {
   absl::MutexLock lock(&mu_);
-  auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !free_.empty(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&available), options_.acquire_timeout)) {
+  auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !free_.empty();
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&available),
+                            options_.acquire_timeout)) {
     return absl::UnavailableError("database: no free connection in the pool");
   }
   Slot* slot = free_.back();
@@ -73,14 +77,16 @@ absl::Status Database::EnsureConnected(Slot& slot) {
     slot.conn.reset();
     absl::Status s = StatusFromException(e);
     if (s.code() == absl::StatusCode::kInternal) {
-      return absl::UnavailableError(absl::StrCat("database unavailable: ", e.what()));
+      return absl::UnavailableError(
+          absl::StrCat("database unavailable: ", e.what()));
     }
     return s;
   }
 }
 
 template <typename Txn>
-absl::Status Database::Run(absl::FunctionRef<absl::Status(Txn&)> fn, bool retry) {
+absl::Status Database::Run(absl::FunctionRef<absl::Status(Txn&)> fn,
+                           bool retry) {
   absl::Status last;
   const int attempts = retry ? options_.max_retries + 1 : 1;
   for (int attempt = 0; attempt < attempts; ++attempt) {
@@ -103,8 +109,8 @@ absl::Status Database::Run(absl::FunctionRef<absl::Status(Txn&)> fn, bool retry)
       return s;
     } catch (const std::exception& e) {
       last = StatusFromException(e);
-      broken = last.code() == absl::StatusCode::kUnavailable || !(*slot)->conn ||
-               !(*slot)->conn->is_open();
+      broken = last.code() == absl::StatusCode::kUnavailable ||
+               !(*slot)->conn || !(*slot)->conn->is_open();
       Release(*slot, broken);
       if (last.code() != absl::StatusCode::kAborted) return last;
     }
@@ -112,15 +118,18 @@ absl::Status Database::Run(absl::FunctionRef<absl::Status(Txn&)> fn, bool retry)
   return last;
 }
 
-absl::Status Database::Transact(absl::FunctionRef<absl::Status(pqxx::work&)> fn) {
+absl::Status Database::Transact(
+    absl::FunctionRef<absl::Status(pqxx::work&)> fn) {
   return Run<pqxx::work>(fn, /*retry=*/true);
 }
 
-absl::Status Database::Read(absl::FunctionRef<absl::Status(pqxx::read_transaction&)> fn) {
+absl::Status Database::Read(
+    absl::FunctionRef<absl::Status(pqxx::read_transaction&)> fn) {
   return Run<pqxx::read_transaction>(fn, /*retry=*/true);
 }
 
-absl::Status Database::WithConnection(absl::FunctionRef<absl::Status(pqxx::connection&)> fn) {
+absl::Status Database::WithConnection(
+    absl::FunctionRef<absl::Status(pqxx::connection&)> fn) {
   try {
     pqxx::connection conn(options_.url);
     return fn(conn);
@@ -142,14 +151,16 @@ std::string DynamicParams::Add(std::optional<std::string> value) {
 }
 
 std::string DynamicParams::AddBytes(const std::string& bytes) {
-  return absl::StrCat("decode(", Add(absl::BytesToHexString(bytes)), ", 'hex')");
+  return absl::StrCat("decode(", Add(absl::BytesToHexString(bytes)),
+                      ", 'hex')");
 }
 
 pqxx::internal::dynamic_params<std::vector<const char*>::const_iterator>
 DynamicParams::Dynamic() {
   pointers_.clear();
   for (const auto& v : values_) pointers_.push_back(v ? v->c_str() : nullptr);
-  return pqxx::prepare::make_dynamic_params(pointers_.cbegin(), pointers_.cend());
+  return pqxx::prepare::make_dynamic_params(pointers_.cbegin(),
+                                            pointers_.cend());
 }
 
 std::string BytesOf(const pqxx::field& field) {

@@ -3,11 +3,10 @@
 
 #include <memory>
 #include <optional>
+#include <pqxx/pqxx>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <pqxx/pqxx>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -19,21 +18,25 @@
 namespace trainyard::storage::postgres {
 
 struct DatabaseOptions {
-  // libpq connection URL, e.g. "postgresql://trainyard@127.0.0.1:55432/trainyard".
+  // libpq connection URL, e.g.
+  // "postgresql://trainyard@127.0.0.1:55432/trainyard".
   std::string url;
   // Connections kept open.
   int pool_size = 8;
   // How long a caller waits for a free connection before UNAVAILABLE.
   absl::Duration acquire_timeout = absl::Seconds(10);
-  // Retries of a transaction that failed with a serialization failure or deadlock.
+  // Retries of a transaction that failed with a serialization failure or
+  // deadlock.
   int max_retries = 5;
 };
 
-// A pool of PostgreSQL connections with prepared statements. Thread-safe. Every statement the
-// stores use is registered once with Prepare() and prepared lazily on each connection.
+// A pool of PostgreSQL connections with prepared statements. Thread-safe. Every
+// statement the stores use is registered once with Prepare() and prepared
+// lazily on each connection.
 class Database {
  public:
-  static absl::StatusOr<std::unique_ptr<Database>> Open(DatabaseOptions options);
+  static absl::StatusOr<std::unique_ptr<Database>> Open(
+      DatabaseOptions options);
   ~Database();
 
   Database(const Database&) = delete;
@@ -42,17 +45,21 @@ class Database {
   // Registers a prepared statement (idempotent for the same name and SQL).
   void Prepare(const std::string& name, const std::string& sql);
 
-  // Runs `fn` in a read-write transaction and commits when it returns OK. A non-OK status from
-  // `fn` rolls back and is returned. Serialization failures and deadlocks are retried; a lost
-  // connection is replaced and reported as UNAVAILABLE. `fn` may run more than once, so it must
-  // only write to its outputs, not accumulate into them.
+  // Runs `fn` in a read-write transaction and commits when it returns OK. A
+  // non-OK status from `fn` rolls back and is returned. Serialization failures
+  // and deadlocks are retried; a lost connection is replaced and reported as
+  // UNAVAILABLE. `fn` may run more than once, so it must only write to its
+  // outputs, not accumulate into them.
   absl::Status Transact(absl::FunctionRef<absl::Status(pqxx::work&)> fn);
 
   // Runs `fn` in a read-only transaction.
-  absl::Status Read(absl::FunctionRef<absl::Status(pqxx::read_transaction&)> fn);
+  absl::Status Read(
+      absl::FunctionRef<absl::Status(pqxx::read_transaction&)> fn);
 
-  // Runs `fn` with a connection of its own (LISTEN, advisory locks held across transactions).
-  absl::Status WithConnection(absl::FunctionRef<absl::Status(pqxx::connection&)> fn);
+  // Runs `fn` with a connection of its own (LISTEN, advisory locks held across
+  // transactions).
+  absl::Status WithConnection(
+      absl::FunctionRef<absl::Status(pqxx::connection&)> fn);
 
   // SELECT 1.
   absl::Status Ping();
@@ -78,11 +85,12 @@ class Database {
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot*> free_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<std::string, std::string>> statements_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, std::string>> statements_
+      ABSL_GUARDED_BY(mu_);
 };
 
-// Parameters of a statement built at run time, all passed as text (bytea as hex, decoded in
-// SQL); NULL for an empty optional.
+// Parameters of a statement built at run time, all passed as text (bytea as
+// hex, decoded in SQL); NULL for an empty optional.
 class DynamicParams {
  public:
   // Adds a value and returns its placeholder, e.g. "$3".
@@ -90,7 +98,8 @@ class DynamicParams {
   // Adds raw bytes and returns an SQL expression of type bytea.
   std::string AddBytes(const std::string& bytes);
   // For txn.exec_params(sql, params.Dynamic()); valid while this object lives.
-  pqxx::internal::dynamic_params<std::vector<const char*>::const_iterator> Dynamic();
+  pqxx::internal::dynamic_params<std::vector<const char*>::const_iterator>
+  Dynamic();
 
  private:
   std::vector<std::optional<std::string>> values_;
@@ -98,10 +107,11 @@ class DynamicParams {
 };
 
 // pqxx helpers shared by the stores.
-std::string BytesOf(const pqxx::field& field);        // bytea column → raw bytes
-pqxx::binarystring Bytea(const std::string& bytes);    // raw bytes → bytea parameter
-// Column selected as `(extract(epoch from t) * 1000000)::bigint` (see kEpochMicros) → Time;
-// NULL → absl::InfinitePast().
+std::string BytesOf(const pqxx::field& field);  // bytea column → raw bytes
+pqxx::binarystring Bytea(
+    const std::string& bytes);  // raw bytes → bytea parameter
+// Column selected as `(extract(epoch from t) * 1000000)::bigint` (see
+// kEpochMicros) → Time; NULL → absl::InfinitePast().
 absl::Time TimeOf(const pqxx::field& field);
 // SQL expression of a timestamptz column in epoch microseconds, for TimeOf().
 std::string EpochMicros(const std::string& column);

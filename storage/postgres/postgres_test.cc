@@ -1,12 +1,12 @@
-// Storage against a real PostgreSQL: migrations, generic objects, jobs with optimistic
-// concurrency and the state machine, the outbox's ordering under concurrency, tokens.
+// Storage against a real PostgreSQL: migrations, generic objects, jobs with
+// optimistic concurrency and the state machine, the outbox's ordering under
+// concurrency, tokens.
 
 #include <atomic>
+#include <pqxx/pqxx>
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -43,8 +43,12 @@ class PostgresTest : public ::testing::Test {
 
   void SeedQueue(const std::string& tenant) {
     ASSERT_TRUE(objects_->Create(TenantKind(), {tenant}, {}, "", nullptr).ok());
-    ASSERT_TRUE(objects_->Create(ProjectKind(), {tenant, "p"}, {}, "", nullptr).ok());
-    ASSERT_TRUE(objects_->Create(QueueKind(), {tenant, "q"}, {std::nullopt}, "", nullptr).ok());
+    ASSERT_TRUE(
+        objects_->Create(ProjectKind(), {tenant, "p"}, {}, "", nullptr).ok());
+    ASSERT_TRUE(
+        objects_
+            ->Create(QueueKind(), {tenant, "q"}, {std::nullopt}, "", nullptr)
+            .ok());
   }
 
   NewJob MakeJob(const std::string& tenant, const std::string& key) {
@@ -79,8 +83,10 @@ TEST_F(PostgresTest, MigrationsAreIdempotentAndConcurrentCallersSerialise) {
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&] {
       auto m = Migrate(*fresh);
-      if (!m.ok()) ++failures;
-      else applied += static_cast<int>(m->applied.size());
+      if (!m.ok())
+        ++failures;
+      else
+        applied += static_cast<int>(m->applied.size());
     });
   }
   for (auto& t : threads) t.join();
@@ -102,11 +108,13 @@ TEST_F(PostgresTest, RefusesASchemaNewerThanTheBinary) {
 TEST_F(PostgresTest, ObjectCrudWithVersionsAndForeignKeys) {
   trainyard::v1::Tenant t;
   t.set_display_name("Acme");
-  auto created = objects_->Create(TenantKind(), {"acme"}, {}, t.SerializeAsString(), nullptr);
+  auto created = objects_->Create(TenantKind(), {"acme"}, {},
+                                  t.SerializeAsString(), nullptr);
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_EQ(created->version, 1);
-  EXPECT_EQ(objects_->Create(TenantKind(), {"acme"}, {}, "", nullptr).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(
+      objects_->Create(TenantKind(), {"acme"}, {}, "", nullptr).status().code(),
+      absl::StatusCode::kAlreadyExists);
 
   auto updated = objects_->Update(
       TenantKind(), {"acme"}, 1,
@@ -129,11 +137,14 @@ TEST_F(PostgresTest, ObjectCrudWithVersionsAndForeignKeys) {
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
 
   // A queue in a missing cohort is refused, naming the constraint.
-  auto orphan = objects_->Create(QueueKind(), {"acme", "q"}, {"nope"}, "", nullptr);
+  auto orphan =
+      objects_->Create(QueueKind(), {"acme", "q"}, {"nope"}, "", nullptr);
   EXPECT_EQ(orphan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ViolatedConstraint(orphan.status()), "queues_cohort_fkey");
 
-  ASSERT_TRUE(objects_->Create(QueueKind(), {"acme", "q"}, {std::nullopt}, "", nullptr).ok());
+  ASSERT_TRUE(
+      objects_->Create(QueueKind(), {"acme", "q"}, {std::nullopt}, "", nullptr)
+          .ok());
   // A tenant with queues cannot be deleted.
   EXPECT_EQ(objects_->Delete(TenantKind(), {"acme"}, nullptr).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -141,8 +152,9 @@ TEST_F(PostgresTest, ObjectCrudWithVersionsAndForeignKeys) {
             absl::StatusCode::kNotFound);
 
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(objects_->Create(QueueKind(), {"acme", absl::StrCat("x", i)}, {std::nullopt}, "",
-                                 nullptr)
+    ASSERT_TRUE(objects_
+                    ->Create(QueueKind(), {"acme", absl::StrCat("x", i)},
+                             {std::nullopt}, "", nullptr)
                     .ok());
   }
   ListQuery q;
@@ -165,7 +177,8 @@ TEST_F(PostgresTest, AuditRowCommitsWithTheChangeOnly) {
   // The failed duplicate writes no audit row in its (rolled back) transaction.
   EXPECT_FALSE(objects_->Create(TenantKind(), {"a"}, {}, "", &audit).ok());
   bool more = false;
-  auto entries = auth_->ListAudit("", "", std::nullopt, std::nullopt, 0, 10, &more);
+  auto entries =
+      auth_->ListAudit("", "", std::nullopt, std::nullopt, 0, 10, &more);
   ASSERT_TRUE(entries.ok());
   ASSERT_EQ(entries->size(), 1u);
   EXPECT_EQ((*entries)[0].resource(), "tenants/a");
@@ -173,7 +186,8 @@ TEST_F(PostgresTest, AuditRowCommitsWithTheChangeOnly) {
 
 TEST_F(PostgresTest, SubmitManyIsIdempotentAndWritesOneEventPerJob) {
   SeedQueue("t");
-  std::vector<NewJob> batch = {MakeJob("t", "a"), MakeJob("t", "b"), MakeJob("t", "a")};
+  std::vector<NewJob> batch = {MakeJob("t", "a"), MakeJob("t", "b"),
+                               MakeJob("t", "a")};
   auto out = jobs_->SubmitMany(batch, false);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 3u);
@@ -215,46 +229,58 @@ TEST_F(PostgresTest, TransitionsFollowTheStateMachineAndVersions) {
   auto out = jobs_->SubmitMany({MakeJob("t", "a")}, false);
   ASSERT_TRUE(out.ok());
   const int64_t id = IdOf((*out)[0].job);
-  auto admitted =
-      jobs_->Transition("t", id, 1, trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED", "");
+  auto admitted = jobs_->Transition(
+      "t", id, 1, trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED", "");
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_EQ(admitted->version(), 2);
   // Stale version: dropped, not applied twice.
-  EXPECT_EQ(jobs_->Transition("t", id, 1, trainyard::v1::JOB_STATE_QUEUED, "X", "")
-                .status()
-                .code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      jobs_->Transition("t", id, 1, trainyard::v1::JOB_STATE_QUEUED, "X", "")
+          .status()
+          .code(),
+      absl::StatusCode::kAborted);
   // Forbidden transition.
-  EXPECT_EQ(jobs_->Transition("t", id, 2, trainyard::v1::JOB_STATE_SUCCEEDED, "X", "")
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(jobs_->Transition("t", id, 2, trainyard::v1::JOB_STATE_DISPATCHING, "D", "").ok());
-  ASSERT_TRUE(jobs_->Transition("t", id, 3, trainyard::v1::JOB_STATE_RUNNING, "R", "").ok());
+  EXPECT_EQ(
+      jobs_->Transition("t", id, 2, trainyard::v1::JOB_STATE_SUCCEEDED, "X", "")
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(jobs_
+                  ->Transition("t", id, 2, trainyard::v1::JOB_STATE_DISPATCHING,
+                               "D", "")
+                  .ok());
+  ASSERT_TRUE(
+      jobs_->Transition("t", id, 3, trainyard::v1::JOB_STATE_RUNNING, "R", "")
+          .ok());
   // Cancelling a running job asks for a stop; it does not end it.
   auto cancelled = jobs_->Cancel("t", id, "", "users/x");
   ASSERT_TRUE(cancelled.ok());
   EXPECT_EQ(cancelled->state(), trainyard::v1::JOB_STATE_RUNNING);
   EXPECT_TRUE(cancelled->cancel_requested());
-  auto done = jobs_->Transition("t", id, 0, trainyard::v1::JOB_STATE_CANCELLED, "STOPPED", "");
+  auto done = jobs_->Transition("t", id, 0, trainyard::v1::JOB_STATE_CANCELLED,
+                                "STOPPED", "");
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->state(), trainyard::v1::JOB_STATE_CANCELLED);
-  EXPECT_EQ(jobs_->Transition("t", id, 0, trainyard::v1::JOB_STATE_QUEUED, "X", "")
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      jobs_->Transition("t", id, 0, trainyard::v1::JOB_STATE_QUEUED, "X", "")
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
   auto events = jobs_->ReadEvents(0, {.job_id = id}, 100);
   ASSERT_TRUE(events.ok());
   std::vector<JobState> to;
   for (const auto& e : *events) to.push_back(e.to_state());
-  EXPECT_THAT(to, ::testing::ElementsAre(
-                      trainyard::v1::JOB_STATE_QUEUED, trainyard::v1::JOB_STATE_ADMITTED,
-                      trainyard::v1::JOB_STATE_DISPATCHING, trainyard::v1::JOB_STATE_RUNNING,
-                      trainyard::v1::JOB_STATE_RUNNING, trainyard::v1::JOB_STATE_CANCELLED));
+  EXPECT_THAT(to, ::testing::ElementsAre(trainyard::v1::JOB_STATE_QUEUED,
+                                         trainyard::v1::JOB_STATE_ADMITTED,
+                                         trainyard::v1::JOB_STATE_DISPATCHING,
+                                         trainyard::v1::JOB_STATE_RUNNING,
+                                         trainyard::v1::JOB_STATE_RUNNING,
+                                         trainyard::v1::JOB_STATE_CANCELLED));
 }
 
-// Sequence order must equal commit order: a reader that has seen seq N never later finds a
-// committed event below N. Readers poll while writers commit concurrently.
+// Sequence order must equal commit order: a reader that has seen seq N never
+// later finds a committed event below N. Readers poll while writers commit
+// concurrently.
 TEST_F(PostgresTest, OutboxSequenceNeverGoesBackwardsUnderConcurrentWriters) {
   SeedQueue("t");
   std::atomic<bool> stop{false};
@@ -266,7 +292,8 @@ TEST_F(PostgresTest, OutboxSequenceNeverGoesBackwardsUnderConcurrentWriters) {
       auto events = jobs_->ReadEvents(0, {}, 100000);
       if (!events.ok()) continue;
       for (const auto& e : *events) {
-        if (!seen.contains(e.sequence()) && e.sequence() < seen_max) ++violations;
+        if (!seen.contains(e.sequence()) && e.sequence() < seen_max)
+          ++violations;
       }
       for (const auto& e : *events) {
         seen.insert(e.sequence());
@@ -278,7 +305,8 @@ TEST_F(PostgresTest, OutboxSequenceNeverGoesBackwardsUnderConcurrentWriters) {
   for (int w = 0; w < 6; ++w) {
     writers.emplace_back([&, w] {
       for (int i = 0; i < 30; ++i) {
-        auto r = jobs_->SubmitMany({MakeJob("t", absl::StrCat(w, "-", i))}, false);
+        auto r =
+            jobs_->SubmitMany({MakeJob("t", absl::StrCat(w, "-", i))}, false);
         EXPECT_TRUE(r.ok());
       }
     });

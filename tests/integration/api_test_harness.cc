@@ -22,12 +22,14 @@ absl::StatusOr<std::unique_ptr<ApiHarness>> ApiHarness::Start(Options options) {
     h->redis_ = h->own_redis_.get();
   } else {
     h->redis_ = SharedRedis();
-    // Each test gets a fresh database, so the shared Redis must not hold an earlier test's
-    // event stream (its sequence numbers would collide with this database's).
+    // Each test gets a fresh database, so the shared Redis must not hold an
+    // earlier test's event stream (its sequence numbers would collide with this
+    // database's).
     auto options_or = storage::redis::ParseRedisAddress(h->redis_->Address());
     if (!options_or.ok()) return options_or.status();
     storage::redis::RedisClient flusher(*options_or);
-    if (auto flushed = flusher.Command({"FLUSHALL"}); !flushed.ok()) return flushed.status();
+    if (auto flushed = flusher.Command({"FLUSHALL"}); !flushed.ok())
+      return flushed.status();
   }
   absl::StatusOr<std::string> db = SharedPostgres()->CreateDatabase();
   if (!db.ok()) return db.status();
@@ -38,10 +40,12 @@ absl::StatusOr<std::unique_ptr<ApiHarness>> ApiHarness::Start(Options options) {
   server.postgres_url = h->database_url_;
   server.redis_addr = h->redis_->Address();
   server.db_pool_size = 8;
-  absl::StatusOr<std::unique_ptr<api::ApiServer>> started = api::ApiServer::Start(server);
+  absl::StatusOr<std::unique_ptr<api::ApiServer>> started =
+      api::ApiServer::Start(server);
   if (!started.ok()) return started.status();
   h->server_ = *std::move(started);
-  h->channel_ = grpc::CreateChannel(h->target(), grpc::InsecureChannelCredentials());
+  h->channel_ =
+      grpc::CreateChannel(h->target(), grpc::InsecureChannelCredentials());
   h->admin_token_ = h->Token("users/root", trainyard::v1::ROLE_PLATFORM_ADMIN);
   return h;
 }
@@ -54,7 +58,8 @@ std::string ApiHarness::target() const {
   return absl::StrCat("127.0.0.1:", server_->grpc_port());
 }
 
-std::string ApiHarness::Token(const std::string& principal, trainyard::v1::Role role,
+std::string ApiHarness::Token(const std::string& principal,
+                              trainyard::v1::Role role,
                               const std::string& tenant) {
   storage::postgres::AuthStore* store = server_->context()->auth_store;
   if (role != trainyard::v1::ROLE_UNSPECIFIED) {
@@ -69,16 +74,19 @@ std::string ApiHarness::Token(const std::string& principal, trainyard::v1::Role 
     server_->context()->auth->InvalidateAll();
   }
   api::NewToken token = api::GenerateToken();
-  auto stored = store->CreateToken(token.id, principal, token.hash, "test", "test",
-                                   absl::Now() + absl::Hours(1), nullptr);
+  auto stored =
+      store->CreateToken(token.id, principal, token.hash, "test", "test",
+                         absl::Now() + absl::Hours(1), nullptr);
   if (!stored.ok()) ADD_FAILURE() << "token: " << stored.status();
   return token.secret;
 }
 
-std::unique_ptr<grpc::ClientContext> ApiHarness::Context(const std::string& token) {
+std::unique_ptr<grpc::ClientContext> ApiHarness::Context(
+    const std::string& token) {
   auto context = std::make_unique<grpc::ClientContext>();
   context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
-  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(30));
   return context;
 }
 
@@ -98,7 +106,8 @@ std::unique_ptr<trainyard::v1::AdminService::Stub> ApiHarness::admin() {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
-  if (s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS) return absl::OkStatus();
+  if (s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS)
+    return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                       absl::StrCat(std::string(what), ": ", s.error_message()));
 }
@@ -117,7 +126,9 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
       req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
       req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(2000000);
       trainyard::v1::Flavor out;
-      if (auto s = FromGrpc(c->CreateFlavor(Context(admin_token_).get(), req, &out), "flavor");
+      if (auto s =
+              FromGrpc(c->CreateFlavor(Context(admin_token_).get(), req, &out),
+                       "flavor");
           !s.ok()) {
         return s;
       }
@@ -128,7 +139,8 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
       req.mutable_cluster()->set_backend(trainyard::v1::BACKEND_KIND_SIM);
       trainyard::v1::Cluster out;
       if (auto s =
-              FromGrpc(c->CreateCluster(Context(admin_token_).get(), req, &out), "cluster");
+              FromGrpc(c->CreateCluster(Context(admin_token_).get(), req, &out),
+                       "cluster");
           !s.ok()) {
         return s;
       }
@@ -139,7 +151,8 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
       req.set_pool_id("main");
       req.mutable_pool()->set_flavor("gpu");
       trainyard::v1::Pool out;
-      if (auto s = FromGrpc(c->CreatePool(Context(admin_token_).get(), req, &out), "pool");
+      if (auto s = FromGrpc(
+              c->CreatePool(Context(admin_token_).get(), req, &out), "pool");
           !s.ok()) {
         return s;
       }
@@ -160,7 +173,8 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
         n->mutable_topology()->set_rack(absl::StrCat("r", i / 2));
       }
       trainyard::v1::ReportNodesResponse out;
-      if (auto s = FromGrpc(c->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
+      if (auto s = FromGrpc(
+              c->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
           !s.ok()) {
         return s;
       }
@@ -169,7 +183,9 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
       trainyard::v1::CreateCohortRequest req;
       req.set_cohort_id("pool");
       trainyard::v1::Cohort out;
-      if (auto s = FromGrpc(q->CreateCohort(Context(admin_token_).get(), req, &out), "cohort");
+      if (auto s =
+              FromGrpc(q->CreateCohort(Context(admin_token_).get(), req, &out),
+                       "cohort");
           !s.ok()) {
         return s;
       }
@@ -180,7 +196,8 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
     trainyard::v1::CreateTenantRequest req;
     req.set_tenant_id(tenant);
     trainyard::v1::Tenant out;
-    if (auto s = FromGrpc(q->CreateTenant(Context(admin_token_).get(), req, &out), "tenant");
+    if (auto s = FromGrpc(
+            q->CreateTenant(Context(admin_token_).get(), req, &out), "tenant");
         !s.ok()) {
       return s;
     }
@@ -190,7 +207,9 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
     req.set_parent(absl::StrCat("tenants/", tenant));
     req.set_project_id("default");
     trainyard::v1::Project out;
-    if (auto s = FromGrpc(q->CreateProject(Context(admin_token_).get(), req, &out), "project");
+    if (auto s =
+            FromGrpc(q->CreateProject(Context(admin_token_).get(), req, &out),
+                     "project");
         !s.ok()) {
       return s;
     }
@@ -206,7 +225,8 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
     gpu->set_resource(trainyard::v1::RESOURCE_NAME_GPU);
     gpu->set_nominal(64);
     trainyard::v1::Queue out;
-    if (auto s = FromGrpc(q->CreateQueue(Context(admin_token_).get(), req, &out), "queue");
+    if (auto s = FromGrpc(
+            q->CreateQueue(Context(admin_token_).get(), req, &out), "queue");
         !s.ok()) {
       return s;
     }
@@ -218,12 +238,13 @@ trainyard::v1::ErrorInfo ErrorInfoOf(const grpc::ClientContext& context) {
   trainyard::v1::ErrorInfo info;
   const auto& md = context.GetServerTrailingMetadata();
   auto it = md.find("trainyard-error-bin");
-  if (it != md.end()) info.ParseFromString(std::string(it->second.data(), it->second.size()));
+  if (it != md.end())
+    info.ParseFromString(std::string(it->second.data(), it->second.size()));
   return info;
 }
 
-trainyard::v1::SubmitJobRequest MinimalSubmit(const std::string& tenant,
-                                              const std::string& client_request_id) {
+trainyard::v1::SubmitJobRequest MinimalSubmit(
+    const std::string& tenant, const std::string& client_request_id) {
   trainyard::v1::SubmitJobRequest req;
   req.set_parent(absl::StrCat("tenants/", tenant));
   req.set_client_request_id(client_request_id);

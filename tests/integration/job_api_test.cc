@@ -1,5 +1,6 @@
-// JobService against a real PostgreSQL and Redis: submission, idempotency, validation, rate
-// limits, the outbox and Watch (including a Redis outage), checkpoints, explanations.
+// JobService against a real PostgreSQL and Redis: submission, idempotency,
+// validation, rate limits, the outbox and Watch (including a Redis outage),
+// checkpoints, explanations.
 
 #include <algorithm>
 #include <atomic>
@@ -52,7 +53,8 @@ class JobApiTest : public ::testing::Test {
     req.set_page_size(7);
     while (true) {
       trainyard::v1::ListJobsResponse resp;
-      grpc::Status s = jobs_->List(ApiHarness::Context(member_).get(), req, &resp);
+      grpc::Status s =
+          jobs_->List(ApiHarness::Context(member_).get(), req, &resp);
       EXPECT_TRUE(s.ok()) << s.error_message();
       if (!s.ok()) break;
       out.insert(out.end(), resp.jobs().begin(), resp.jobs().end());
@@ -91,11 +93,13 @@ TEST_F(JobApiTest, SubmitGetListCancel) {
   EXPECT_EQ(got.spec().command_size(), 2);
 
   for (int i = 0; i < 15; ++i) {
-    ASSERT_TRUE(Submit(MinimalSubmit("acme", absl::StrCat("more-", i)), &resp).ok());
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("more-", i)), &resp).ok());
   }
   std::vector<Job> all = ListAll("tenants/acme");
   ASSERT_EQ(all.size(), 16u);
-  for (size_t i = 1; i < all.size(); ++i) EXPECT_GT(all[i - 1].name(), "");  // newest first
+  for (size_t i = 1; i < all.size(); ++i)
+    EXPECT_GT(all[i - 1].name(), "");  // newest first
   std::set<std::string> names;
   for (const auto& j : all) names.insert(j.name());
   EXPECT_EQ(names.size(), 16u);
@@ -104,7 +108,9 @@ TEST_F(JobApiTest, SubmitGetListCancel) {
   by_label.set_parent("tenants/acme");
   (*by_label.mutable_labels())["team"] = "nlp";
   trainyard::v1::ListJobsResponse labelled;
-  ASSERT_TRUE(jobs_->List(ApiHarness::Context(member_).get(), by_label, &labelled).ok());
+  ASSERT_TRUE(
+      jobs_->List(ApiHarness::Context(member_).get(), by_label, &labelled)
+          .ok());
   ASSERT_EQ(labelled.jobs_size(), 1);
   EXPECT_EQ(labelled.jobs(0).name(), job.name());
 
@@ -112,21 +118,26 @@ TEST_F(JobApiTest, SubmitGetListCancel) {
   cancel.set_name(job.name());
   cancel.set_reason("changed my mind");
   Job cancelled;
-  ASSERT_TRUE(jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &cancelled).ok());
+  ASSERT_TRUE(
+      jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &cancelled)
+          .ok());
   EXPECT_EQ(cancelled.state(), trainyard::v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(cancelled.state_reason(), "CANCELLED_BY_USER");
   EXPECT_EQ(cancelled.version(), 2);
   EXPECT_TRUE(cancelled.has_end_time());
   // Idempotent: cancelling again changes nothing.
   Job again;
-  ASSERT_TRUE(jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &again).ok());
+  ASSERT_TRUE(
+      jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &again).ok());
   EXPECT_EQ(again.version(), 2);
 
   trainyard::v1::ListJobsRequest by_state;
   by_state.set_parent("tenants/acme");
   by_state.add_states(trainyard::v1::JOB_STATE_CANCELLED);
   trainyard::v1::ListJobsResponse cancelled_list;
-  ASSERT_TRUE(jobs_->List(ApiHarness::Context(member_).get(), by_state, &cancelled_list).ok());
+  ASSERT_TRUE(
+      jobs_->List(ApiHarness::Context(member_).get(), by_state, &cancelled_list)
+          .ok());
   ASSERT_EQ(cancelled_list.jobs_size(), 1);
 }
 
@@ -178,22 +189,30 @@ struct BadSubmit {
 
 TEST_F(JobApiTest, EveryValidationErrorNamesItsField) {
   const std::vector<BadSubmit> cases = {
-      {"zero workers", [](auto& r) { r.mutable_job()->mutable_spec()->set_workers(0); },
+      {"zero workers",
+       [](auto& r) { r.mutable_job()->mutable_spec()->set_workers(0); },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.workers"},
-      {"negative workers", [](auto& r) { r.mutable_job()->mutable_spec()->set_workers(-3); },
+      {"negative workers",
+       [](auto& r) { r.mutable_job()->mutable_spec()->set_workers(-3); },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.workers"},
-      {"huge workers", [](auto& r) { r.mutable_job()->mutable_spec()->set_workers(1 << 30); },
+      {"huge workers",
+       [](auto& r) { r.mutable_job()->mutable_spec()->set_workers(1 << 30); },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.workers"},
       {"negative gpus",
-       [](auto& r) { r.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(-1); },
+       [](auto& r) {
+         r.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(-1);
+       },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.resources.gpus"},
       {"zero cpu",
-       [](auto& r) { r.mutable_job()->mutable_spec()->mutable_resources()->set_cpu_millis(0); },
+       [](auto& r) {
+         r.mutable_job()->mutable_spec()->mutable_resources()->set_cpu_millis(
+             0);
+       },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.resources.cpu_millis"},
       {"huge memory",
        [](auto& r) {
-         r.mutable_job()->mutable_spec()->mutable_resources()->set_memory_bytes(int64_t{1}
-                                                                                << 62);
+         r.mutable_job()->mutable_spec()->mutable_resources()->set_memory_bytes(
+             int64_t{1} << 62);
        },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.resources.memory_bytes"},
       {"gang larger than any cluster",
@@ -203,32 +222,45 @@ TEST_F(JobApiTest, EveryValidationErrorNamesItsField) {
        },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.workers"},
       {"more GPUs than any node",
-       [](auto& r) { r.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(16); },
+       [](auto& r) {
+         r.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(16);
+       },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.resources.gpus"},
-      {"unknown queue", [](auto& r) { r.mutable_job()->mutable_spec()->set_queue("nope"); },
+      {"unknown queue",
+       [](auto& r) { r.mutable_job()->mutable_spec()->set_queue("nope"); },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.queue"},
-      {"bad queue name", [](auto& r) { r.mutable_job()->mutable_spec()->set_queue("Bad_Q"); },
+      {"bad queue name",
+       [](auto& r) { r.mutable_job()->mutable_spec()->set_queue("Bad_Q"); },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.queue"},
-      {"unknown project", [](auto& r) { r.mutable_job()->mutable_spec()->set_project("nope"); },
+      {"unknown project",
+       [](auto& r) { r.mutable_job()->mutable_spec()->set_project("nope"); },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.project"},
       {"unknown priority class",
-       [](auto& r) { r.mutable_job()->mutable_spec()->set_priority_class("urgent"); },
+       [](auto& r) {
+         r.mutable_job()->mutable_spec()->set_priority_class("urgent");
+       },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.priority_class"},
       {"oversized command",
        [](auto& r) {
-         for (int i = 0; i < 300; ++i) r.mutable_job()->mutable_spec()->add_command("x");
+         for (int i = 0; i < 300; ++i)
+           r.mutable_job()->mutable_spec()->add_command("x");
        },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.command"},
       {"oversized env",
        [](auto& r) {
-         (*r.mutable_job()->mutable_spec()->mutable_env())["BIG"] = std::string(70 << 10, 'x');
+         (*r.mutable_job()->mutable_spec()->mutable_env())["BIG"] =
+             std::string(70 << 10, 'x');
        },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.env"},
       {"reserved env name",
-       [](auto& r) { (*r.mutable_job()->mutable_spec()->mutable_env())["TRAINYARD_X"] = "1"; },
+       [](auto& r) {
+         (*r.mutable_job()->mutable_spec()->mutable_env())["TRAINYARD_X"] = "1";
+       },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.env[\"TRAINYARD_X\"]"},
       {"negative time limit",
-       [](auto& r) { r.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(-5); },
+       [](auto& r) {
+         r.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(-5);
+       },
        grpc::StatusCode::INVALID_ARGUMENT, "job.spec.time_limit"},
       {"bad parent", [](auto& r) { r.set_parent("tenant/acme"); },
        grpc::StatusCode::INVALID_ARGUMENT, "parent"},
@@ -236,8 +268,8 @@ TEST_F(JobApiTest, EveryValidationErrorNamesItsField) {
        grpc::StatusCode::INVALID_ARGUMENT, "client_request_id"},
       {"bad request id", [](auto& r) { r.set_client_request_id("has space"); },
        grpc::StatusCode::INVALID_ARGUMENT, "client_request_id"},
-      {"missing job", [](auto& r) { r.clear_job(); }, grpc::StatusCode::INVALID_ARGUMENT,
-       "job"},
+      {"missing job", [](auto& r) { r.clear_job(); },
+       grpc::StatusCode::INVALID_ARGUMENT, "job"},
   };
   int i = 0;
   for (const BadSubmit& c : cases) {
@@ -248,7 +280,8 @@ TEST_F(JobApiTest, EveryValidationErrorNamesItsField) {
     grpc::Status s = Submit(req, &resp, &info);
     EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
     EXPECT_EQ(info.field(), c.field) << c.name << ": " << s.error_message();
-    EXPECT_THAT(s.error_message(), ::testing::StartsWith(c.field + ":")) << c.name;
+    EXPECT_THAT(s.error_message(), ::testing::StartsWith(c.field + ":"))
+        << c.name;
   }
   // Nothing half-written.
   EXPECT_TRUE(ListAll("tenants/acme").empty());
@@ -270,17 +303,22 @@ TEST_F(JobApiTest, BatchIsAllOrNothingAndNamesTheBadItem) {
   EXPECT_TRUE(ListAll("tenants/acme").empty());
 
   batch.mutable_requests(7)->mutable_job()->mutable_spec()->set_workers(1);
-  ASSERT_TRUE(jobs_->SubmitBatch(ApiHarness::Context(member_).get(), batch, &resp).ok());
+  ASSERT_TRUE(
+      jobs_->SubmitBatch(ApiHarness::Context(member_).get(), batch, &resp)
+          .ok());
   EXPECT_EQ(resp.responses_size(), 10);
   EXPECT_EQ(ListAll("tenants/acme").size(), 10u);
   // Replaying the batch creates nothing new.
-  ASSERT_TRUE(jobs_->SubmitBatch(ApiHarness::Context(member_).get(), batch, &resp).ok());
+  ASSERT_TRUE(
+      jobs_->SubmitBatch(ApiHarness::Context(member_).get(), batch, &resp)
+          .ok());
   for (const auto& r : resp.responses()) EXPECT_TRUE(r.deduplicated());
   EXPECT_EQ(ListAll("tenants/acme").size(), 10u);
 }
 
 TEST_F(JobApiTest, AnotherTenantsJobsAreInvisible) {
-  std::string other_member = h_->Token("users/bob", trainyard::v1::ROLE_MEMBER, "other");
+  std::string other_member =
+      h_->Token("users/bob", trainyard::v1::ROLE_MEMBER, "other");
   SubmitJobResponse resp;
   ASSERT_TRUE(h_->jobs()
                   ->Submit(ApiHarness::Context(other_member).get(),
@@ -289,13 +327,16 @@ TEST_F(JobApiTest, AnotherTenantsJobsAreInvisible) {
   trainyard::v1::GetJobRequest get;
   get.set_name(resp.job().name());
   Job job;
-  EXPECT_EQ(jobs_->Get(ApiHarness::Context(member_).get(), get, &job).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(
+      jobs_->Get(ApiHarness::Context(member_).get(), get, &job).error_code(),
+      grpc::StatusCode::NOT_FOUND);
   // Guessing the id under one's own tenant does not find it either.
-  get.set_name(absl::StrCat("tenants/acme/jobs/",
-                            resp.job().name().substr(resp.job().name().rfind('/') + 1)));
-  EXPECT_EQ(jobs_->Get(ApiHarness::Context(member_).get(), get, &job).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  get.set_name(
+      absl::StrCat("tenants/acme/jobs/",
+                   resp.job().name().substr(resp.job().name().rfind('/') + 1)));
+  EXPECT_EQ(
+      jobs_->Get(ApiHarness::Context(member_).get(), get, &job).error_code(),
+      grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(ListAll("tenants/-").empty());
 }
 
@@ -307,8 +348,8 @@ TEST_F(JobApiTest, RateLimitAnswersResourceExhaustedWithRetryDelay) {
   update.mutable_update_mask()->add_paths("submit_rate_limit");
   update.mutable_update_mask()->add_paths("submit_burst");
   trainyard::v1::Tenant tenant;
-  grpc::Status us =
-      h_->queues()->UpdateTenant(ApiHarness::Context(h_->admin_token()).get(), update, &tenant);
+  grpc::Status us = h_->queues()->UpdateTenant(
+      ApiHarness::Context(h_->admin_token()).get(), update, &tenant);
   ASSERT_TRUE(us.ok()) << us.error_message();
   absl::SleepFor(absl::Seconds(2.5));  // tenant cache ttl
   int ok = 0;
@@ -321,18 +362,22 @@ TEST_F(JobApiTest, RateLimitAnswersResourceExhaustedWithRetryDelay) {
     if (last.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
   }
   EXPECT_LE(ok, 4);
-  ASSERT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << last.error_message();
+  ASSERT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << last.error_message();
   EXPECT_EQ(info.reason(), "");  // not a field error
-  EXPECT_GT(info.retry_delay().seconds() * 1000 + info.retry_delay().nanos() / 1000000, 0);
+  EXPECT_GT(info.retry_delay().seconds() * 1000 +
+                info.retry_delay().nanos() / 1000000,
+            0);
 }
 
 // Reads events from a Watch until `want` arrived or the deadline passes.
 std::vector<JobEvent> WatchEvents(ApiHarness& h, const std::string& token,
-                                  trainyard::v1::WatchJobsRequest req, size_t want,
-                                  absl::Duration deadline) {
+                                  trainyard::v1::WatchJobsRequest req,
+                                  size_t want, absl::Duration deadline) {
   auto ctx = ApiHarness::Context(token);
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline)));
+  ctx->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline)));
   auto stub = h.jobs();
   auto reader = stub->Watch(ctx.get(), req);
   std::vector<JobEvent> out;
@@ -346,14 +391,16 @@ TEST_F(JobApiTest, OutboxEventsAreCompleteAndInOrder) {
   std::vector<std::string> names;
   for (int i = 0; i < 40; ++i) {
     SubmitJobResponse resp;
-    ASSERT_TRUE(Submit(MinimalSubmit("acme", absl::StrCat("e-", i)), &resp).ok());
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("e-", i)), &resp).ok());
     names.push_back(resp.job().name());
   }
   for (int i = 0; i < 40; i += 4) {
     trainyard::v1::CancelJobRequest cancel;
     cancel.set_name(names[i]);
     Job out;
-    ASSERT_TRUE(jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &out).ok());
+    ASSERT_TRUE(
+        jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &out).ok());
   }
   trainyard::v1::ReportCheckpointRequest cp;
   cp.set_job(names[1]);
@@ -362,12 +409,15 @@ TEST_F(JobApiTest, OutboxEventsAreCompleteAndInOrder) {
   *cp.mutable_checkpoint()->mutable_time() =
       google::protobuf::util::TimeUtil::GetCurrentTime();
   trainyard::v1::Checkpoint saved;
-  ASSERT_TRUE(jobs_->ReportCheckpoint(ApiHarness::Context(member_).get(), cp, &saved).ok());
+  ASSERT_TRUE(
+      jobs_->ReportCheckpoint(ApiHarness::Context(member_).get(), cp, &saved)
+          .ok());
 
   trainyard::v1::WatchJobsRequest req;
   req.set_parent("tenants/acme");
   req.set_from_start(true);
-  std::vector<JobEvent> events = WatchEvents(*h_, member_, req, 51, absl::Seconds(20));
+  std::vector<JobEvent> events =
+      WatchEvents(*h_, member_, req, 51, absl::Seconds(20));
   ASSERT_EQ(events.size(), 51u);
   for (size_t i = 1; i < events.size(); ++i) {
     EXPECT_LT(events[i - 1].sequence(), events[i].sequence());
@@ -386,7 +436,8 @@ TEST_F(JobApiTest, OutboxEventsAreCompleteAndInOrder) {
       EXPECT_EQ(list[1].from_state(), trainyard::v1::JOB_STATE_QUEUED);
     }
   }
-  EXPECT_EQ(by_job[names[1]].back().type(), trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED);
+  EXPECT_EQ(by_job[names[1]].back().type(),
+            trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED);
   // The stream equals the outbox.
   auto stored = h_->server()->context()->jobs->ReadEvents(0, {}, 1000);
   ASSERT_TRUE(stored.ok());
@@ -398,7 +449,8 @@ TEST_F(JobApiTest, OutboxEventsAreCompleteAndInOrder) {
   // Resuming after the 20th event yields exactly the rest.
   req.set_from_start(false);
   req.set_after_sequence(events[19].sequence());
-  std::vector<JobEvent> rest = WatchEvents(*h_, member_, req, 31, absl::Seconds(20));
+  std::vector<JobEvent> rest =
+      WatchEvents(*h_, member_, req, 31, absl::Seconds(20));
   ASSERT_EQ(rest.size(), 31u);
   EXPECT_EQ(rest.front().sequence(), events[20].sequence());
   EXPECT_EQ(rest.back().sequence(), events.back().sequence());
@@ -414,13 +466,16 @@ TEST_F(JobApiTest, LiveWatchSeesNewEventsAndOnlyItsTenant) {
     done = true;
   });
   absl::SleepFor(absl::Milliseconds(500));
-  std::string other = h_->Token("users/bob", trainyard::v1::ROLE_MEMBER, "other");
+  std::string other =
+      h_->Token("users/bob", trainyard::v1::ROLE_MEMBER, "other");
   for (int i = 0; i < 10; ++i) {
     SubmitJobResponse resp;
-    ASSERT_TRUE(Submit(MinimalSubmit("acme", absl::StrCat("w-", i)), &resp).ok());
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("w-", i)), &resp).ok());
     ASSERT_TRUE(h_->jobs()
                     ->Submit(ApiHarness::Context(other).get(),
-                             MinimalSubmit("other", absl::StrCat("w-", i)), &resp)
+                             MinimalSubmit("other", absl::StrCat("w-", i)),
+                             &resp)
                     .ok());
   }
   watcher.join();
@@ -437,7 +492,8 @@ class JobApiRedisOutageTest : public JobApiTest {
   }
 };
 
-TEST_F(JobApiRedisOutageTest, SubmittersSeeNoErrorAndWatchersGetEveryEventAfterRedisReturns) {
+TEST_F(JobApiRedisOutageTest,
+       SubmittersSeeNoErrorAndWatchersGetEveryEventAfterRedisReturns) {
   std::vector<JobEvent> seen;
   std::thread watcher([&] {
     trainyard::v1::WatchJobsRequest req;
@@ -447,19 +503,22 @@ TEST_F(JobApiRedisOutageTest, SubmittersSeeNoErrorAndWatchersGetEveryEventAfterR
   absl::SleepFor(absl::Milliseconds(500));
   for (int i = 0; i < 20; ++i) {
     SubmitJobResponse resp;
-    ASSERT_TRUE(Submit(MinimalSubmit("acme", absl::StrCat("before-", i)), &resp).ok());
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("before-", i)), &resp).ok());
   }
   ASSERT_TRUE(h_->redis()->Stop().ok());
   for (int i = 0; i < 30; ++i) {
     SubmitJobResponse resp;
-    grpc::Status s = Submit(MinimalSubmit("acme", absl::StrCat("during-", i)), &resp);
+    grpc::Status s =
+        Submit(MinimalSubmit("acme", absl::StrCat("during-", i)), &resp);
     ASSERT_TRUE(s.ok()) << "submit with Redis down: " << s.error_message();
   }
   absl::SleepFor(absl::Seconds(1));
   ASSERT_TRUE(h_->redis()->Restart().ok());
   for (int i = 0; i < 10; ++i) {
     SubmitJobResponse resp;
-    ASSERT_TRUE(Submit(MinimalSubmit("acme", absl::StrCat("after-", i)), &resp).ok());
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("after-", i)), &resp).ok());
   }
   watcher.join();
   ASSERT_EQ(seen.size(), 60u);
@@ -478,14 +537,16 @@ TEST_F(JobApiTest, ExplainPendingGivesPositionInQueueOrder) {
   pc.set_priority_class_id("high");
   pc.mutable_priority_class()->set_value(100);
   trainyard::v1::PriorityClass created;
-  ASSERT_TRUE(h_->queues()
-                  ->CreatePriorityClass(ApiHarness::Context(h_->admin_token()).get(), pc,
-                                        &created)
-                  .ok());
+  ASSERT_TRUE(
+      h_->queues()
+          ->CreatePriorityClass(ApiHarness::Context(h_->admin_token()).get(),
+                                pc, &created)
+          .ok());
   std::vector<std::string> names;
   for (int i = 0; i < 3; ++i) {
     SubmitJobResponse resp;
-    ASSERT_TRUE(Submit(MinimalSubmit("acme", absl::StrCat("p-", i)), &resp).ok());
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("p-", i)), &resp).ok());
     names.push_back(resp.job().name());
   }
   SubmitJobRequest urgent = MinimalSubmit("acme", "urgent");
@@ -498,7 +559,9 @@ TEST_F(JobApiTest, ExplainPendingGivesPositionInQueueOrder) {
     trainyard::v1::ExplainPendingRequest req;
     req.set_name(names[i]);
     trainyard::v1::ExplainPendingResponse out;
-    ASSERT_TRUE(jobs_->ExplainPending(ApiHarness::Context(member_).get(), req, &out).ok());
+    ASSERT_TRUE(
+        jobs_->ExplainPending(ApiHarness::Context(member_).get(), req, &out)
+            .ok());
     EXPECT_EQ(out.position_in_queue(), i + 1) << names[i];
     EXPECT_EQ(out.queue_length(), 4);
     EXPECT_EQ(out.reason(), "AWAITING_SCHEDULER");
@@ -516,13 +579,17 @@ TEST_F(JobApiTest, CheckpointsAreListedNewestFirstAndSetTheResumePoint) {
     *req.mutable_checkpoint()->mutable_time() =
         google::protobuf::util::TimeUtil::GetCurrentTime();
     trainyard::v1::Checkpoint saved;
-    ASSERT_TRUE(jobs_->ReportCheckpoint(ApiHarness::Context(member_).get(), req, &saved).ok());
+    ASSERT_TRUE(
+        jobs_->ReportCheckpoint(ApiHarness::Context(member_).get(), req, &saved)
+            .ok());
     EXPECT_EQ(saved.job(), resp.job().name());
   }
   trainyard::v1::ListCheckpointsRequest list;
   list.set_job(resp.job().name());
   trainyard::v1::ListCheckpointsResponse out;
-  ASSERT_TRUE(jobs_->ListCheckpoints(ApiHarness::Context(member_).get(), list, &out).ok());
+  ASSERT_TRUE(
+      jobs_->ListCheckpoints(ApiHarness::Context(member_).get(), list, &out)
+          .ok());
   ASSERT_EQ(out.checkpoints_size(), 3);
   EXPECT_EQ(out.checkpoints(0).step(), 200);  // newest report first
   trainyard::v1::GetJobRequest get;
@@ -542,28 +609,35 @@ TEST_F(JobApiTest, CheckpointsAreListedNewestFirstAndSetTheResumePoint) {
 
   trainyard::v1::CancelJobRequest cancel;
   cancel.set_name(resp.job().name());
-  ASSERT_TRUE(jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &job).ok());
+  ASSERT_TRUE(
+      jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &job).ok());
   trainyard::v1::ReportCheckpointRequest late;
   late.set_job(resp.job().name());
   late.mutable_checkpoint()->set_step(400);
   late.mutable_checkpoint()->set_uri("s3://b/late");
-  *late.mutable_checkpoint()->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
-  EXPECT_EQ(jobs_->ReportCheckpoint(ApiHarness::Context(member_).get(), late, &ignored)
-                .error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  *late.mutable_checkpoint()->mutable_time() =
+      google::protobuf::util::TimeUtil::GetCurrentTime();
+  EXPECT_EQ(
+      jobs_
+          ->ReportCheckpoint(ApiHarness::Context(member_).get(), late, &ignored)
+          .error_code(),
+      grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(JobApiTest, MissingOrBadTokenIsUnauthenticated) {
   SubmitJobResponse resp;
   grpc::ClientContext none;
-  EXPECT_EQ(jobs_->Submit(&none, MinimalSubmit("acme", "u"), &resp).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(jobs_->Submit(ApiHarness::Context("ty_nope_nope").get(), MinimalSubmit("acme", "u"),
-                          &resp)
+  EXPECT_EQ(
+      jobs_->Submit(&none, MinimalSubmit("acme", "u"), &resp).error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(jobs_
+                ->Submit(ApiHarness::Context("ty_nope_nope").get(),
+                         MinimalSubmit("acme", "u"), &resp)
                 .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(jobs_->Submit(ApiHarness::Context(member_ + "x").get(),
-                          MinimalSubmit("acme", "u"), &resp)
+  EXPECT_EQ(jobs_
+                ->Submit(ApiHarness::Context(member_ + "x").get(),
+                         MinimalSubmit("acme", "u"), &resp)
                 .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 }
