@@ -49,7 +49,9 @@ elseif cost > burst then
 else
   retry = (cost - tokens) / rate
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
+-- Full precision: Lua's tostring keeps 14 significant digits, which rounds the
+-- timestamp to 0.1 ms and let concurrent callers gain refill time (over-grant).
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'ts', string.format('%.6f', ts))
 local ttl_ms = math.ceil((burst / rate) * 1000) + 1000
 if ttl_ms > 2592000000 then
   ttl_ms = 2592000000
