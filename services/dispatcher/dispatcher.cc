@@ -4,7 +4,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <pqxx/pqxx>
 #include <set>
 #include <string>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 #include "services/core/job_state.h"
+#include "storage/postgres/leader.h"
 
 namespace trainyard::dispatcher {
 namespace {
@@ -87,42 +87,31 @@ void Dispatcher::Shutdown() {
 }
 
 void Dispatcher::Loop() {
-  while (!stop_.HasBeenNotified()) {
-    absl::Status s = LeadWhileLocked();
-    leader_ = false;
-    if (!s.ok())
-      Log(LogLevel::kWarning, "dispatcher: leader loop failed", {{"error", s}});
-    stop_.WaitForNotificationWithTimeout(options_.standby_poll);
-  }
+  pg::RunAsLeader(
+      *db_, LockKey(options_.cluster), options_.standby_poll, stop_, leader_,
+      [&](absl::FunctionRef<bool()> alive) { Lead(alive); },
+      [&](const absl::Status& s) {
+        Log(LogLevel::kWarning, "dispatcher: leader election failed",
+            {{"cluster", options_.cluster}, {"error", s}});
+      });
 }
 
-absl::Status Dispatcher::LeadWhileLocked() {
-  const int64_t key = LockKey(options_.cluster);
-  return db_->WithConnection([&](pqxx::connection& conn) -> absl::Status {
-    pqxx::nontransaction lock(conn);
-    if (!lock.exec_params1("SELECT pg_try_advisory_lock($1)", key)[0]
-             .as<bool>()) {
-      return absl::OkStatus();
+void Dispatcher::Lead(absl::FunctionRef<bool()> alive) {
+  Log(LogLevel::kInfo, "dispatcher: active", {{"cluster", options_.cluster}});
+  {
+    absl::MutexLock l(&mu_);
+    reported_nodes_.clear();
+    checkpoint_step_.clear();
+  }
+  while (!stop_.HasBeenNotified() && alive()) {
+    absl::StatusOr<PassReport> r = RunPass();
+    if (!r.ok()) {
+      Log(LogLevel::kWarning, "dispatcher: pass failed",
+          {{"cluster", options_.cluster}, {"error", r.status()}});
     }
-    leader_ = true;
-    Log(LogLevel::kInfo, "dispatcher: active", {{"cluster", options_.cluster}});
-    {
-      absl::MutexLock l(&mu_);
-      reported_nodes_.clear();
-      checkpoint_step_.clear();
-    }
-    while (!stop_.HasBeenNotified()) {
-      absl::StatusOr<PassReport> r = RunPass();
-      if (!r.ok()) {
-        Log(LogLevel::kWarning, "dispatcher: pass failed",
-            {{"cluster", options_.cluster}, {"error", r.status()}});
-      }
-      stop_.WaitForNotificationWithTimeout(options_.interval);
-      lock.exec("SELECT 1");
-    }
-    lock.exec_params("SELECT pg_advisory_unlock($1)", key);
-    return absl::OkStatus();
-  });
+    stop_.WaitForNotificationWithTimeout(options_.interval);
+  }
+  Log(LogLevel::kInfo, "dispatcher: inactive", {{"cluster", options_.cluster}});
 }
 
 absl::Status Dispatcher::ReportInventory(PassReport& report) {

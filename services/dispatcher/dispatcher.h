@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -94,7 +95,8 @@ class Dispatcher {
   absl::Status End(const storage::postgres::ClusterAttempt& a,
                    const AttemptStatus& status, PassReport& report);
   void Loop();
-  absl::Status LeadWhileLocked();
+  // The active dispatcher's passes, until Shutdown() or `alive()` is false.
+  void Lead(absl::FunctionRef<bool()> alive);
 
   const DispatcherOptions options_;
   Adapter* const adapter_;

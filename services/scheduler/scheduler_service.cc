@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <pqxx/pqxx>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
+#include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -96,67 +96,54 @@ void SchedulerService::Shutdown() {
 }
 
 void SchedulerService::Loop() {
-  while (!stop_.HasBeenNotified()) {
-    absl::Status s = LeadWhileLocked();
-    if (leader_.exchange(false))
-      Log(LogLevel::kInfo, "scheduler: no longer the leader");
-    if (!s.ok())
-      Log(LogLevel::kWarning, "scheduler: leader loop failed", {{"error", s}});
-    stop_.WaitForNotificationWithTimeout(options_.standby_poll);
-  }
+  pg::RunAsLeader(
+      *db_, options_.leader_lock_key, options_.standby_poll, stop_, leader_,
+      [&](absl::FunctionRef<bool()> alive) { Lead(alive); },
+      [](const absl::Status& s) {
+        Log(LogLevel::kWarning, "scheduler: leader election failed",
+            {{"error", s}});
+      });
 }
 
-absl::Status SchedulerService::LeadWhileLocked() {
-  return db_->WithConnection([&](pqxx::connection& conn) -> absl::Status {
-    pqxx::nontransaction lock(conn);
-    if (!lock.exec_params1("SELECT pg_try_advisory_lock($1)",
-                           options_.leader_lock_key)[0]
-             .as<bool>()) {
-      return absl::OkStatus();
+void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
+  Log(LogLevel::kInfo, "scheduler: became the leader");
+  {
+    absl::MutexLock l(&cycle_mu_);
+    // A new leader trusts nothing it knew before.
+    loaded_ = false;
+    explained_.clear();
+  }
+  std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
+  if (!options_.redis_addr.empty()) {
+    absl::StatusOr<storage::redis::RedisOptions> redis =
+        storage::redis::ParseRedisAddress(options_.redis_addr);
+    if (redis.ok()) {
+      wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
+          *redis, std::vector<std::string>{kSchedulerWakeup});
     }
-    leader_ = true;
-    Log(LogLevel::kInfo, "scheduler: became the leader");
-    {
-      absl::MutexLock l(&cycle_mu_);
-      // A new leader trusts nothing it knew before.
-      loaded_ = false;
-      explained_.clear();
+  }
+  while (!stop_.HasBeenNotified() && alive()) {
+    absl::StatusOr<CycleReport> report = RunCycle();
+    if (!report.ok()) {
+      Log(LogLevel::kWarning, "scheduler: cycle failed",
+          {{"error", report.status()}});
+    } else if (report->admitted + report->preempted + report->dropped > 0) {
+      Log(LogLevel::kInfo, "scheduler: cycle",
+          {{"cycle", report->cycle},
+           {"pending", report->pending},
+           {"admitted", report->admitted},
+           {"preempted", report->preempted},
+           {"dropped", report->dropped},
+           {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
+                                             report->commit)}});
     }
-    std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
-    if (!options_.redis_addr.empty()) {
-      absl::StatusOr<storage::redis::RedisOptions> redis =
-          storage::redis::ParseRedisAddress(options_.redis_addr);
-      if (redis.ok()) {
-        wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
-            *redis, std::vector<std::string>{kSchedulerWakeup});
-      }
+    if (wakeups != nullptr) {
+      wakeups->Wait(options_.interval);
+    } else {
+      stop_.WaitForNotificationWithTimeout(options_.interval);
     }
-    while (!stop_.HasBeenNotified()) {
-      absl::StatusOr<CycleReport> report = RunCycle();
-      if (!report.ok()) {
-        Log(LogLevel::kWarning, "scheduler: cycle failed",
-            {{"error", report.status()}});
-      } else if (report->admitted + report->preempted + report->dropped > 0) {
-        Log(LogLevel::kInfo, "scheduler: cycle",
-            {{"cycle", report->cycle},
-             {"pending", report->pending},
-             {"admitted", report->admitted},
-             {"preempted", report->preempted},
-             {"dropped", report->dropped},
-             {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
-                                               report->commit)}});
-      }
-      if (wakeups != nullptr) {
-        wakeups->Wait(options_.interval);
-      } else {
-        stop_.WaitForNotificationWithTimeout(options_.interval);
-      }
-      // Still connected (and so still holding the lock)? Throws if not.
-      lock.exec("SELECT 1");
-    }
-    lock.exec_params("SELECT pg_advisory_unlock($1)", options_.leader_lock_key);
-    return absl::OkStatus();
-  });
+  }
+  Log(LogLevel::kInfo, "scheduler: no longer the leader");
 }
 
 absl::Status SchedulerService::LoadConfig() {

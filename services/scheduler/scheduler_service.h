@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -82,9 +83,8 @@ class SchedulerService {
   absl::Status Refresh();
   absl::Status LoadConfig();
   void Loop();
-  // Returns when the lock is lost, the connection fails or Shutdown() is
-  // called.
-  absl::Status LeadWhileLocked();
+  // The leader's work, until Shutdown() or `alive()` is false.
+  void Lead(absl::FunctionRef<bool()> alive);
 
   const SchedulerOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;

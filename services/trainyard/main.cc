@@ -217,6 +217,18 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
+// /healthz, /readyz and /metrics on --http_listen (nullptr when it is empty)
+// for the commands that run one background service.
+absl::StatusOr<std::unique_ptr<trainyard::common::HttpServer>>
+StartHealthServer(trainyard::common::Health& health) {
+  if (absl::GetFlag(FLAGS_http_listen).empty()) return nullptr;
+  auto http = std::make_unique<trainyard::common::HttpServer>(
+      absl::GetFlag(FLAGS_http_listen));
+  health.Register(*http, trainyard::common::DefaultMetrics());
+  if (absl::Status s = http->Start(); !s.ok()) return s;
+  return http;
+}
+
 // A dispatcher with the sim backend for the cluster `--sim_config` names, on
 // the real clock. Owns its adapter.
 struct SimDispatcher {
@@ -269,21 +281,18 @@ int ServeDispatcher() {
     return 1;
   }
   trainyard::common::Health health;
-  std::unique_ptr<trainyard::common::HttpServer> http;
-  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
-    http = std::make_unique<trainyard::common::HttpServer>(
-        absl::GetFlag(FLAGS_http_listen));
-    health.Register(*http, trainyard::common::DefaultMetrics());
-    if (absl::Status s = http->Start(); !s.ok()) {
-      Log(LogLevel::kError, "dispatcher: http failed to start", {{"error", s}});
-      return 1;
-    }
+  absl::StatusOr<std::unique_ptr<trainyard::common::HttpServer>> http =
+      StartHealthServer(health);
+  if (!http.ok()) {
+    Log(LogLevel::kError, "dispatcher: http failed to start",
+        {{"error", http.status()}});
+    return 1;
   }
   int sig = 0;
   sigwait(&signals, &sig);
   Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
   sim->dispatcher->Shutdown();
-  if (http) http->Stop();
+  if (*http) (*http)->Stop();
   return 0;
 }
 
@@ -305,15 +314,12 @@ int ServeScheduler() {
     return 1;
   }
   trainyard::common::Health health;
-  std::unique_ptr<trainyard::common::HttpServer> http;
-  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
-    http = std::make_unique<trainyard::common::HttpServer>(
-        absl::GetFlag(FLAGS_http_listen));
-    health.Register(*http, trainyard::common::DefaultMetrics());
-    if (absl::Status s = http->Start(); !s.ok()) {
-      Log(LogLevel::kError, "scheduler: http failed to start", {{"error", s}});
-      return 1;
-    }
+  absl::StatusOr<std::unique_ptr<trainyard::common::HttpServer>> http =
+      StartHealthServer(health);
+  if (!http.ok()) {
+    Log(LogLevel::kError, "scheduler: http failed to start",
+        {{"error", http.status()}});
+    return 1;
   }
   trainyard::common::DefaultMetrics().AddCollector(
       [s = scheduler->get()](trainyard::common::MetricsRegistry& m) {
@@ -323,12 +329,12 @@ int ServeScheduler() {
       });
   (*scheduler)->Start();
   Log(LogLevel::kInfo, "scheduler started",
-      {{"http", http ? absl::StrCat("127.0.0.1:", http->port()) : "off"}});
+      {{"http", *http ? absl::StrCat("127.0.0.1:", (*http)->port()) : "off"}});
   int sig = 0;
   sigwait(&signals, &sig);
   Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
   (*scheduler)->Shutdown();
-  if (http) http->Stop();
+  if (*http) (*http)->Stop();
   return 0;
 }
 

@@ -243,6 +243,30 @@ trainyard::v1::ErrorInfo ErrorInfoOf(const grpc::ClientContext& context) {
   return info;
 }
 
+int64_t ApiHarness::SubmitJob(const std::string& token,
+                              const trainyard::v1::SubmitJobRequest& request) {
+  trainyard::v1::SubmitJobResponse response;
+  grpc::Status s = jobs()->Submit(Context(token).get(), request, &response);
+  if (!s.ok()) {
+    ADD_FAILURE() << "Submit: " << s.error_message();
+    return 0;
+  }
+  const std::string& name = response.job().name();
+  return std::stoll(name.substr(name.rfind('/') + 1));
+}
+
+trainyard::v1::Job ApiHarness::GetJob(const std::string& token,
+                                      const std::string& tenant, int64_t id) {
+  trainyard::v1::GetJobRequest request;
+  request.set_name(absl::StrCat("tenants/", tenant, "/jobs/", id));
+  request.set_view(trainyard::v1::JOB_VIEW_FULL);
+  trainyard::v1::Job job;
+  grpc::Status s = jobs()->Get(Context(token).get(), request, &job);
+  if (!s.ok())
+    ADD_FAILURE() << "Get " << request.name() << ": " << s.error_message();
+  return job;
+}
+
 trainyard::v1::SubmitJobRequest MinimalSubmit(
     const std::string& tenant, const std::string& client_request_id) {
   trainyard::v1::SubmitJobRequest req;

@@ -1,37 +1,42 @@
 #ifndef TRAINYARD_TESTS_INTEGRATION_API_TEST_HARNESS_H_
 #define TRAINYARD_TESTS_INTEGRATION_API_TEST_HARNESS_H_
 
-// An api server in the test process over a real PostgreSQL (fresh database per harness) and a
-// real Redis (shared per test binary, or private when the test stops it), on free loopback
-// ports, plus helpers to mint tokens and seed tenants.
+// An api server in the test process over a real PostgreSQL (fresh database per
+// harness) and a real Redis (shared per test binary, or private when the test
+// stops it), on free loopback ports, plus helpers to mint tokens and seed
+// tenants.
+
+#include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "services/api/server.h"
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
+#include "trainyard/v1/admin.grpc.pb.h"
 #include "trainyard/v1/admin.pb.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 #include "trainyard/v1/job.grpc.pb.h"
 #include "trainyard/v1/queue.grpc.pb.h"
-#include "trainyard/v1/admin.grpc.pb.h"
 
 namespace trainyard::testing {
 
 class ApiHarness {
  public:
   struct Options {
-    // Start a Redis of this harness's own (so the test may stop and restart it).
+    // Start a Redis of this harness's own (so the test may stop and restart
+    // it).
     bool private_redis = false;
-    // Override the api server options (urls and ports are filled in by the harness).
+    // Override the api server options (urls and ports are filled in by the
+    // harness).
     api::ApiServerOptions server;
   };
   static absl::StatusOr<std::unique_ptr<ApiHarness>> Start(Options options);
-  static absl::StatusOr<std::unique_ptr<ApiHarness>> Start() { return Start(Options()); }
+  static absl::StatusOr<std::unique_ptr<ApiHarness>> Start() {
+    return Start(Options());
+  }
   ~ApiHarness();
 
   api::ApiServer* server() { return server_.get(); }
@@ -40,17 +45,27 @@ class ApiHarness {
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
   std::string target() const;
 
-  // A new token for `principal`, bound to `role` in `tenant` (created directly in the database,
-  // like `trainyard token create`). role ROLE_UNSPECIFIED = no binding.
+  // A new token for `principal`, bound to `role` in `tenant` (created directly
+  // in the database, like `trainyard token create`). role ROLE_UNSPECIFIED = no
+  // binding.
   std::string Token(const std::string& principal, trainyard::v1::Role role,
                     const std::string& tenant = "");
   // A platform-admin token (users/root).
   const std::string& admin_token() const { return admin_token_; }
 
-  // Creates tenant `tenant` with project "default" and queue "default" (cohort "pool", flavor
-  // "gpu" nominal 64 GPUs) and, once per harness, a sim cluster of 4 nodes × 8 GPUs.
+  // Creates tenant `tenant` with project "default" and queue "default" (cohort
+  // "pool", flavor "gpu" nominal 64 GPUs) and, once per harness, a sim cluster
+  // of 4 nodes × 8 GPUs.
   absl::Status SeedTenant(const std::string& tenant);
 
+  // Submits `request` as `token` and returns the new job's id (0, with a test
+  // failure, if the call fails).
+  int64_t SubmitJob(const std::string& token,
+                    const trainyard::v1::SubmitJobRequest& request);
+  // tenants/{tenant}/jobs/{id} with its attempts (JOB_VIEW_FULL), read as
+  // `token` (an empty Job, with a test failure, if the call fails).
+  trainyard::v1::Job GetJob(const std::string& token, const std::string& tenant,
+                            int64_t id);
   // A client context carrying the bearer token.
   static std::unique_ptr<grpc::ClientContext> Context(const std::string& token);
 
@@ -73,9 +88,10 @@ class ApiHarness {
 // The ErrorInfo a failed call carried in its trailing metadata.
 trainyard::v1::ErrorInfo ErrorInfoOf(const grpc::ClientContext& context);
 
-// A minimal valid submission into tenants/{tenant}, queue and project "default".
-trainyard::v1::SubmitJobRequest MinimalSubmit(const std::string& tenant,
-                                              const std::string& client_request_id);
+// A minimal valid submission into tenants/{tenant}, queue and project
+// "default".
+trainyard::v1::SubmitJobRequest MinimalSubmit(
+    const std::string& tenant, const std::string& client_request_id);
 
 }  // namespace trainyard::testing
 

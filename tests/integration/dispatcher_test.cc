@@ -132,24 +132,10 @@ class DispatcherTest : public ::testing::Test {
   }
 
   int64_t Submit(const v1::SubmitJobRequest& req) {
-    v1::SubmitJobResponse resp;
-    grpc::Status s =
-        harness_->jobs()->Submit(ApiHarness::Context(token_).get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    const std::string& name = resp.job().name();
-    return std::stoll(name.substr(name.rfind('/') + 1));
+    return harness_->SubmitJob(token_, req);
   }
 
-  v1::Job Get(int64_t id) {
-    v1::GetJobRequest req;
-    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
-    req.set_view(v1::JOB_VIEW_FULL);
-    v1::Job job;
-    grpc::Status s =
-        harness_->jobs()->Get(ApiHarness::Context(token_).get(), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
-  }
+  v1::Job Get(int64_t id) { return harness_->GetJob(token_, "acme", id); }
 
   // One scheduler cycle, then one dispatcher pass.
   void Step() {
