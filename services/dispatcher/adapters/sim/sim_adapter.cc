@@ -677,6 +677,15 @@ absl::StatusOr<AttemptStatus> SimAdapter::Launch(const LaunchRequest& request) {
   return a.status;
 }
 
+absl::StatusOr<SimAdapter::Attempt*> SimAdapter::FindAttemptLocked(
+    std::string_view name) {
+  auto it = attempts_.find(name);
+  if (it == attempts_.end()) {
+    return absl::NotFoundError(Cat("attempt ", Quoted(name), " not found"));
+  }
+  return &it->second;
+}
+
 absl::Status SimAdapter::Signal(std::string_view name, int signal) {
   if (signal < 1 || signal > 64) {
     return FieldError("signal", reason::kOutOfRange,
@@ -684,11 +693,9 @@ absl::Status SimAdapter::Signal(std::string_view name, int signal) {
   }
   absl::MutexLock lock(&mu_);
   const absl::Time now = NowLocked();
-  auto it = attempts_.find(name);
-  if (it == attempts_.end()) {
-    return absl::NotFoundError(Cat("attempt ", Quoted(name), " not found"));
-  }
-  Attempt& a = it->second;
+  absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
+  if (!found.ok()) return found.status();
+  Attempt& a = **found;
   if (a.status.phase != AttemptPhase::kRunning) {
     return absl::FailedPreconditionError(
         Cat("attempt ", Quoted(name), " is not running (",
@@ -719,11 +726,9 @@ absl::Status SimAdapter::Stop(std::string_view name, absl::Duration grace,
   }
   absl::MutexLock lock(&mu_);
   const absl::Time now = NowLocked();
-  auto it = attempts_.find(name);
-  if (it == attempts_.end()) {
-    return absl::NotFoundError(Cat("attempt ", Quoted(name), " not found"));
-  }
-  Attempt& a = it->second;
+  absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
+  if (!found.ok()) return found.status();
+  Attempt& a = **found;
   AttemptStatus& s = a.status;
   if (IsTerminal(s.phase)) return absl::OkStatus();
   const absl::Time deadline = now + grace;
@@ -760,11 +765,9 @@ absl::Status SimAdapter::Stop(std::string_view name, absl::Duration grace,
 absl::StatusOr<AttemptStatus> SimAdapter::Status(std::string_view name) {
   absl::MutexLock lock(&mu_);
   NowLocked();
-  auto it = attempts_.find(name);
-  if (it == attempts_.end()) {
-    return absl::NotFoundError(Cat("attempt ", Quoted(name), " not found"));
-  }
-  return it->second.status;
+  absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
+  if (!found.ok()) return found.status();
+  return (*found)->status;
 }
 
 absl::StatusOr<std::vector<AttemptStatus>> SimAdapter::List() {
@@ -910,11 +913,9 @@ absl::Status SimAdapter::CrashJob(std::string_view name, int exit_code) {
   }
   absl::MutexLock lock(&mu_);
   const absl::Time now = NowLocked();
-  auto it = attempts_.find(name);
-  if (it == attempts_.end()) {
-    return absl::NotFoundError(Cat("attempt ", Quoted(name), " not found"));
-  }
-  Attempt& a = it->second;
+  absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
+  if (!found.ok()) return found.status();
+  Attempt& a = **found;
   if (IsTerminal(a.status.phase)) {
     return absl::FailedPreconditionError(
         Cat("attempt ", Quoted(name), " has ended (",

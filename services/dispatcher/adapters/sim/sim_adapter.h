@@ -307,6 +307,9 @@ class SimAdapter final : public Adapter {
   absl::flat_hash_map<std::string, int> node_index_ ABSL_GUARDED_BY(mu_);
   // By name; std::map keeps element addresses stable.
   std::map<std::string, Attempt, std::less<>> attempts_ ABSL_GUARDED_BY(mu_);
+  // The attempt named `name`, or NOT_FOUND.
+  absl::StatusOr<Attempt*> FindAttemptLocked(std::string_view name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<uint64_t, Attempt*> by_seq_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::set<AgendaKey> agenda_ ABSL_GUARDED_BY(mu_);
