@@ -520,8 +520,11 @@ grpc::Status JobServiceImpl::ExplainPending(
     return grpc::Status::OK;
   }
   response->set_position_in_queue(pos->position);
-  // The scheduler's own explanation once it has evaluated the job
-  // (services/scheduler writes one for every job it leaves pending).
+  // The scheduler's own reason once it has evaluated the job
+  // (services/scheduler writes one for every job it leaves pending); the
+  // position stays the live one above, in the policy's order (priority, then
+  // submission).
+
   if (pos->state == trainyard::v1::JOB_STATE_QUEUED) {
     absl::StatusOr<std::optional<storage::postgres::Explanation>> e =
         ctx_->jobs->GetExplanation(name->job_id);
@@ -529,7 +532,6 @@ grpc::Status JobServiceImpl::ExplainPending(
     if (e->has_value()) {
       response->set_reason((*e)->reason);
       response->set_message((*e)->message);
-      if ((*e)->position > 0) response->set_position_in_queue((*e)->position);
       return grpc::Status::OK;
     }
   }

@@ -15,6 +15,7 @@
 #include "services/common/metrics.h"
 #include "services/core/job_state.h"
 #include "storage/postgres/leader.h"
+#include "storage/redis/redis_options.h"
 
 namespace trainyard::dispatcher {
 namespace {
@@ -28,6 +29,9 @@ std::string ShortId(const std::string& name) {
   const size_t slash = name.rfind('/');
   return slash == std::string::npos ? name : name.substr(slash + 1);
 }
+
+// Redis channel the scheduler listens on (services/api/events.h).
+constexpr char kSchedulerWakeup[] = "ty:wake:scheduler";
 
 int64_t JobIdOf(const v1::Job& job) { return std::stoll(ShortId(job.name())); }
 
@@ -73,6 +77,12 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(
   d->db_ = std::move(*db);
   d->jobs_ = std::make_unique<pg::JobStore>(d->db_.get());
   d->objects_ = std::make_unique<pg::ObjectStore>(d->db_.get());
+  if (!d->options_.redis_addr.empty()) {
+    absl::StatusOr<storage::redis::RedisOptions> redis =
+        storage::redis::ParseRedisAddress(d->options_.redis_addr);
+    if (!redis.ok()) return redis.status();
+    d->redis_ = std::make_unique<storage::redis::RedisClient>(*redis);
+  }
   return d;
 }
 
@@ -130,8 +140,15 @@ absl::Status Dispatcher::ReportInventory(PassReport& report) {
         {node.pool(), absl::StrCat(static_cast<int>(node.state()))}, body,
         nullptr);
     if (!row.ok()) {
-      Log(LogLevel::kWarning, "dispatcher: node not recorded",
-          {{"node", node.name()}, {"error", row.status()}});
+      // Logged once per distinct error (e.g. the cluster is not defined yet),
+      // not once per node and pass.
+      const std::string error(row.status().message());
+      absl::MutexLock l(&mu_);
+      if (error != last_inventory_error_) {
+        last_inventory_error_ = error;
+        Log(LogLevel::kWarning, "dispatcher: nodes not recorded",
+            {{"node", node.name()}, {"error", row.status()}});
+      }
       continue;
     }
     absl::MutexLock l(&mu_);
@@ -179,6 +196,13 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
            {"attempt", a.attempt.index()},
            {"error", s}});
     }
+  }
+  // Capacity freed or work requeued: the scheduler need not wait for its
+  // timer. (A hint only; it reads the outbox.)
+  if (redis_ != nullptr &&
+      report.succeeded + report.failed + report.requeued + report.cancelled >
+          0) {
+    (void)redis_->Notify(kSchedulerWakeup, "dispatcher");
   }
   return report;
 }

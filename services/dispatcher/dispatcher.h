@@ -37,11 +37,15 @@
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/redis/redis_client.h"
 
 namespace trainyard::dispatcher {
 
 struct DispatcherOptions {
   std::string postgres_url;
+  // Redis for waking the scheduler when capacity frees (an attempt ended);
+  // empty = the scheduler finds out on its timer.
+  std::string redis_addr;
   // Cluster id this dispatcher owns (the {cluster} of "clusters/{cluster}").
   std::string cluster;
   // A pass runs at least this often.
@@ -103,11 +107,13 @@ class Dispatcher {
   std::unique_ptr<storage::postgres::Database> db_;
   std::unique_ptr<storage::postgres::JobStore> jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
+  std::unique_ptr<storage::redis::RedisClient> redis_;
 
   absl::Mutex mu_;
   // Serialized node protos last written, by node id.
   absl::flat_hash_map<std::string, std::string> reported_nodes_
       ABSL_GUARDED_BY(mu_);
+  std::string last_inventory_error_ ABSL_GUARDED_BY(mu_);
   // Highest checkpoint step recorded per job.
   absl::flat_hash_map<int64_t, int64_t> checkpoint_step_ ABSL_GUARDED_BY(mu_);
 

@@ -341,14 +341,22 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
     Decided("dropped").Increment(report.dropped);
   }
 
-  // Explanations that changed; rows of jobs no longer pending go away.
+  // Explanations that changed; rows of jobs no longer pending go away. A new
+  // reason is written at once; a new message with the same reason (its
+  // numbers move with every admission) at most every explanation_refresh.
   std::vector<pg::Explanation> upserts;
+  const absl::Time now = absl::Now();
   for (auto& [id, e] : explain) {
-    std::string key =
-        absl::StrCat(e.reason, "\x1f", e.message, "\x1f", e.position);
     auto it = explained_.find(id);
-    if (it != explained_.end() && it->second == key) continue;
-    explained_[id] = std::move(key);
+    if (it != explained_.end()) {
+      Explained& last = it->second;
+      if (last.reason == e.reason &&
+          (last.message == e.message ||
+           now - last.written < options_.explanation_refresh)) {
+        continue;
+      }
+    }
+    explained_[id] = Explained{e.reason, e.message, now};
     upserts.push_back(e);
   }
   std::vector<int64_t> done;

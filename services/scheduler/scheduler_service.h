@@ -43,6 +43,10 @@ struct SchedulerOptions {
   // Key of the session advisory lock that elects the leader.
   int64_t leader_lock_key = 0x7479736368656400;  // "tysched\0"
   int db_pool_size = 4;
+  // A pending job's explanation is rewritten at once when its reason changes,
+  // and at most this often when only its message does (usage numbers change
+  // with every admission).
+  absl::Duration explanation_refresh = absl::Seconds(5);
   policy::PolicyConfig policy;
 };
 
@@ -95,10 +99,14 @@ class SchedulerService {
   PlatformState state_ ABSL_GUARDED_BY(cycle_mu_);
   bool loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
-  // What was last written to pending_explanations, per job (reason + message
-  // + position), so that only changes are written.
-  absl::flat_hash_map<int64_t, std::string> explained_
-      ABSL_GUARDED_BY(cycle_mu_);
+  // What was last written to pending_explanations, per job, so that only
+  // changes are written.
+  struct Explained {
+    std::string reason;
+    std::string message;
+    absl::Time written;
+  };
+  absl::flat_hash_map<int64_t, Explained> explained_ ABSL_GUARDED_BY(cycle_mu_);
 
   std::atomic<bool> leader_{false};
   std::atomic<int64_t> cycles_{0};

@@ -247,6 +247,7 @@ absl::StatusOr<SimDispatcher> StartSimDispatcher() {
   out.adapter = std::move(*adapter);
   auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
       {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
+       .redis_addr = absl::GetFlag(FLAGS_redis_addr),
        .cluster = config->cluster(),
        .interval = absl::GetFlag(FLAGS_dispatch_interval)},
       out.adapter.get());

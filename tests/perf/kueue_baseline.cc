@@ -1,0 +1,388 @@
+// kueue_baseline: Kueue's own scheduler performance test
+// (test/performance/scheduler/configs/baseline in kubernetes-sigs/kueue),
+// reproduced end to end on Trainyard (issue 4 item 6): 5 cohorts × 6 queues,
+// nominal quota 20 CPU and borrowing limit 100 CPU per queue, reclaim within
+// the cohort Any, within-queue preemption LowerPriority; per queue 350 small
+// jobs (1 CPU, 200 ms, priority 50, one every 100 ms), 100 medium (5 CPU,
+// 500 ms, priority 100, one every 500 ms) and 50 large (20 CPU, 1 s, priority
+// 200, one every 1,200 ms) — 15,000 jobs submitted over gRPC into the real
+// api, scheduled by the real scheduler and run by the sim backend's
+// dispatcher on the real clock, over PostgreSQL and Redis (all in this
+// process, as `trainyard all` runs them). The cluster has 600 CPUs (the sum of
+// the nominal quotas).
+//
+// It measures the wall time (first submit to last job ended), the average
+// time to admission per class (SUBMITTED to ADMITTED events of the outbox)
+// and the CPU utilisation (CPU·s of work / (wall × 600 CPUs)), prints them
+// and writes them as JSON. It asserts nothing about timings.
+//   kueue_baseline --output=perf-results/kueue_baseline.json
+//   kueue_baseline --scale=0.02      # 2% of the jobs: a quick smoke run
+//   (CTest)
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <pqxx/pqxx>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
+#include "services/dispatcher/adapters/clock.h"
+#include "services/dispatcher/adapters/sim/sim_adapter.h"
+#include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/dispatcher/dispatcher.h"
+#include "services/scheduler/scheduler_service.h"
+#include "storage/postgres/job_store.h"
+#include "storage/postgres/pool.h"
+#include "tests/integration/api_test_harness.h"
+
+ABSL_FLAG(double, scale, 1.0,
+          "Fraction of each queue's jobs to submit (1 = Kueue's 15,000)");
+ABSL_FLAG(std::string, output, "perf-results/kueue_baseline.json",
+          "JSON result file");
+ABSL_FLAG(absl::Duration, schedule_interval, absl::Milliseconds(100),
+          "Scheduler timer (it also wakes on every submit)");
+ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(50),
+          "Dispatcher pass interval");
+ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
+          "Give up after this long");
+
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using trainyard::testing::ApiHarness;
+
+struct JobClass {
+  std::string name;
+  int64_t cpu_millis;
+  absl::Duration duration;
+  int priority;
+  absl::Duration every;
+  int per_queue;
+};
+
+const std::vector<JobClass>& Classes() {
+  static const auto* classes = new std::vector<JobClass>{
+      {"small", 1000, absl::Milliseconds(200), 50, absl::Milliseconds(100),
+       350},
+      {"medium", 5000, absl::Milliseconds(500), 100, absl::Milliseconds(500),
+       100},
+      {"large", 20000, absl::Seconds(1), 200, absl::Milliseconds(1200), 50}};
+  return *classes;
+}
+
+constexpr int kCohorts = 5;
+constexpr int kQueuesPerCohort = 6;
+constexpr int kNodes = 10;
+constexpr int64_t kCpuPerNode = 60000;  // 10 × 60 = 600 CPUs
+
+#define CHECK_OK(expr)                                          \
+  do {                                                          \
+    auto _s = (expr);                                           \
+    if (!_s.ok()) {                                             \
+      std::cerr << #expr << ": " << _s.error_message() << "\n"; \
+      return 1;                                                 \
+    }                                                           \
+  } while (0)
+
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
+  return ApiHarness::Context(token);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const double scale = absl::GetFlag(FLAGS_scale);
+
+  ApiHarness::Options options;
+  options.server.default_submit_rate = 100000;
+  options.server.default_submit_burst = 100000;
+  absl::StatusOr<std::unique_ptr<ApiHarness>> harness =
+      ApiHarness::Start(options);
+  if (!harness.ok()) {
+    std::cerr << "harness: " << harness.status() << "\n";
+    return 1;
+  }
+  ApiHarness& h = **harness;
+  const std::string& admin = h.admin_token();
+  auto clusters = h.clusters();
+  auto queues = h.queues();
+
+  // The platform: a CPU flavor, a sim cluster of 600 CPUs, priorities, cohorts,
+  // queues.
+  {
+    v1::CreateFlavorRequest req;
+    req.set_flavor_id("cpu");
+    req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_ON_DEMAND);
+    req.mutable_flavor()->mutable_cpu_hour_price()->set_currency_code("USD");
+    req.mutable_flavor()->mutable_cpu_hour_price()->set_micros(40000);
+    v1::Flavor out;
+    CHECK_OK(clusters->CreateFlavor(Ctx(admin).get(), req, &out));
+  }
+  {
+    v1::CreateClusterRequest req;
+    req.set_cluster_id("sim");
+    req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SIM);
+    v1::Cluster out;
+    CHECK_OK(clusters->CreateCluster(Ctx(admin).get(), req, &out));
+  }
+  {
+    v1::CreatePoolRequest req;
+    req.set_parent("clusters/sim");
+    req.set_pool_id("main");
+    req.mutable_pool()->set_flavor("cpu");
+    v1::Pool out;
+    CHECK_OK(clusters->CreatePool(Ctx(admin).get(), req, &out));
+  }
+  for (const JobClass& c : Classes()) {
+    v1::CreatePriorityClassRequest req;
+    req.set_priority_class_id(c.name);
+    req.mutable_priority_class()->set_value(c.priority);
+    req.mutable_priority_class()->set_preemptible(true);
+    v1::PriorityClass out;
+    CHECK_OK(queues->CreatePriorityClass(Ctx(admin).get(), req, &out));
+  }
+  {
+    v1::CreateTenantRequest req;
+    req.set_tenant_id("kueue");
+    v1::Tenant out;
+    CHECK_OK(queues->CreateTenant(Ctx(admin).get(), req, &out));
+    v1::CreateProjectRequest p;
+    p.set_parent("tenants/kueue");
+    p.set_project_id("default");
+    v1::Project project;
+    CHECK_OK(queues->CreateProject(Ctx(admin).get(), p, &project));
+  }
+  std::vector<std::string> queue_ids;
+  for (int c = 0; c < kCohorts; ++c) {
+    v1::CreateCohortRequest cohort;
+    cohort.set_cohort_id(absl::StrCat("cohort-", c));
+    v1::Cohort out;
+    CHECK_OK(queues->CreateCohort(Ctx(admin).get(), cohort, &out));
+    for (int q = 0; q < kQueuesPerCohort; ++q) {
+      v1::CreateQueueRequest req;
+      req.set_parent("tenants/kueue");
+      req.set_queue_id(absl::StrCat("q-", c, "-", q));
+      v1::Queue* queue = req.mutable_queue();
+      queue->set_cohort(cohort.cohort_id());
+      v1::FlavorQuotas* fq = queue->add_quotas();
+      fq->set_flavor("cpu");
+      v1::ResourceQuota* cpu = fq->add_resources();
+      cpu->set_resource(v1::RESOURCE_NAME_CPU);
+      cpu->set_nominal(20000);
+      cpu->set_borrowing_limit(100000);
+      queue->mutable_preemption()->set_reclaim_within_cohort(
+          v1::RECLAIM_WITHIN_COHORT_ANY);
+      queue->mutable_preemption()->set_within_queue(
+          v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+      v1::Queue created;
+      CHECK_OK(queues->CreateQueue(Ctx(admin).get(), req, &created));
+      queue_ids.push_back(req.queue_id());
+    }
+  }
+
+  // The sim cluster, its dispatcher and the scheduler.
+  v1::SimClusterConfig config;
+  config.set_cluster("sim");
+  v1::SimPool* pool = config.add_pools();
+  pool->set_name("main");
+  pool->set_flavor("cpu");
+  pool->set_flavor_kind(v1::FLAVOR_KIND_ON_DEMAND);
+  v1::SimNodes* nodes = config.add_nodes();
+  nodes->set_prefix("n-");
+  nodes->set_count(kNodes);
+  nodes->set_pool("main");
+  nodes->set_block("b0");
+  nodes->set_rack("r0");
+  nodes->mutable_capacity()->set_cpu_millis(kCpuPerNode);
+  nodes->mutable_capacity()->set_memory_bytes(int64_t{1} << 40);
+  absl::StatusOr<std::unique_ptr<trainyard::dispatcher::sim::SimAdapter>> sim =
+      trainyard::dispatcher::sim::SimAdapter::Create(
+          config, &trainyard::dispatcher::RealClock::Get());
+  if (!sim.ok()) {
+    std::cerr << "sim: " << sim.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<trainyard::dispatcher::Dispatcher>>
+      dispatcher = trainyard::dispatcher::Dispatcher::Create(
+          {.postgres_url = h.database_url(),
+           .redis_addr = h.redis()->Address(),
+           .cluster = "sim",
+           .interval = absl::GetFlag(FLAGS_dispatch_interval)},
+          sim->get());
+  if (!dispatcher.ok()) {
+    std::cerr << "dispatcher: " << dispatcher.status() << "\n";
+    return 1;
+  }
+  // One pass now: the nodes are known before the first submit.
+  if (auto pass = (*dispatcher)->RunPass(); !pass.ok()) {
+    std::cerr << "dispatcher pass: " << pass.status() << "\n";
+    return 1;
+  }
+  trainyard::scheduler::SchedulerOptions so;
+  so.postgres_url = h.database_url();
+  so.redis_addr = h.redis()->Address();
+  so.interval = absl::GetFlag(FLAGS_schedule_interval);
+  absl::StatusOr<std::unique_ptr<trainyard::scheduler::SchedulerService>>
+      scheduler = trainyard::scheduler::SchedulerService::Create(so);
+  if (!scheduler.ok()) {
+    std::cerr << "scheduler: " << scheduler.status() << "\n";
+    return 1;
+  }
+  (*scheduler)->Start();
+  (*dispatcher)->Start();
+
+  // Submissions: one thread per class, each slot submitting one job to every
+  // queue.
+  const std::string token = h.Token("users/bench", v1::ROLE_MEMBER, "kueue");
+  absl::Mutex mu;
+  std::map<int64_t, int> class_of;  // job id -> class index
+  std::atomic<int> failures{0};
+  int64_t total_work_cpu_ms = 0;
+  int total_jobs = 0;
+  for (const JobClass& c : Classes()) {
+    const int n = std::max(1, static_cast<int>(c.per_queue * scale));
+    total_jobs += n * static_cast<int>(queue_ids.size());
+    total_work_cpu_ms += int64_t{n} * static_cast<int64_t>(queue_ids.size()) *
+                         c.cpu_millis * absl::ToInt64Milliseconds(c.duration) /
+                         1000;
+  }
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> submitters;
+  for (size_t ci = 0; ci < Classes().size(); ++ci) {
+    submitters.emplace_back([&, ci] {
+      const JobClass& c = Classes()[ci];
+      auto jobs = h.jobs();
+      const int n = std::max(1, static_cast<int>(c.per_queue * scale));
+      for (int k = 0; k < n; ++k) {
+        const absl::Time slot = start + c.every * k;
+        absl::SleepFor(slot - absl::Now());
+        for (const std::string& q : queue_ids) {
+          v1::SubmitJobRequest req;
+          req.set_parent("tenants/kueue");
+          req.set_client_request_id(absl::StrCat(c.name, "-", q, "-", k));
+          v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+          spec->set_project("default");
+          spec->set_queue(q);
+          spec->set_priority_class(c.name);
+          spec->set_workers(1);
+          spec->mutable_resources()->set_cpu_millis(c.cpu_millis);
+          spec->mutable_resources()->set_memory_bytes(int64_t{1} << 30);
+          spec->add_command("sleep");
+          (*spec->mutable_env())["SIM_DURATION"] =
+              absl::FormatDuration(c.duration);
+          v1::SubmitJobResponse resp;
+          grpc::Status s = jobs->Submit(Ctx(token).get(), req, &resp);
+          if (!s.ok()) {
+            if (failures++ < 5)
+              std::cerr << "submit: " << s.error_message() << "\n";
+            continue;
+          }
+          const std::string& name = resp.job().name();
+          absl::MutexLock l(&mu);
+          class_of[std::stoll(name.substr(name.rfind('/') + 1))] =
+              static_cast<int>(ci);
+        }
+      }
+    });
+  }
+  for (std::thread& t : submitters) t.join();
+  const absl::Time submitted = absl::Now();
+
+  // Wait until every job has ended.
+  absl::StatusOr<std::unique_ptr<trainyard::storage::postgres::Database>> db =
+      trainyard::storage::postgres::Database::Open(
+          {.url = h.database_url(), .pool_size = 2});
+  if (!db.ok()) {
+    std::cerr << "db: " << db.status() << "\n";
+    return 1;
+  }
+  int64_t open = 1, succeeded = 0;
+  absl::Time done = absl::Now();
+  while (absl::Now() - start < absl::GetFlag(FLAGS_timeout)) {
+    (void)(*db)->Read([&](pqxx::read_transaction& txn) {
+      pqxx::row r = txn.exec1(
+          "SELECT count(*) FILTER (WHERE state NOT IN (5, 6, 7)), "
+          "count(*) FILTER (WHERE state = 5) FROM jobs");
+      open = r[0].as<int64_t>();
+      succeeded = r[1].as<int64_t>();
+      return absl::OkStatus();
+    });
+    done = absl::Now();
+    if (open == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  (*dispatcher)->Shutdown();
+  (*scheduler)->Shutdown();
+  const absl::Duration wall = done - start;
+
+  // Time to admission per class, from the outbox.
+  trainyard::storage::postgres::JobStore store(db->get());
+  std::map<int64_t, absl::Time> submit_time, admit_time;
+  uint64_t after = 0;
+  while (true) {
+    absl::StatusOr<std::vector<v1::JobEvent>> events =
+        store.ReadEvents(after, {}, 10000);
+    if (!events.ok() || events->empty()) break;
+    for (const v1::JobEvent& e : *events) {
+      after = e.sequence();
+      const int64_t id = std::stoll(e.job().substr(e.job().rfind('/') + 1));
+      const absl::Time t = absl::FromUnixMicros(
+          google::protobuf::util::TimeUtil::TimestampToMicroseconds(e.time()));
+      if (e.type() == v1::JOB_EVENT_TYPE_SUBMITTED) submit_time.emplace(id, t);
+      if (e.type() == v1::JOB_EVENT_TYPE_STATE_CHANGED &&
+          e.to_state() == v1::JOB_STATE_ADMITTED) {
+        admit_time.emplace(id, t);
+      }
+    }
+  }
+  std::vector<double> sum(Classes().size(), 0);
+  std::vector<int> count(Classes().size(), 0);
+  for (const auto& [id, ci] : class_of) {
+    auto s = submit_time.find(id);
+    auto a = admit_time.find(id);
+    if (s == submit_time.end() || a == admit_time.end()) continue;
+    sum[ci] += absl::ToDoubleSeconds(a->second - s->second);
+    ++count[ci];
+  }
+  const double utilisation =
+      static_cast<double>(total_work_cpu_ms) / 1000.0 /
+      (absl::ToDoubleSeconds(wall) * kNodes * kCpuPerNode / 1000.0);
+
+  std::string json = absl::StrCat(
+      "{\n  \"scale\": ", scale, ",\n  \"jobs\": ", total_jobs,
+      ",\n  \"submit_failures\": ", failures.load(),
+      ",\n  \"succeeded\": ", succeeded, ",\n  \"unfinished\": ", open,
+      ",\n  \"submit_seconds\": ", absl::ToDoubleSeconds(submitted - start),
+      ",\n  \"wall_seconds\": ", absl::ToDoubleSeconds(wall),
+      ",\n  \"cpu_seconds_of_work\": ", total_work_cpu_ms / 1000,
+      ",\n  \"cpu_utilisation\": ", utilisation,
+      ",\n  \"avg_time_to_admission_seconds\": {");
+  for (size_t ci = 0; ci < Classes().size(); ++ci) {
+    absl::StrAppend(&json, ci ? ", " : "", "\"", Classes()[ci].name,
+                    "\": ", count[ci] ? sum[ci] / count[ci] : -1);
+  }
+  absl::StrAppend(&json, "},\n  \"admitted\": {");
+  for (size_t ci = 0; ci < Classes().size(); ++ci) {
+    absl::StrAppend(&json, ci ? ", " : "", "\"", Classes()[ci].name,
+                    "\": ", count[ci]);
+  }
+  absl::StrAppend(&json, "}\n}\n");
+  std::cout << json;
+  const std::string path = absl::GetFlag(FLAGS_output);
+  if (!path.empty()) {
+    std::ofstream(path) << json;
+  }
+  return open == 0 && failures.load() == 0 ? 0 : 1;
+}
