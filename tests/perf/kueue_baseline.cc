@@ -32,10 +32,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
+#include "services/common/metrics.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -380,6 +383,15 @@ int main(int argc, char** argv) {
   }
   absl::StrAppend(&json, "}\n}\n");
   std::cout << json;
+  // Where the time went: the scheduler's cycle histogram.
+  for (const auto& line :
+       absl::StrSplit(trainyard::common::DefaultMetrics().Render(), '\n')) {
+    if (absl::StartsWith(line, "trainyard_scheduler_cycle_seconds_sum") ||
+        absl::StartsWith(line, "trainyard_scheduler_cycle_seconds_count") ||
+        absl::StartsWith(line, "trainyard_scheduler_decisions_total")) {
+      std::cerr << line << "\n";
+    }
+  }
   const std::string path = absl::GetFlag(FLAGS_output);
   if (!path.empty()) {
     std::ofstream(path) << json;
