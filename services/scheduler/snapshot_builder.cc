@@ -120,7 +120,9 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   // GPU models (0 = any), topology labels.
   Interner<std::string> models(1);
   s.gpu_model_names.push_back("");
-  Interner<std::string> blocks, racks;
+  // Topology labels are per cluster: a gang never spans clusters, and racks
+  // and blocks must not either.
+  Interner<std::string> clusters, blocks, racks;
   auto model_id = [&](const std::string& name) -> policy::GpuModelId {
     if (name.empty()) return policy::kAnyGpuModel;
     const policy::GpuModelId id = models.Id(name);
@@ -150,17 +152,20 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
       gpu_model = state.flavors.at(ShortId(pool->second.flavor())).gpu_model();
     policy::Node n{
         .name = name,
+        .cluster = clusters.Id(cluster_id),
         .flavor = flavor->second,
         .gpu_model = model_id(gpu_model),
         .capacity = ShapeOf(node.capacity()),
         .schedulable = node.state() == v1::NODE_STATE_READY && !cordoned};
     if (!node.topology().block().empty()) {
-      n.block = blocks.Id(node.topology().block());
-      if (!node.topology().rack().empty())
-        n.rack = racks.Id(
-            absl::StrCat(node.topology().block(), "/", node.topology().rack()));
+      n.block =
+          blocks.Id(absl::StrCat(cluster_id, "/", node.topology().block()));
+      if (!node.topology().rack().empty()) {
+        n.rack = racks.Id(absl::StrCat(cluster_id, "/", node.topology().block(),
+                                       "/", node.topology().rack()));
+      }
     } else if (!node.topology().rack().empty()) {
-      n.rack = racks.Id(absl::StrCat("/", node.topology().rack()));
+      n.rack = racks.Id(absl::StrCat(cluster_id, "//", node.topology().rack()));
     }
     s.nodes.push_back(std::move(n));
   }

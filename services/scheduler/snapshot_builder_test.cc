@@ -212,6 +212,23 @@ TEST(SnapshotBuilderTest, PreemptingJobsAreNotPreemptibleAgain) {
   EXPECT_EQ(s.priority_classes[s.running[0].priority_class].value, 10);
 }
 
+TEST(SnapshotBuilderTest, ClustersKeepTheirOwnTopology) {
+  PlatformState st = Platform();
+  st.clusters["other"] = v1::Cluster();
+  st.pools[{"other", "main"}] = st.pools[{"sim", "main"}];
+  // Same block and rack names as n1 in cluster sim.
+  st.nodes[{"other", "m1"}] = MakeNode("main", 8, "b1", "r1");
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_EQ(s.nodes.size(), 4u);
+  EXPECT_EQ(index.node_names[0], "clusters/other/nodes/m1");
+  EXPECT_NE(s.nodes[0].cluster, s.nodes[1].cluster);
+  EXPECT_NE(s.nodes[0].block, s.nodes[1].block);
+  EXPECT_NE(s.nodes[0].rack, s.nodes[1].rack);
+  EXPECT_EQ(s.nodes[1].cluster, s.nodes[2].cluster);
+}
+
 TEST(SnapshotBuilderTest, CordonedClusterIsNotSchedulable) {
   PlatformState st = Platform();
   st.clusters["sim"].set_cordoned(true);

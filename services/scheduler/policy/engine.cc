@@ -75,6 +75,12 @@ class ShapeIndex {
         usable_ = false;
         return;
       }
+      // One cluster only: choosing among clusters is PlaceGang's.
+      if (cluster_ == kUnset) cluster_ = node.cluster;
+      if (node.cluster != cluster_) {
+        usable_ = false;
+        return;
+      }
       const int64_t k = WorkersThatFit(free[id], shape, kMaxIndexedWorkers + 1);
       if (k > kMaxIndexedWorkers) {
         usable_ = false;
@@ -259,6 +265,8 @@ class ShapeIndex {
 
   WorkerShape shape_;
   bool usable_ = true;
+  static constexpr int64_t kUnset = INT64_MIN;
+  int64_t cluster_ = kUnset;
   std::vector<Rack> racks_;
   std::vector<Block> blocks_;
   std::vector<int32_t> rack_of_node_;
@@ -561,7 +569,12 @@ class Engine final : public CycleRunner {
         }
         if (TryBackfill(job, f, out)) return true;
         reservable.push_back(f);
-        if (placement.failure == PlacementFailure::kNoFitTopology) {
+        if (placement.failure == PlacementFailure::kNoFitCluster) {
+          begin_detail(PendingReason::kNoFitTopology);
+          absl::StrAppend(&message, "no single cluster holds ", job.workers,
+                          " workers (best holds ", placement.best_group_workers,
+                          ") (flavor ", s_->flavors[f].name, ")");
+        } else if (placement.failure == PlacementFailure::kNoFitTopology) {
           begin_detail(PendingReason::kNoFitTopology);
           absl::StrAppend(
               &message, "no single ",

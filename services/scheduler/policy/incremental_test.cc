@@ -40,6 +40,10 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
       node.block = node.block + 1;
     }
   }
+  // Some have two clusters (by block, so racks and blocks stay inside one).
+  if (Uniform(rng, 0, 2) == 0) {
+    for (Node& node : s.nodes) node.cluster = node.block % 2;
+  }
   for (Node& node : s.nodes) {
     if (Uniform(rng, 0, 9) == 0) {
       node.used.cpu_millis =

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -124,6 +125,32 @@ PlacementResult PlaceGang(
   if (total < need) {
     result.failure = PlacementFailure::kNoCapacity;
     return result;
+  }
+  if (job.required_topology == TopologyLevel::kNone) {
+    // One cluster: the smallest that holds the whole gang.
+    std::map<int32_t, int64_t> per_cluster;
+    for (const Candidate& c : cands)
+      per_cluster[s.nodes[c.node].cluster] += c.workers;
+    if (per_cluster.size() > 1) {
+      std::optional<int32_t> best;
+      for (const auto& [cluster, workers] : per_cluster) {
+        result.best_group_workers =
+            std::max(result.best_group_workers, workers);
+        if (workers >= need &&
+            (!best.has_value() || workers < per_cluster[*best])) {
+          best = cluster;
+        }
+      }
+      result.best_group_workers = std::min(result.best_group_workers, need);
+      if (!best.has_value()) {
+        result.failure = PlacementFailure::kNoFitCluster;
+        return result;
+      }
+      std::erase_if(cands, [&](const Candidate& c) {
+        return s.nodes[c.node].cluster != *best;
+      });
+      result.best_group_workers = 0;
+    }
   }
   // Group nodes into racks and racks into blocks; std::map keeps key order so
   // the result does not depend on hashing. Unlabelled nodes get unique

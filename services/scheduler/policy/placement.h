@@ -9,6 +9,10 @@
 // This yields the minimum number of groups at each level. Ties go to nodes with
 // fewer free GPUs (already fragmented), then lower ids. A required level
 // (block or rack) restricts the gang to one labelled group of that level.
+// A gang never spans clusters (Node::cluster): without a required level, when
+// the flavor's nodes are in several clusters, the smallest cluster that holds
+// the whole gang is chosen first (best fit; ties to the lower cluster id).
+// Racks and blocks must not span clusters.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
 
@@ -20,7 +24,15 @@
 
 namespace trainyard::scheduler::policy {
 
-enum class PlacementFailure { kNone, kNoCapacity, kNoFitTopology };
+enum class PlacementFailure {
+  kNone,
+  kNoCapacity,
+  // No single group of the required level (rack, block) holds the gang.
+  kNoFitTopology,
+  // The flavor's nodes hold the gang only across clusters (gangs never span
+  // clusters).
+  kNoFitCluster,
+};
 
 struct PlacementResult {
   PlacementFailure failure = PlacementFailure::kNone;
@@ -28,7 +40,8 @@ struct PlacementResult {
   std::vector<NodeId> worker_nodes;
   // Workers the eligible nodes could hold in total (capped at the gang size).
   int64_t capacity_workers = 0;
-  // Workers the best single group of the required level could hold.
+  // Workers the best single group of the required level (or the best single
+  // cluster, for kNoFitCluster) could hold.
   int64_t best_group_workers = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
@@ -50,6 +51,39 @@ TEST(PlacementTest, GangIsAllOrNothing) {
   EXPECT_EQ(r.failure, PlacementFailure::kNoCapacity);
   EXPECT_TRUE(r.worker_nodes.empty());
   EXPECT_EQ(r.capacity_workers, 2);
+}
+
+TEST(PlacementTest, GangNeverSpansClusters) {
+  SnapshotBuilder b;
+  FlavorId f = b.AddFlavor("h100");
+  // Cluster 0: 2 nodes (block 0); cluster 1: 3 nodes (block 1); cluster 2:
+  // 4 nodes (block 2).
+  for (int i = 0; i < 9; ++i) {
+    const int cluster = i < 2 ? 0 : (i < 5 ? 1 : 2);
+    const NodeId n = b.AddNode(f, 8, /*block=*/cluster, /*rack=*/cluster);
+    b.snapshot().nodes[n].cluster = cluster;
+  }
+  // 3 workers: cluster 0 is too small; cluster 1 fits exactly (best fit)
+  // although the flavor's first blocks would hold it across clusters.
+  PendingJob& job = b.AddJob(1, 0, /*workers=*/3, /*gpus=*/8);
+  PlacementResult r = Place(b.Build(), job);
+  ASSERT_EQ(r.failure, PlacementFailure::kNone);
+  EXPECT_EQ(r.worker_nodes, (std::vector<NodeId>{2, 3, 4}));
+  // 5 workers: 9 nodes are free, but no cluster holds 5.
+  b.snapshot().pending[0].workers = 5;
+  r = Place(b.Build(), b.Build().pending[0]);
+  EXPECT_EQ(r.failure, PlacementFailure::kNoFitCluster);
+  EXPECT_EQ(r.best_group_workers, 4);
+  EXPECT_EQ(r.capacity_workers, 5);
+  // Through the policy: NO_FIT_TOPOLOGY with the cluster named.
+  b.AddQueue("q");
+  b.AddGpuQuota(0, f, 100);
+  const Decisions d = Decide(b.Build());
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].reason, PendingReason::kNoFitTopology);
+  EXPECT_EQ(d.pending[0].message.str(),
+            "NO_FIT_TOPOLOGY: no single cluster holds 5 workers (best holds 4) "
+            "(flavor h100)");
 }
 
 TEST(PlacementTest, PacksOntoTheFewestBlocksBestFit) {
