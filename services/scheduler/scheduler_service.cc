@@ -253,7 +253,8 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
   }
   policy::Snapshot snapshot;
   SnapshotIndex index;
-  BuildSnapshot(state_, absl::Now(), &snapshot, &index);
+  BuildSnapshot(state_, options_.clock ? options_.clock() : absl::Now(),
+                &snapshot, &index);
   const absl::Time loaded = absl::Now();
   const policy::Decisions d = policy::Decide(snapshot, options_.policy);
   const absl::Time decided = absl::Now();

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +44,9 @@ struct SchedulerOptions {
   // Key of the session advisory lock that elects the leader.
   int64_t leader_lock_key = 0x7479736368656400;  // "tysched\0"
   int db_pool_size = 4;
+  // The scheduler's clock ("now" of its snapshots); tests running the sim on
+  // a virtual clock pass the same one. Default: absl::Now.
+  std::function<absl::Time()> clock;
   // A pending job's explanation is rewritten at once when its reason changes,
   // and at most this often when only its message does (usage numbers change
   // with every admission).

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace trainyard::scheduler {
@@ -84,6 +86,14 @@ std::vector<policy::FlavorQuota> QuotasOf(
     out.push_back(std::move(q));
   }
   return out;
+}
+
+// RetryPolicy defaults (job.proto): 10 s, doubling, at most 10 min.
+constexpr absl::Duration kDefaultInitialBackoff = absl::Seconds(10);
+constexpr absl::Duration kDefaultMaxBackoff = absl::Minutes(10);
+
+absl::Duration DurationOf(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
 bool HoldsResources(v1::JobState s) {
@@ -313,6 +323,17 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
       continue;
     }
     if (job.state() != v1::JOB_STATE_QUEUED) continue;
+    if (std::optional<absl::Time> until = RetryNotBefore(view);
+        until.has_value() && *until > now) {
+      index->excluded.emplace_back(
+          id, absl::StrCat(
+                  "RETRY_BACKOFF: attempt ", job.attempt_count(),
+                  " failed; retry ", job.attempt_count() + 1, " waits until ",
+                  absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *until,
+                                   absl::UTCTimeZone()),
+                  " (in ", absl::ToInt64Seconds(*until - now) + 1, " s)"));
+      continue;
+    }
     if (queue == queue_ids.end()) {
       auto known = state.queues.find({job.tenant(), spec.queue()});
       index->excluded.emplace_back(
@@ -377,6 +398,41 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   }
   // Node usage beyond capacity (e.g. a node shrank) would be refused by
   // ValidateSnapshot only if negative; keep it, the node just has no room.
+}
+
+std::optional<absl::Time> RetryNotBefore(const JobView& view) {
+  if (!view.attempt.has_value() || !view.attempt->has_end_time())
+    return std::nullopt;
+  const v1::FailureClass failure = view.attempt->failure_class();
+  if (failure != v1::FAILURE_CLASS_USER_ERROR &&
+      failure != v1::FAILURE_CLASS_BACKEND_ERROR) {
+    return std::nullopt;  // Platform failures resume at once.
+  }
+  const v1::RetryPolicy& retry = view.job.spec().retry();
+  const absl::Duration initial = retry.has_initial_backoff()
+                                     ? DurationOf(retry.initial_backoff())
+                                     : kDefaultInitialBackoff;
+  const absl::Duration cap = retry.has_max_backoff()
+                                 ? DurationOf(retry.max_backoff())
+                                 : kDefaultMaxBackoff;
+  // Doubling per retry: attempt 1 failed -> initial, attempt 2 -> 2x ...
+  absl::Duration backoff = initial;
+  for (int i = 1; i < view.job.attempt_count() && backoff < cap; ++i)
+    backoff *= 2;
+  backoff = std::min(backoff, cap);
+  // Deterministic jitter in [-10 %, +10 %] from the job and attempt, so that
+  // jobs failing together do not come back together.
+  const uint64_t h =
+      (static_cast<uint64_t>(
+           std::stoll(view.job.name().substr(view.job.name().rfind('/') + 1))) *
+       0x9E3779B97F4A7C15ull) ^
+      static_cast<uint64_t>(view.job.attempt_count()) * 0xBF58476D1CE4E5B9ull;
+  const double jitter = (static_cast<double>(h % 2001) - 1000.0) / 10000.0;
+  backoff += backoff * jitter;
+  return absl::FromUnixMicros(
+             google::protobuf::util::TimeUtil::TimestampToMicroseconds(
+                 view.attempt->end_time())) +
+         backoff;
 }
 
 }  // namespace trainyard::scheduler

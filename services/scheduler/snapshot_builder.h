@@ -71,10 +71,20 @@ struct SnapshotIndex {
 //     preemptible again;
 //   - running attempts (ADMITTED, DISPATCHING, RUNNING, PREEMPTING) and
 //     pending jobs (QUEUED; HELD ones wait for their hold to lift).
-// Jobs of queues that do not exist or are stopped (stop_policy HOLD …) are
-// left out and listed in index->excluded with a reason.
+// Jobs of queues that do not exist or are stopped (stop_policy HOLD …), and
+// jobs waiting out a retry backoff, are left out and listed in
+// index->excluded with a reason.
 void BuildSnapshot(const PlatformState& state, absl::Time now,
                    policy::Snapshot* snapshot, SnapshotIndex* index);
+
+// When a QUEUED job whose newest attempt failed by its own fault (user or
+// backend error) may run again: that attempt's end + its retry backoff
+// (spec.retry.initial_backoff, default 10 s, doubling per attempt up to
+// max_backoff, default 10 min, with a deterministic ±10 % jitter per job and
+// attempt). nullopt when it need not wait (never failed, or a platform failure:
+// those resume at once). BuildSnapshot leaves such a job out until then
+// (RETRY_BACKOFF).
+std::optional<absl::Time> RetryNotBefore(const JobView& view);
 
 }  // namespace trainyard::scheduler
 

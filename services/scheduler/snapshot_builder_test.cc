@@ -229,6 +229,41 @@ TEST(SnapshotBuilderTest, ClustersKeepTheirOwnTopology) {
   EXPECT_EQ(s.nodes[1].cluster, s.nodes[2].cluster);
 }
 
+TEST(SnapshotBuilderTest, UserErrorsWaitOutTheirRetryBackoff) {
+  PlatformState st = Platform();
+  JobView j = MakeJob(9, "default", v1::JOB_STATE_QUEUED, 1);
+  j.job.set_attempt_count(3);  // attempts 1..3 ran; 3 failed: 4 * 10 s
+  v1::Attempt a;
+  a.set_index(3);
+  a.set_failure_class(v1::FAILURE_CLASS_USER_ERROR);
+  *a.mutable_end_time() =
+      TimeUtil::SecondsToTimestamp(absl::ToUnixSeconds(kNow));
+  j.attempt = a;
+  std::optional<absl::Time> until = RetryNotBefore(j);
+  ASSERT_TRUE(until.has_value());
+  EXPECT_GE(*until, kNow + absl::Seconds(36));  // 40 s - 10 %
+  EXPECT_LE(*until, kNow + absl::Seconds(44));  // 40 s + 10 %
+  st.jobs[9] = j;
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow + absl::Seconds(30), &s, &index);
+  EXPECT_TRUE(s.pending.empty());
+  ASSERT_EQ(index.excluded.size(), 1u);
+  EXPECT_EQ(index.excluded[0].second.rfind(
+                "RETRY_BACKOFF: attempt 3 failed; retry 4 waits "
+                "until ",
+                0),
+            0u)
+      << index.excluded[0].second;
+  BuildSnapshot(st, kNow + absl::Seconds(45), &s, &index);
+  EXPECT_EQ(s.pending.size(), 1u);
+  // The cap, and platform failures resume at once.
+  j.job.mutable_spec()->mutable_retry()->mutable_max_backoff()->set_seconds(15);
+  EXPECT_LE(*RetryNotBefore(j), kNow + absl::Seconds(17));
+  j.attempt->set_failure_class(v1::FAILURE_CLASS_NODE_FAILURE);
+  EXPECT_FALSE(RetryNotBefore(j).has_value());
+}
+
 TEST(SnapshotBuilderTest, CordonedClusterIsNotSchedulable) {
   PlatformState st = Platform();
   st.clusters["sim"].set_cordoned(true);

@@ -104,6 +104,7 @@ class DispatcherTest : public ::testing::Test {
     scheduler::SchedulerOptions so;
     so.postgres_url = harness_->database_url();
     so.redis_addr = "";
+    so.clock = [this] { return clock_.Now(); };
     absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
         scheduler::SchedulerService::Create(so);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -228,13 +229,22 @@ TEST_F(DispatcherTest, UserErrorsAreRetriedAsThePolicySaysThenFail) {
   v1::SubmitJobRequest req = Job("a", 1, "10s");
   (*req.mutable_job()->mutable_spec()->mutable_env())["SIM_EXIT_CODE"] = "3";
   req.mutable_job()->mutable_spec()->mutable_retry()->set_max_attempts(2);
+  req.mutable_job()
+      ->mutable_spec()
+      ->mutable_retry()
+      ->mutable_initial_backoff()
+      ->set_seconds(20);
   const int64_t id = Submit(req);
   Step();
   clock_.Advance(absl::Seconds(15));
-  Step();  // attempt 1 fails with exit 3: retried
+  Step();  // attempt 1 fails with exit 3 (at 10 s): retried after its backoff
   v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(job.state_reason(), "RETRYING");
+  Step();  // 5 s after the failure: still waiting out the 20 s (±10 %) backoff
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Get(id).attempt_count(), 1);
+  clock_.Advance(absl::Seconds(20));
   Step();  // attempt 2 admitted and started
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   clock_.Advance(absl::Seconds(15));
