@@ -15,6 +15,7 @@
 #include "storage/postgres/job_store.h"
 #include "storage/redis/event_stream_reader.h"
 #include "storage/redis/redis_client.h"
+#include "storage/redis/wakeup_subscriber.h"
 #include "trainyard/v1/job.pb.h"
 
 namespace trainyard::api {
@@ -23,7 +24,8 @@ namespace trainyard::api {
 // numbers.
 inline constexpr char kEventStream[] = "ty:events";
 // Redis channel that wakes the scheduler when work arrives.
-inline constexpr char kSchedulerWakeup[] = "ty:wake:scheduler";
+inline constexpr const char* kSchedulerWakeup =
+    storage::redis::kSchedulerWakeupChannel;
 
 // Copies committed outbox rows from PostgreSQL to the Redis stream, in sequence
 // order. Wakes on PostgreSQL NOTIFY (and every second). Several relays may run

@@ -275,4 +275,9 @@ absl::StatusOr<std::string> ParseRoleBindingName(std::string_view name,
                      &IsValidGeneratedId);
 }
 
+std::string_view NameId(std::string_view name) {
+  const size_t slash = name.rfind('/');
+  return slash == std::string_view::npos ? name : name.substr(slash + 1);
+}
+
 }  // namespace trainyard::core

@@ -70,6 +70,10 @@ struct JobName {
   std::string ToString() const;
   friend bool operator==(const JobName&, const JobName&) = default;
 };
+// The last segment of a resource name ("clusters/a/nodes/n7" -> "n7"); the
+// name itself when it has no '/'. Does not validate.
+std::string_view NameId(std::string_view name);
+
 std::string FormatJobName(const JobName& name);
 std::string JobResourceName(std::string_view tenant, int64_t job_id);
 absl::StatusOr<JobName> ParseJobName(std::string_view name,

@@ -195,3 +195,16 @@ TEST(ClusterParentTest, AllClusters) {
 
 }  // namespace
 }  // namespace trainyard::core
+
+namespace trainyard::core {
+namespace {
+
+TEST(NameIdTest, LastSegment) {
+  EXPECT_EQ(NameId("clusters/a/nodes/n7"), "n7");
+  EXPECT_EQ(NameId("flavors/h100"), "h100");
+  EXPECT_EQ(NameId("h100"), "h100");
+  EXPECT_EQ(NameId(""), "");
+}
+
+}  // namespace
+}  // namespace trainyard::core

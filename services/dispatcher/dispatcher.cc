@@ -14,8 +14,10 @@
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 #include "services/core/job_state.h"
+#include "services/core/names.h"
 #include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
+#include "storage/redis/wakeup_subscriber.h"
 
 namespace trainyard::dispatcher {
 namespace {
@@ -25,15 +27,9 @@ namespace pg = ::trainyard::storage::postgres;
 using common::Log;
 using common::LogLevel;
 
-std::string ShortId(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
+int64_t JobIdOf(const v1::Job& job) {
+  return std::stoll(std::string(core::NameId(job.name())));
 }
-
-// Redis channel the scheduler listens on (services/api/events.h).
-constexpr char kSchedulerWakeup[] = "ty:wake:scheduler";
-
-int64_t JobIdOf(const v1::Job& job) { return std::stoll(ShortId(job.name())); }
 
 absl::Time TimeOf(const google::protobuf::Timestamp& t) {
   return absl::FromUnixMicros(
@@ -202,7 +198,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
   if (redis_ != nullptr &&
       report.succeeded + report.failed + report.requeued + report.cancelled >
           0) {
-    (void)redis_->Notify(kSchedulerWakeup, "dispatcher");
+    (void)redis_->Notify(storage::redis::kSchedulerWakeupChannel, "dispatcher");
   }
   return report;
 }
@@ -228,10 +224,10 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
                         .attempt = a.attempt.index(),
                         .tenant = a.job.tenant(),
                         .spec = a.job.spec(),
-                        .flavor = ShortId(a.attempt.flavor()),
+                        .flavor = std::string(core::NameId(a.attempt.flavor())),
                         .resume_from = a.attempt.resumed_from()};
   for (const v1::WorkerPlacement& p : a.attempt.placements())
-    request.worker_nodes.push_back(ShortId(p.node()));
+    request.worker_nodes.push_back(std::string(core::NameId(p.node())));
   absl::StatusOr<AttemptStatus> launched = adapter_->Launch(request);
   if (!launched.ok()) {
     if (absl::IsUnavailable(launched.status()) ||

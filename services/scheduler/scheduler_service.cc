@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
+#include "services/core/names.h"
 #include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
@@ -25,9 +26,6 @@ namespace v1 = ::trainyard::v1;
 namespace pg = ::trainyard::storage::postgres;
 using common::Log;
 using common::LogLevel;
-
-// Redis channel the api notifies on submissions (services/api/events.h).
-constexpr char kSchedulerWakeup[] = "ty:wake:scheduler";
 
 // Every object of a kind, page by page.
 template <typename Proto, typename Fn>
@@ -46,11 +44,6 @@ absl::Status ForEachObject(pg::ObjectStore& store, const pg::ObjectKind& kind,
     if (!page->more || page->objects.empty()) return absl::OkStatus();
     query.after_key = page->objects.back().key;
   }
-}
-
-std::string ShortId(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
 common::Histogram& CycleSeconds() {
@@ -119,7 +112,8 @@ void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
         storage::redis::ParseRedisAddress(options_.redis_addr);
     if (redis.ok()) {
       wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
-          *redis, std::vector<std::string>{kSchedulerWakeup});
+          *redis,
+          std::vector<std::string>{storage::redis::kSchedulerWakeupChannel});
     }
   }
   while (!stop_.HasBeenNotified() && alive()) {
@@ -215,7 +209,7 @@ absl::Status SchedulerService::Refresh() {
     if (!all.ok()) return all.status();
     state_.jobs.clear();
     for (pg::ActiveJob& a : *all) {
-      const int64_t id = std::stoll(ShortId(a.job.name()));
+      const int64_t id = std::stoll(std::string(core::NameId(a.job.name())));
       state_.jobs[id] =
           JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
     }
@@ -233,7 +227,7 @@ absl::Status SchedulerService::Refresh() {
       if (!fresh.ok()) return fresh.status();
       for (int64_t id : changed->first) state_.jobs.erase(id);
       for (pg::ActiveJob& a : *fresh) {
-        const int64_t id = std::stoll(ShortId(a.job.name()));
+        const int64_t id = std::stoll(std::string(core::NameId(a.job.name())));
         state_.jobs[id] =
             JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
       }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
+#include "services/core/names.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -23,11 +24,6 @@ int64_t Micros(const google::protobuf::Timestamp& t) {
 }
 int64_t Micros(const google::protobuf::Duration& d) {
   return google::protobuf::util::TimeUtil::DurationToMicroseconds(d);
-}
-
-std::string ShortId(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
 // Interns strings as dense ids in first-seen order.
@@ -59,7 +55,7 @@ std::vector<policy::FlavorQuota> QuotasOf(
     const absl::flat_hash_map<std::string, policy::FlavorId>& flavor_ids) {
   std::vector<policy::FlavorQuota> out;
   for (const v1::FlavorQuotas& fq : quotas) {
-    auto f = flavor_ids.find(ShortId(fq.flavor()));
+    auto f = flavor_ids.find(std::string(core::NameId(fq.flavor())));
     if (f == flavor_ids.end()) continue;
     policy::FlavorQuota q{.flavor = f->second};
     for (const v1::ResourceQuota& rq : fq.resources()) {
@@ -147,7 +143,8 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     const auto& [cluster_id, node_id] = key;
     auto pool = state.pools.find({cluster_id, node.pool()});
     if (pool == state.pools.end()) continue;
-    auto flavor = flavor_ids.find(ShortId(pool->second.flavor()));
+    auto flavor =
+        flavor_ids.find(std::string(core::NameId(pool->second.flavor())));
     if (flavor == flavor_ids.end()) continue;
     auto cluster = state.clusters.find(cluster_id);
     const bool cordoned =
@@ -159,7 +156,9 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     index->node_clusters.push_back(cluster_id);
     std::string gpu_model = node.capacity().gpu_model();
     if (gpu_model.empty())
-      gpu_model = state.flavors.at(ShortId(pool->second.flavor())).gpu_model();
+      gpu_model =
+          state.flavors.at(std::string(core::NameId(pool->second.flavor())))
+              .gpu_model();
     policy::Node n{
         .name = name,
         .cluster = clusters.Id(cluster_id),
@@ -188,7 +187,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   }
   for (const auto& [id, c] : state.cohorts) {
     policy::Cohort& cohort = s.cohorts[cohort_ids[id]];
-    auto parent = cohort_ids.find(ShortId(c.parent()));
+    auto parent = cohort_ids.find(std::string(core::NameId(c.parent())));
     if (!c.parent().empty() && parent != cohort_ids.end())
       cohort.parent = parent->second;
     cohort.quotas = QuotasOf(c.quotas(), flavor_ids);
@@ -221,7 +220,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
         .strategy = q.queueing_strategy() == v1::QUEUEING_STRATEGY_STRICT_FIFO
                         ? policy::QueueingStrategy::kStrictFifo
                         : policy::QueueingStrategy::kBestEffortFifo};
-    auto cohort = cohort_ids.find(ShortId(q.cohort()));
+    auto cohort = cohort_ids.find(std::string(core::NameId(q.cohort())));
     if (!q.cohort().empty() && cohort != cohort_ids.end())
       queue.cohort = cohort->second;
     queue.quotas = QuotasOf(q.quotas(), flavor_ids);
@@ -272,7 +271,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   for (const auto& [id, pc] : state.priority_classes)
     class_id(id, pc.value(), pc.preemptible());
   auto job_class = [&](const v1::Job& job, bool preemptible) {
-    std::string name = ShortId(job.spec().priority_class());
+    std::string name = std::string(core::NameId(job.spec().priority_class()));
     auto configured = state.priority_classes.find(name);
     if (name.empty()) name = "default";
     const bool class_preemptible = configured == state.priority_classes.end() ||
@@ -290,7 +289,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     if (HoldsResources(job.state())) {
       if (!view.attempt.has_value()) continue;
       const v1::Attempt& a = *view.attempt;
-      auto flavor = flavor_ids.find(ShortId(a.flavor()));
+      auto flavor = flavor_ids.find(std::string(core::NameId(a.flavor())));
       if (flavor == flavor_ids.end()) continue;
       policy::RunningAttempt r{
           .job = id,

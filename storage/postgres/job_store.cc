@@ -11,6 +11,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/core/job_state.h"
+#include "services/core/names.h"
 #include "storage/postgres/errors.h"
 
 namespace trainyard::storage::postgres {
@@ -789,11 +790,6 @@ std::string IdArray(const std::vector<int64_t>& ids) {
   return a.str();
 }
 
-std::string ShortId(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<ActiveJob>> JobStore::LoadActiveJobs(
@@ -910,7 +906,8 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
       attempt.set_resumed_from(job->resume_from());
       *attempt.mutable_admit_time() = ToTimestamp(now);
       txn.exec_prepared("attempt_insert", a.job_id, index,
-                        ShortId(attempt.cluster()), ShortId(attempt.flavor()),
+                        std::string(core::NameId(attempt.cluster())),
+                        std::string(core::NameId(attempt.flavor())),
                         Bytea(attempt.SerializeAsString()));
       job->set_attempt_count(index);
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);

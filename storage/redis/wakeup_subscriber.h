@@ -16,6 +16,10 @@
 
 namespace trainyard::storage::redis {
 
+// Channel that wakes the scheduler: the api publishes on every submit, a
+// dispatcher when attempts end (hints only; the outbox is the truth).
+inline constexpr char kSchedulerWakeupChannel[] = "ty:wake:scheduler";
+
 // Subscribes to channels on a dedicated connection owned by a background
 // thread, which reconnects and resubscribes transparently (after
 // reconnect_backoff) whenever the connection fails, and PINGs an idle
