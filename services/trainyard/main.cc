@@ -3,6 +3,7 @@
 //   trainyard api         the api service (gRPC; /metrics, /healthz, /readyz)
 //   trainyard scheduler   the scheduler (one leader; others stand by)
 //   trainyard dispatcher  one cluster's dispatcher (today: the sim backend)
+//   trainyard sim-cluster a simulated cluster served over gRPC
 //   trainyard all         every service that exists, in one process
 //   trainyard migrate     apply the SQL migrations
 //   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
@@ -26,6 +27,7 @@
 #include "services/api/auth.h"
 #include "services/api/server.h"
 #include "services/common/config.h"
+#include "services/common/grpc_server.h"
 #include "services/common/health.h"
 #include "services/common/http_server.h"
 #include "services/common/logging.h"
@@ -34,6 +36,7 @@
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/dispatcher/adapters/sim/sim_remote.h"
 #include "services/dispatcher/dispatcher.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/trainyard/apply.h"
@@ -70,6 +73,9 @@ ABSL_FLAG(
     std::string, sim_config, "",
     "dispatcher/all: text-format SimClusterConfig; runs a dispatcher with "
     "the sim backend for the cluster it names (docs/sim.md)");
+ABSL_FLAG(std::string, sim_target, "",
+          "dispatcher: address (host:port) of a `trainyard sim-cluster` to "
+          "dispatch to, instead of an in-process --sim_config cluster");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(500),
           "dispatcher: a pass runs at least this often");
 ABSL_FLAG(std::string, principal, "",
@@ -98,7 +104,8 @@ constexpr char kUsage[] =
 Usage:
   trainyard api      [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
-  trainyard dispatcher --sim_config=FILE [--config=FILE] [--http_listen=..] [--postgres_url=..]
+  trainyard dispatcher --sim_config=FILE | --sim_target=HOST:PORT [--config=FILE] [--http_listen=..] [--postgres_url=..]
+  trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
   trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
   trainyard migrate  [--postgres_url=..]
   trainyard token create --principal=users/NAME --role=ROLE [--tenant=TENANT] [--ttl=2160h]
@@ -229,43 +236,110 @@ StartHealthServer(trainyard::common::Health& health) {
   return http;
 }
 
-// A dispatcher with the sim backend for the cluster `--sim_config` names, on
-// the real clock. Owns its adapter.
+// A dispatcher with the sim backend: the cluster `--sim_config` names, run in
+// this process on the real clock, or the `trainyard sim-cluster` at
+// `--sim_target`. Owns its adapter.
 struct SimDispatcher {
-  std::unique_ptr<trainyard::dispatcher::sim::SimAdapter> adapter;
+  std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
   std::unique_ptr<trainyard::dispatcher::Dispatcher> dispatcher;
 };
 
 absl::StatusOr<SimDispatcher> StartSimDispatcher() {
-  auto config = trainyard::dispatcher::sim::LoadSimConfig(
-      absl::GetFlag(FLAGS_sim_config));
-  if (!config.ok()) return config.status();
   SimDispatcher out;
-  auto adapter = trainyard::dispatcher::sim::SimAdapter::Create(
-      *config, &trainyard::dispatcher::RealClock::Get());
-  if (!adapter.ok()) return adapter.status();
-  out.adapter = std::move(*adapter);
+  std::string cluster;
+  if (!absl::GetFlag(FLAGS_sim_target).empty()) {
+    auto client =
+        std::make_unique<trainyard::dispatcher::sim::SimClusterClient>(
+            trainyard::dispatcher::sim::SimClusterClientOptions{
+                .target = absl::GetFlag(FLAGS_sim_target)});
+    // The cluster's name comes from the sim cluster itself; wait a while for
+    // it to come up (both are often started together).
+    auto info = client->Info(absl::Seconds(30));
+    if (!info.ok()) return info.status();
+    cluster = info->cluster();
+    out.adapter = std::move(client);
+  } else {
+    auto config = trainyard::dispatcher::sim::LoadSimConfig(
+        absl::GetFlag(FLAGS_sim_config));
+    if (!config.ok()) return config.status();
+    auto adapter = trainyard::dispatcher::sim::SimAdapter::Create(
+        *config, &trainyard::dispatcher::RealClock::Get());
+    if (!adapter.ok()) return adapter.status();
+    cluster = config->cluster();
+    out.adapter = std::move(*adapter);
+  }
   auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
       {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
        .redis_addr = absl::GetFlag(FLAGS_redis_addr),
-       .cluster = config->cluster(),
+       .cluster = cluster,
        .interval = absl::GetFlag(FLAGS_dispatch_interval)},
       out.adapter.get());
   if (!dispatcher.ok()) return dispatcher.status();
   out.dispatcher = std::move(*dispatcher);
   out.dispatcher->Start();
   Log(LogLevel::kInfo, "dispatcher started",
-      {{"cluster", config->cluster()}, {"backend", "sim"}});
+      {{"cluster", cluster},
+       {"backend",
+        absl::GetFlag(FLAGS_sim_target).empty() ? "sim" : "sim-remote"}});
   return out;
+}
+
+// `trainyard sim-cluster`: the cluster `--sim_config` describes, on the real
+// clock, served over gRPC (SimClusterService) on --grpc_listen, with /healthz,
+// /readyz and /metrics on --http_listen.
+int ServeSimCluster() {
+  sigset_t signals = BlockStopSignals();
+  if (absl::GetFlag(FLAGS_sim_config).empty()) {
+    std::cerr << "sim-cluster: --sim_config=FILE is required\n";
+    return 2;
+  }
+  auto config = trainyard::dispatcher::sim::LoadSimConfig(
+      absl::GetFlag(FLAGS_sim_config));
+  if (!config.ok()) {
+    std::cerr << "sim-cluster: " << config.status() << "\n";
+    return 2;
+  }
+  auto sim = trainyard::dispatcher::sim::SimAdapter::Create(
+      *config, &trainyard::dispatcher::RealClock::Get());
+  if (!sim.ok()) {
+    std::cerr << "sim-cluster: " << sim.status() << "\n";
+    return 2;
+  }
+  trainyard::dispatcher::sim::SimClusterServer service(sim->get());
+  trainyard::common::GrpcServerRunner server(
+      {.listen_address = absl::GetFlag(FLAGS_grpc_listen)});
+  server.AddService(&service);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    Log(LogLevel::kError, "sim-cluster: gRPC failed to start", {{"error", s}});
+    return 1;
+  }
+  trainyard::common::Health health;
+  absl::StatusOr<std::unique_ptr<trainyard::common::HttpServer>> http =
+      StartHealthServer(health);
+  if (!http.ok()) {
+    Log(LogLevel::kError, "sim-cluster: http failed to start",
+        {{"error", http.status()}});
+    return 1;
+  }
+  Log(LogLevel::kInfo, "sim cluster serving",
+      {{"cluster", config->cluster()}, {"port", server.port()}});
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  server.Shutdown();
+  if (*http) (*http)->Stop();
+  return 0;
 }
 
 // `trainyard dispatcher`: one cluster's dispatcher, with /metrics, /healthz,
 // /readyz.
 int ServeDispatcher() {
   sigset_t signals = BlockStopSignals();
-  if (absl::GetFlag(FLAGS_sim_config).empty()) {
-    std::cerr << "dispatcher: --sim_config=FILE is required (the Slurm and "
-                 "Kubernetes backends arrive with their issues)\n";
+  if (absl::GetFlag(FLAGS_sim_config).empty() ==
+      absl::GetFlag(FLAGS_sim_target).empty()) {
+    std::cerr << "dispatcher: give one of --sim_config=FILE or "
+                 "--sim_target=HOST:PORT (the Slurm and Kubernetes backends "
+                 "arrive with their issues)\n";
     return 2;
   }
   auto migrated =
@@ -429,6 +503,7 @@ int main(int argc, char** argv) {
   if (command == "all") return Serve(/*with_scheduler=*/true);
   if (command == "scheduler") return ServeScheduler();
   if (command == "dispatcher") return ServeDispatcher();
+  if (command == "sim-cluster") return ServeSimCluster();
   if (command == "token") {
     if (args.size() >= 3 && std::string(args[2]) == "create")
       return TokenCreate();

@@ -541,6 +541,31 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
   return page;
 }
 
+namespace {
+
+// Ends the latest attempt of a job that never reached its backend (cancelled
+// or preempted while ADMITTED), so that every attempt row has an end: body
+// end_time, failure class and message, and the end_time column.
+void CloseUndispatchedAttempt(pqxx::work& txn, int64_t job_id, absl::Time now,
+                              trainyard::v1::FailureClass failure,
+                              const std::string& message) {
+  pqxx::result a = txn.exec_prepared("attempt_latest_lock", job_id);
+  if (a.empty()) return;
+  const int idx = a[0][0].as<int>();
+  trainyard::v1::Attempt attempt;
+  attempt.ParseFromString(BytesOf(a[0][1]));
+  if (attempt.has_end_time()) return;
+  *attempt.mutable_end_time() = ToTimestamp(now);
+  attempt.set_failure_class(failure);
+  attempt.set_message(message);
+  std::optional<int64_t> start;
+  txn.exec_prepared("attempt_update", job_id, idx,
+                    Bytea(attempt.SerializeAsString()), start,
+                    absl::ToUnixMicros(now));
+}
+
+}  // namespace
+
 absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
                                      const std::string& reason,
                                      const std::string& principal) {
@@ -557,6 +582,11 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
         return absl::OkStatus();
       case core::CancelAction::kEndNow: {
         const JobState from = job->state();
+        if (from == trainyard::v1::JOB_STATE_ADMITTED) {
+          CloseUndispatchedAttempt(txn, job_id, absl::Now(),
+                                   trainyard::v1::FAILURE_CLASS_CANCELLED,
+                                   "cancelled before dispatch");
+        }
         job->set_state(trainyard::v1::JOB_STATE_CANCELLED);
         job->set_state_reason("CANCELLED_BY_USER");
         job->set_state_message(message);
@@ -877,6 +907,11 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
         continue;
       }
       const JobState from = job->state();
+      if (from == trainyard::v1::JOB_STATE_ADMITTED) {
+        CloseUndispatchedAttempt(
+            txn, p.job_id, absl::Now(), trainyard::v1::FAILURE_CLASS_PREEMPTION,
+            absl::StrCat("preempted before dispatch: ", p.message));
+      }
       job->set_state(to);
       job->set_state_reason(p.reason);
       job->set_state_message(p.message);

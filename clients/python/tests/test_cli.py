@@ -1,0 +1,191 @@
+"""`yard` end to end (a subprocess per command) against the live stack."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import yaml
+
+JOB_YAML = """\
+name: {name}
+queue: {queue}
+project: default
+command: [python3, train.py]
+resources: {{gpus: {gpus}, cpus: 2, memory: 8Gi}}
+time_limit: 10m
+env: {{SIM_DURATION: 1s}}
+"""
+
+
+def write_job(tmp_path, name, queue="default", gpus=1, extra=""):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(JOB_YAML.format(name=name, queue=queue, gpus=gpus) + extra)
+    return p
+
+
+def test_help_everywhere(yard):
+    top = yard("--help")
+    assert top.code == 0 and "Exit codes" in top.out
+    for cmd in ("submit", "get", "jobs", "cancel", "watch", "wait", "why", "queues", "quota",
+                "checkpoints", "report", "whoami", "context"):
+        r = yard(cmd, "--help")
+        assert r.code == 0, r
+        assert f"usage: yard {cmd}" in r.out
+    r = yard("frobnicate")
+    assert r.code == 2 and "invalid choice" in r.err
+    r = yard()
+    assert r.code == 2
+
+
+def test_submit_wait_get_and_json(yard, tmp_path):
+    path = write_job(tmp_path, "cli-ok")
+    r = yard("submit", "-f", path, "--wait", "--timeout", "60")
+    assert r.code == 0, r
+    assert "SUCCEEDED" in r.out and "RUNNING" in r.out
+    name = r.out.split("submitted ", 1)[1].split(";", 1)[0]
+    job_id = name.rsplit("/", 1)[-1]
+    g = yard("get", job_id, "-o", "json")
+    assert g.code == 0, g
+    data = json.loads(g.out)
+    assert data["name"] == name and data["state"] == "JOB_STATE_SUCCEEDED"
+    assert data["attempts"][0]["index"] == 1
+    t = yard("get", name)
+    assert t.code == 0 and "State:" in t.out and "SUCCEEDED" in t.out and "ATTEMPT" in t.out
+    y = yard("-o", "yaml", "get", job_id)
+    assert yaml.safe_load(y.out)["display_name"] == "cli-ok"
+
+
+def test_submit_failing_job_exits_6(yard, tmp_path):
+    path = write_job(tmp_path, "cli-fail",
+                     extra="retry: {max_attempts: 1}\n").read_text().replace(
+        "SIM_DURATION: 1s", "SIM_DURATION: 1s, SIM_EXIT_CODE: '3'")
+    p = tmp_path / "fail.yaml"
+    p.write_text(path)
+    r = yard("submit", "-f", p, "--wait", "--timeout", "60", "-q")
+    assert r.code == 6, r
+    assert "FAILED" in r.out
+
+
+def test_bad_yaml_unknown_field_and_missing_file(yard, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nresources:\n  gpus: 1\n   cpus: 2\n")
+    r = yard("submit", "-f", bad)
+    assert r.code == 2, r
+    assert f"{bad}:4:" in r.err and "invalid YAML" in r.err
+    assert "Traceback" not in r.err
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("name: x\nqueue: default\nworkers: 1\nresources:\n  gpus: 1\n  gpu_modle: H100\n")
+    r = yard("submit", "-f", unknown)
+    assert r.code == 2, r
+    assert f"{unknown}:6: resources.gpu_modle: unknown field 'gpu_modle'" in r.err
+    r = yard("submit", "-f", tmp_path / "absent.yaml")
+    assert r.code == 2 and "cannot read file" in r.err
+
+
+def test_server_side_errors_exit_codes(yard, tmp_path, stack):
+    r = yard("submit", "-f", write_job(tmp_path, "noq", queue="nope"))
+    assert r.code == 2 and "job.spec.queue" in r.err, r
+    r = yard("get", "987654")
+    assert r.code == 3 and "NOT_FOUND" in r.err, r
+    r = yard("jobs", env={"TRAINYARD_TOKEN": stack.tokens["expired"]})
+    assert r.code == 4 and "UNAUTHENTICATED" in r.err, r
+    r = yard("jobs", "--addr", "127.0.0.1:1", "--request-timeout", "2")
+    assert r.code == 5 and "UNAVAILABLE" in r.err, r
+    r = yard("report", "--period", "2026-11", "--group-by", "project", "--format", "csv")
+    assert r.code == 8 and "AccountingService" in r.err, r
+    for out in (r.err,):
+        assert "Traceback" not in out
+
+
+def test_jobs_cancel_why_watch(yard, tmp_path, stack):
+    js = f"cli-{uuid.uuid4().hex[:6]}"
+    path = write_job(tmp_path, "pending", queue="tiny", gpus=8,
+                     extra=f"job_set: {js}\n")
+    ids = []
+    for _ in range(2):
+        r = yard("submit", "-f", path, "-o", "json")
+        assert r.code == 0, r
+        ids.append(json.loads(r.out)[0]["name"].rsplit("/", 1)[-1])
+    r = yard("jobs", "--queue", "tiny", "--state", "queued")
+    assert r.code == 0 and r.out.startswith("ID")
+    listed = [line.split()[0] for line in r.out.splitlines()[1:]]
+    assert set(ids) <= set(listed)
+    r = yard("jobs", "--state", "bogus")
+    assert r.code == 2 and "unknown state" in r.err
+    r = yard("why", ids[1])
+    assert r.code == 0 and "Position:" in r.out and "QUEUED" in r.out, r
+    r = yard("why", ids[1], "-o", "json")
+    assert json.loads(r.out)["state"] == "JOB_STATE_QUEUED"
+    r = yard("cancel", *ids, "987654", "--reason", "cli test")
+    assert r.code == 3, r  # the unknown one; the others were cancelled
+    assert r.out.count("CANCELLED") == 2
+    r = yard("watch", ids[0], "--timeout", "10")
+    assert r.code == 0, r
+    lines = r.out.splitlines()
+    assert "QUEUED" in lines[0] and "CANCELLED" in lines[-1] and "cli test" in r.out
+    r = yard("watch", ids[0], "-o", "json", "--timeout", "10")
+    events = [json.loads(line) for line in r.out.splitlines()]
+    seqs = [int(e["sequence"]) for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) and len(seqs) >= 2
+    r = yard("jobs", "--all-tenants", "--job-set", js, env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 0 and "TENANT" in r.out.splitlines()[0] and "demo" in r.out
+
+
+def test_queues_quota_checkpoints_whoami(yard, client):
+    r = yard("queues")
+    assert r.code == 0, r
+    names = [line.split()[0] for line in r.out.splitlines()[1:]]
+    assert {"default", "tiny", "flaky"} <= set(names)
+    r = yard("quota", "default")
+    assert r.code == 0 and "on-demand-h100" in r.out and "unlimited" in r.out, r
+    r = yard("quota", "default", "-o", "json")
+    rows = json.loads(r.out)
+    assert any(row["flavor"] == "spot-h100" and row["resource"] == "GPU"
+               and row["nominal"] == 16 and row["borrowing_limit"] is None for row in rows)
+    r = yard("quota", "nope")
+    assert r.code == 3, r
+    job = client.submit({"name": "ck", "queue": "tiny", "project": "default",
+                         "command": ["x"], "resources": {"gpus": 8, "cpus": 1, "memory": "1Gi"}})
+    try:
+        client.report_checkpoint(job, step=7, uri="/ck/step-7")
+        r = yard("checkpoints", job.name.rsplit("/", 1)[-1])
+        assert r.code == 0 and "/ck/step-7" in r.out and r.out.splitlines()[1].split()[0] == "7"
+    finally:
+        client.cancel(job)
+    r = yard("whoami")
+    assert r.code == 0 and r.out.startswith("users/demo") and "member" in r.out
+
+
+def test_context_use_and_precedence(yard, stack, tmp_path):
+    token_file = tmp_path / "demo.token"
+    token_file.write_text(stack.tokens["demo"] + "\n")
+    no_env = {"TRAINYARD_ADDR": None, "TRAINYARD_TOKEN": None}
+    r = yard("context", "set", "local", "--target", stack.target, "--token-file", token_file,
+             "--tenant", "demo", env=no_env)
+    assert r.code == 0, r
+    r = yard("context", "set", "broken", "--target", "127.0.0.1:1", "--token", "ty_x", env=no_env)
+    assert r.code == 0, r
+    r = yard("context", "use", "broken", env=no_env)
+    assert r.code == 0
+    r = yard("context", "current", env=no_env)
+    assert r.out.strip() == "broken"
+    r = yard("whoami", "--request-timeout", "2", env=no_env)
+    assert r.code == 5, r  # the broken context is current
+    r = yard("whoami", "--context", "local", env=no_env)
+    assert r.code == 0 and "users/demo" in r.out, r
+    r = yard("context", "use", "local", env=no_env)
+    assert r.code == 0
+    r = yard("whoami", env=no_env)
+    assert r.code == 0 and "users/demo" in r.out, r
+    r = yard("context", "list", env=no_env)
+    assert r.code == 0 and any(line.startswith("*") and "local" in line
+                               for line in r.out.splitlines())
+    r = yard("context", "list", "-o", "json", env=no_env)
+    assert json.loads(r.out)["contexts"]["broken"]["token"] == "<redacted>"
+    r = yard("context", "use", "missing", env=no_env)
+    assert r.code == 2 and "not found" in r.err
+    # The environment wins over the current context (but not over --context).
+    r = yard("whoami", env={"TRAINYARD_ADDR": "127.0.0.1:1", "TRAINYARD_TOKEN": None},
+             timeout=60)
+    assert r.code == 5, r

@@ -1,0 +1,4 @@
+"""`python3 -m trainyard ...` is `yard ...`."""
+from trainyard.cli import entry
+
+entry()
