@@ -1,6 +1,8 @@
 #include "services/api/queue_service.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -583,9 +585,47 @@ grpc::Status QueueServiceImpl::GetQueueStatus(
             ->mutable_jobs_by_state())[std::string(core::StateName(state))] +=
           count;
     }
-    // `usage` and `weighted_share` are the scheduler's to publish (quota
-    // accounting lives in its snapshot); until it does, they stay empty and 0
-    // rather than an estimate made here.
+    // Usage: what the queue's admitted and running jobs hold, per flavor and
+    // resource, against its quotas (flavors without a quota too, nominal 0).
+    // weighted_share stays the scheduler's (it depends on the whole cohort).
+    absl::StatusOr<std::map<std::string, pg::JobStore::FlavorHeld>> held =
+        ctx_->jobs->QueueUsage(id->tenant, id->id);
+    if (!held.ok()) return held.status();
+    v1::Queue queue;
+    if (!queue.ParseFromString(row->body)) {
+      return absl::DataLossError(core::Cat(name, ": unreadable"));
+    }
+    std::map<std::pair<std::string, v1::ResourceName>, int64_t> nominal;
+    for (const v1::FlavorQuotas& q : queue.quotas()) {
+      for (const v1::ResourceQuota& r : q.resources()) {
+        nominal[{q.flavor(), r.resource()}] = r.nominal();
+      }
+    }
+    std::map<std::pair<std::string, v1::ResourceName>, int64_t> used;
+    for (const auto& [flavor, h] : *held) {
+      used[{flavor, v1::RESOURCE_NAME_GPU}] = h.gpus;
+      used[{flavor, v1::RESOURCE_NAME_CPU}] = h.cpu_millis;
+      used[{flavor, v1::RESOURCE_NAME_MEMORY}] = h.memory_bytes;
+    }
+    std::set<std::pair<std::string, v1::ResourceName>> keys;
+    for (const auto& [k, v] : nominal) keys.insert(k);
+    for (const auto& [k, v] : used) {
+      if (v != 0) keys.insert(k);
+    }
+    for (const auto& key : keys) {
+      v1::FlavorUsage* u = response->add_usage();
+      u->set_flavor(key.first);
+      u->set_resource(key.second);
+      const int64_t in_use = used.contains(key) ? used[key] : 0;
+      const int64_t quota = nominal.contains(key) ? nominal[key] : 0;
+      u->set_used(in_use);
+      u->set_nominal(quota);
+      // A resource without a quota entry is not limited by this queue:
+      // nothing of it counts as borrowed.
+      if (nominal.contains(key)) {
+        u->set_borrowed(std::max<int64_t>(0, in_use - quota));
+      }
+    }
     return absl::OkStatus();
   });
 }

@@ -257,6 +257,11 @@ JobStore::JobStore(Database* db) : db_(db) {
       "jobs_count_by_state",
       "SELECT state, count(*) FROM jobs WHERE tenant = $1 AND queue = $2 "
       "GROUP BY state ORDER BY state");
+  db_->Prepare(
+      "jobs_queue_usage",
+      "SELECT a.flavor, j.spec FROM jobs j JOIN attempts a ON a.job_id = j.id "
+      "AND a.idx = j.attempt_count WHERE j.tenant = $1 AND j.queue = $2 AND "
+      "j.state IN (2, 3, 4)");
   db_->Prepare("events_last", "SELECT coalesce(max(seq), 0) FROM job_events");
   // Scheduler.
   db_->Prepare("jobs_active",
@@ -755,6 +760,29 @@ JobStore::CountByState(const std::string& tenant, const std::string& queue) {
          txn.exec_prepared("jobs_count_by_state", tenant, queue)) {
       out.emplace_back(static_cast<JobState>(row[0].as<int>()),
                        row[1].as<int64_t>());
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, JobStore::FlavorHeld>>
+JobStore::QueueUsage(const std::string& tenant, const std::string& queue) {
+  std::map<std::string, FlavorHeld> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& row :
+         txn.exec_prepared("jobs_queue_usage", tenant, queue)) {
+      trainyard::v1::JobSpec spec;
+      if (!spec.ParseFromString(BytesOf(row[1]))) {
+        return absl::DataLossError("unreadable job spec");
+      }
+      FlavorHeld& held = out[row[0].c_str()];
+      const int64_t workers = std::max(spec.workers(), 1);
+      held.gpus += workers * spec.resources().gpus();
+      held.cpu_millis += workers * spec.resources().cpu_millis();
+      held.memory_bytes += workers * spec.resources().memory_bytes();
     }
     return absl::OkStatus();
   });

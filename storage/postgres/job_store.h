@@ -198,6 +198,18 @@ class JobStore {
   absl::StatusOr<std::vector<std::pair<trainyard::v1::JobState, int64_t>>>
   CountByState(const std::string& tenant, const std::string& queue);
 
+  // Quota a queue's jobs hold, per flavor id: jobs ADMITTED, DISPATCHING or
+  // RUNNING (what the scheduler admits against; a PREEMPTING job has given
+  // its quota back), summed over their latest attempt's flavor, workers ×
+  // per-worker resources.
+  struct FlavorHeld {
+    int64_t gpus = 0;
+    int64_t cpu_millis = 0;
+    int64_t memory_bytes = 0;
+  };
+  absl::StatusOr<std::map<std::string, FlavorHeld>> QueueUsage(
+      const std::string& tenant, const std::string& queue);
+
   // Events with sequence > after, ascending, at most `limit`.
   absl::StatusOr<std::vector<trainyard::v1::JobEvent>> ReadEvents(
       uint64_t after, const EventFilter& filter, int limit);

@@ -113,7 +113,18 @@ TEST_F(CliTest, VersionAndUsage) {
   // The dispatcher needs a backend.
   RunResult dispatcher = Run({"dispatcher"});
   EXPECT_EQ(dispatcher.exit_code, 2);
-  EXPECT_THAT(dispatcher.output, HasSubstr("--sim_config=FILE is required"));
+  EXPECT_THAT(dispatcher.output,
+              HasSubstr("give one of --sim_config=FILE or --sim_target"));
+  RunResult both = Run({"dispatcher", "--sim_config=x", "--sim_target=y:1"});
+  EXPECT_EQ(both.exit_code, 2);
+  // A sim cluster needs its config, and a readable one.
+  RunResult sim = Run({"sim-cluster"});
+  EXPECT_EQ(sim.exit_code, 2);
+  EXPECT_THAT(sim.output, HasSubstr("--sim_config=FILE is required"));
+  RunResult sim_missing =
+      Run({"sim-cluster", "--sim_config=" + dir_ + "/missing.textproto"});
+  EXPECT_EQ(sim_missing.exit_code, 2);
+  EXPECT_THAT(sim_missing.output, HasSubstr("missing.textproto"));
   // The scheduler exists: without a database it fails clearly.
   RunResult scheduler =
       Run({"scheduler", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",

@@ -18,7 +18,7 @@
 //     what the attempts hold), and each job's attempt rows match its count.
 //
 // Environment: TRAINYARD_BIN (set by CTest), TRAINYARD_CRASH_SEEDS (default
-// "1 2 3"), TRAINYARD_CRASH_JOBS (default 1000).
+// "1 2 3"; "1" under ASan), TRAINYARD_CRASH_JOBS (default 1000).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,11 +66,19 @@ std::string Binary() {
   return bin == nullptr ? "" : bin;
 }
 
+// Three seeds; one under the sanitizers, which make every process several
+// times slower.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr char kDefaultSeeds[] = "1";
+#else
+constexpr char kDefaultSeeds[] = "1 2 3";
+#endif
+
 std::vector<uint64_t> Seeds() {
   const char* env = std::getenv("TRAINYARD_CRASH_SEEDS");
   std::vector<uint64_t> seeds;
-  for (absl::string_view part :
-       absl::StrSplit(env == nullptr ? "1 2 3" : env, ' ', absl::SkipEmpty())) {
+  for (absl::string_view part : absl::StrSplit(
+           env == nullptr ? kDefaultSeeds : env, ' ', absl::SkipEmpty())) {
     uint64_t seed = 0;
     if (absl::SimpleAtoi(part, &seed)) seeds.push_back(seed);
   }

@@ -5,6 +5,7 @@
 // period.
 #include "services/dispatcher/dispatcher.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,6 +139,22 @@ class DispatcherTest : public ::testing::Test {
 
   v1::Job Get(int64_t id) { return harness_->GetJob(token_, "acme", id); }
 
+  // GetQueueStatus of acme's default queue: usage by (flavor, resource).
+  std::map<std::pair<std::string, int>, v1::FlavorUsage> Usage() {
+    v1::GetQueueStatusRequest req;
+    req.set_name("tenants/acme/queues/default");
+    v1::QueueStatus status;
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    grpc::Status s = harness_->queues()->GetQueueStatus(&ctx, req, &status);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::map<std::pair<std::string, int>, v1::FlavorUsage> out;
+    for (const v1::FlavorUsage& u : status.usage()) {
+      out[{u.flavor(), u.resource()}] = u;
+    }
+    return out;
+  }
+
   // One scheduler cycle, then one dispatcher pass.
   void Step() {
     absl::StatusOr<scheduler::CycleReport> c = scheduler_->RunCycle();
@@ -167,6 +184,21 @@ TEST_F(DispatcherTest, RunsAJobToSuccessRecordingCheckpoints) {
   ASSERT_EQ(job.attempts_size(), 1);
   EXPECT_TRUE(job.attempts(0).has_start_time());
   EXPECT_FALSE(job.attempts(0).backend_job_id().empty());
+  // The queue's usage: the running job's 8 GPUs of its 64 on flavor gpu, and
+  // its CPU (no quota on CPU: nominal 0, nothing borrowed).
+  std::map<std::pair<std::string, int>, v1::FlavorUsage> usage = Usage();
+  const auto gpu_key =
+      std::make_pair(std::string("gpu"), int{v1::RESOURCE_NAME_GPU});
+  const auto cpu_key =
+      std::make_pair(std::string("gpu"), int{v1::RESOURCE_NAME_CPU});
+  auto gpu_usage = [&] { return usage[gpu_key]; };
+  auto cpu_usage = [&] { return usage[cpu_key]; };
+  ASSERT_TRUE(usage.contains(gpu_key));
+  EXPECT_EQ(gpu_usage().used(), 8);
+  EXPECT_EQ(gpu_usage().nominal(), 64);
+  EXPECT_EQ(gpu_usage().borrowed(), 0);
+  EXPECT_EQ(cpu_usage().used(), 4000);
+  EXPECT_EQ(cpu_usage().borrowed(), 0);
 
   clock_.Advance(absl::Seconds(45));
   Step();
@@ -187,6 +219,9 @@ TEST_F(DispatcherTest, RunsAJobToSuccessRecordingCheckpoints) {
   EXPECT_EQ(job.attempts(0).exit_code(), 0);
   EXPECT_TRUE(job.attempts(0).has_end_time());
   EXPECT_EQ(job.attempts(0).lost_gpu_seconds(), 0);
+  usage = Usage();
+  EXPECT_EQ(gpu_usage().used(), 0);
+  EXPECT_FALSE(usage.contains(cpu_key));
   // The backend forgot it once recorded.
   EXPECT_TRUE(
       absl::IsNotFound(sim_->Status(absl::StrCat("ty-", id, "-1")).status()));

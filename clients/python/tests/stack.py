@@ -213,15 +213,21 @@ class Stack:
         self.trainyard("apply", "-f", str(path), f"--target={self.target}",
                        f"--token={self.tokens['admin']}")
 
-    def start(self) -> "Stack":
+    def start(self, quickstart: bool = False) -> "Stack":
+        """Starts everything. quickstart=True runs exactly the quick start's cluster and
+        bundle (deploy/local/sim-cluster.textproto, demo.textproto), without the test
+        additions."""
         try:
             self.start_postgres()
             self.start_redis()
-            self.start_trainyard(TESTS / "data" / "sim-cluster.textproto")
+            self.start_trainyard(REPO / "deploy" / "local" / "sim-cluster.textproto"
+                                 if quickstart else TESTS / "data" / "sim-cluster.textproto")
             self.tokens["admin"] = self.create_token("users/admin", "platform-admin")
             self.apply(REPO / "deploy" / "local" / "demo.textproto")
-            self.apply(TESTS / "data" / "bundle.textproto")
             self.tokens["demo"] = self.create_token("users/demo", "member", "demo")
+            if quickstart:
+                return self
+            self.apply(TESTS / "data" / "bundle.textproto")
             self.tokens["viewer"] = self.create_token("users/watcher", "viewer", "demo")
             self.tokens["other"] = self.create_token("users/olga", "member", "other")
             self.expired_at = time.time() + 1
