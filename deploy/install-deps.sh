@@ -20,7 +20,7 @@ PACKAGES=(
   libpqxx-dev libhiredis-dev libabsl-dev libssl-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   postgresql postgresql-contrib redis-server
-  curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml clang-format
+  curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml openssl clang-format
 )
 if [[ -n "${TRAINYARD_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${TRAINYARD_EXTRA_PACKAGES}"

@@ -126,7 +126,9 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   impl->hub->Start();
 
   impl->grpc = std::make_unique<common::GrpcServerRunner>(
-      common::GrpcServerOptions{.listen_address = options.grpc_listen});
+      common::GrpcServerOptions{.listen_address = options.grpc_listen,
+                                .tls_cert_file = options.tls_cert_file,
+                                .tls_key_file = options.tls_key_file});
   impl->grpc->AddService(impl->job_service.get());
   impl->grpc->AddService(impl->queue_service.get());
   impl->grpc->AddService(impl->cluster_service.get());

@@ -13,6 +13,10 @@ namespace trainyard::api {
 struct ApiServerOptions {
   // gRPC listen address; port 0 picks a free port.
   std::string grpc_listen = "127.0.0.1:50051";
+  // TLS for the gRPC port: PEM certificate chain and key files (both or
+  // neither; see common::GrpcServerOptions).
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // HTTP listen address for /metrics, /healthz, /readyz; empty disables it.
   std::string http_listen = "127.0.0.1:8081";
   std::string postgres_url;

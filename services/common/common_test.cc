@@ -1,4 +1,5 @@
 
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,22 +24,28 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// GET 127.0.0.1:port/path as "HTTP <status>\n<content type>\n<body>", or "" when nothing
-// answered.
+// GET 127.0.0.1:port/path as "HTTP <status>\n<content type>\n<body>", or ""
+// when nothing answered.
 std::string HttpGet(int port, const std::string& path) {
-  absl::StatusOr<HttpResponse> r = common::HttpGet(absl::StrCat("127.0.0.1:", port), path);
+  absl::StatusOr<HttpResponse> r =
+      common::HttpGet(absl::StrCat("127.0.0.1:", port), path);
   if (!r.ok()) return "";
   return absl::StrCat("HTTP ", r->status, "\n", r->content_type, "\n", r->body);
 }
 
 TEST(LoggingTest, FormatsOneJsonLineWithTypedFields) {
-  std::string line = FormatLogLine(absl::FromUnixSeconds(0), LogLevel::kWarning, "api",
-                                   "hello \"world\"\n",
-                                   {{"s", "x"}, {"n", 42}, {"b", true}, {"d", 0.5},
+  std::string line = FormatLogLine(absl::FromUnixSeconds(0), LogLevel::kWarning,
+                                   "api", "hello \"world\"\n",
+                                   {{"s", "x"},
+                                    {"n", 42},
+                                    {"b", true},
+                                    {"d", 0.5},
                                     {"err", absl::NotFoundError("gone")}});
   EXPECT_EQ(line,
-            "{\"ts\":\"1970-01-01T00:00:00.000000Z\",\"level\":\"warning\",\"component\":\"api\","
-            "\"msg\":\"hello \\\"world\\\"\\n\",\"s\":\"x\",\"n\":42,\"b\":true,\"d\":0.5,"
+            "{\"ts\":\"1970-01-01T00:00:00.000000Z\",\"level\":\"warning\","
+            "\"component\":\"api\","
+            "\"msg\":\"hello "
+            "\\\"world\\\"\\n\",\"s\":\"x\",\"n\":42,\"b\":true,\"d\":0.5,"
             "\"err\":\"NOT_FOUND: gone\"}");
 }
 
@@ -55,11 +62,15 @@ TEST(LoggingTest, ParsesLevels) {
 
 TEST(MetricsTest, RendersCountersGaugesAndHistograms) {
   MetricsRegistry registry;
-  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}}).Increment();
-  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}}).Increment(2);
-  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "NOT_FOUND"}}).Increment();
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}})
+      .Increment();
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}})
+      .Increment(2);
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "NOT_FOUND"}})
+      .Increment();
   registry.GetGauge("ty_depth", "Depth.").Set(7);
-  Histogram& h = registry.GetHistogram("ty_latency_seconds", "Latency.", {}, {0.1, 1});
+  Histogram& h =
+      registry.GetHistogram("ty_latency_seconds", "Latency.", {}, {0.1, 1});
   h.Observe(0.05);
   h.Observe(0.5);
   h.Observe(5);
@@ -93,7 +104,9 @@ TEST(MetricsTest, EscapesLabelValuesAndRunsCollectors) {
   MetricsRegistry registry;
   registry.GetGauge("g", "G.", {{"name", "a\"b\\c\nd"}}).Set(1);
   int calls = 0;
-  registry.AddCollector([&calls](MetricsRegistry& r) { r.GetGauge("collected", "C.").Set(++calls); });
+  registry.AddCollector([&calls](MetricsRegistry& r) {
+    r.GetGauge("collected", "C.").Set(++calls);
+  });
   std::string text = registry.Render();
   EXPECT_THAT(text, HasSubstr("g{name=\"a\\\"b\\\\c\\nd\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("collected 1\n"));
@@ -107,7 +120,8 @@ TEST(HttpServerTest, ServesHealthReadinessAndMetrics) {
   Health health;
   bool db_ok = true;
   health.AddReadinessCheck("postgres", [&db_ok] {
-    return db_ok ? absl::OkStatus() : absl::UnavailableError("connection refused");
+    return db_ok ? absl::OkStatus()
+                 : absl::UnavailableError("connection refused");
   });
   health.Register(server, registry);
   ASSERT_TRUE(server.Start().ok());
@@ -140,12 +154,15 @@ TEST(HttpServerTest, RejectsBadListenAddress) {
 
 TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
   MetricsRegistry registry;
-  GrpcServerRunner runner({.listen_address = "127.0.0.1:0", .metrics = &registry});
+  GrpcServerRunner runner(
+      {.listen_address = "127.0.0.1:0", .metrics = &registry});
   ASSERT_TRUE(runner.Start().ok());
   ASSERT_GT(runner.port(), 0);
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(runner.port()),
-                                     grpc::InsecureChannelCredentials());
-  // grpc.health.v1.Health/Check with an empty request (service "") answers SERVING = 1.
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(runner.port()),
+                          grpc::InsecureChannelCredentials());
+  // grpc.health.v1.Health/Check with an empty request (service "") answers
+  // SERVING = 1.
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -157,8 +174,8 @@ TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
   std::condition_variable cv;
   bool done = false;
   grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
                    std::lock_guard<std::mutex> lock(mu);
                    status = s;
                    done = true;
@@ -172,17 +189,44 @@ TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
-  for (auto& s : slices) bytes += std::string(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (auto& s : slices)
+    bytes += std::string(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
   EXPECT_THAT(registry.Render(),
-              HasSubstr("trainyard_grpc_requests_total{method=\"/grpc.health.v1.Health/Check\","
+              HasSubstr("trainyard_grpc_requests_total{method=\"/"
+                        "grpc.health.v1.Health/Check\","
                         "code=\"OK\"} 1"));
 
-  GrpcServerRunner clash({.listen_address = "127.0.0.1:" + std::to_string(runner.port())});
+  GrpcServerRunner clash(
+      {.listen_address = "127.0.0.1:" + std::to_string(runner.port())});
   EXPECT_FALSE(clash.Start().ok());
   runner.Shutdown(absl::ZeroDuration());
   runner.Shutdown(absl::ZeroDuration());  // idempotent
   runner.Wait();
+}
+
+TEST(GrpcServerTest, TlsSettingsAreCheckedAndNamed) {
+  GrpcServerRunner cert_only(
+      {.listen_address = "127.0.0.1:0", .tls_cert_file = "/x.pem"});
+  absl::Status s = cert_only.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tls_key: required"));
+  GrpcServerRunner key_only(
+      {.listen_address = "127.0.0.1:0", .tls_key_file = "/x.pem"});
+  EXPECT_THAT(key_only.Start().message(), HasSubstr("tls_cert: required"));
+  GrpcServerRunner missing({.listen_address = "127.0.0.1:0",
+                            .tls_cert_file = "/nonexistent/cert.pem",
+                            .tls_key_file = "/nonexistent/key.pem"});
+  s = missing.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("tls_cert: cannot read /nonexistent/cert.pem"));
+  const std::string not_pem = ::testing::TempDir() + "/not.pem";
+  { std::ofstream(not_pem) << "hello"; }
+  GrpcServerRunner garbage({.listen_address = "127.0.0.1:0",
+                            .tls_cert_file = not_pem,
+                            .tls_key_file = not_pem});
+  EXPECT_THAT(garbage.Start().message(), HasSubstr("is not a PEM file"));
 }
 
 TEST(ConfigTest, ParsesKeyValueLines) {
@@ -190,8 +234,9 @@ TEST(ConfigTest, ParsesKeyValueLines) {
       "# comment\n\npostgres_url = postgresql://x@127.0.0.1:1/db  # trailing\n"
       "--log_level=debug\nname = \"quoted value\"\n");
   ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_THAT(*args, ::testing::ElementsAre("--postgres_url=postgresql://x@127.0.0.1:1/db",
-                                            "--log_level=debug", "--name=quoted value"));
+  EXPECT_THAT(*args, ::testing::ElementsAre(
+                         "--postgres_url=postgresql://x@127.0.0.1:1/db",
+                         "--log_level=debug", "--name=quoted value"));
 }
 
 TEST(ConfigTest, NamesTheBadLine) {
@@ -212,7 +257,8 @@ TEST(CryptoTest, RandomTokensAreAlphanumericAndDistinct) {
   for (int i = 0; i < 200; ++i) {
     std::string t = RandomToken(32);
     ASSERT_EQ(t.size(), 32u);
-    for (char c : t) ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << t;
+    for (char c : t)
+      ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << t;
     seen.insert(t);
   }
   EXPECT_EQ(seen.size(), 200u);

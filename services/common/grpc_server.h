@@ -1,6 +1,7 @@
-// Runs a gRPC server with what every Trainyard server carries: server reflection, the
-// standard grpc.health.v1 health service, and per-method RPC metrics
-// (trainyard_grpc_requests_total{method,code}, trainyard_grpc_request_seconds{method}).
+// Runs a gRPC server with what every Trainyard server carries: server
+// reflection, the standard grpc.health.v1 health service, and per-method RPC
+// metrics (trainyard_grpc_requests_total{method,code},
+// trainyard_grpc_request_seconds{method}).
 #ifndef TRAINYARD_SERVICES_COMMON_GRPC_SERVER_H_
 #define TRAINYARD_SERVICES_COMMON_GRPC_SERVER_H_
 
@@ -22,6 +23,12 @@ struct GrpcServerOptions {
   int max_message_bytes = 16 * 1024 * 1024;
   // Idle request threads kept for the next burst of RPCs (gRPC's MAX_POLLERS).
   int max_idle_threads = 256;
+  // TLS: PEM files of the server's certificate chain and private key. Both
+  // set: the port serves TLS only; both empty: plaintext. Start() fails with
+  // INVALID_ARGUMENT naming the flag when only one is set or a file cannot be
+  // read.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Where RPC metrics go; nullptr means DefaultMetrics().
   MetricsRegistry* metrics = nullptr;
 };
@@ -38,7 +45,8 @@ class GrpcServerRunner {
 
   absl::Status Start();
   int port() const { return port_; }
-  // Stops accepting RPCs and cancels those still running after `grace`. Idempotent.
+  // Stops accepting RPCs and cancels those still running after `grace`.
+  // Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until the server has shut down.
   void Wait();

@@ -193,6 +193,19 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
            {"error", s}});
     }
   }
+  // Ended attempts no job follows any more (a dispatcher died between
+  // recording an outcome and telling the backend to forget the attempt).
+  std::set<std::string> followed;
+  for (const pg::ClusterAttempt& a : *attempts)
+    followed.insert(a.attempt.backend_job_name());
+  for (const AttemptStatus& s : *backend) {
+    if (!IsTerminal(s.phase) || followed.contains(s.name)) continue;
+    if (absl::Status d = adapter_->Delete(s.name);
+        !d.ok() && !absl::IsNotFound(d)) {
+      Log(LogLevel::kWarning, "dispatcher: delete failed",
+          {{"attempt", s.name}, {"error", d}});
+    }
+  }
   // Capacity freed or work requeued: the scheduler need not wait for its
   // timer. (A hint only; it reads the outbox.)
   if (redis_ != nullptr &&
@@ -306,6 +319,39 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
                                 PassReport& report) {
   const v1::JobState state = a.job.state();
   const std::string& name = a.attempt.backend_job_name();
+  if (state == v1::JOB_STATE_RECOVERING) {
+    // A dispatcher died between recording a platform failure (RECOVERING)
+    // and putting the job back in line: finish that step.
+    const bool cancel = a.job.cancel_requested();
+    absl::StatusOr<v1::Job> next = jobs_->ChangeAttempt(
+        {.tenant = a.job.tenant(),
+         .job_id = JobIdOf(a.job),
+         .expected_version = a.job.version(),
+         .to = cancel ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_QUEUED,
+         .reason = cancel ? "CANCELLED" : "RECOVERED",
+         .message =
+             cancel ? absl::StrCat(name, " was stopped")
+             : a.job.resume_from().empty()
+                 ? std::string("the next attempt starts from the beginning "
+                               "(no checkpoint)")
+                 : absl::StrCat("the next attempt resumes from ",
+                                a.job.resume_from())});
+    if (!next.ok()) return next.status();
+    if (cancel) {
+      ++report.cancelled;
+    } else {
+      ++report.requeued;
+    }
+    // Its outcome is recorded: the backend may forget the ended attempt.
+    if (status != nullptr && IsTerminal(status->phase)) {
+      if (absl::Status d = adapter_->Delete(name);
+          !d.ok() && !absl::IsNotFound(d)) {
+        Log(LogLevel::kWarning, "dispatcher: delete failed",
+            {{"attempt", name}, {"error", d}});
+      }
+    }
+    return absl::OkStatus();
+  }
   if (state == v1::JOB_STATE_ADMITTED) return Launch(a, report);
   if (status == nullptr) {
     if (state == v1::JOB_STATE_DISPATCHING) return Launch(a, report);

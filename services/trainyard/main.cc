@@ -46,6 +46,10 @@
 
 ABSL_FLAG(std::string, grpc_listen, "127.0.0.1:50051",
           "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "api/all: PEM certificate chain; with --tls_key the gRPC port serves "
+          "TLS only");
+ABSL_FLAG(std::string, tls_key, "", "api/all: PEM private key of --tls_cert");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:8081",
           "HTTP listen address for /metrics, /healthz and /readyz; empty "
           "disables it");
@@ -102,7 +106,7 @@ constexpr char kUsage[] =
     R"(trainyard — multi-tenant training-platform control plane
 
 Usage:
-  trainyard api      [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
+  trainyard api      [--config=FILE] [--grpc_listen=..] [--tls_cert=PEM --tls_key=PEM] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
   trainyard dispatcher --sim_config=FILE | --sim_target=HOST:PORT [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
@@ -420,6 +424,8 @@ int Serve(bool with_scheduler) {
 
   trainyard::api::ApiServerOptions options;
   options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
   options.redis_addr = absl::GetFlag(FLAGS_redis_addr);

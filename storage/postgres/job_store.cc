@@ -311,7 +311,7 @@ JobStore::JobStore(Database* db) : db_(db) {
           "SELECT ", JobColumns(),
           ", a.body FROM jobs JOIN LATERAL (SELECT cluster, body FROM attempts "
           "WHERE job_id = jobs.id ORDER BY idx DESC LIMIT 1) a ON true "
-          "WHERE jobs.state IN (2, 3, 4, 8) AND a.cluster = $1 ORDER BY "
+          "WHERE jobs.state IN (2, 3, 4, 8, 9) AND a.cluster = $1 ORDER BY "
           "jobs.id"));
   db_->Prepare("attempt_latest_lock",
                "SELECT idx, body FROM attempts WHERE job_id = $1 ORDER BY idx "

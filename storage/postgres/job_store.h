@@ -233,7 +233,8 @@ class JobStore {
   // Scheduler: upserts explanations and removes those of `done` jobs.
   absl::Status WriteExplanations(const std::vector<Explanation>& upserts,
                                  const std::vector<int64_t>& done);
-  // Dispatcher: jobs ADMITTED, DISPATCHING, RUNNING or PREEMPTING whose newest
+  // Dispatcher: jobs ADMITTED, DISPATCHING, RUNNING, PREEMPTING or RECOVERING
+  // (a requeue a dispatcher did not finish) whose newest
   // attempt is on `cluster` (id), oldest first.
   absl::StatusOr<std::vector<ClusterAttempt>> ClusterAttempts(
       const std::string& cluster);

@@ -531,7 +531,7 @@ TEST_F(AdminApiTest, QueueCrudAndReferences) {
   EXPECT_EQ(s.error_message(),
             "update_mask: unknown field \"preemption.nonsense\"");
 
-  // Status: jobs per state; usage is the scheduler's (empty here).
+  // Status: jobs per state; usage per quota (nothing admitted yet: 0 used).
   Submit("acme", "q-1");
   Submit("acme", "q-2");
   v1::GetQueueStatusRequest status_req;
@@ -542,7 +542,11 @@ TEST_F(AdminApiTest, QueueCrudAndReferences) {
               }).ok());
   EXPECT_EQ(status.queue(), "tenants/acme/queues/default");
   EXPECT_EQ(status.jobs_by_state().at("QUEUED"), 2);
-  EXPECT_EQ(status.usage_size(), 0);
+  ASSERT_EQ(status.usage_size(), 1) << status.DebugString();
+  EXPECT_EQ(status.usage(0).resource(), v1::RESOURCE_NAME_GPU);
+  EXPECT_GT(status.usage(0).nominal(), 0);
+  EXPECT_EQ(status.usage(0).used(), 0);
+  EXPECT_EQ(status.usage(0).borrowed(), 0);
   status_req.set_name("tenants/acme/queues/missing");
   s = Run(acme_viewer_, [&](auto* c) {
     return queues_->GetQueueStatus(c, status_req, &status);

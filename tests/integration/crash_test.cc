@@ -799,7 +799,7 @@ TEST_P(CrashTest, JobsEndExactlyOnceThroughKillsAndRestarts) {
             << pg_restarts << ", redis restarts " << redis_restarts
             << ", submit retries " << submit_retries << ", launches refused "
             << info->launches_refused() << ", capacity samples " << samples
-            << "\n";
+            << "; attempt endings" << ending_summary << "\n";
   EXPECT_GT(kills["api"] + kills["scheduler"] + kills["dispatcher"], 10);
   EXPECT_EQ(pg_restarts, 1);
   EXPECT_EQ(redis_restarts, 1);

@@ -17,6 +17,8 @@
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/scheduler/scheduler_service.h"
+#include "storage/postgres/job_store.h"
+#include "storage/postgres/pool.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {
@@ -257,6 +259,53 @@ TEST_F(DispatcherTest,
   ASSERT_EQ(job.attempts_size(), 2);
   EXPECT_NE(job.attempts(1).placements(0).node(), node);
   EXPECT_EQ(job.attempts(1).resumed_from(), checkpoint);
+  EXPECT_EQ(job.attempt_count(), 2);
+}
+
+// A dispatcher killed between recording a node failure (RECOVERING) and
+// requeueing the job: the next pass, by whichever dispatcher leads, finishes
+// the requeue, and the backend forgets the ended attempt nobody follows.
+TEST_F(DispatcherTest, FinishesARequeueADeadDispatcherLeftHalfDone) {
+  const int64_t id = Submit(Job("a", 1, "600s", "30s"));
+  Step();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  const std::string node = job.attempts(0).placements(0).node();
+  const std::string name = absl::StrCat("ty-", id, "-1");
+  clock_.Advance(absl::Seconds(40));
+  Step();
+  ASSERT_TRUE(sim_->FailNode(node.substr(node.rfind('/') + 1)).ok());
+
+  // What the dead dispatcher wrote: the first of its two transactions.
+  absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
+      storage::postgres::Database::Open({.url = harness_->database_url()});
+  ASSERT_TRUE(db.ok()) << db.status();
+  storage::postgres::JobStore store(db->get());
+  absl::StatusOr<v1::Job> half =
+      store.ChangeAttempt({.tenant = "acme",
+                           .job_id = id,
+                           .expected_version = Get(id).version(),
+                           .to = v1::JOB_STATE_RECOVERING,
+                           .reason = "NODE_FAILURE",
+                           .message = "node failed",
+                           .end_time = clock_.Now(),
+                           .failure_class = v1::FAILURE_CLASS_NODE_FAILURE});
+  ASSERT_TRUE(half.ok()) << half.status();
+  ASSERT_TRUE(sim_->Status(name).ok()) << "the backend still has it";
+
+  ASSERT_TRUE(dispatcher_->RunPass().ok());
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.state_reason(), "RECOVERED");
+  EXPECT_EQ(job.state_message(),
+            absl::StrCat("the next attempt resumes from ",
+                         dispatcher::sim::SimCheckpointUri(name, 30)));
+  EXPECT_TRUE(absl::IsNotFound(sim_->Status(name).status()))
+      << "the ended attempt nobody follows is forgotten";
+
+  Step();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(job.attempt_count(), 2);
 }
 
