@@ -109,13 +109,46 @@ void Dispatcher::Lead(absl::FunctionRef<bool()> alive) {
     reported_nodes_.clear();
     checkpoint_step_.clear();
   }
+  // The scheduler wakes this dispatcher when it admits or preempts work on
+  // the cluster; the interval is the fallback.
+  std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
+  if (!options_.redis_addr.empty()) {
+    absl::StatusOr<storage::redis::RedisOptions> redis =
+        storage::redis::ParseRedisAddress(options_.redis_addr);
+    if (redis.ok()) {
+      wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
+          *redis,
+          std::vector<std::string>{
+              storage::redis::DispatcherWakeupChannel(options_.cluster)});
+    }
+  }
+  // Failed passes (e.g. the backend is unreachable) are retried with
+  // exponential backoff: interval × 2^n, at most 30 s (or the interval).
+  int failures = 0;
   while (!stop_.HasBeenNotified() && alive()) {
     absl::StatusOr<PassReport> r = RunPass();
     if (!r.ok()) {
-      Log(LogLevel::kWarning, "dispatcher: pass failed",
-          {{"cluster", options_.cluster}, {"error", r.status()}});
+      if (failures == 0 || failures % 10 == 0) {
+        Log(LogLevel::kWarning,
+            "dispatcher: pass failed; retrying with backoff",
+            {{"cluster", options_.cluster},
+             {"error", r.status()},
+             {"failures", failures + 1}});
+      }
+      ++failures;
+    } else if (failures > 0) {
+      Log(LogLevel::kInfo, "dispatcher: passes succeed again",
+          {{"cluster", options_.cluster}, {"failed_passes", failures}});
+      failures = 0;
     }
-    stop_.WaitForNotificationWithTimeout(options_.interval);
+    absl::Duration wait = options_.interval;
+    for (int i = 0; i < std::min(failures, 16); ++i) wait *= 2;
+    wait = std::min(wait, std::max(options_.interval, absl::Seconds(30)));
+    if (wakeups != nullptr && failures == 0) {
+      wakeups->Wait(wait);
+    } else {
+      stop_.WaitForNotificationWithTimeout(wait);
+    }
   }
   Log(LogLevel::kInfo, "dispatcher: inactive", {{"cluster", options_.cluster}});
 }
@@ -154,15 +187,71 @@ absl::Status Dispatcher::ReportInventory(PassReport& report) {
   return absl::OkStatus();
 }
 
+void Dispatcher::ReportHealth(const absl::Status& backend) {
+  const v1::ClusterHealth health =
+      backend.ok() ? v1::CLUSTER_HEALTH_HEALTHY : v1::CLUSTER_HEALTH_UNHEALTHY;
+  common::DefaultMetrics()
+      .GetGauge("trainyard_dispatcher_backend_up",
+                "1 when the cluster's backend answered the last pass.",
+                {{"cluster", options_.cluster}})
+      .Set(backend.ok() ? 1 : 0);
+  const absl::Time now = absl::Now();
+  int previous = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (reported_health_ == health && now - health_time_ < absl::Seconds(30)) {
+      return;
+    }
+    previous = reported_health_;
+    reported_health_ = health;
+    health_time_ = now;
+  }
+  if (previous != health) {
+    Log(backend.ok() ? LogLevel::kInfo : LogLevel::kWarning,
+        backend.ok() ? "dispatcher: cluster healthy"
+                     : "dispatcher: cluster unhealthy",
+        {{"cluster", options_.cluster}, {"error", backend}});
+  }
+  const std::string message(backend.message());
+  absl::StatusOr<pg::StoredObject> row = objects_->Update(
+      pg::ClusterKind(), {options_.cluster}, 0,
+      [&](const pg::StoredObject& current)
+          -> absl::StatusOr<pg::ObjectStore::Mutation> {
+        v1::Cluster cluster;
+        if (!cluster.ParseFromString(current.body)) {
+          return absl::InternalError("unreadable cluster record");
+        }
+        cluster.set_health(health);
+        cluster.set_health_message(message);
+        *cluster.mutable_heartbeat_time() =
+            google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+                absl::ToUnixMicros(now));
+        return pg::ObjectStore::Mutation{.body = cluster.SerializeAsString()};
+      },
+      nullptr);
+  if (!row.ok()) {
+    Log(LogLevel::kWarning, "dispatcher: cluster health not recorded",
+        {{"cluster", options_.cluster}, {"error", row.status()}});
+    // Try again on the next pass.
+    absl::MutexLock l(&mu_);
+    reported_health_ = 0;
+  }
+}
+
 absl::StatusOr<PassReport> Dispatcher::RunPass() {
   PassReport report;
-  if (absl::Status s = ReportInventory(report); !s.ok()) {
-    Log(LogLevel::kWarning, "dispatcher: inventory failed", {{"error", s}});
+  absl::Status inventory = ReportInventory(report);
+  if (!inventory.ok()) {
+    Log(LogLevel::kWarning, "dispatcher: inventory failed",
+        {{"error", inventory}});
   }
   absl::StatusOr<std::vector<pg::ClusterAttempt>> attempts =
       jobs_->ClusterAttempts(options_.cluster);
   if (!attempts.ok()) return attempts.status();
   absl::StatusOr<std::vector<AttemptStatus>> backend = adapter_->List();
+  // An unreachable backend changes no attempt: the pass stops here and the
+  // cluster is reported unhealthy until the backend answers again.
+  ReportHealth(backend.ok() ? inventory : backend.status());
   if (!backend.ok()) return backend.status();
   std::map<std::string, const AttemptStatus*> by_name;
   for (const AttemptStatus& s : *backend) by_name[s.name] = &s;
@@ -174,13 +263,45 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
     for (const v1::WorkerPlacement& p : a.attempt.placements())
       stopping_nodes.insert(p.node());
   }
-  for (const pg::ClusterAttempt& a : *attempts) {
-    if (a.job.state() == v1::JOB_STATE_ADMITTED) {
-      bool wait = false;
-      for (const v1::WorkerPlacement& p : a.attempt.placements())
-        wait |= stopping_nodes.contains(p.node());
-      if (wait) continue;
+  // Claim every admitted attempt that may start (ADMITTED -> DISPATCHING)
+  // in one transaction before launching any: a crash after the claim leaves
+  // DISPATCHING, which the next pass launches idempotently by name.
+  std::vector<pg::AttemptChange> claims;
+  std::vector<size_t> claimed_index;
+  for (size_t i = 0; i < attempts->size(); ++i) {
+    const pg::ClusterAttempt& a = (*attempts)[i];
+    if (a.job.state() != v1::JOB_STATE_ADMITTED) continue;
+    bool wait = false;
+    for (const v1::WorkerPlacement& p : a.attempt.placements())
+      wait |= stopping_nodes.contains(p.node());
+    if (wait) continue;
+    claims.push_back(
+        {.tenant = a.job.tenant(),
+         .job_id = JobIdOf(a.job),
+         .expected_version = a.job.version(),
+         .to = v1::JOB_STATE_DISPATCHING,
+         .reason = "DISPATCHING",
+         .message = absl::StrCat("submitting ", a.attempt.backend_job_name(),
+                                 " to ", options_.cluster)});
+    claimed_index.push_back(i);
+  }
+  if (!claims.empty()) {
+    absl::StatusOr<std::vector<absl::StatusOr<v1::Job>>> claimed =
+        jobs_->ChangeAttempts(claims);
+    if (!claimed.ok()) return claimed.status();
+    for (size_t k = 0; k < claimed_index.size(); ++k) {
+      pg::ClusterAttempt& a = (*attempts)[claimed_index[k]];
+      if ((*claimed)[k].ok()) {
+        a.job = *(*claimed)[k];  // DISPATCHING: Follow launches it.
+        Transitions("DISPATCHING").Increment();
+      } else {
+        ++report.conflicts;  // Changed meanwhile; the next pass sees it anew.
+      }
     }
+  }
+  for (const pg::ClusterAttempt& a : *attempts) {
+    // Still ADMITTED: waiting for its victims, or its claim lost a race.
+    if (a.job.state() == v1::JOB_STATE_ADMITTED) continue;
     auto it = by_name.find(a.attempt.backend_job_name());
     absl::Status s =
         Follow(a, it == by_name.end() ? nullptr : it->second, report);
@@ -193,6 +314,8 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
            {"error", s}});
     }
   }
+  // The pass's changes, in one transaction.
+  if (absl::Status f = Flush(report); !f.ok()) return f;
   // Ended attempts no job follows any more (a dispatcher died between
   // recording an outcome and telling the backend to forget the attempt).
   std::set<std::string> followed;
@@ -323,33 +446,25 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
     // A dispatcher died between recording a platform failure (RECOVERING)
     // and putting the job back in line: finish that step.
     const bool cancel = a.job.cancel_requested();
-    absl::StatusOr<v1::Job> next = jobs_->ChangeAttempt(
-        {.tenant = a.job.tenant(),
-         .job_id = JobIdOf(a.job),
-         .expected_version = a.job.version(),
-         .to = cancel ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_QUEUED,
-         .reason = cancel ? "CANCELLED" : "RECOVERED",
-         .message =
-             cancel ? absl::StrCat(name, " was stopped")
-             : a.job.resume_from().empty()
-                 ? std::string("the next attempt starts from the beginning "
-                               "(no checkpoint)")
-                 : absl::StrCat("the next attempt resumes from ",
-                                a.job.resume_from())});
-    if (!next.ok()) return next.status();
-    if (cancel) {
-      ++report.cancelled;
-    } else {
-      ++report.requeued;
-    }
-    // Its outcome is recorded: the backend may forget the ended attempt.
-    if (status != nullptr && IsTerminal(status->phase)) {
-      if (absl::Status d = adapter_->Delete(name);
-          !d.ok() && !absl::IsNotFound(d)) {
-        Log(LogLevel::kWarning, "dispatcher: delete failed",
-            {{"attempt", name}, {"error", d}});
-      }
-    }
+    deferred_.push_back(
+        {.change = {.tenant = a.job.tenant(),
+                    .job_id = JobIdOf(a.job),
+                    .expected_version = a.job.version(),
+                    .to =
+                        cancel ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_QUEUED,
+                    .reason = cancel ? "CANCELLED" : "RECOVERED",
+                    .message =
+                        cancel ? absl::StrCat(name, " was stopped")
+                        : a.job.resume_from().empty()
+                            ? std::string("the next attempt starts from the "
+                                          "beginning (no checkpoint)")
+                            : absl::StrCat("the next attempt resumes from ",
+                                           a.job.resume_from())},
+         .counter = cancel ? &PassReport::cancelled : &PassReport::requeued,
+         // Its outcome is recorded: the backend may forget the ended attempt.
+         .forget = status != nullptr && IsTerminal(status->phase)
+                       ? name
+                       : std::string()});
     return absl::OkStatus();
   }
   if (state == v1::JOB_STATE_ADMITTED) return Launch(a, report);
@@ -369,18 +484,17 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
   if (IsTerminal(status->phase)) return End(a, *status, report);
   if (state == v1::JOB_STATE_DISPATCHING &&
       status->phase == AttemptPhase::kRunning) {
-    absl::StatusOr<v1::Job> running = jobs_->ChangeAttempt(
-        {.tenant = a.job.tenant(),
-         .job_id = JobIdOf(a.job),
-         .expected_version = a.job.version(),
-         .to = v1::JOB_STATE_RUNNING,
-         .reason = "STARTED",
-         .message = absl::StrCat(name, " started on ", options_.cluster),
-         .start_time = status->start_time.value_or(absl::Now()),
-         .backend_job_id = status->backend_id});
-    if (!running.ok()) return running.status();
-    Transitions("RUNNING").Increment();
-    ++report.started;
+    deferred_.push_back(
+        {.change = {.tenant = a.job.tenant(),
+                    .job_id = JobIdOf(a.job),
+                    .expected_version = a.job.version(),
+                    .to = v1::JOB_STATE_RUNNING,
+                    .reason = "STARTED",
+                    .message =
+                        absl::StrCat(name, " started on ", options_.cluster),
+                    .start_time = status->start_time.value_or(absl::Now()),
+                    .backend_job_id = status->backend_id},
+         .counter = &PassReport::started});
     return absl::OkStatus();
   }
   if (a.job.cancel_requested() && !status->stop_requested) {
@@ -401,28 +515,31 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
 }
 
 absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
-                             const AttemptStatus& status, PassReport& report) {
+                             const AttemptStatus& status,
+                             PassReport& /*report*/) {
   const int64_t id = JobIdOf(a.job);
   const std::string& name = a.attempt.backend_job_name();
   const absl::Time end = status.end_time.value_or(absl::Now());
-  int64_t version = a.job.version();
   v1::JobState state = a.job.state();
+  // The job's changes are committed with the rest of the pass (Flush); the
+  // first is guarded by the version this pass read, the later ones follow it
+  // in the same transaction.
+  const size_t first_change = deferred_.size();
   auto change = [&](v1::JobState to, const std::string& reason,
                     const std::string& message,
                     pg::AttemptChange fields) -> absl::Status {
     fields.tenant = a.job.tenant();
     fields.job_id = id;
-    fields.expected_version = version;
+    fields.expected_version =
+        deferred_.size() == first_change ? a.job.version() : 0;
     fields.to = to;
     fields.reason = reason;
     fields.message = message;
-    absl::StatusOr<v1::Job> job = jobs_->ChangeAttempt(fields);
-    if (!job.ok()) return job.status();
-    version = job->version();
+    deferred_.push_back({.change = std::move(fields)});
     state = to;
-    Transitions(std::string(core::StateName(to)).c_str()).Increment();
     return absl::OkStatus();
   };
+  int PassReport::*counter = nullptr;
   // An attempt that ends before it was seen running still ran (or not) as the
   // backend says; the state machine wants RUNNING before SUCCEEDED.
   if (state == v1::JOB_STATE_DISPATCHING &&
@@ -458,12 +575,12 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
     fields.exit_code = 0;
     s = change(v1::JOB_STATE_SUCCEEDED, "SUCCEEDED",
                absl::StrCat(name, " finished successfully"), fields);
-    if (s.ok()) ++report.succeeded;
+    counter = &PassReport::succeeded;
   } else if (status.failure == FailureKind::kCancelled ||
              a.job.cancel_requested()) {
     s = change(v1::JOB_STATE_CANCELLED, "CANCELLED",
                absl::StrCat(name, " was stopped"), fields);
-    if (s.ok()) ++report.cancelled;
+    counter = &PassReport::cancelled;
   } else {
     // Attempts so far that count against the retry limit, this one included.
     absl::StatusOr<v1::Job> full =
@@ -486,7 +603,7 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
                  absl::StrCat(name, " was preempted; the next attempt resumes ",
                               resume),
                  fields);
-      if (s.ok()) ++report.requeued;
+      counter = &PassReport::requeued;
     } else if (ShouldRetry(status.failure, status.exit_code,
                            a.job.spec().retry(), counted)) {
       if (Retryable(status.failure)) {
@@ -510,23 +627,59 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
                      fields);
         }
       }
-      if (s.ok()) ++report.requeued;
+      counter = &PassReport::requeued;
     } else {
       s = change(v1::JOB_STATE_FAILED, kind,
                  absl::StrCat(name, ": ", status.message), fields);
-      if (s.ok()) ++report.failed;
+      counter = &PassReport::failed;
     }
   }
   if (!s.ok()) return s;
-  {
-    absl::MutexLock l(&mu_);
-    checkpoint_step_.erase(id);
-  }
-  // Recorded: the backend may forget it.
-  if (absl::Status d = adapter_->Delete(name);
-      !d.ok() && !absl::IsNotFound(d)) {
-    Log(LogLevel::kWarning, "dispatcher: delete failed",
-        {{"attempt", name}, {"error", d}});
+  // Once recorded, the backend may forget the attempt.
+  Deferred& last = deferred_.back();
+  last.counter = counter;
+  last.forget = name;
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::Flush(PassReport& report) {
+  if (deferred_.empty()) return absl::OkStatus();
+  std::vector<pg::AttemptChange> changes;
+  changes.reserve(deferred_.size());
+  for (const Deferred& d : deferred_) changes.push_back(d.change);
+  absl::StatusOr<std::vector<absl::StatusOr<v1::Job>>> results =
+      jobs_->ChangeAttempts(changes);
+  std::vector<Deferred> batch = std::move(deferred_);
+  deferred_.clear();
+  // Nothing applied: the next pass sees the same attempts and tries again.
+  if (!results.ok()) return results.status();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Deferred& d = batch[i];
+    const absl::StatusOr<v1::Job>& job = (*results)[i];
+    if (!job.ok()) {
+      if (absl::IsAborted(job.status())) {
+        ++report.conflicts;  // Changed meanwhile; the next pass sees it anew.
+      } else {
+        Log(LogLevel::kWarning, "dispatcher: change not recorded",
+            {{"job", absl::StrCat("tenants/", d.change.tenant, "/jobs/",
+                                  d.change.job_id)},
+             {"to", std::string(core::StateName(d.change.to))},
+             {"error", job.status()}});
+      }
+      continue;
+    }
+    Transitions(std::string(core::StateName(d.change.to)).c_str()).Increment();
+    if (d.counter != nullptr) ++(report.*d.counter);
+    if (d.forget.empty()) continue;
+    {
+      absl::MutexLock l(&mu_);
+      checkpoint_step_.erase(d.change.job_id);
+    }
+    if (absl::Status del = adapter_->Delete(d.forget);
+        !del.ok() && !absl::IsNotFound(del)) {
+      Log(LogLevel::kWarning, "dispatcher: delete failed",
+          {{"attempt", d.forget}, {"error", del}});
+    }
   }
   return absl::OkStatus();
 }

@@ -89,6 +89,13 @@ class Dispatcher {
  private:
   Dispatcher(DispatcherOptions options, Adapter* adapter);
   absl::Status ReportInventory(PassReport& report);
+  // Records whether the backend answered this pass: the cluster's health
+  // (HEALTHY / UNHEALTHY with the error, heartbeat_time) when it changes or
+  // at least every 30 s, and the trainyard_dispatcher_backend_up gauge.
+  void ReportHealth(const absl::Status& backend);
+  // Commits the changes the pass deferred (one transaction), then does what
+  // each applied one asked for (counters, forgetting ended attempts).
+  absl::Status Flush(PassReport& report);
   absl::Status Follow(const storage::postgres::ClusterAttempt& a,
                       const AttemptStatus* status, PassReport& report);
   absl::Status Launch(const storage::postgres::ClusterAttempt& a,
@@ -116,6 +123,21 @@ class Dispatcher {
   std::string last_inventory_error_ ABSL_GUARDED_BY(mu_);
   // Highest checkpoint step recorded per job.
   absl::flat_hash_map<int64_t, int64_t> checkpoint_step_ ABSL_GUARDED_BY(mu_);
+  // Health last written to the cluster (0 = not yet) and when.
+  int reported_health_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time health_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  // A state change the pass records at its end, with what to do once it is
+  // applied.
+  struct Deferred {
+    storage::postgres::AttemptChange change;
+    int PassReport::*counter = nullptr;
+    // Backend attempt to Delete (its outcome is recorded).
+    std::string forget;
+  };
+  // Changes of the running pass (only the leader's loop or a test's RunPass
+  // touches it; passes never overlap).
+  std::vector<Deferred> deferred_;
 
   std::atomic<bool> leader_{false};
   absl::Notification stop_;

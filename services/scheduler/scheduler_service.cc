@@ -75,6 +75,12 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   s->db_ = std::move(*db);
   s->jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
   s->objects_ = std::make_unique<pg::ObjectStore>(s->db_.get());
+  if (!s->options_.redis_addr.empty()) {
+    absl::StatusOr<storage::redis::RedisOptions> redis =
+        storage::redis::ParseRedisAddress(s->options_.redis_addr);
+    if (!redis.ok()) return redis.status();
+    s->redis_ = std::make_unique<storage::redis::RedisClient>(*redis);
+  }
   return s;
 }
 
@@ -334,6 +340,25 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
     Decided("admit").Increment(report.admitted);
     Decided("preempt").Increment(report.preempted);
     Decided("dropped").Increment(report.dropped);
+    // Wake the dispatchers that have work now instead of letting them wait
+    // for their timer (a hint only; they read PostgreSQL).
+    if (redis_ != nullptr && report.admitted + report.preempted > 0) {
+      std::set<std::string> clusters;
+      for (const pg::AdmitDecision& a : admissions) {
+        clusters.insert(std::string(core::NameId(a.attempt.cluster())));
+      }
+      for (const pg::PreemptDecision& p : preemptions) {
+        auto it = state_.jobs.find(p.job_id);
+        if (it != state_.jobs.end() && it->second.attempt.has_value()) {
+          clusters.insert(
+              std::string(core::NameId(it->second.attempt->cluster())));
+        }
+      }
+      for (const std::string& c : clusters) {
+        (void)redis_->Notify(storage::redis::DispatcherWakeupChannel(c),
+                             "scheduler");
+      }
+    }
   }
 
   // Explanations that changed; rows of jobs no longer pending go away. A new

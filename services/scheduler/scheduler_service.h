@@ -30,6 +30,7 @@
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/redis/redis_client.h"
 
 namespace trainyard::scheduler {
 
@@ -98,6 +99,8 @@ class SchedulerService {
   std::unique_ptr<storage::postgres::Database> db_;
   std::unique_ptr<storage::postgres::JobStore> jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
+  // Publishes dispatcher wake-ups (nullptr without Redis).
+  std::unique_ptr<storage::redis::RedisClient> redis_;
 
   absl::Mutex cycle_mu_;
   PlatformState state_ ABSL_GUARDED_BY(cycle_mu_);

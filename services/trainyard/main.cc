@@ -37,6 +37,8 @@
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/dispatcher/adapters/sim/sim_remote.h"
+#include "services/dispatcher/adapters/slurm/slurm_adapter.h"
+#include "services/dispatcher/adapters/slurm/slurm_settings.h"
 #include "services/dispatcher/dispatcher.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/trainyard/apply.h"
@@ -82,6 +84,16 @@ ABSL_FLAG(std::string, sim_target, "",
           "dispatch to, instead of an in-process --sim_config cluster");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(500),
           "dispatcher: a pass runs at least this often");
+ABSL_FLAG(std::string, backend, "",
+          "dispatcher/all: the cluster's backend: sim (--sim_config or "
+          "--sim_target; the default) or slurm (--slurm_config)");
+ABSL_FLAG(std::string, slurm_config, "",
+          "dispatcher/all with --backend=slurm: Slurm adapter settings, "
+          "`key = value` lines (docs/slurm.md; deploy/slurm/start.sh writes "
+          "one as adapter.conf)");
+ABSL_FLAG(std::string, slurm_cluster, "slurm",
+          "dispatcher/all with --backend=slurm: id of the cluster it "
+          "dispatches for (clusters/{id})");
 ABSL_FLAG(std::string, principal, "",
           "token create: principal, e.g. users/alice");
 ABSL_FLAG(std::string, role, "",
@@ -109,6 +121,7 @@ Usage:
   trainyard api      [--config=FILE] [--grpc_listen=..] [--tls_cert=PEM --tls_key=PEM] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
   trainyard dispatcher --sim_config=FILE | --sim_target=HOST:PORT [--config=FILE] [--http_listen=..] [--postgres_url=..]
+  trainyard dispatcher --backend=slurm --slurm_config=FILE [--slurm_cluster=slurm] [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
   trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
   trainyard migrate  [--postgres_url=..]
@@ -288,6 +301,50 @@ absl::StatusOr<SimDispatcher> StartSimDispatcher() {
   return out;
 }
 
+// A dispatcher with the Slurm backend (docs/slurm.md): the adapter settings
+// of `--slurm_config`, for the cluster `--slurm_cluster`.
+absl::StatusOr<SimDispatcher> StartSlurmDispatcher() {
+  SimDispatcher out;
+  auto settings = trainyard::dispatcher::slurm::LoadSlurmSettings(
+      absl::GetFlag(FLAGS_slurm_config));
+  if (!settings.ok()) return settings.status();
+  auto adapter =
+      trainyard::dispatcher::slurm::SlurmAdapter::Create(*std::move(settings));
+  if (!adapter.ok()) return adapter.status();
+  out.adapter = std::move(*adapter);
+  const std::string cluster = absl::GetFlag(FLAGS_slurm_cluster);
+  auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
+      {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
+       .redis_addr = absl::GetFlag(FLAGS_redis_addr),
+       .cluster = cluster,
+       .interval = absl::GetFlag(FLAGS_dispatch_interval)},
+      out.adapter.get());
+  if (!dispatcher.ok()) return dispatcher.status();
+  out.dispatcher = std::move(*dispatcher);
+  out.dispatcher->Start();
+  Log(LogLevel::kInfo, "dispatcher started",
+      {{"cluster", cluster}, {"backend", "slurm"}});
+  return out;
+}
+
+// The dispatcher `--backend` selects; INVALID_ARGUMENT naming the flag when
+// its settings are missing.
+absl::StatusOr<SimDispatcher> StartBackendDispatcher() {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "slurm") {
+    if (absl::GetFlag(FLAGS_slurm_config).empty()) {
+      return absl::InvalidArgumentError(
+          "--slurm_config: required with --backend=slurm");
+    }
+    return StartSlurmDispatcher();
+  }
+  if (!backend.empty() && backend != "sim") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: \"", backend, "\" is not one of sim, slurm"));
+  }
+  return StartSimDispatcher();
+}
+
 // `trainyard sim-cluster`: the cluster `--sim_config` describes, on the real
 // clock, served over gRPC (SimClusterService) on --grpc_listen, with /healthz,
 // /readyz and /metrics on --http_listen.
@@ -339,11 +396,17 @@ int ServeSimCluster() {
 // /readyz.
 int ServeDispatcher() {
   sigset_t signals = BlockStopSignals();
-  if (absl::GetFlag(FLAGS_sim_config).empty() ==
-      absl::GetFlag(FLAGS_sim_target).empty()) {
+  if (absl::GetFlag(FLAGS_backend) == "slurm") {
+    if (absl::GetFlag(FLAGS_slurm_config).empty()) {
+      std::cerr << "dispatcher: --backend=slurm needs --slurm_config=FILE\n";
+      return 2;
+    }
+  } else if (absl::GetFlag(FLAGS_sim_config).empty() ==
+             absl::GetFlag(FLAGS_sim_target).empty()) {
     std::cerr << "dispatcher: give one of --sim_config=FILE or "
-                 "--sim_target=HOST:PORT (the Slurm and Kubernetes backends "
-                 "arrive with their issues)\n";
+                 "--sim_target=HOST:PORT, or --backend=slurm "
+                 "--slurm_config=FILE (the Kubernetes backend arrives with "
+                 "its issue)\n";
     return 2;
   }
   auto migrated =
@@ -353,7 +416,7 @@ int ServeDispatcher() {
         {{"error", migrated.status()}});
     return 1;
   }
-  absl::StatusOr<SimDispatcher> sim = StartSimDispatcher();
+  absl::StatusOr<SimDispatcher> sim = StartBackendDispatcher();
   if (!sim.ok()) {
     Log(LogLevel::kError, "dispatcher failed to start",
         {{"error", sim.status()}});
@@ -453,10 +516,12 @@ int Serve(bool with_scheduler) {
     scheduler = std::move(*created);
     scheduler->Start();
   }
-  // ... and, given --sim_config, a dispatcher for that simulated cluster.
+  // ... and, given --sim_config (or --backend=slurm --slurm_config), a
+  // dispatcher for that cluster.
   std::optional<SimDispatcher> sim;
-  if (with_scheduler && !absl::GetFlag(FLAGS_sim_config).empty()) {
-    absl::StatusOr<SimDispatcher> started = StartSimDispatcher();
+  if (with_scheduler && (!absl::GetFlag(FLAGS_sim_config).empty() ||
+                         absl::GetFlag(FLAGS_backend) == "slurm")) {
+    absl::StatusOr<SimDispatcher> started = StartBackendDispatcher();
     if (!started.ok()) {
       Log(LogLevel::kError, "dispatcher failed to start",
           {{"error", started.status()}});

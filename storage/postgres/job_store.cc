@@ -1050,53 +1050,85 @@ absl::StatusOr<std::vector<ClusterAttempt>> JobStore::ClusterAttempts(
 }
 
 absl::StatusOr<Job> JobStore::ChangeAttempt(const AttemptChange& c) {
-  Job out;
+  absl::StatusOr<std::vector<absl::StatusOr<Job>>> out = ChangeAttempts({c});
+  if (!out.ok()) return out.status();
+  return std::move(out->front());
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
+    const std::vector<AttemptChange>& changes) {
+  std::vector<absl::StatusOr<Job>> out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    absl::StatusOr<Job> job = LockJob(txn, c.tenant, c.job_id);
-    if (!job.ok()) return job.status();
-    if (c.expected_version != 0 && job->version() != c.expected_version) {
-      return absl::AbortedError(absl::StrCat(job->name(), " changed: version ",
-                                             job->version(), ", expected ",
-                                             c.expected_version));
+    out.assign(changes.size(), absl::UnknownError("not applied"));
+    std::vector<PendingEvent> events;
+    // Jobs whose earlier change in this batch was refused: later ones wait.
+    absl::flat_hash_set<int64_t> refused;
+    for (size_t i = 0; i < changes.size(); ++i) {
+      const AttemptChange& c = changes[i];
+      if (refused.contains(c.job_id)) {
+        out[i] = absl::AbortedError(absl::StrCat(
+            JobName(c.tenant, c.job_id), ": an earlier change was refused"));
+        continue;
+      }
+      absl::Status item = absl::OkStatus();
+      absl::StatusOr<Job> job = LockJob(txn, c.tenant, c.job_id);
+      if (!job.ok()) {
+        item = job.status();
+      } else if (c.expected_version != 0 &&
+                 job->version() != c.expected_version) {
+        item = absl::AbortedError(absl::StrCat(job->name(), " changed: version ",
+                                               job->version(), ", expected ",
+                                               c.expected_version));
+      } else {
+        item = core::CheckTransition(job->state(), c.to);
+      }
+      pqxx::result a;
+      if (item.ok()) {
+        a = txn.exec_prepared("attempt_latest_lock", c.job_id);
+        if (a.empty()) {
+          item = absl::FailedPreconditionError(
+              absl::StrCat(job->name(), " has no attempt"));
+        }
+      }
+      if (!item.ok()) {
+        out[i] = item;
+        refused.insert(c.job_id);
+        continue;
+      }
+      const int idx = a[0][0].as<int>();
+      trainyard::v1::Attempt attempt;
+      attempt.ParseFromString(BytesOf(a[0][1]));
+      if (c.start_time.has_value())
+        *attempt.mutable_start_time() = ToTimestamp(*c.start_time);
+      if (c.end_time.has_value())
+        *attempt.mutable_end_time() = ToTimestamp(*c.end_time);
+      if (c.failure_class != trainyard::v1::FAILURE_CLASS_UNSPECIFIED)
+        attempt.set_failure_class(c.failure_class);
+      if (c.exit_code.has_value()) attempt.set_exit_code(*c.exit_code);
+      if (c.lost_gpu_seconds > 0)
+        attempt.set_lost_gpu_seconds(c.lost_gpu_seconds);
+      if (!c.attempt_message.empty()) attempt.set_message(c.attempt_message);
+      if (!c.backend_job_id.empty())
+        attempt.set_backend_job_id(c.backend_job_id);
+      std::optional<int64_t> start, end;
+      if (c.start_time.has_value()) start = absl::ToUnixMicros(*c.start_time);
+      if (c.end_time.has_value()) end = absl::ToUnixMicros(*c.end_time);
+      txn.exec_prepared("attempt_update", c.job_id, idx,
+                        Bytea(attempt.SerializeAsString()), start, end);
+      const JobState from = job->state();
+      job->set_state(c.to);
+      job->set_state_reason(c.reason);
+      job->set_state_message(c.message);
+      if (c.to == trainyard::v1::JOB_STATE_CANCELLED)
+        job->set_cancel_requested(false);
+      Job saved = SaveJobState(txn, c.job_id, *job);
+      events.push_back(
+          Pending(saved, c.job_id,
+                  MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                            from, c.to, c.reason, c.message)));
+      out[i] = std::move(saved);
     }
-    if (absl::Status t = core::CheckTransition(job->state(), c.to); !t.ok())
-      return t;
-    pqxx::result a = txn.exec_prepared("attempt_latest_lock", c.job_id);
-    if (a.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(job->name(), " has no attempt"));
-    }
-    const int idx = a[0][0].as<int>();
-    trainyard::v1::Attempt attempt;
-    attempt.ParseFromString(BytesOf(a[0][1]));
-    if (c.start_time.has_value())
-      *attempt.mutable_start_time() = ToTimestamp(*c.start_time);
-    if (c.end_time.has_value())
-      *attempt.mutable_end_time() = ToTimestamp(*c.end_time);
-    if (c.failure_class != trainyard::v1::FAILURE_CLASS_UNSPECIFIED)
-      attempt.set_failure_class(c.failure_class);
-    if (c.exit_code.has_value()) attempt.set_exit_code(*c.exit_code);
-    if (c.lost_gpu_seconds > 0)
-      attempt.set_lost_gpu_seconds(c.lost_gpu_seconds);
-    if (!c.attempt_message.empty()) attempt.set_message(c.attempt_message);
-    if (!c.backend_job_id.empty()) attempt.set_backend_job_id(c.backend_job_id);
-    std::optional<int64_t> start, end;
-    if (c.start_time.has_value()) start = absl::ToUnixMicros(*c.start_time);
-    if (c.end_time.has_value()) end = absl::ToUnixMicros(*c.end_time);
-    txn.exec_prepared("attempt_update", c.job_id, idx,
-                      Bytea(attempt.SerializeAsString()), start, end);
-    const JobState from = job->state();
-    job->set_state(c.to);
-    job->set_state_reason(c.reason);
-    job->set_state_message(c.message);
-    if (c.to == trainyard::v1::JOB_STATE_CANCELLED)
-      job->set_cancel_requested(false);
-    out = SaveJobState(txn, c.job_id, *job);
-    AppendEvents(
-        txn,
-        {Pending(out, c.job_id,
-                 MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                           from, c.to, c.reason, c.message))});
+    AppendEvents(txn, events);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

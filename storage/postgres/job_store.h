@@ -243,6 +243,16 @@ class JobStore {
   // the attempt's fields, with its event, in one transaction. Returns the job
   // with its attempts.
   absl::StatusOr<trainyard::v1::Job> ChangeAttempt(const AttemptChange& change);
+  // Several changes in ONE transaction (one commit, one outbox lock), applied
+  // in order: the dispatcher records a whole pass this way. Each change is
+  // checked on its own and gets its own result (the job or why it was
+  // refused: NOT_FOUND, ABORTED for a version mismatch, FAILED_PRECONDITION
+  // for a transition the state machine forbids); a refused change leaves the
+  // others applied, and later changes of the same job are refused too
+  // (ABORTED), so expected_version 0 on a follow-up change of a job is safe.
+  // A database error fails the whole batch (nothing applied).
+  absl::StatusOr<std::vector<absl::StatusOr<trainyard::v1::Job>>>
+  ChangeAttempts(const std::vector<AttemptChange>& changes);
 
   // The scheduler's explanation of a job, if it wrote one.
   absl::StatusOr<std::optional<Explanation>> GetExplanation(int64_t job_id);

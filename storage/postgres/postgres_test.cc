@@ -278,6 +278,71 @@ TEST_F(PostgresTest, TransitionsFollowTheStateMachineAndVersions) {
                                          trainyard::v1::JOB_STATE_CANCELLED));
 }
 
+// ChangeAttempts: one transaction, each change checked on its own; a refused
+// change skips the later changes of its job and leaves the others applied.
+TEST_F(PostgresTest, ChangeAttemptsAppliesEachChangeOnItsOwn) {
+  SeedQueue("t");
+  auto out = jobs_->SubmitMany(
+      {MakeJob("t", "a"), MakeJob("t", "b"), MakeJob("t", "c")}, false);
+  ASSERT_TRUE(out.ok());
+  std::vector<int64_t> ids;
+  std::vector<AdmitDecision> admissions;
+  for (const SubmitOutcome& o : *out) {
+    ids.push_back(IdOf(o.job));
+    AdmitDecision a{.tenant = "t", .job_id = ids.back(), .expected_version = 1};
+    a.attempt.set_cluster("clusters/c");
+    a.attempt.set_flavor("flavors/f");
+    admissions.push_back(a);
+  }
+  auto admitted = jobs_->ApplyDecisions({}, admissions);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_EQ(admitted->admitted.size(), 3u);
+  const int64_t a = ids[0], b = ids[1], c = ids[2];
+  auto change = [](int64_t id, int64_t version, JobState to) {
+    return AttemptChange{.tenant = "t",
+                         .job_id = id,
+                         .expected_version = version,
+                         .to = to,
+                         .reason = "R",
+                         .message = "m"};
+  };
+  auto results = jobs_->ChangeAttempts(
+      {change(a, 2, trainyard::v1::JOB_STATE_DISPATCHING),
+       change(b, 1, trainyard::v1::JOB_STATE_DISPATCHING),  // stale
+       change(b, 0, trainyard::v1::JOB_STATE_DISPATCHING),  // follows it
+       change(c, 2, trainyard::v1::JOB_STATE_RUNNING),      // forbidden
+       change(a, 0, trainyard::v1::JOB_STATE_RUNNING)});
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 5u);
+  EXPECT_TRUE((*results)[0].ok());
+  EXPECT_EQ((*results)[1].status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*results)[2].status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*results)[3].status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*results)[4].ok()) << (*results)[4].status();
+  EXPECT_EQ((*results)[4]->state(), trainyard::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ((*results)[4]->version(), 4);
+  auto job_b = jobs_->Get("t", b, false);
+  ASSERT_TRUE(job_b.ok());
+  EXPECT_EQ(job_b->state(), trainyard::v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(job_b->version(), 2);
+  // a's two changes are two events in order; b and c got none.
+  auto events = jobs_->ReadEvents(0, {}, 100);
+  ASSERT_TRUE(events.ok());
+  std::vector<std::pair<std::string, JobState>> changed;
+  for (const auto& e : *events) {
+    if (e.type() == trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED &&
+        e.from_state() != trainyard::v1::JOB_STATE_QUEUED) {
+      changed.emplace_back(e.job(), e.to_state());
+    }
+  }
+  const std::string name_a = absl::StrCat("tenants/t/jobs/", a);
+  EXPECT_THAT(changed,
+              ::testing::ElementsAre(
+                  ::testing::Pair(name_a, trainyard::v1::JOB_STATE_DISPATCHING),
+                  ::testing::Pair(name_a, trainyard::v1::JOB_STATE_RUNNING)));
+}
+
 // Sequence order must equal commit order: a reader that has seen seq N never
 // later finds a committed event below N. Readers poll while writers commit
 // concurrently.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,12 @@ namespace trainyard::storage::redis {
 // Channel that wakes the scheduler: the api publishes on every submit, a
 // dispatcher when attempts end (hints only; the outbox is the truth).
 inline constexpr char kSchedulerWakeupChannel[] = "ty:wake:scheduler";
+
+// Channel that wakes the dispatcher of one cluster: the scheduler publishes
+// after it admits or preempts work there (a hint, like the scheduler's).
+inline std::string DispatcherWakeupChannel(std::string_view cluster) {
+  return std::string("ty:wake:dispatcher:").append(cluster);
+}
 
 // Subscribes to channels on a dedicated connection owned by a background
 // thread, which reconnects and resubscribes transparently (after

@@ -1,0 +1,515 @@
+// The real api, scheduler and dispatcher over PostgreSQL driving a real Slurm
+// cluster through the Slurm adapter (issue 5 item 6): a checkpointing gang
+// preempted by Trainyard with a signal checkpoints in its grace period and
+// its next attempt resumes from that checkpoint with no step lost; a
+// dispatcher that dies between "submitted" and "recorded" leaves one Slurm
+// job, found again by its successor.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "services/dispatcher/adapters/slurm/slurm_adapter.h"
+#include "services/dispatcher/adapters/slurm/slurm_settings.h"
+#include "services/dispatcher/dispatcher.h"
+#include "services/scheduler/scheduler_service.h"
+#include "tests/fixtures/local_slurm.h"
+#include "tests/integration/api_test_harness.h"
+
+namespace trainyard::testing {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using dispatcher::Dispatcher;
+using dispatcher::slurm::SlurmAdapter;
+
+// A training job: steps 1..TOTAL of one second each, appended to
+// $TRAINYARD_CHECKPOINT_DIR/out as "<step> <attempt>"; a checkpoint every
+// EVERY steps and when signalled (USR1), then exits; resumes from the step
+// stored in $TRAINYARD_RESUME_FROM. Worker 0 trains; the others idle.
+constexpr char kTrainScript[] = R"sh(
+dir="$TRAINYARD_CHECKPOINT_DIR"
+done="$dir/done-$TRAINYARD_ATTEMPT"
+if [ "$TRAINYARD_WORKER_INDEX" != 0 ]; then
+  trap 'exit 0' USR1 TERM
+  while [ ! -e "$done" ]; do sleep 0.2; done
+  exit 0
+fi
+step=0
+if [ -n "$TRAINYARD_RESUME_FROM" ]; then step=$(cat "$TRAINYARD_RESUME_FROM"); fi
+echo "attempt $TRAINYARD_ATTEMPT starts after step $step" >> "$dir/log"
+checkpoint() {
+  echo "$step" > "$dir/step-$step"
+  echo "{\"step\": $step, \"uri\": \"step-$step\", \"time\": $(date +%s)}" > "$dir/manifest.tmp"
+  mv "$dir/manifest.tmp" "$dir/trainyard-checkpoint.json"
+  echo "checkpoint $step attempt $TRAINYARD_ATTEMPT" >> "$dir/log"
+}
+stop=0
+trap 'stop=1' USR1 TERM
+while [ "$step" -lt "$TOTAL" ]; do
+  if [ "$stop" = 1 ]; then checkpoint; touch "$done"; exit 0; fi
+  sleep 1
+  step=$((step + 1))
+  echo "$step $TRAINYARD_ATTEMPT" >> "$dir/out"
+  if [ $((step % EVERY)) = 0 ]; then checkpoint; fi
+done
+echo "finished" >> "$dir/log"
+touch "$done"
+)sh";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SlurmDispatcherTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!LocalSlurm::Available(&why)) {
+      skip_reason_ = new std::string(why);
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<LocalSlurm>> slurm = LocalSlurm::Start();
+    if (!slurm.ok()) {
+      start_error_ = new std::string(slurm.status().ToString());
+      return;
+    }
+    slurm_ = slurm->release();
+  }
+  static void TearDownTestSuite() {
+    delete slurm_;
+    slurm_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (skip_reason_ != nullptr) GTEST_SKIP() << *skip_reason_;
+    ASSERT_EQ(start_error_, nullptr) << *start_error_;
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
+    ASSERT_TRUE(h.ok()) << h.status();
+    harness_ = std::move(*h);
+    ASSERT_TRUE(harness_->SeedTenant("acme").ok());
+    token_ = harness_->Token("users/alice", v1::ROLE_TENANT_ADMIN, "acme");
+    ASSERT_NO_FATAL_FAILURE(DefineSlurmCluster());
+
+    static int tests = 0;
+    prefix_ = absl::StrCat("t", ++tests, "-");
+    adapter_ = NewAdapter(prefix_);
+    scheduler::SchedulerOptions so;
+    so.postgres_url = harness_->database_url();
+    so.redis_addr = "";
+    absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
+        scheduler::SchedulerService::Create(so);
+    ASSERT_TRUE(s.ok()) << s.status();
+    scheduler_ = std::move(*s);
+    dispatcher_ = NewDispatcher(adapter_.get());
+    // The first pass reports the Slurm nodes for the scheduler to place on.
+    absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->nodes_reported, 4);
+  }
+
+  void TearDown() override {
+    dispatcher_.reset();
+    // Leave the shared cluster empty for the next test.
+    if (slurm_ != nullptr) {
+      (void)slurm_->Command({"scancel", "--quiet", "--user=root"});
+    }
+  }
+
+  static std::unique_ptr<SlurmAdapter> NewAdapter(const std::string& prefix) {
+    absl::StatusOr<dispatcher::slurm::SlurmSettings> settings =
+        dispatcher::slurm::LoadSlurmSettings(slurm_->adapter_config());
+    EXPECT_TRUE(settings.ok()) << settings.status();
+    settings->working_dir = slurm_->work_dir();
+    // Every test has a database of its own (job ids restart at 1) but they
+    // share the cluster: a name prefix per test keeps their jobs apart.
+    settings->job_name_prefix = prefix;
+    absl::StatusOr<std::unique_ptr<SlurmAdapter>> a =
+        SlurmAdapter::Create(*settings);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return std::move(*a);
+  }
+
+  std::unique_ptr<Dispatcher> NewDispatcher(SlurmAdapter* adapter) {
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(
+        {.postgres_url = harness_->database_url(), .cluster = "slurm"},
+        adapter);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return std::move(*d);
+  }
+
+  // Cluster "slurm" with pool "ondemand" of flavor "gpu" (the harness's
+  // on-demand H100 flavor) and pool "spot" of flavor "spot"; the harness's
+  // sim cluster is reported down so that work goes to Slurm.
+  void DefineSlurmCluster() {
+    auto c = harness_->clusters();
+    const std::string admin = harness_->admin_token();
+    {
+      v1::CreateFlavorRequest req;
+      req.set_flavor_id("spot");
+      req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_SPOT);
+      req.mutable_flavor()->set_gpu_model("H100");
+      req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
+      req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(700000);
+      v1::Flavor out;
+      grpc::Status s =
+          c->CreateFlavor(ApiHarness::Context(admin).get(), req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    {
+      v1::CreateClusterRequest req;
+      req.set_cluster_id("slurm");
+      req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SLURM);
+      v1::Cluster out;
+      grpc::Status s =
+          c->CreateCluster(ApiHarness::Context(admin).get(), req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    for (const auto& [pool, flavor] :
+         std::vector<std::pair<std::string, std::string>>{{"ondemand", "gpu"},
+                                                          {"spot", "spot"}}) {
+      v1::CreatePoolRequest req;
+      req.set_parent("clusters/slurm");
+      req.set_pool_id(pool);
+      req.mutable_pool()->set_flavor(flavor);
+      v1::Pool out;
+      grpc::Status s =
+          c->CreatePool(ApiHarness::Context(admin).get(), req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    v1::ReportNodesRequest req;
+    req.set_parent("clusters/sim");
+    for (int i = 0; i < 4; ++i) {
+      v1::Node* n = req.add_nodes();
+      n->set_name(absl::StrCat("clusters/sim/nodes/n", i));
+      n->set_pool("main");
+      n->set_state(v1::NODE_STATE_DOWN);
+      n->mutable_capacity()->set_gpus(8);
+      n->mutable_capacity()->set_gpu_model("H100");
+      n->mutable_capacity()->set_cpu_millis(64000);
+      n->mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
+    }
+    v1::ReportNodesResponse out;
+    grpc::Status s =
+        c->ReportNodes(ApiHarness::Context(admin).get(), req, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  v1::SubmitJobRequest TrainJob(const std::string& request_id, int workers,
+                                const std::string& dir, int total, int every) {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", request_id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_workers(workers);
+    spec->mutable_resources()->set_gpus(4);
+    spec->mutable_resources()->set_cpu_millis(1000);
+    spec->mutable_resources()->set_memory_bytes(int64_t{200} << 20);
+    spec->clear_command();
+    spec->add_command("/bin/bash");
+    spec->add_command("-c");
+    spec->add_command(kTrainScript);
+    (*spec->mutable_env())["TOTAL"] = absl::StrCat(total);
+    (*spec->mutable_env())["EVERY"] = absl::StrCat(every);
+    spec->mutable_checkpoint()->set_directory(dir);
+    spec->mutable_checkpoint()->set_resumable(true);
+    spec->mutable_checkpoint()->mutable_interval()->set_seconds(every);
+    spec->mutable_checkpoint()->mutable_grace_period()->set_seconds(20);
+    spec->mutable_time_limit()->set_seconds(600);
+    return req;
+  }
+
+  v1::Job Get(int64_t id) { return harness_->GetJob(token_, "acme", id); }
+
+  // Scheduler cycles and dispatcher passes until `done` or `timeout`.
+  bool RunUntil(const std::function<bool()>& done, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<scheduler::CycleReport> c = scheduler_->RunCycle();
+      EXPECT_TRUE(c.ok()) << c.status();
+      absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(400));
+    }
+    return false;
+  }
+
+  static LocalSlurm* slurm_;
+  static std::string* skip_reason_;
+  static std::string* start_error_;
+  std::unique_ptr<ApiHarness> harness_;
+  std::string token_;
+  std::string prefix_;
+  std::unique_ptr<SlurmAdapter> adapter_;
+  std::unique_ptr<scheduler::SchedulerService> scheduler_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+};
+
+LocalSlurm* SlurmDispatcherTest::slurm_ = nullptr;
+std::string* SlurmDispatcherTest::skip_reason_ = nullptr;
+std::string* SlurmDispatcherTest::start_error_ = nullptr;
+
+TEST_F(SlurmDispatcherTest,
+       PreemptedGangCheckpointsInItsGraceAndResumesWithNoStepLost) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
+    v1::CreatePriorityClassRequest req;
+    req.set_priority_class_id(name);
+    req.mutable_priority_class()->set_value(value);
+    req.mutable_priority_class()->set_preemptible(true);
+    v1::PriorityClass out;
+    ASSERT_TRUE(
+        harness_->queues()
+            ->CreatePriorityClass(
+                ApiHarness::Context(harness_->admin_token()).get(), req, &out)
+            .ok());
+  }
+  v1::UpdateQueueRequest update;
+  update.mutable_queue()->set_name("tenants/acme/queues/default");
+  update.mutable_queue()->mutable_preemption()->set_within_queue(
+      v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+  update.mutable_update_mask()->add_paths("preemption");
+  v1::Queue updated;
+  ASSERT_TRUE(
+      harness_->queues()
+          ->UpdateQueue(ApiHarness::Context(harness_->admin_token()).get(),
+                        update, &updated)
+          .ok());
+
+  // The victim: a 2-node gang taking all on-demand GPUs (2 × 4), 24 steps,
+  // a checkpoint every 5.
+  const std::string dir = slurm_->work_dir() + "/train";
+  std::filesystem::create_directories(dir);
+  constexpr int kTotal = 24;
+  v1::SubmitJobRequest low = TrainJob("low", 2, dir, kTotal, 5);
+  low.mutable_job()->mutable_spec()->set_priority_class("low");
+  const int64_t victim = harness_->SubmitJob(token_, low);
+  ASSERT_GT(victim, 0);
+  // Running, past its first checkpoint (step 5), and a few steps beyond.
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        const v1::Job j = Get(victim);
+        return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty() &&
+               ReadAll(dir + "/out").find("\n7 1\n") != std::string::npos;
+      },
+      absl::Seconds(90)))
+      << Get(victim).DebugString() << ReadAll(dir + "/log");
+  ASSERT_EQ(Get(victim).attempts(0).placements_size(), 2);
+
+  // A high-priority job needs one node: the scheduler preempts the gang; the
+  // dispatcher signals it (USR1), it checkpoints and exits in its grace.
+  v1::SubmitJobRequest high = MinimalSubmit("acme", "high");
+  high.mutable_job()->mutable_spec()->set_priority_class("high");
+  high.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(4);
+  high.mutable_job()->mutable_spec()->mutable_resources()->set_cpu_millis(1000);
+  high.mutable_job()->mutable_spec()->mutable_resources()->set_memory_bytes(
+      int64_t{200} << 20);
+  high.mutable_job()->mutable_spec()->clear_command();
+  high.mutable_job()->mutable_spec()->add_command("sleep");
+  high.mutable_job()->mutable_spec()->add_command("2");
+  const int64_t preemptor = harness_->SubmitJob(token_, high);
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        return Get(victim).state() == v1::JOB_STATE_QUEUED ||
+               Get(victim).attempts_size() > 1;
+      },
+      absl::Seconds(90)))
+      << Get(victim).DebugString();
+  v1::Job v = Get(victim);
+  ASSERT_GE(v.attempts_size(), 1);
+  EXPECT_EQ(v.attempts(0).failure_class(), v1::FAILURE_CLASS_PREEMPTION);
+  // The checkpoint it wrote when signalled is the resume point.
+  const std::string resume = v.resume_from();
+  ASSERT_FALSE(resume.empty());
+  int64_t resumed_step = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(resume.substr(resume.rfind('-') + 1), &resumed_step))
+      << resume;
+  EXPECT_GE(resumed_step, 7) << "the checkpoint taken in the grace period";
+  EXPECT_NE(resumed_step % 5, 0) << ReadAll(dir + "/log");
+
+  // The preemptor runs and succeeds; the victim's next attempt resumes from
+  // the checkpoint and finishes.
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        return Get(victim).state() == v1::JOB_STATE_SUCCEEDED &&
+               Get(preemptor).state() == v1::JOB_STATE_SUCCEEDED;
+      },
+      absl::Seconds(150)))
+      << Get(victim).DebugString() << Get(preemptor).DebugString()
+      << ReadAll(dir + "/log");
+  v = Get(victim);
+  ASSERT_EQ(v.attempts_size(), 2);
+  EXPECT_EQ(v.attempts(1).resumed_from(), resume);
+  EXPECT_EQ(v.attempts(1).exit_code(), 0);
+
+  // Every step exactly once: attempt 1 did 1..K (K = its last checkpoint),
+  // attempt 2 did K+1..TOTAL — nothing lost, nothing redone.
+  std::map<int, std::set<int>> attempts_of_step;
+  for (absl::string_view line :
+       absl::StrSplit(ReadAll(dir + "/out"), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    int step = 0, attempt = 0;
+    ASSERT_EQ(f.size(), 2u) << line;
+    ASSERT_TRUE(absl::SimpleAtoi(f[0], &step) &&
+                absl::SimpleAtoi(f[1], &attempt));
+    attempts_of_step[step].insert(attempt);
+  }
+  ASSERT_EQ(attempts_of_step.size(), static_cast<size_t>(kTotal))
+      << ReadAll(dir + "/out");
+  for (int step = 1; step <= kTotal; ++step) {
+    ASSERT_TRUE(attempts_of_step.contains(step)) << "step " << step << " lost";
+    EXPECT_EQ(attempts_of_step[step],
+              std::set<int>{step <= resumed_step ? 1 : 2})
+        << "step " << step;
+  }
+  EXPECT_EQ(v.attempts(0).lost_gpu_seconds() >= 0, true);
+}
+
+TEST_F(SlurmDispatcherTest, ADispatcherDeadBetweenSubmitAndRecordLeavesOneJob) {
+  v1::SubmitJobRequest req = MinimalSubmit("acme", "once");
+  req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(1);
+  req.mutable_job()->mutable_spec()->mutable_resources()->set_cpu_millis(1000);
+  req.mutable_job()->mutable_spec()->mutable_resources()->set_memory_bytes(
+      int64_t{200} << 20);
+  req.mutable_job()->mutable_spec()->clear_command();
+  req.mutable_job()->mutable_spec()->add_command("sleep");
+  req.mutable_job()->mutable_spec()->add_command("3");
+  const int64_t id = harness_->SubmitJob(token_, req);
+  ASSERT_TRUE(scheduler_->RunCycle().ok());
+  absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->launched, 1);
+  // The first dispatcher dies before it sees the job start (it recorded only
+  // DISPATCHING); a new process with a new adapter takes over.
+  dispatcher_.reset();
+  adapter_ = NewAdapter(prefix_);
+  dispatcher_ = NewDispatcher(adapter_.get());
+  ASSERT_TRUE(
+      RunUntil([&] { return Get(id).state() == v1::JOB_STATE_SUCCEEDED; },
+               absl::Seconds(60)))
+      << Get(id).DebugString();
+  EXPECT_EQ(adapter_->counters().submits, 0) << "it looked before creating";
+  absl::StatusOr<std::vector<int64_t>> ids =
+      adapter_->JobIdsNamed(absl::StrCat("ty-", id, "-1"), /*refresh=*/true);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->size(), 1u);
+  EXPECT_EQ(Get(id).attempts_size(), 1);
+}
+
+TEST_F(SlurmDispatcherTest,
+       AKilledNodeIsANodeFailureAndTheJobResumesElsewhere) {
+  const std::string dir = slurm_->work_dir() + "/nodefail";
+  std::filesystem::create_directories(dir);
+  constexpr int kTotal = 14;
+  const int64_t id =
+      harness_->SubmitJob(token_, TrainJob("nodefail", 1, dir, kTotal, 4));
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty();
+      },
+      absl::Seconds(90)))
+      << Get(id).DebugString() << ReadAll(dir + "/log");
+  v1::Job job = Get(id);
+  const std::string placed = job.attempts(0).placements(0).node();
+  const std::string node = placed.substr(placed.rfind('/') + 1);
+  // The node loses power: slurmd and the job's processes die. Slurm notices
+  // (SlurmdTimeout), ends the job NODE_FAIL and marks the node DOWN.
+  ASSERT_TRUE(slurm_->StopDaemon("slurmd:" + node, "KILL").ok());
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.attempts_size() > 1 && j.state() == v1::JOB_STATE_RUNNING;
+      },
+      absl::Seconds(120)))
+      << Get(id).DebugString();
+  job = Get(id);
+  EXPECT_EQ(job.attempts(0).failure_class(), v1::FAILURE_CLASS_NODE_FAILURE);
+  EXPECT_NE(job.attempts(1).placements(0).node(), placed)
+      << "the scheduler no longer places work on the failed node";
+  const std::string resume = job.attempts(1).resumed_from();
+  ASSERT_FALSE(resume.empty());
+  int64_t resumed_step = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(resume.substr(resume.rfind('-') + 1), &resumed_step));
+  ASSERT_TRUE(
+      RunUntil([&] { return Get(id).state() == v1::JOB_STATE_SUCCEEDED; },
+               absl::Seconds(90)))
+      << Get(id).DebugString() << ReadAll(dir + "/log");
+  // Nothing lost: every step done; those after the resume point by the
+  // second attempt (work since the last checkpoint was redone).
+  std::map<int, std::set<int>> attempts_of_step;
+  for (absl::string_view line :
+       absl::StrSplit(ReadAll(dir + "/out"), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    int step = 0, attempt = 0;
+    ASSERT_EQ(f.size(), 2u) << line;
+    ASSERT_TRUE(absl::SimpleAtoi(f[0], &step) &&
+                absl::SimpleAtoi(f[1], &attempt));
+    attempts_of_step[step].insert(attempt);
+  }
+  for (int step = 1; step <= kTotal; ++step) {
+    ASSERT_TRUE(attempts_of_step.contains(step)) << "step " << step << " lost";
+    if (step > resumed_step) {
+      EXPECT_TRUE(attempts_of_step[step].contains(2)) << "step " << step;
+    }
+  }
+  ASSERT_TRUE(slurm_->StartDaemon("slurmd:" + node).ok());
+}
+
+TEST_F(SlurmDispatcherTest, AnUnreachableBackendChangesNothingAndIsUnhealthy) {
+  v1::SubmitJobRequest req = MinimalSubmit("acme", "steady");
+  v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+  spec->mutable_resources()->set_gpus(1);
+  spec->mutable_resources()->set_cpu_millis(1000);
+  spec->mutable_resources()->set_memory_bytes(int64_t{200} << 20);
+  spec->clear_command();
+  spec->add_command("sleep");
+  spec->add_command("20");
+  const int64_t id = harness_->SubmitJob(token_, req);
+  ASSERT_TRUE(RunUntil([&] { return Get(id).state() == v1::JOB_STATE_RUNNING; },
+                       absl::Seconds(60)));
+  auto health = [&] {
+    v1::GetClusterRequest get;
+    get.set_name("clusters/slurm");
+    v1::Cluster cluster;
+    grpc::Status s = harness_->clusters()->GetCluster(
+        ApiHarness::Context(harness_->admin_token()).get(), get, &cluster);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return cluster;
+  };
+  EXPECT_EQ(health().health(), v1::CLUSTER_HEALTH_HEALTHY);
+
+  ASSERT_TRUE(slurm_->StopDaemon("slurmrestd").ok());
+  const int64_t version = Get(id).version();
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
+    EXPECT_TRUE(absl::IsUnavailable(p.status())) << p.status();
+  }
+  v1::Cluster c = health();
+  EXPECT_EQ(c.health(), v1::CLUSTER_HEALTH_UNHEALTHY);
+  EXPECT_FALSE(c.health_message().empty());
+  EXPECT_TRUE(c.has_heartbeat_time());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).version(), version) << "nothing recorded while blind";
+
+  ASSERT_TRUE(slurm_->StartDaemon("slurmrestd").ok());
+  ASSERT_TRUE(dispatcher_->RunPass().ok());
+  EXPECT_EQ(health().health(), v1::CLUSTER_HEALTH_HEALTHY);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+}
+
+}  // namespace
+}  // namespace trainyard::testing
