@@ -508,6 +508,17 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
           absl::Seconds(a.job.spec().checkpoint().grace_period().seconds()) +
           absl::Nanoseconds(a.job.spec().checkpoint().grace_period().nanos());
     }
+    // The grace period runs from the preemption, not from whenever a
+    // dispatcher (a new leader, or one whose backend keeps stop requests in
+    // memory, like Slurm's adapter) first asks for the stop.
+    absl::StatusOr<std::optional<absl::Time>> preempted =
+        jobs_->StateEnteredAt(JobIdOf(a.job), v1::JOB_STATE_PREEMPTING);
+    if (preempted.ok() && preempted->has_value()) {
+      const absl::Duration elapsed = absl::Now() - **preempted;
+      if (elapsed > absl::Seconds(1)) {
+        grace = std::max(absl::ZeroDuration(), grace - elapsed);
+      }
+    }
     ++report.stops;
     return adapter_->Stop(name, grace, StopReason::kPreemption);
   }

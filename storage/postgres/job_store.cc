@@ -324,6 +324,10 @@ JobStore::JobStore(Database* db) : db_(db) {
           "NULL THEN start_time ELSE to_timestamp($4::bigint / 1e6) END, "
           "end_time = CASE WHEN $5::bigint IS NULL THEN end_time ELSE "
           "to_timestamp($5::bigint / 1e6) END WHERE job_id = $1 AND idx = $2"));
+  db_->Prepare("job_events_recent",
+               absl::StrCat("SELECT ", EpochMicros("create_time"),
+                            ", body FROM job_events WHERE job_id = $1 ORDER BY "
+                            "seq DESC LIMIT 100"));
   db_->Prepare("explanation_get",
                "SELECT reason, message, position FROM pending_explanations "
                "WHERE job_id = $1");
@@ -1014,6 +1018,27 @@ absl::Status JobStore::WriteExplanations(
   });
 }
 
+absl::StatusOr<std::optional<absl::Time>> JobStore::StateEnteredAt(
+    int64_t job_id, JobState state) {
+  std::optional<absl::Time> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.reset();
+    for (const pqxx::row& row :
+         txn.exec_prepared("job_events_recent", job_id)) {
+      JobEvent e;
+      if (!e.ParseFromString(BytesOf(row[1]))) continue;
+      if (e.type() == trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED &&
+          e.to_state() == state) {
+        out = TimeOf(row[0]);
+        break;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<std::optional<Explanation>> JobStore::GetExplanation(
     int64_t job_id) {
   std::optional<Explanation> out;
@@ -1076,9 +1101,9 @@ absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
         item = job.status();
       } else if (c.expected_version != 0 &&
                  job->version() != c.expected_version) {
-        item = absl::AbortedError(absl::StrCat(job->name(), " changed: version ",
-                                               job->version(), ", expected ",
-                                               c.expected_version));
+        item = absl::AbortedError(
+            absl::StrCat(job->name(), " changed: version ", job->version(),
+                         ", expected ", c.expected_version));
       } else {
         item = core::CheckTransition(job->state(), c.to);
       }

@@ -254,6 +254,11 @@ class JobStore {
   absl::StatusOr<std::vector<absl::StatusOr<trainyard::v1::Job>>>
   ChangeAttempts(const std::vector<AttemptChange>& changes);
 
+  // When the job last entered `state`, from its outbox events (the newest
+  // 100); nullopt if none of them is a change into `state`.
+  absl::StatusOr<std::optional<absl::Time>> StateEnteredAt(
+      int64_t job_id, trainyard::v1::JobState state);
+
   // The scheduler's explanation of a job, if it wrote one.
   absl::StatusOr<std::optional<Explanation>> GetExplanation(int64_t job_id);
 

@@ -377,6 +377,89 @@ TEST_F(SlurmDispatcherTest,
   EXPECT_EQ(v.attempts(0).lost_gpu_seconds() >= 0, true);
 }
 
+// A dispatcher that takes over while a victim is inside its grace period
+// (the Slurm adapter keeps stop requests in memory) continues the grace
+// period from the preemption instead of starting a new one.
+TEST_F(SlurmDispatcherTest, ATakeoverInsideTheGracePeriodKeepsItsDeadline) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
+    v1::CreatePriorityClassRequest req;
+    req.set_priority_class_id(name);
+    req.mutable_priority_class()->set_value(value);
+    req.mutable_priority_class()->set_preemptible(true);
+    v1::PriorityClass out;
+    ASSERT_TRUE(
+        harness_->queues()
+            ->CreatePriorityClass(
+                ApiHarness::Context(harness_->admin_token()).get(), req, &out)
+            .ok());
+  }
+  v1::UpdateQueueRequest update;
+  update.mutable_queue()->set_name("tenants/acme/queues/default");
+  update.mutable_queue()->mutable_preemption()->set_within_queue(
+      v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+  update.mutable_update_mask()->add_paths("preemption");
+  v1::Queue updated;
+  ASSERT_TRUE(
+      harness_->queues()
+          ->UpdateQueue(ApiHarness::Context(harness_->admin_token()).get(),
+                        update, &updated)
+          .ok());
+  auto job = [](const std::string& id, const std::string& priority, int gpus,
+                const std::string& script) {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_priority_class(priority);
+    spec->set_workers(2);
+    spec->mutable_resources()->set_gpus(gpus);
+    spec->mutable_resources()->set_cpu_millis(1000);
+    spec->mutable_resources()->set_memory_bytes(int64_t{200} << 20);
+    spec->clear_command();
+    spec->add_command("/bin/bash");
+    spec->add_command("-c");
+    spec->add_command(script);
+    spec->mutable_checkpoint()->mutable_grace_period()->set_seconds(20);
+    return req;
+  };
+  // The victim ignores the checkpoint signal: only the deadline stops it.
+  const int64_t victim = harness_->SubmitJob(
+      token_, job("stubborn", "low", 4, "trap '' USR1 TERM; sleep 300"));
+  ASSERT_TRUE(
+      RunUntil([&] { return Get(victim).state() == v1::JOB_STATE_RUNNING; },
+               absl::Seconds(60)))
+      << Get(victim).DebugString();
+  const int64_t preemptor =
+      harness_->SubmitJob(token_, job("urgent", "high", 4, "sleep 1"));
+  ASSERT_TRUE(
+      RunUntil([&] { return Get(victim).state() == v1::JOB_STATE_PREEMPTING; },
+               absl::Seconds(60)))
+      << Get(victim).DebugString();
+  const absl::Time preempted = absl::Now();
+  // Signalled by this dispatcher; 12 s into the 20 s grace it is replaced.
+  ASSERT_TRUE(dispatcher_->RunPass().ok());
+  absl::SleepFor(absl::Seconds(12) - (absl::Now() - preempted));
+  dispatcher_.reset();
+  adapter_ = NewAdapter(prefix_);
+  dispatcher_ = NewDispatcher(adapter_.get());
+  ASSERT_TRUE(
+      RunUntil([&] { return Get(victim).state() == v1::JOB_STATE_QUEUED; },
+               absl::Seconds(60)))
+      << Get(victim).DebugString();
+  const absl::Duration stopped_after = absl::Now() - preempted;
+  // The deadline is 20 s after the preemption; the cancel then takes the
+  // test cluster's KillWait (5 s: the job ignores TERM too) and a poll, about
+  // 28 s in all. A grace period restarted by the new dispatcher would end at
+  // 12 + 20 s, and the job about 39 s after the preemption.
+  EXPECT_LT(stopped_after, absl::Seconds(34));
+  EXPECT_GE(stopped_after, absl::Seconds(18));
+  EXPECT_EQ(Get(victim).attempts(0).failure_class(),
+            v1::FAILURE_CLASS_PREEMPTION);
+  ASSERT_TRUE(RunUntil(
+      [&] { return Get(preemptor).state() == v1::JOB_STATE_SUCCEEDED; },
+      absl::Seconds(60)))
+      << Get(preemptor).DebugString();
+}
+
 TEST_F(SlurmDispatcherTest, ADispatcherDeadBetweenSubmitAndRecordLeavesOneJob) {
   v1::SubmitJobRequest req = MinimalSubmit("acme", "once");
   req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(1);
