@@ -253,16 +253,38 @@ StartHealthServer(trainyard::common::Health& health) {
   return http;
 }
 
-// A dispatcher with the sim backend: the cluster `--sim_config` names, run in
-// this process on the real clock, or the `trainyard sim-cluster` at
-// `--sim_target`. Owns its adapter.
-struct SimDispatcher {
+// A dispatcher with its backend's adapter, which it owns.
+struct BackendDispatcher {
   std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
   std::unique_ptr<trainyard::dispatcher::Dispatcher> dispatcher;
 };
 
-absl::StatusOr<SimDispatcher> StartSimDispatcher() {
-  SimDispatcher out;
+// Starts the dispatcher of `cluster` driving `adapter` (with the flags
+// database, Redis and pass interval).
+absl::StatusOr<BackendDispatcher> StartDispatcher(
+    std::unique_ptr<trainyard::dispatcher::Adapter> adapter,
+    const std::string& cluster, const char* backend) {
+  BackendDispatcher out;
+  out.adapter = std::move(adapter);
+  auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
+      {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
+       .redis_addr = absl::GetFlag(FLAGS_redis_addr),
+       .cluster = cluster,
+       .interval = absl::GetFlag(FLAGS_dispatch_interval)},
+      out.adapter.get());
+  if (!dispatcher.ok()) return dispatcher.status();
+  out.dispatcher = std::move(*dispatcher);
+  out.dispatcher->Start();
+  Log(LogLevel::kInfo, "dispatcher started",
+      {{"cluster", cluster}, {"backend", backend}});
+  return out;
+}
+
+// A dispatcher with the sim backend: the cluster `--sim_config` names, run in
+// this process on the real clock, or the `trainyard sim-cluster` at
+// `--sim_target`.
+absl::StatusOr<BackendDispatcher> StartSimDispatcher() {
+  std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
   std::string cluster;
   if (!absl::GetFlag(FLAGS_sim_target).empty()) {
     auto client =
@@ -274,62 +296,38 @@ absl::StatusOr<SimDispatcher> StartSimDispatcher() {
     auto info = client->Info(absl::Seconds(30));
     if (!info.ok()) return info.status();
     cluster = info->cluster();
-    out.adapter = std::move(client);
+    adapter = std::move(client);
   } else {
     auto config = trainyard::dispatcher::sim::LoadSimConfig(
         absl::GetFlag(FLAGS_sim_config));
     if (!config.ok()) return config.status();
-    auto adapter = trainyard::dispatcher::sim::SimAdapter::Create(
+    auto sim = trainyard::dispatcher::sim::SimAdapter::Create(
         *config, &trainyard::dispatcher::RealClock::Get());
-    if (!adapter.ok()) return adapter.status();
+    if (!sim.ok()) return sim.status();
     cluster = config->cluster();
-    out.adapter = std::move(*adapter);
+    adapter = std::move(*sim);
   }
-  auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
-      {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
-       .redis_addr = absl::GetFlag(FLAGS_redis_addr),
-       .cluster = cluster,
-       .interval = absl::GetFlag(FLAGS_dispatch_interval)},
-      out.adapter.get());
-  if (!dispatcher.ok()) return dispatcher.status();
-  out.dispatcher = std::move(*dispatcher);
-  out.dispatcher->Start();
-  Log(LogLevel::kInfo, "dispatcher started",
-      {{"cluster", cluster},
-       {"backend",
-        absl::GetFlag(FLAGS_sim_target).empty() ? "sim" : "sim-remote"}});
-  return out;
+  return StartDispatcher(
+      std::move(adapter), cluster,
+      absl::GetFlag(FLAGS_sim_target).empty() ? "sim" : "sim-remote");
 }
 
 // A dispatcher with the Slurm backend (docs/slurm.md): the adapter settings
 // of `--slurm_config`, for the cluster `--slurm_cluster`.
-absl::StatusOr<SimDispatcher> StartSlurmDispatcher() {
-  SimDispatcher out;
+absl::StatusOr<BackendDispatcher> StartSlurmDispatcher() {
   auto settings = trainyard::dispatcher::slurm::LoadSlurmSettings(
       absl::GetFlag(FLAGS_slurm_config));
   if (!settings.ok()) return settings.status();
   auto adapter =
       trainyard::dispatcher::slurm::SlurmAdapter::Create(*std::move(settings));
   if (!adapter.ok()) return adapter.status();
-  out.adapter = std::move(*adapter);
-  const std::string cluster = absl::GetFlag(FLAGS_slurm_cluster);
-  auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
-      {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
-       .redis_addr = absl::GetFlag(FLAGS_redis_addr),
-       .cluster = cluster,
-       .interval = absl::GetFlag(FLAGS_dispatch_interval)},
-      out.adapter.get());
-  if (!dispatcher.ok()) return dispatcher.status();
-  out.dispatcher = std::move(*dispatcher);
-  out.dispatcher->Start();
-  Log(LogLevel::kInfo, "dispatcher started",
-      {{"cluster", cluster}, {"backend", "slurm"}});
-  return out;
+  return StartDispatcher(std::move(*adapter),
+                         absl::GetFlag(FLAGS_slurm_cluster), "slurm");
 }
 
 // The dispatcher `--backend` selects; INVALID_ARGUMENT naming the flag when
 // its settings are missing.
-absl::StatusOr<SimDispatcher> StartBackendDispatcher() {
+absl::StatusOr<BackendDispatcher> StartBackendDispatcher() {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "slurm") {
     if (absl::GetFlag(FLAGS_slurm_config).empty()) {
@@ -416,7 +414,7 @@ int ServeDispatcher() {
         {{"error", migrated.status()}});
     return 1;
   }
-  absl::StatusOr<SimDispatcher> sim = StartBackendDispatcher();
+  absl::StatusOr<BackendDispatcher> sim = StartBackendDispatcher();
   if (!sim.ok()) {
     Log(LogLevel::kError, "dispatcher failed to start",
         {{"error", sim.status()}});
@@ -518,10 +516,10 @@ int Serve(bool with_scheduler) {
   }
   // ... and, given --sim_config (or --backend=slurm --slurm_config), a
   // dispatcher for that cluster.
-  std::optional<SimDispatcher> sim;
+  std::optional<BackendDispatcher> sim;
   if (with_scheduler && (!absl::GetFlag(FLAGS_sim_config).empty() ||
                          absl::GetFlag(FLAGS_backend) == "slurm")) {
-    absl::StatusOr<SimDispatcher> started = StartBackendDispatcher();
+    absl::StatusOr<BackendDispatcher> started = StartBackendDispatcher();
     if (!started.ok()) {
       Log(LogLevel::kError, "dispatcher failed to start",
           {{"error", started.status()}});
