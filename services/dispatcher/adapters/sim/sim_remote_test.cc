@@ -201,6 +201,10 @@ TEST_F(SimRemoteTest, ErrorsKeepTheirCodesAndFields) {
           ->InjectFault(v1::InjectSimFaultRequest::KIND_UNSPECIFIED, "od-0001")
           .code(),
       absl::StatusCode::kInvalidArgument);
+  absl::Status no_target =
+      client_->InjectFault(v1::InjectSimFaultRequest::FAIL_NODE, "");
+  EXPECT_EQ(no_target.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_target.message(), HasSubstr("target: required"));
   EXPECT_EQ(
       client_->InjectFault(v1::InjectSimFaultRequest::RECLAIM_NODE, "od-0001")
           .code(),
@@ -256,6 +260,23 @@ TEST_F(SimRemoteTest, StopWithGraceAndInjectedFaults) {
   nodes = client_->Inventory();
   ASSERT_TRUE(nodes.ok());
   EXPECT_FALSE((*nodes)[1].failed);
+}
+
+TEST_F(SimRemoteTest, AStopWithoutAReasonIsRefusedNamingIt) {
+  ASSERT_TRUE(client_->Launch(Request(1, "od-0001", 1)).ok());
+  auto stub = v1::SimClusterService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::StopSimAttemptRequest request;
+  request.set_name("ty-1-1");
+  google::protobuf::Empty out;
+  grpc::Status s = stub->StopAttempt(&context, request, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("reason:"));
+  absl::StatusOr<AttemptStatus> still = client_->Status("ty-1-1");
+  ASSERT_TRUE(still.ok());
+  EXPECT_FALSE(still->stop_requested);
 }
 
 TEST(SimRemoteClientTest, UnreachableServerIsUnavailable) {
