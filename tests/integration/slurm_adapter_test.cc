@@ -402,10 +402,22 @@ TEST_F(SlurmAdapterTest, AKilledSlurmdIsANodeFailure) {
 
 TEST_F(SlurmAdapterTest, SlurmctldRestartLosesNothingAndDuplicatesNothing) {
   const std::string out = Work("survivor.txt");
-  LaunchRequest r = Request(
-      15, {"/bin/bash", "-c", "sleep 20; echo done > " + out}, {"gpu1"});
+  const std::string started = Work("survivor-started.txt");
+  LaunchRequest r =
+      Request(15,
+              {"/bin/bash", "-c",
+               "echo up > " + started + "; sleep 20; echo done > " + out},
+              {"gpu1"});
   ASSERT_TRUE(adapter_->Launch(r).ok());
   ASSERT_EQ(WaitForRunning("ty-15-1").phase, AttemptPhase::kRunning);
+  // RUNNING means the batch script started; its `srun` still asks slurmctld
+  // for the job step. Stop slurmctld only once the step (the command) runs:
+  // an srun that cannot reach slurmctld to create its step gives up with
+  // exit code 1, which is not what this test is about.
+  WaitFor(
+      "ty-15-1",
+      [&](const AttemptStatus&) { return !ReadAll(started).empty(); },
+      absl::Seconds(30));
   ASSERT_TRUE(slurm_->StopDaemon("slurmctld").ok());
   // Unreachable: errors, never a made-up ending. (Short timeouts: slurmrestd
   // keeps retrying slurmctld.)
