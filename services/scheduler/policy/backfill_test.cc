@@ -188,10 +188,42 @@ TEST(BackfillTest, SecondReservationWaitsForWhatTheFirstAwaits) {
   EXPECT_EQ(PendingOf(d, 5)->reason, PendingReason::kNoCapacity);
 }
 
-// Property: a reservation is never delayed by what the cycle admitted. On
-// random snapshots with time limits, apply the cycle's admissions, move the
-// clock to the first reservation's start, end every attempt whose limit has
-// passed, and leave only the reserved job pending: it is admitted.
+// Job 1 moves to a queue without preemption. Job 5 (priority 50, in the
+// queue that preempts lower priorities) fits only by preempting job 101
+// (4 GPUs on node 1), which job 1's reservation waits for: it may not, or
+// job 1 would wait for job 5 (no time limit) instead of 2 h.
+TEST(BackfillTest, PreemptionDoesNotTakeWhatAReservationWaitsFor) {
+  GangSetup x = TwoNodes();
+  const QueueId calm = x.b.AddQueue("calm");
+  x.b.AddGpuQuota(calm, x.f, 64);
+  for (PendingJob& j : x.b.snapshot().pending) {
+    if (j.id == 1) j.queue = calm;
+  }
+  x.b.snapshot().queues[x.q].within_queue_preemption =
+      WithinQueuePreemption::kLowerPriority;
+  const PriorityClassId mid = x.b.AddPriority("mid", 50);
+  x.b.AddJob(5, x.q, 1, 4, x.b.Build().now - 5 * kMinute).priority_class = mid;
+
+  // Without reservations job 5 takes node 1's 4 free GPUs; with one, they
+  // are held for job 1, and only preempting job 101 would make room.
+  PolicyConfig no_reservations;
+  no_reservations.max_reservations = 0;
+  const Decisions without = Decide(x.b.Build(), no_reservations);
+  ASSERT_NE(AdmissionOf(without, 5), nullptr);
+
+  const Decisions d = Decide(x.b.Build());
+  ASSERT_EQ(d.reservations.size(), 1u);
+  EXPECT_EQ(d.reservations[0].job, 1);
+  EXPECT_TRUE(d.preemptions.empty()) << d.preemptions[0].message;
+  ASSERT_NE(PendingOf(d, 5), nullptr);
+  EXPECT_EQ(PendingOf(d, 5)->reason, PendingReason::kNoCapacity);
+}
+
+// Property: a reservation is never delayed by what the cycle admitted or
+// preempted. On random snapshots with time limits and preemption policies,
+// stop the cycle's victims, apply its admissions, move the clock to the first
+// reservation's start, end every attempt whose limit has passed, and leave
+// only the reserved job pending: it is admitted.
 TEST(BackfillPropertyTest, ReservationIsNeverDelayedByTheCycle) {
   std::mt19937_64 rng(7);
   auto uniform = [&](int64_t lo, int64_t hi) {
@@ -199,6 +231,7 @@ TEST(BackfillPropertyTest, ReservationIsNeverDelayedByTheCycle) {
   };
   int checked = 0;
   int backfilled = 0;
+  size_t preempted = 0;
   for (int iteration = 0; iteration < 400; ++iteration) {
     SCOPED_TRACE("iteration " + std::to_string(iteration));
     Snapshot s =
@@ -220,11 +253,20 @@ TEST(BackfillPropertyTest, ReservationIsNeverDelayedByTheCycle) {
     for (PendingJob& j : s.pending) {
       if (uniform(0, 9) < 6) j.time_limit_micros = uniform(5, 300) * kMinute;
     }
+    for (Queue& q : s.queues) {
+      if (uniform(0, 1) == 0) {
+        q.within_queue_preemption = WithinQueuePreemption::kLowerPriority;
+        q.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+      }
+    }
     const Decisions d = Decide(s);
     for (const Admission& a : d.admissions) backfilled += a.backfill;
+    preempted += d.preemptions.size();
     if (d.reservations.empty()) continue;
     const Reservation r = d.reservations[0];
     Scheduler scheduler(s);
+    for (const Preemption& p : d.preemptions)
+      ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
     for (const Admission& a : d.admissions)
       ASSERT_TRUE(scheduler.ApplyAdmission(a));
     scheduler.SetNow(r.start_time);
@@ -248,6 +290,7 @@ TEST(BackfillPropertyTest, ReservationIsNeverDelayedByTheCycle) {
   }
   EXPECT_GT(checked, 50);
   EXPECT_GT(backfilled, 20);
+  EXPECT_GT(preempted, 20u);
 }
 
 // --- Budgets (BUDGET_HOLD) ---

@@ -285,8 +285,9 @@ struct ClassFailure {
   // Quota epoch + capacity epochs of the candidate flavors when it failed.
   uint64_t stamp = 0;
   const std::vector<FlavorId>* flavors = nullptr;
-  // The slot of the job that failed; its reason and message are reused.
-  size_t slot = 0;
+  // The failure's reason and message, reused by the class's later jobs.
+  PendingReason reason = PendingReason::kNoCapacity;
+  Message message;
   // Whether it went on to a reservation search (which failed); a job that
   // reuses the failure counts that search too, so that the search limit is
   // reached exactly as without the shortcut.
@@ -364,9 +365,12 @@ class Engine final : public CycleRunner {
     for (size_t q = 0; q < s.queues.size(); ++q)
       offset_[q + 1] = offset_[q] + jobs[q].size();
     reservations_.clear();
+    interned_before_.swap(interned_);
+    interned_.clear();
     searches_ = 0;
     ends_built_ = false;
     awaited_.clear();
+    awaited_attempts_.clear();
     preempted_.clear();
     rebalancing_.clear();
   }
@@ -395,7 +399,7 @@ class Engine final : public CycleRunner {
       if (TryAdmit(entry, q, j, out)) {
         admitted_[j] = 1;
       } else if (s_->queues[q].strategy == QueueingStrategy::kStrictFifo) {
-        const Message message(absl::StrCat(
+        const Message message = Intern(absl::StrCat(
             "BLOCKED_BY_STRICT_FIFO: queue ", s_->queues[q].name,
             " is StrictFIFO and job ", entry.id, " ahead is pending (",
             PendingReasonCode(reason_[j]), ")"));
@@ -507,8 +511,8 @@ class Engine final : public CycleRunner {
     if (failure.valid && config_->use_equivalence_classes &&
         failure.stamp == Stamp(*failure.flavors, q)) {
       if (failure.searched) StartSearch();
-      reason_[j] = reason_[failure.slot];
-      message_[j] = message_[failure.slot];
+      reason_[j] = failure.reason;
+      message_[j] = failure.message;
       return false;
     }
     const PendingJob& job = s_->pending[entry.index];
@@ -598,10 +602,10 @@ class Engine final : public CycleRunner {
       // Not remembered: the reservation changed the state, and the next job
       // of the class may get one of its own.
       reason_[j] = PendingReason::kWaitingForReservation;
-      message_[j] = Message(message);
+      message_[j] = Intern(message);
       return false;
     }
-    message_[j] = Message(message);
+    message_[j] = Intern(message);
     Remember(failure, flavors, stamp, j);
     failure.searched = searched;
     return false;
@@ -750,6 +754,7 @@ class Engine final : public CycleRunner {
     *searched = true;
     std::optional<FlavorId> best;
     TimeMicros best_start = 0;
+    size_t best_ended = 0;
     std::vector<NodeId> best_nodes;
     for (FlavorId f : flavors) {
       const size_t m = EndsOf(f).size();
@@ -774,6 +779,7 @@ class Engine final : public CycleRunner {
       if (!best.has_value() || start < best_start) {
         best = f;
         best_start = start;
+        best_ended = hi;
         best_nodes = std::move(nodes);
       }
     }
@@ -804,6 +810,19 @@ class Engine final : public CycleRunner {
       state.held.push_back({.node = n, .amount = held});
       for (ShapeIndex* index : indexes_of_flavor_[f])
         index->Update(n, free_[n]);
+    }
+    // The attempts whose end it waits for may not be preempted later in the
+    // cycle: the preemptor would take what they release.
+    if (awaited_attempts_.empty())
+      awaited_attempts_.assign(s_->running.size(), false);
+    for (size_t k = 0; k < best_ended; ++k) {
+      const int a = EndsOf(f)[k].second;
+      for (NodeId n : s_->running[a].placement) {
+        if (std::binary_search(best_nodes.begin(), best_nodes.end(), n)) {
+          awaited_attempts_[a] = true;
+          break;
+        }
+      }
     }
     reservations_.push_back(std::move(state));
     quota_->Add(job.queue, f, worker * job.workers);
@@ -899,6 +918,7 @@ class Engine final : public CycleRunner {
                            .nodes_of_flavor = &nodes_of_flavor_,
                            .total = total_,
                            .preempted = &preempted_,
+                           .awaited = &awaited_attempts_,
                            .running_of_flavor = &running_of_flavor_,
                            .tree_of_queue = &root_of_queue_};
     for (FlavorId f : flavors) {
@@ -975,14 +995,31 @@ class Engine final : public CycleRunner {
     return stamp;
   }
 
-  // Slot j's reason and message stay in reason_/message_ until Run() ends.
+  // Remembers slot j's reason and message (already set) for its class.
   void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
                 uint64_t stamp, size_t j) {
     failure.valid = true;
     failure.flavors = &flavors;
     failure.stamp = stamp;
-    failure.slot = j;
+    failure.reason = reason_[j];
+    failure.message = message_[j];
     failure.searched = false;
+  }
+
+  // The Message with this text: equal texts share one Message, within a
+  // cycle and across cycles (most explanations repeat from cycle to cycle),
+  // so an explanation is allocated once rather than once per evaluation.
+  Message Intern(const std::string& text) {
+    if (auto it = interned_.find(text); it != interned_.end())
+      return it->second;
+    Message m;
+    if (auto it = interned_before_.find(text); it != interned_before_.end()) {
+      m = it->second;
+    } else {
+      m = Message(text);
+    }
+    interned_.emplace(std::string_view(m.str()), m);
+    return m;
   }
 
   void Commit(const PendingJob& job, FlavorId f,
@@ -1024,6 +1061,11 @@ class Engine final : public CycleRunner {
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;
+  // Intern()'s tables: this cycle's explanations and the last cycle's (so
+  // only what the last cycle used is kept). Keys view the text their Message
+  // owns.
+  absl::flat_hash_map<std::string_view, Message> interned_;
+  absl::flat_hash_map<std::string_view, Message> interned_before_;
   std::vector<int64_t> budget_remaining_;
   std::vector<uint64_t> budget_epoch_;
   std::vector<ReservationState> reservations_;
@@ -1038,6 +1080,9 @@ class Engine final : public CycleRunner {
   std::vector<std::vector<int>> running_of_flavor_;
   // Per running attempt: preempted in this cycle (sized on first use).
   std::vector<bool> preempted_;
+  // Per running attempt: a reservation waits for its end (sized on first
+  // use).
+  std::vector<bool> awaited_attempts_;
   // (root of the cohort tree, flavor) pairs where a preemption happened.
   absl::flat_hash_set<std::pair<int, FlavorId>> rebalancing_;
 };

@@ -155,6 +155,10 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
                          : k;
     const RunningAttempt& r = s.running[i];
     if ((*state.preempted)[i] || r.flavor != f) continue;
+    if (state.awaited != nullptr && !state.awaited->empty() &&
+        (*state.awaited)[i]) {
+      continue;
+    }
     const PriorityClass& pc = s.priority_classes[r.priority_class];
     if (!pc.preemptible) continue;
     if (s.now - r.start_time < config.min_runtime_guarantee) continue;

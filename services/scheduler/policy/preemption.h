@@ -21,8 +21,9 @@
 // quota and capacity; then victims that turn out unnecessary are given back
 // (last taken kept). Never preempted: non-preemptible priority classes, jobs
 // that started less than PolicyConfig::min_runtime_guarantee ago, jobs already
-// chosen as victims this cycle. Victims are whole running attempts (gangs are
-// never split). Only victims on the flavor being tried are considered.
+// chosen as victims this cycle, jobs whose end a reservation waits for. Victims
+// are whole running attempts (gangs are never split). Only victims on the
+// flavor being tried are considered.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
 
@@ -66,6 +67,10 @@ struct CycleState {
   Resources total;
   // Per running attempt: already a victim in this cycle.
   const std::vector<bool>* preempted = nullptr;
+  // Optional, per running attempt: a reservation of this cycle waits for it
+  // to end, so it is never a victim (its capacity would go to the preemptor
+  // and the reservation would be delayed).
+  const std::vector<bool>* awaited = nullptr;
   // Optional speed-ups (same result without them): the indexes into
   // Snapshot::running of the attempts of each flavor, ascending; an id per
   // queue equal for queues of the same cohort tree and unique for a queue
