@@ -365,8 +365,6 @@ class Engine final : public CycleRunner {
     for (size_t q = 0; q < s.queues.size(); ++q)
       offset_[q + 1] = offset_[q] + jobs[q].size();
     reservations_.clear();
-    interned_before_.swap(interned_);
-    interned_.clear();
     searches_ = 0;
     ends_built_ = false;
     awaited_.clear();
@@ -399,7 +397,7 @@ class Engine final : public CycleRunner {
       if (TryAdmit(entry, q, j, out)) {
         admitted_[j] = 1;
       } else if (s_->queues[q].strategy == QueueingStrategy::kStrictFifo) {
-        const Message message = Intern(absl::StrCat(
+        const Message message = Message(absl::StrCat(
             "BLOCKED_BY_STRICT_FIFO: queue ", s_->queues[q].name,
             " is StrictFIFO and job ", entry.id, " ahead is pending (",
             PendingReasonCode(reason_[j]), ")"));
@@ -602,10 +600,10 @@ class Engine final : public CycleRunner {
       // Not remembered: the reservation changed the state, and the next job
       // of the class may get one of its own.
       reason_[j] = PendingReason::kWaitingForReservation;
-      message_[j] = Intern(message);
+      message_[j] = Message(message);
       return false;
     }
-    message_[j] = Intern(message);
+    message_[j] = Message(message);
     Remember(failure, flavors, stamp, j);
     failure.searched = searched;
     return false;
@@ -1006,22 +1004,6 @@ class Engine final : public CycleRunner {
     failure.searched = false;
   }
 
-  // The Message with this text: equal texts share one Message, within a
-  // cycle and across cycles (most explanations repeat from cycle to cycle),
-  // so an explanation is allocated once rather than once per evaluation.
-  Message Intern(const std::string& text) {
-    if (auto it = interned_.find(text); it != interned_.end())
-      return it->second;
-    Message m;
-    if (auto it = interned_before_.find(text); it != interned_before_.end()) {
-      m = it->second;
-    } else {
-      m = Message(text);
-    }
-    interned_.emplace(std::string_view(m.str()), m);
-    return m;
-  }
-
   void Commit(const PendingJob& job, FlavorId f,
               const std::vector<NodeId>& nodes) {
     const Resources worker = job.worker.AsResources();
@@ -1061,11 +1043,6 @@ class Engine final : public CycleRunner {
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;
-  // Intern()'s tables: this cycle's explanations and the last cycle's (so
-  // only what the last cycle used is kept). Keys view the text their Message
-  // owns.
-  absl::flat_hash_map<std::string_view, Message> interned_;
-  absl::flat_hash_map<std::string_view, Message> interned_before_;
   std::vector<int64_t> budget_remaining_;
   std::vector<uint64_t> budget_epoch_;
   std::vector<ReservationState> reservations_;
