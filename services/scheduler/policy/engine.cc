@@ -375,7 +375,8 @@ class Engine final : public CycleRunner {
 
   Decisions Run() {
     Decisions out;
-    std::vector<size_t> cursor(s_->queues.size(), 0);
+    std::vector<size_t>& cursor = cursor_;
+    cursor.assign(s_->queues.size(), 0);
     admitted_.assign(s_->pending.size(), 0);
     reason_.assign(s_->pending.size(), PendingReason::kNoCapacity);
     message_.assign(s_->pending.size(), Message());
@@ -439,6 +440,36 @@ class Engine final : public CycleRunner {
   }
 
  private:
+  // Moves heap[i] (i > 0, whose key just decreased) up, but never into the
+  // root: the root is the head being processed, which Run() replaces and
+  // sifts down next, and that restores the heap (both subtrees stay heaps).
+  static void SiftUpBelowRoot(std::vector<HeadKey>& heap, size_t i) {
+    const HeadKey moving = heap[i];
+    while (i > 0) {
+      const size_t parent = (i - 1) / 2;
+      if (parent == 0 || !(moving < heap[parent])) break;
+      heap[i] = heap[parent];
+      i = parent;
+    }
+    heap[i] = moving;
+  }
+
+  // A preemption lowered queue q's usage, and so its share: its head moves
+  // up in the order (issue 3 item 6, fair share) at once, not at its next
+  // turn. Called while the preemptor's queue is the root of heads_.
+  void RefreshHead(QueueId q) {
+    if (cursor_[q] >= (*jobs_of_queue_)[q].size()) return;
+    for (size_t i = 1; i < heads_.size(); ++i) {
+      if (heads_[i].queue != q) continue;
+      const HeadKey key = Key((*jobs_of_queue_)[q][cursor_[q]], q);
+      if (key < heads_[i]) {
+        heads_[i] = key;
+        SiftUpBelowRoot(heads_, i);
+      }
+      return;
+    }
+  }
+
   static void SiftDown(std::vector<HeadKey>& heap, size_t i) {
     const size_t n = heap.size();
     const HeadKey moving = heap[i];
@@ -976,6 +1007,10 @@ class Engine final : public CycleRunner {
       }
       // Nor may a later job of the cohort tree borrow the quota they free.
       rebalancing_.insert({root_of_queue_[job.queue], f});
+      for (int v : plan->victims) {
+        const QueueId vq = s_->running[v].queue;
+        if (vq != job.queue) RefreshHead(vq);
+      }
       return true;
     }
     return false;
@@ -1040,6 +1075,8 @@ class Engine final : public CycleRunner {
   std::vector<uint64_t> flavor_epoch_;
   const ClassTable* classes_ = nullptr;
   std::vector<HeadKey> heads_;
+  // Per queue: its next job in Run().
+  std::vector<size_t> cursor_;
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;

@@ -452,5 +452,51 @@ TEST(PreemptionTest, FairShareStopsShortOfMakingThePreemptorTheBiggerUser) {
   EXPECT_TRUE(d.admissions.empty());
 }
 
+// A preemption lowers the victim queue's share at once in the cycle's order.
+// Cohort c1: queue A (nominal 12) runs jobs 100 and 101 (8 GPUs each: it
+// borrows 4 of P's quota, share 4/36); P (nominal 16) preempts one of them
+// to reclaim for job 1 (2 x 8 GPUs, high priority). Cohort c2: queue C
+// (nominal 4, borrowing from D) runs 6 GPUs (share 2/36). After the
+// preemption A is within its nominal (share 0) and its job 2 comes before
+// C's job 3; both need the last 4 free GPUs, and A's is within its quota.
+TEST(PreemptionTest, AVictimQueueMovesUpInTheSameCycle) {
+  SnapshotBuilder b;
+  const FlavorId f = b.AddFlavor("h100");
+  for (int n = 0; n < 3; ++n) b.AddNode(f, 8);
+  b.AddNode(f, 12);
+  const CohortId c1 = b.AddCohort("c1");
+  const CohortId c2 = b.AddCohort("c2");
+  const QueueId a = b.AddQueue("A", c1);
+  const QueueId p = b.AddQueue("P", c1);
+  const QueueId c = b.AddQueue("C", c2);
+  const QueueId d = b.AddQueue("D", c2);
+  b.AddGpuQuota(a, f, 12);
+  b.AddGpuQuota(p, f, 16);
+  b.AddGpuQuota(c, f, 4);
+  b.AddGpuQuota(d, f, 12);
+  b.snapshot().queues[p].reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  const PriorityClassId high = b.AddPriority("high", 100);
+  const TimeMicros now = b.Build().now;
+  AddRunning(b, 100, a, f, {0}, 8, 0, kHour, 10 * kMinute);
+  AddRunning(b, 101, a, f, {1}, 8, 0, kHour, 20 * kMinute);
+  AddRunning(b, 102, c, f, {2}, 6, 0, kHour, 10 * kMinute);
+  b.AddJob(1, p, 2, 8, now - 3 * kMinute).priority_class = high;
+  b.AddJob(2, a, 1, 4, now - 2 * kMinute);
+  b.AddJob(3, c, 1, 4, now - 2 * kMinute);
+
+  const Decisions decisions = Decide(b.Build());
+  EXPECT_THAT(Victims(decisions), ElementsAre(100));
+  EXPECT_THAT(Admitted(decisions), ElementsAre(1, 2));
+  bool found = false;
+  for (const PendingDecision& pd : decisions.pending) {
+    if (pd.job != 3) continue;
+    found = true;
+    EXPECT_EQ(pd.reason, PendingReason::kNoCapacity) << pd.message;
+  }
+  EXPECT_TRUE(found);
+  Scheduler scheduler(b.Build());
+  EXPECT_EQ(scheduler.Cycle(), decisions);
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy
