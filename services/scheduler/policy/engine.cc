@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -119,6 +120,10 @@ class ShapeIndex {
   }
 
   bool usable() const { return usable_; }
+
+  // Sum over the eligible nodes of the workers each holds, at most `cap` per
+  // node (PlaceGang's capacity check).
+  int64_t Workers(int64_t cap) const { return Capped(total_hist_, cap); }
 
   // Node `id`'s free resources changed (decreased) to `free`.
   void Update(NodeId id, const Resources& free) {
@@ -937,9 +942,16 @@ class Engine final : public CycleRunner {
       preempted_.assign(s_->running.size(), false);
       running_of_flavor_.resize(s_->flavors.size());
       for (auto& running : running_of_flavor_) running.clear();
+      running_of_tree_flavor_.resize((s_->cohorts.size() + s_->queues.size()) *
+                                     s_->flavors.size());
+      for (auto& running : running_of_tree_flavor_) running.clear();
       for (size_t i = 0; i < s_->running.size(); ++i) {
-        running_of_flavor_[s_->running[i].flavor].push_back(
-            static_cast<int>(i));
+        const RunningAttempt& r = s_->running[i];
+        running_of_flavor_[r.flavor].push_back(static_cast<int>(i));
+        running_of_tree_flavor_[static_cast<size_t>(root_of_queue_[r.queue]) *
+                                    s_->flavors.size() +
+                                r.flavor]
+            .push_back(static_cast<int>(i));
       }
     }
     const CycleState state{.quota = &*quota_,
@@ -949,7 +961,9 @@ class Engine final : public CycleRunner {
                            .preempted = &preempted_,
                            .awaited = &awaited_attempts_,
                            .running_of_flavor = &running_of_flavor_,
-                           .tree_of_queue = &root_of_queue_};
+                           .tree_of_queue = &root_of_queue_,
+                           .running_of_tree_flavor = &running_of_tree_flavor_,
+                           .free_workers = &free_workers_};
     for (FlavorId f : flavors) {
       std::optional<PreemptionPlan> plan =
           PlanPreemption(*s_, *config_, state, job, f);
@@ -1092,6 +1106,17 @@ class Engine final : public CycleRunner {
   std::vector<Resources> probe_free_;
   // Per flavor: its running attempts (built with preempted_).
   std::vector<std::vector<int>> running_of_flavor_;
+  // Per (cohort tree, flavor): its running attempts (built with preempted_).
+  std::vector<std::vector<int>> running_of_tree_flavor_;
+  // CycleState::free_workers, from the placement index where it is usable.
+  std::function<std::optional<int64_t>(FlavorId, const PendingJob&)>
+      free_workers_ =
+          [this](FlavorId f, const PendingJob& job) -> std::optional<int64_t> {
+    if (!config_->use_placement_index || job.workers < 1) return std::nullopt;
+    ShapeIndex* index = IndexFor(f, job.worker);
+    if (index == nullptr) return std::nullopt;
+    return index->Workers(job.workers);
+  };
   // Per running attempt: preempted in this cycle (sized on first use).
   std::vector<bool> preempted_;
   // Per running attempt: a reservation waits for its end (sized on first

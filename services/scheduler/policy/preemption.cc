@@ -146,13 +146,20 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
 
   // Eligible victims and the first rule that allows each.
   std::vector<Candidate> candidates;
-  const size_t scan = state.running_of_flavor != nullptr
-                          ? (*state.running_of_flavor)[f].size()
-                          : s.running.size();
+  const std::vector<int>* subset = nullptr;
+  if (state.running_of_tree_flavor != nullptr &&
+      state.tree_of_queue != nullptr) {
+    subset =
+        &(*state.running_of_tree_flavor)[static_cast<size_t>((
+                                             *state.tree_of_queue)[job.queue]) *
+                                             s.flavors.size() +
+                                         f];
+  } else if (state.running_of_flavor != nullptr) {
+    subset = &(*state.running_of_flavor)[f];
+  }
+  const size_t scan = subset != nullptr ? subset->size() : s.running.size();
   for (size_t k = 0; k < scan; ++k) {
-    const size_t i = state.running_of_flavor != nullptr
-                         ? static_cast<size_t>((*state.running_of_flavor)[f][k])
-                         : k;
+    const size_t i = subset != nullptr ? static_cast<size_t>((*subset)[k]) : k;
     const RunningAttempt& r = s.running[i];
     if ((*state.preempted)[i] || r.flavor != f) continue;
     if (state.awaited != nullptr && !state.awaited->empty() &&
@@ -178,6 +185,10 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
           break;
       }
     } else if (same_tree(r.queue)) {
+      // Rules 2 and 3 take only from queues that borrow. Releasing victims
+      // only lowers usage, so a queue that does not borrow now never will
+      // during this search (the loop below checks again as victims go).
+      if (!Borrows(*state.quota, r.queue, f, need)) continue;
       if (reclaim_ok &&
           (queue.reclaim_within_cohort == ReclaimWithinCohort::kAny ||
            pc.value < priority)) {
@@ -229,8 +240,13 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
   auto workers_on = [&](NodeId n) {
     return eligible(n) ? WorkersThatFit(free[n], job.worker, job.workers) : 0;
   };
-  // Computed when quota first fits (-1 until then).
+  // Computed when quota first fits (-1 until then), unless the cycle knows
+  // it already.
   int64_t capacity = -1;
+  if (state.free_workers != nullptr) {
+    if (std::optional<int64_t> known = (*state.free_workers)(f, job))
+      capacity = *known;
+  }
   // Applies (release) or undoes (take) a victim, keeping `capacity`.
   auto change = [&](const RunningAttempt& r, bool release) {
     for (size_t i = 0; capacity >= 0 && i < r.placement.size(); ++i) {

@@ -28,6 +28,8 @@
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PREEMPTION_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -77,6 +79,15 @@ struct CycleState {
   // without a cohort.
   const std::vector<std::vector<int>>* running_of_flavor = nullptr;
   const std::vector<int>* tree_of_queue = nullptr;
+  // With tree_of_queue: the indexes of the attempts of each (tree, flavor),
+  // ascending, at [tree * flavors + flavor]. Only these can be victims (every
+  // rule needs the victim in the preemptor's queue or cohort tree).
+  const std::vector<std::vector<int>>* running_of_tree_flavor = nullptr;
+  // Optional: how many of the job's workers the free capacity of flavor f
+  // holds now (the sum over eligible nodes of WorkersThatFit(free, worker,
+  // workers)), or nullopt where unknown. Saves a scan of every node of f.
+  const std::function<std::optional<int64_t>(FlavorId, const PendingJob&)>*
+      free_workers = nullptr;
 };
 
 // Victims that let `job` be admitted on flavor f, or nullopt. Deterministic;

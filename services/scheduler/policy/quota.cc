@@ -67,10 +67,6 @@ QuotaTree::QuotaTree(const Snapshot& s)
   for (const RunningAttempt& a : s.running) Add(a.queue, a.flavor, a.resources);
 }
 
-bool QuotaTree::Tracks(QueueId q, FlavorId f, Resource r) const {
-  return cells_[CellIndex(q, f, r)].tracked;
-}
-
 int64_t QuotaTree::ParentPart(int node, FlavorId f, Resource r) const {
   const Cell& c = cells_[CellIndex(node, f, r)];
   int64_t part = AvailableAt(parent_[node], f, r);
@@ -132,14 +128,6 @@ void QuotaTree::Add(QueueId q, FlavorId f, const Resources& amount) {
       node = parent_[node];
     }
   }
-}
-
-int64_t QuotaTree::Usage(QueueId q, FlavorId f, Resource r) const {
-  return cells_[CellIndex(q, f, r)].usage;
-}
-
-int64_t QuotaTree::Nominal(QueueId q, FlavorId f, Resource r) const {
-  return cells_[CellIndex(q, f, r)].nominal;
 }
 
 int64_t QuotaTree::AboveNominal(QueueId q, Resource r) const {

@@ -55,7 +55,9 @@ class QuotaTree {
   explicit QuotaTree(const Snapshot& snapshot);
 
   // Whether queue q has a quota entry for resource r of flavor f.
-  bool Tracks(QueueId q, FlavorId f, Resource r) const;
+  bool Tracks(QueueId q, FlavorId f, Resource r) const {
+    return cells_[CellIndex(q, f, r)].tracked;
+  }
   // How much of (f, r) queue q may still take now; kUnlimited if untracked.
   int64_t Available(QueueId q, FlavorId f, Resource r) const;
   // The part of Available() that comes from the cohort (beyond the queue's own
@@ -68,8 +70,12 @@ class QuotaTree {
   // Charges (or, with negative amounts, releases) usage to q and its cohorts.
   void Add(QueueId q, FlavorId f, const Resources& amount);
 
-  int64_t Usage(QueueId q, FlavorId f, Resource r) const;
-  int64_t Nominal(QueueId q, FlavorId f, Resource r) const;
+  int64_t Usage(QueueId q, FlavorId f, Resource r) const {
+    return cells_[CellIndex(q, f, r)].usage;
+  }
+  int64_t Nominal(QueueId q, FlavorId f, Resource r) const {
+    return cells_[CellIndex(q, f, r)].nominal;
+  }
   // Sum over flavors of max(0, usage - nominal) for resource r.
   int64_t AboveNominal(QueueId q, Resource r) const;
   // Usage charged to a cohort (what its children use beyond their guarantees).

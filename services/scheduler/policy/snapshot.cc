@@ -37,30 +37,6 @@ const char* ResourceName(Resource r) {
   return "?";
 }
 
-int64_t Resources::Get(Resource r) const {
-  switch (r) {
-    case Resource::kGpu:
-      return gpus;
-    case Resource::kCpu:
-      return cpu_millis;
-    case Resource::kMemory:
-      return memory_bytes;
-  }
-  return 0;
-}
-
-int64_t& Resources::Mutable(Resource r) {
-  switch (r) {
-    case Resource::kCpu:
-      return cpu_millis;
-    case Resource::kMemory:
-      return memory_bytes;
-    case Resource::kGpu:
-      break;
-  }
-  return gpus;
-}
-
 Resources& Resources::operator+=(const Resources& o) {
   gpus += o.gpus;
   cpu_millis += o.cpu_millis;

@@ -48,8 +48,28 @@ struct Resources {
   int64_t cpu_millis = 0;
   int64_t memory_bytes = 0;
 
-  int64_t Get(Resource r) const;
-  int64_t& Mutable(Resource r);
+  int64_t Get(Resource r) const {
+    switch (r) {
+      case Resource::kGpu:
+        return gpus;
+      case Resource::kCpu:
+        return cpu_millis;
+      case Resource::kMemory:
+        return memory_bytes;
+    }
+    return 0;
+  }
+  int64_t& Mutable(Resource r) {
+    switch (r) {
+      case Resource::kCpu:
+        return cpu_millis;
+      case Resource::kMemory:
+        return memory_bytes;
+      case Resource::kGpu:
+        break;
+    }
+    return gpus;
+  }
   Resources& operator+=(const Resources& o);
   Resources& operator-=(const Resources& o);
   friend Resources operator*(const Resources& a, int64_t k) {
