@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "services/common/job_token.h"
 #include "storage/postgres/auth_store.h"
 #include "trainyard/v1/admin.pb.h"
 
@@ -35,6 +37,13 @@ struct Caller {
   bool platform_admin = false;
   // tenant → bitmask of (1 << trainyard::v1::Role)
   absl::flat_hash_map<std::string, uint32_t> roles;
+  // A job token's scope (docs/security.md "Job tokens"): the job it may read
+  // and report checkpoints for, and nothing else (no roles). job_id 0 = a
+  // personal token.
+  std::string job_tenant;
+  int64_t job_id = 0;
+
+  bool job_scoped() const { return job_id != 0; }
 
   bool Sees(std::string_view tenant) const;
   bool Can(std::string_view tenant, Permission p) const;
@@ -45,9 +54,20 @@ struct Caller {
 
 // NOT_FOUND when the caller cannot see the tenant at all (another tenant's
 // objects are invisible), PERMISSION_DENIED when it sees it but lacks the
-// permission.
+// permission. A job token is always PERMISSION_DENIED here (it may only use
+// RequireJob's methods on its own job).
 absl::Status Require(const Caller& caller, std::string_view tenant,
                      Permission p, std::string_view resource);
+// Require for one job's reads and checkpoint reports (Get, Watch of a job,
+// ExplainPending, ListCheckpoints, ReportCheckpoint): a job token passes for
+// its own job with kRead or kWriteJobs, and gets PERMISSION_DENIED naming its
+// scope for any other job or permission; other callers as Require.
+absl::Status RequireJob(const Caller& caller, std::string_view tenant,
+                        int64_t job_id, Permission p,
+                        std::string_view resource);
+// PERMISSION_DENIED for a job token, naming `action`; OK otherwise. For
+// methods that never take one (listings across a tenant).
+absl::Status RejectJobToken(const Caller& caller, std::string_view action);
 // PERMISSION_DENIED unless platform admin.
 absl::Status RequirePlatformAdmin(const Caller& caller,
                                   std::string_view action);
@@ -76,7 +96,11 @@ absl::StatusOr<std::string> TokenId(std::string_view token);
 // replica invalidates at once).
 class Authenticator {
  public:
-  Authenticator(storage::postgres::AuthStore* store, absl::Duration cache_ttl);
+  // `job_tokens`: the keys job tokens are verified with; null = job tokens
+  // are refused (UNAUTHENTICATED).
+  Authenticator(
+      storage::postgres::AuthStore* store, absl::Duration cache_ttl,
+      std::shared_ptr<const common::JobTokenKeys> job_tokens = nullptr);
 
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context);
   absl::StatusOr<Caller> AuthenticateToken(std::string_view token);
@@ -90,6 +114,7 @@ class Authenticator {
   };
   storage::postgres::AuthStore* store_;
   const absl::Duration ttl_;
+  const std::shared_ptr<const common::JobTokenKeys> job_tokens_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> cache_
       ABSL_GUARDED_BY(mu_);  // by token hash

@@ -226,8 +226,8 @@ grpc::Status JobServiceImpl::Get(grpc::ServerContext* context,
   absl::StatusOr<core::JobName> name =
       core::ParseJobName(request->name(), "name");
   if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s =
-          Require(*caller, name->tenant, Permission::kRead, request->name());
+  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
+                                  Permission::kRead, request->name());
       !s.ok()) {
     return Reply(context, s);
   }
@@ -244,6 +244,9 @@ grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
                                   trainyard::v1::ListJobsResponse* response) {
   absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
   if (!caller.ok()) return Reply(context, caller.status());
+  if (absl::Status s = RejectJobToken(*caller, "list jobs"); !s.ok()) {
+    return Reply(context, s);
+  }
   absl::StatusOr<std::string> tenant =
       core::ParseTenantParent(request->parent(), "parent");
   if (!tenant.ok()) return Reply(context, tenant.status());
@@ -337,6 +340,49 @@ grpc::Status JobServiceImpl::Cancel(
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::SetHold(grpc::ServerContext* context,
+                                     const std::string& job,
+                                     const std::string& reason, bool hold,
+                                     trainyard::v1::Job* response) {
+  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
+  if (!caller.ok()) return Reply(context, caller.status());
+  absl::StatusOr<core::JobName> name = core::ParseJobName(job, "name");
+  if (!name.ok()) return Reply(context, name.status());
+  if (absl::Status s =
+          Require(*caller, name->tenant, Permission::kWriteJobs, job);
+      !s.ok()) {
+    return Reply(context, s);
+  }
+  if (reason.size() > 1024) {
+    return Reply(context, core::FieldError("reason", "TOO_LARGE",
+                                           "at most 1024 characters"));
+  }
+  absl::StatusOr<Job> held = ctx_->jobs->SetHold(
+      name->tenant, name->job_id, hold, reason, caller->principal);
+  if (!held.ok()) return Reply(context, held.status());
+  // A released job is schedulable again: the scheduler need not wait for
+  // its timer. (A hint only; it reads the outbox.)
+  if (!hold && ctx_->redis != nullptr)
+    (void)ctx_->redis->Notify(kSchedulerWakeup, "release");
+  *response = *std::move(held);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::Hold(grpc::ServerContext* context,
+                                  const trainyard::v1::HoldJobRequest* request,
+                                  trainyard::v1::Job* response) {
+  return SetHold(context, request->name(), request->reason(), /*hold=*/true,
+                 response);
+}
+
+grpc::Status JobServiceImpl::Release(
+    grpc::ServerContext* context,
+    const trainyard::v1::ReleaseJobRequest* request,
+    trainyard::v1::Job* response) {
+  return SetHold(context, request->name(), request->reason(), /*hold=*/false,
+                 response);
+}
+
 grpc::Status JobServiceImpl::Watch(
     grpc::ServerContext* context,
     const trainyard::v1::WatchJobsRequest* request,
@@ -348,7 +394,28 @@ grpc::Status JobServiceImpl::Watch(
   if (!tenant.ok()) return Reply(context, tenant.status());
   storage::postgres::EventFilter filter;
   std::string job_name;
-  if (*tenant == core::kAllId) {
+  if (caller->job_scoped()) {
+    // A job token watches its own job only.
+    if (request->job().empty()) {
+      return Reply(context,
+                   RejectJobToken(*caller, "watch without a job filter"));
+    }
+    absl::StatusOr<core::JobName> name =
+        core::ParseJobName(request->job(), "job");
+    if (!name.ok()) return Reply(context, name.status());
+    if (*tenant != core::kAllId && name->tenant != *tenant) {
+      return Reply(context, core::FieldError("job", "INCONSISTENT",
+                                             "job is not under parent"));
+    }
+    if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
+                                    Permission::kRead, request->job());
+        !s.ok()) {
+      return Reply(context, s);
+    }
+    filter.tenants = {name->tenant};
+    filter.job_id = name->job_id;
+    job_name = name->ToString();
+  } else if (*tenant == core::kAllId) {
     if (!caller->platform_admin) {
       filter.tenants = caller->VisibleTenants();
       if (filter.tenants.empty()) {
@@ -365,7 +432,7 @@ grpc::Status JobServiceImpl::Watch(
     }
     filter.tenants = {*tenant};
   }
-  if (!request->job().empty()) {
+  if (!request->job().empty() && !caller->job_scoped()) {
     absl::StatusOr<core::JobName> name =
         core::ParseJobName(request->job(), "job");
     if (!name.ok()) return Reply(context, name.status());
@@ -440,8 +507,8 @@ grpc::Status JobServiceImpl::ReportCheckpoint(
   absl::StatusOr<core::JobName> name =
       core::ParseJobName(request->job(), "job");
   if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s = Require(*caller, name->tenant, Permission::kWriteJobs,
-                               request->job());
+  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
+                                  Permission::kWriteJobs, request->job());
       !s.ok()) {
     return Reply(context, s);
   }
@@ -471,8 +538,8 @@ grpc::Status JobServiceImpl::ListCheckpoints(
   absl::StatusOr<core::JobName> name =
       core::ParseJobName(request->job(), "job");
   if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s =
-          Require(*caller, name->tenant, Permission::kRead, request->job());
+  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
+                                  Permission::kRead, request->job());
       !s.ok()) {
     return Reply(context, s);
   }
@@ -502,8 +569,8 @@ grpc::Status JobServiceImpl::ExplainPending(
   absl::StatusOr<core::JobName> name =
       core::ParseJobName(request->name(), "name");
   if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s =
-          Require(*caller, name->tenant, Permission::kRead, request->name());
+  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
+                                  Permission::kRead, request->name());
       !s.ok()) {
     return Reply(context, s);
   }
@@ -534,6 +601,19 @@ grpc::Status JobServiceImpl::ExplainPending(
       response->set_message((*e)->message);
       return grpc::Status::OK;
     }
+  }
+  if (pos->state == trainyard::v1::JOB_STATE_HELD) {
+    // Never considered by the scheduler until released; the position is the
+    // place it goes back to.
+    absl::StatusOr<Job> job =
+        ctx_->jobs->Get(name->tenant, name->job_id, /*with_attempts=*/false);
+    if (!job.ok()) return Reply(context, job.status());
+    response->set_reason("HELD");
+    response->set_message(absl::StrCat(
+        job->state_message().empty() ? "held" : job->state_message(),
+        "; not considered for scheduling until released; position ",
+        pos->position, " of ", pos->queue_length, " pending in its queue"));
+    return grpc::Status::OK;
   }
   // Until a scheduler has evaluated the job, its reason is that it awaits one;
   // the position is its place in the queue's order (priority, then submission).

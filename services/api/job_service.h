@@ -35,6 +35,12 @@ class JobServiceImpl final
   grpc::Status Cancel(grpc::ServerContext* context,
                       const trainyard::v1::CancelJobRequest* request,
                       trainyard::v1::Job* response) override;
+  grpc::Status Hold(grpc::ServerContext* context,
+                    const trainyard::v1::HoldJobRequest* request,
+                    trainyard::v1::Job* response) override;
+  grpc::Status Release(grpc::ServerContext* context,
+                       const trainyard::v1::ReleaseJobRequest* request,
+                       trainyard::v1::Job* response) override;
   grpc::Status Watch(
       grpc::ServerContext* context,
       const trainyard::v1::WatchJobsRequest* request,
@@ -59,6 +65,10 @@ class JobServiceImpl final
       const Caller& caller, const std::string& tenant,
       const trainyard::v1::SubmitJobRequest& req);
   absl::Status CheckRate(const std::string& tenant, double cost);
+  // Hold (hold = true) or Release.
+  grpc::Status SetHold(grpc::ServerContext* context, const std::string& job,
+                       const std::string& reason, bool hold,
+                       trainyard::v1::Job* response);
 
   ApiContext* ctx_;
 };

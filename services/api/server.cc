@@ -91,8 +91,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   impl->rate_limiter = std::make_unique<storage::redis::TenantRateLimiter>(
       impl->redis.get(), options.default_submit_rate,
       options.default_submit_burst);
-  impl->auth = std::make_unique<Authenticator>(impl->auth_store.get(),
-                                               options.cache_ttl);
+  impl->auth = std::make_unique<Authenticator>(
+      impl->auth_store.get(), options.cache_ttl, options.job_tokens);
   impl->directory =
       std::make_unique<Directory>(impl->objects.get(), options.cache_ttl);
   storage::redis::RedisClient* redis = impl->redis.get();

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "services/api/context.h"
+#include "services/common/job_token.h"
 
 namespace trainyard::api {
 
@@ -29,6 +30,9 @@ struct ApiServerOptions {
   double default_submit_burst = 1000;
   // Lifetime of cached tokens, queues, tenants, capacity.
   absl::Duration cache_ttl = absl::Seconds(2);
+  // Keys that verify job-scoped tokens (the dispatcher signs them with the
+  // same keys); null = job tokens are refused.
+  std::shared_ptr<const common::JobTokenKeys> job_tokens;
   // Group commit settings of Submit.
   int submit_batch = 256;
   int submit_committers = 2;

@@ -15,6 +15,7 @@
 #include "services/common/grpc_server.h"
 #include "services/common/health.h"
 #include "services/common/http_server.h"
+#include "services/common/job_token.h"
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 
@@ -269,6 +270,74 @@ TEST(CryptoTest, ConstantTimeEquals) {
   EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+}
+
+TEST(CryptoTest, HmacSha256KnownAnswer) {
+  // RFC 4231 test case 2.
+  EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(JobTokenTest, MintsAndVerifiesWithRotation) {
+  const std::string old_key(40, 'a'), new_key(40, 'b');
+  auto old_only = JobTokenKeys::FromKeys({old_key});
+  auto rotated = JobTokenKeys::FromKeys({new_key, old_key});
+  ASSERT_TRUE(old_only.ok() && rotated.ok());
+  const absl::Time now = absl::FromUnixSeconds(1800000000);
+  const std::string token = (*old_only)->Mint(
+      {.tenant = "acme", .job_id = 42, .expires = now + absl::Hours(1)});
+  EXPECT_TRUE(IsJobToken(token));
+  EXPECT_THAT(token, ::testing::StartsWith("tyj.acme.42.1800003600."));
+  // Signed with the old key: the rotated set still verifies it.
+  absl::StatusOr<JobTokenClaims> claims = (*rotated)->Verify(token, now);
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  EXPECT_EQ(claims->tenant, "acme");
+  EXPECT_EQ(claims->job_id, 42);
+  EXPECT_EQ(claims->expires, now + absl::Hours(1));
+  // The rotated set signs with the new key, which the old set does not know.
+  const std::string fresh = (*rotated)->Mint(
+      {.tenant = "acme", .job_id = 42, .expires = now + absl::Hours(1)});
+  EXPECT_THAT((*old_only)->Verify(fresh, now).status().message(),
+              HasSubstr("unknown key"));
+  EXPECT_THAT(
+      (*rotated)->Verify(token, now + absl::Hours(1)).status().message(),
+      HasSubstr("expired"));
+  std::string tampered = token;
+  tampered.replace(tampered.find(".42."), 4, ".43.");
+  EXPECT_THAT((*rotated)->Verify(tampered, now).status().message(),
+              HasSubstr("signature does not match"));
+  for (const char* bad : {"tyj.", "tyj.acme.42", "tyj.acme.042.1.abcdefab.00",
+                          "ty_x_y", "tyj.ac.me.42.1800003600.abcdefab."}) {
+    absl::StatusOr<JobTokenClaims> r = (*rotated)->Verify(bad, now);
+    EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << bad;
+  }
+}
+
+TEST(JobTokenTest, KeyFilesAreCheckedWhenLoaded) {
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/job-token-good.key";
+  {
+    std::ofstream out(good);
+    out << "# rotated 2026-11\n\n  " << std::string(32, 'k') << "  \n"
+        << std::string(33, 'j') << "\n";
+  }
+  auto keys = JobTokenKeys::FromFile(good);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const std::string short_key = dir + "/job-token-short.key";
+  {
+    std::ofstream out(short_key);
+    out << "tooshort\n";
+  }
+  EXPECT_THAT(JobTokenKeys::FromFile(short_key).status().message(),
+              HasSubstr("at least 32"));
+  EXPECT_TRUE(absl::IsNotFound(
+      JobTokenKeys::FromFile(dir + "/job-token-missing.key").status()));
+  EXPECT_THAT(
+      JobTokenKeys::FromKeys({std::string(32, 'x'), std::string(32, 'x')})
+          .status()
+          .message(),
+      HasSubstr("the same"));
+  EXPECT_FALSE(JobTokenKeys::FromKeys({}).ok());
 }
 
 }  // namespace

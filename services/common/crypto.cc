@@ -1,6 +1,8 @@
 #include "services/common/crypto.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -32,6 +34,25 @@ std::string RandomToken(size_t n) {
       out += kAlphabet[b % kSize];
       if (out.size() == n) break;
     }
+  }
+  return out;
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+           mac, &len) == nullptr) {
+    std::fprintf(stderr, "fatal: HMAC-SHA256 failed\n");
+    std::abort();
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * len);
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[mac[i] >> 4];
+    out += kHex[mac[i] & 0xf];
   }
   return out;
 }

@@ -17,6 +17,9 @@ std::string RandomToken(size_t n);
 // Lower-case hex SHA-256 of `data`.
 std::string Sha256Hex(std::string_view data);
 
+// Lower-case hex HMAC-SHA256 of `data` under `key`.
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
+
 // Compares without an early exit, so timing does not reveal the first difference.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

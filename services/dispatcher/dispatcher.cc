@@ -339,6 +339,30 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
   return report;
 }
 
+std::map<std::string, std::string> ApiEnv(const DispatcherOptions& options,
+                                          const std::string& tenant,
+                                          int64_t job_id,
+                                          const v1::JobSpec& spec,
+                                          absl::Time now) {
+  std::map<std::string, std::string> env;
+  if (!options.api_advertise_addr.empty())
+    env["TRAINYARD_ADDR"] = options.api_advertise_addr;
+  if (options.job_tokens != nullptr) {
+    absl::Duration valid = options.job_token_ttl;
+    if (spec.has_time_limit() && spec.time_limit().seconds() > 0) {
+      absl::Duration grace = options.default_grace;
+      if (spec.checkpoint().has_grace_period()) {
+        grace = absl::Seconds(spec.checkpoint().grace_period().seconds());
+      }
+      valid = absl::Seconds(spec.time_limit().seconds()) + grace +
+              options.job_token_margin;
+    }
+    env["TRAINYARD_TOKEN"] = options.job_tokens->Mint(
+        {.tenant = tenant, .job_id = job_id, .expires = now + valid});
+  }
+  return env;
+}
+
 absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
                                 PassReport& report) {
   pg::ClusterAttempt current = a;
@@ -364,6 +388,8 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
                         .resume_from = a.attempt.resumed_from()};
   for (const v1::WorkerPlacement& p : a.attempt.placements())
     request.worker_nodes.push_back(std::string(core::NameId(p.node())));
+  request.env = ApiEnv(options_, a.job.tenant(), JobIdOf(a.job), a.job.spec(),
+                       absl::Now());
   absl::StatusOr<AttemptStatus> launched = adapter_->Launch(request);
   if (!launched.ok()) {
     if (absl::IsUnavailable(launched.status()) ||

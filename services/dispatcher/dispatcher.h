@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "services/common/job_token.h"
 #include "services/dispatcher/adapters/adapter.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
@@ -55,7 +57,28 @@ struct DispatcherOptions {
   // documents 60 s).
   absl::Duration default_grace = absl::Seconds(60);
   int db_pool_size = 4;
+
+  // What every attempt's workers get to call the api with (docs/security.md
+  // "Job tokens"), added to LaunchRequest.env:
+  //   TRAINYARD_ADDR   api_advertise_addr (not set when empty);
+  //   TRAINYARD_TOKEN  a token scoped to the job, signed with job_tokens'
+  //                    first key (not set when job_tokens is null), valid
+  //                    for the job's time limit + grace period +
+  //                    job_token_margin from launch, or job_token_ttl when
+  //                    the job has no time limit.
+  std::string api_advertise_addr;
+  std::shared_ptr<const common::JobTokenKeys> job_tokens;
+  absl::Duration job_token_ttl = absl::Hours(24 * 7);
+  absl::Duration job_token_margin = absl::Hours(1);
 };
+
+// The env the dispatcher adds to an attempt of job tenants/<tenant>/jobs/<id>
+// launched at `now` (see DispatcherOptions).
+std::map<std::string, std::string> ApiEnv(const DispatcherOptions& options,
+                                          const std::string& tenant,
+                                          int64_t job_id,
+                                          const trainyard::v1::JobSpec& spec,
+                                          absl::Time now);
 
 struct PassReport {
   int launched = 0;

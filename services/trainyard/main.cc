@@ -10,9 +10,13 @@
 //   trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
 //   trainyard version
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -30,6 +34,7 @@
 #include "services/common/grpc_server.h"
 #include "services/common/health.h"
 #include "services/common/http_server.h"
+#include "services/common/job_token.h"
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 #include "services/core/validation.h"
@@ -94,6 +99,22 @@ ABSL_FLAG(std::string, slurm_config, "",
 ABSL_FLAG(std::string, slurm_cluster, "slurm",
           "dispatcher/all with --backend=slurm: id of the cluster it "
           "dispatches for (clusters/{id})");
+ABSL_FLAG(std::string, api_advertise_addr, "",
+          "dispatcher/all: the api address every attempt's workers get as "
+          "TRAINYARD_ADDR; `all` defaults to --grpc_listen (a wildcard host "
+          "replaced by this host's name), `dispatcher` sets none without it");
+ABSL_FLAG(std::string, job_token_key_file, "",
+          "api/dispatcher/all: HMAC keys of job tokens (TRAINYARD_TOKEN of "
+          "every attempt), one per line: the first signs, all verify. Share "
+          "it between the api and the dispatchers. `all` without it uses a "
+          "random key of its own; `api` then refuses job tokens and "
+          "`dispatcher` mints none");
+ABSL_FLAG(absl::Duration, job_token_ttl, absl::Hours(24 * 7),
+          "dispatcher/all: lifetime of a job token of a job without a time "
+          "limit");
+ABSL_FLAG(absl::Duration, job_token_margin, absl::Hours(1),
+          "dispatcher/all: a job token lives the job's time limit + grace "
+          "period + this");
 ABSL_FLAG(std::string, principal, "",
           "token create: principal, e.g. users/alice");
 ABSL_FLAG(std::string, role, "",
@@ -124,6 +145,8 @@ Usage:
   trainyard dispatcher --backend=slurm --slurm_config=FILE [--slurm_cluster=slurm] [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
   trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
+  Job tokens (api, dispatcher, all): [--job_token_key_file=FILE] [--api_advertise_addr=HOST:PORT]
+                     [--job_token_ttl=168h] [--job_token_margin=1h]  (docs/security.md "Job tokens")
   trainyard migrate  [--postgres_url=..]
   trainyard token create --principal=users/NAME --role=ROLE [--tenant=TENANT] [--ttl=2160h]
   trainyard apply -f FILE [--target=127.0.0.1:50051] [--token=TOKEN]
@@ -253,6 +276,48 @@ StartHealthServer(trainyard::common::Health& health) {
   return http;
 }
 
+// The job token keys of --job_token_key_file; without it, a random key when
+// `random_if_unset` (`all`: api and dispatcher share this process), else null.
+absl::StatusOr<std::shared_ptr<const trainyard::common::JobTokenKeys>>
+JobTokenKeysFromFlags(bool random_if_unset) {
+  const std::string path = absl::GetFlag(FLAGS_job_token_key_file);
+  if (path.empty()) {
+    if (random_if_unset) return trainyard::common::JobTokenKeys::Random();
+    return nullptr;
+  }
+  auto keys = trainyard::common::JobTokenKeys::FromFile(path);
+  if (!keys.ok()) {
+    return absl::Status(
+        keys.status().code(),
+        absl::StrCat("--job_token_key_file: ", keys.status().message()));
+  }
+  return keys;
+}
+
+// --api_advertise_addr, or for `all` (default_to_listen) --grpc_listen with a
+// wildcard host replaced by this host's name.
+std::string ApiAdvertiseAddr(bool default_to_listen) {
+  std::string addr = absl::GetFlag(FLAGS_api_advertise_addr);
+  if (!addr.empty() || !default_to_listen) return addr;
+  addr = absl::GetFlag(FLAGS_grpc_listen);
+  for (std::string_view wildcard : {"0.0.0.0:", "[::]:", ":"}) {
+    if (addr.starts_with(wildcard)) {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+        std::strcpy(host, "localhost");
+      }
+      return absl::StrCat(host, ":", addr.substr(wildcard.size()));
+    }
+  }
+  return addr;
+}
+
+// What the dispatcher gives every attempt to call the api with.
+struct ApiAccess {
+  std::string addr;
+  std::shared_ptr<const trainyard::common::JobTokenKeys> keys;
+};
+
 // A dispatcher with its backend's adapter, which it owns.
 struct BackendDispatcher {
   std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
@@ -263,27 +328,42 @@ struct BackendDispatcher {
 // database, Redis and pass interval).
 absl::StatusOr<BackendDispatcher> StartDispatcher(
     std::unique_ptr<trainyard::dispatcher::Adapter> adapter,
-    const std::string& cluster, const char* backend) {
+    const std::string& cluster, const char* backend, const ApiAccess& api) {
   BackendDispatcher out;
   out.adapter = std::move(adapter);
   auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
       {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
        .redis_addr = absl::GetFlag(FLAGS_redis_addr),
        .cluster = cluster,
-       .interval = absl::GetFlag(FLAGS_dispatch_interval)},
+       .interval = absl::GetFlag(FLAGS_dispatch_interval),
+       .api_advertise_addr = api.addr,
+       .job_tokens = api.keys,
+       .job_token_ttl = absl::GetFlag(FLAGS_job_token_ttl),
+       .job_token_margin = absl::GetFlag(FLAGS_job_token_margin)},
       out.adapter.get());
   if (!dispatcher.ok()) return dispatcher.status();
   out.dispatcher = std::move(*dispatcher);
   out.dispatcher->Start();
   Log(LogLevel::kInfo, "dispatcher started",
-      {{"cluster", cluster}, {"backend", backend}});
+      {{"cluster", cluster},
+       {"backend", backend},
+       {"api_advertise_addr", api.addr.empty() ? "(none)" : api.addr},
+       {"job_tokens", api.keys == nullptr
+                          ? std::string("off")
+                          : absl::StrCat("key ", api.keys->signing_key_id())}});
+  if (api.addr.empty() || api.keys == nullptr) {
+    Log(LogLevel::kWarning,
+        "attempts get no TRAINYARD_ADDR or TRAINYARD_TOKEN: their workers "
+        "cannot report checkpoints (set --api_advertise_addr and "
+        "--job_token_key_file)");
+  }
   return out;
 }
 
 // A dispatcher with the sim backend: the cluster `--sim_config` names, run in
 // this process on the real clock, or the `trainyard sim-cluster` at
 // `--sim_target`.
-absl::StatusOr<BackendDispatcher> StartSimDispatcher() {
+absl::StatusOr<BackendDispatcher> StartSimDispatcher(const ApiAccess& api) {
   std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
   std::string cluster;
   if (!absl::GetFlag(FLAGS_sim_target).empty()) {
@@ -309,12 +389,12 @@ absl::StatusOr<BackendDispatcher> StartSimDispatcher() {
   }
   return StartDispatcher(
       std::move(adapter), cluster,
-      absl::GetFlag(FLAGS_sim_target).empty() ? "sim" : "sim-remote");
+      absl::GetFlag(FLAGS_sim_target).empty() ? "sim" : "sim-remote", api);
 }
 
 // A dispatcher with the Slurm backend (docs/slurm.md): the adapter settings
 // of `--slurm_config`, for the cluster `--slurm_cluster`.
-absl::StatusOr<BackendDispatcher> StartSlurmDispatcher() {
+absl::StatusOr<BackendDispatcher> StartSlurmDispatcher(const ApiAccess& api) {
   auto settings = trainyard::dispatcher::slurm::LoadSlurmSettings(
       absl::GetFlag(FLAGS_slurm_config));
   if (!settings.ok()) return settings.status();
@@ -322,25 +402,25 @@ absl::StatusOr<BackendDispatcher> StartSlurmDispatcher() {
       trainyard::dispatcher::slurm::SlurmAdapter::Create(*std::move(settings));
   if (!adapter.ok()) return adapter.status();
   return StartDispatcher(std::move(*adapter),
-                         absl::GetFlag(FLAGS_slurm_cluster), "slurm");
+                         absl::GetFlag(FLAGS_slurm_cluster), "slurm", api);
 }
 
 // The dispatcher `--backend` selects; INVALID_ARGUMENT naming the flag when
 // its settings are missing.
-absl::StatusOr<BackendDispatcher> StartBackendDispatcher() {
+absl::StatusOr<BackendDispatcher> StartBackendDispatcher(const ApiAccess& api) {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "slurm") {
     if (absl::GetFlag(FLAGS_slurm_config).empty()) {
       return absl::InvalidArgumentError(
           "--slurm_config: required with --backend=slurm");
     }
-    return StartSlurmDispatcher();
+    return StartSlurmDispatcher(api);
   }
   if (!backend.empty() && backend != "sim") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend: \"", backend, "\" is not one of sim, slurm"));
   }
-  return StartSimDispatcher();
+  return StartSimDispatcher(api);
 }
 
 // `trainyard sim-cluster`: the cluster `--sim_config` describes, on the real
@@ -414,7 +494,14 @@ int ServeDispatcher() {
         {{"error", migrated.status()}});
     return 1;
   }
-  absl::StatusOr<BackendDispatcher> sim = StartBackendDispatcher();
+  auto keys = JobTokenKeysFromFlags(/*random_if_unset=*/false);
+  if (!keys.ok()) {
+    Log(LogLevel::kError, "dispatcher failed to start",
+        {{"error", keys.status()}});
+    return 1;
+  }
+  absl::StatusOr<BackendDispatcher> sim = StartBackendDispatcher(
+      {.addr = ApiAdvertiseAddr(/*default_to_listen=*/false), .keys = *keys});
   if (!sim.ok()) {
     Log(LogLevel::kError, "dispatcher failed to start",
         {{"error", sim.status()}});
@@ -495,6 +582,14 @@ int Serve(bool with_scheduler) {
   options.default_submit_burst = absl::GetFlag(FLAGS_default_submit_burst);
   options.submit_committers = absl::GetFlag(FLAGS_submit_committers);
   options.submit_batch = absl::GetFlag(FLAGS_submit_batch);
+  // `all` shares one key between its api and its dispatcher when no key file
+  // is given; `api` alone then refuses job tokens.
+  auto keys = JobTokenKeysFromFlags(/*random_if_unset=*/with_scheduler);
+  if (!keys.ok()) {
+    Log(LogLevel::kError, "api failed to start", {{"error", keys.status()}});
+    return 1;
+  }
+  options.job_tokens = *keys;
   auto server = trainyard::api::ApiServer::Start(options);
   if (!server.ok()) {
     Log(LogLevel::kError, "api failed to start", {{"error", server.status()}});
@@ -519,7 +614,8 @@ int Serve(bool with_scheduler) {
   std::optional<BackendDispatcher> sim;
   if (with_scheduler && (!absl::GetFlag(FLAGS_sim_config).empty() ||
                          absl::GetFlag(FLAGS_backend) == "slurm")) {
-    absl::StatusOr<BackendDispatcher> started = StartBackendDispatcher();
+    absl::StatusOr<BackendDispatcher> started = StartBackendDispatcher(
+        {.addr = ApiAdvertiseAddr(/*default_to_listen=*/true), .keys = *keys});
     if (!started.ok()) {
       Log(LogLevel::kError, "dispatcher failed to start",
           {{"error", started.status()}});

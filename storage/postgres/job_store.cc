@@ -631,6 +631,48 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
   return out;
 }
 
+absl::StatusOr<Job> JobStore::SetHold(const std::string& tenant, int64_t job_id,
+                                      bool hold, const std::string& reason,
+                                      const std::string& principal) {
+  const JobState source =
+      hold ? trainyard::v1::JOB_STATE_QUEUED : trainyard::v1::JOB_STATE_HELD;
+  const JobState target =
+      hold ? trainyard::v1::JOB_STATE_HELD : trainyard::v1::JOB_STATE_QUEUED;
+  Job out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
+    if (!job.ok()) return job.status();
+    const JobState from = job->state();
+    if (from == target) {
+      out = *job;
+      return absl::OkStatus();
+    }
+    if (from != source) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(job->name(), " is ", std::string(core::StateName(from)),
+                       hold ? "; only a QUEUED job can be held"
+                            : "; only a HELD job can be released"));
+    }
+    const std::string verb = hold ? "held" : "released";
+    const std::string message =
+        reason.empty() ? absl::StrCat(verb, " by ", principal)
+                       : absl::StrCat(verb, " by ", principal, ": ", reason);
+    const std::string state_reason = hold ? "HELD_BY_USER" : "RELEASED_BY_USER";
+    job->set_state(target);
+    job->set_state_reason(state_reason);
+    job->set_state_message(message);
+    out = SaveJobState(txn, job_id, *job);
+    AppendEvents(
+        txn,
+        {Pending(out, job_id,
+                 MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                           from, target, state_reason, message))});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<Job> JobStore::Transition(const std::string& tenant,
                                          int64_t job_id,
                                          int64_t expected_version, JobState to,

@@ -168,6 +168,17 @@ class JobStore {
                                             const std::string& reason,
                                             const std::string& principal);
 
+  // Hold (hold = true: QUEUED → HELD) or release (HELD → QUEUED) a pending
+  // job, with a STATE_CHANGED event naming `principal` and `reason`
+  // (HELD_BY_USER / RELEASED_BY_USER). Idempotent: a job already in the
+  // target state is returned unchanged; any other state is
+  // FAILED_PRECONDITION naming it. The job keeps its place in line (its id,
+  // priority and create_time are unchanged).
+  absl::StatusOr<trainyard::v1::Job> SetHold(const std::string& tenant,
+                                             int64_t job_id, bool hold,
+                                             const std::string& reason,
+                                             const std::string& principal);
+
   // Moves a job to `to` if it is at `expected_version` (0 = any) and the state
   // machine allows it: ABORTED on a version conflict, FAILED_PRECONDITION on a
   // forbidden transition.

@@ -232,6 +232,14 @@ struct Env {
           "job");
     return resp.job().name();
   }
+  // A new job, held (by the platform admin).
+  std::string NewHeldJob(const std::string& tenant) {
+    v1::HoldJobRequest req;
+    req.set_name(NewJob(tenant));
+    v1::Job out;
+    Check(jobs->Hold(AsAdmin().get(), req, &out), "held job");
+    return req.name();
+  }
   std::string NewTenant() {
     v1::CreateTenantRequest req;
     req.set_tenant_id(Fresh("authz-tenant"));
@@ -476,6 +484,27 @@ std::vector<Row> JobRows() {
     req.set_reason("authz matrix");
     v1::Job resp;
     return c.env->jobs->Cancel(c.Ctx().get(), req, &resp);
+  });
+  tenant_row("Hold", Need::kMember, [](const Call& c) {
+    v1::HoldJobRequest req;
+    req.set_name(c.env->NewJob(c.tenant));
+    req.set_reason("authz matrix");
+    v1::Job resp;
+    grpc::Status s = c.env->jobs->Hold(c.Ctx().get(), req, &resp);
+    if (s.ok()) {
+      EXPECT_EQ(resp.state(), v1::JOB_STATE_HELD);
+    }
+    return s;
+  });
+  tenant_row("Release", Need::kMember, [](const Call& c) {
+    v1::ReleaseJobRequest req;
+    req.set_name(c.env->NewHeldJob(c.tenant));
+    v1::Job resp;
+    grpc::Status s = c.env->jobs->Release(c.Ctx().get(), req, &resp);
+    if (s.ok()) {
+      EXPECT_EQ(resp.state(), v1::JOB_STATE_QUEUED);
+    }
+    return s;
   });
   tenant_row("Watch", Need::kViewer, [](const Call& c) {
     // The job's history from the start: a permitted watch delivers its

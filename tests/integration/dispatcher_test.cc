@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "services/common/job_token.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -92,7 +94,13 @@ constexpr char kSimConfig[] = R"pb(
 class DispatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
+    // The api and the dispatcher share the job token keys, as `trainyard all`
+    // does.
+    keys_ = common::JobTokenKeys::Random();
+    ApiHarness::Options options;
+    options.server.job_tokens = keys_;
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h =
+        ApiHarness::Start(std::move(options));
     ASSERT_TRUE(h.ok()) << h.status();
     harness_ = std::move(*h);
     ASSERT_TRUE(harness_->SeedTenant("acme").ok());
@@ -112,9 +120,12 @@ class DispatcherTest : public ::testing::Test {
         scheduler::SchedulerService::Create(so);
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = std::move(*s);
-    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(
-        {.postgres_url = harness_->database_url(), .cluster = "sim"},
-        sim_.get());
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d =
+        Dispatcher::Create({.postgres_url = harness_->database_url(),
+                            .cluster = "sim",
+                            .api_advertise_addr = harness_->target(),
+                            .job_tokens = keys_},
+                           sim_.get());
     ASSERT_TRUE(d.ok()) << d.status();
     dispatcher_ = std::move(*d);
   }
@@ -168,6 +179,7 @@ class DispatcherTest : public ::testing::Test {
 
   // Starts now: the scheduler compares attempt start times with its own clock.
   VirtualClock clock_{absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()))};
+  std::shared_ptr<const common::JobTokenKeys> keys_;
   std::unique_ptr<ApiHarness> harness_;
   std::string token_;
   std::unique_ptr<SimAdapter> sim_;
@@ -265,6 +277,96 @@ TEST_F(DispatcherTest,
 // A dispatcher killed between recording a node failure (RECOVERING) and
 // requeueing the job: the next pass, by whichever dispatcher leads, finishes
 // the requeue, and the backend forgets the ended attempt nobody follows.
+TEST_F(DispatcherTest, AttemptsGetTheApiAddressAndATokenScopedToTheirJob) {
+  v1::SubmitJobRequest req = Job("tok", 1, "600s");
+  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(3600);
+  const int64_t id = Submit(req);
+  const int64_t sibling = Submit(Job("tok-sibling", 1, "600s"));
+  Step();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  absl::StatusOr<std::map<std::string, std::string>> env =
+      sim_->LaunchEnv(absl::StrCat("ty-", id, "-1"));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ((*env)["TRAINYARD_ADDR"], harness_->target());
+  EXPECT_EQ((*env)["TRAINYARD_JOB"], absl::StrCat("tenants/acme/jobs/", id));
+  const std::string token = (*env)["TRAINYARD_TOKEN"];
+  EXPECT_THAT(token, ::testing::StartsWith(absl::StrCat("tyj.acme.", id, ".")));
+  // Valid for the time limit + the default 60 s grace + the 1 h margin.
+  absl::StatusOr<common::JobTokenClaims> claims =
+      keys_->Verify(token, absl::Now());
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  const absl::Duration left = claims->expires - absl::Now();
+  EXPECT_GT(left, absl::Hours(2) + absl::Seconds(60) - absl::Minutes(1));
+  EXPECT_LE(left, absl::Hours(2) + absl::Seconds(60));
+  // A job without a time limit: the 7-day TTL.
+  absl::StatusOr<std::map<std::string, std::string>> sibling_env =
+      sim_->LaunchEnv(absl::StrCat("ty-", sibling, "-1"));
+  ASSERT_TRUE(sibling_env.ok()) << sibling_env.status();
+  claims = keys_->Verify((*sibling_env)["TRAINYARD_TOKEN"], absl::Now());
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  EXPECT_EQ(claims->job_id, sibling);
+  EXPECT_GT(claims->expires - absl::Now(), absl::Hours(24 * 7 - 1));
+
+  // The worker's view: only the injected token, against the api.
+  v1::ReportCheckpointRequest report;
+  report.set_job(absl::StrCat("tenants/acme/jobs/", id));
+  report.mutable_checkpoint()->set_step(7);
+  report.mutable_checkpoint()->set_uri("s3://ckpt/step-7");
+  *report.mutable_checkpoint()->mutable_time() =
+      google::protobuf::util::TimeUtil::GetCurrentTime();
+  v1::Checkpoint saved;
+  grpc::Status s = harness_->jobs()->ReportCheckpoint(
+      ApiHarness::Context(token).get(), report, &saved);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(saved.attempt(), 1);
+  EXPECT_EQ(Get(id).resume_from(), "s3://ckpt/step-7");
+  // ... and not for the job next to it.
+  report.set_job(absl::StrCat("tenants/acme/jobs/", sibling));
+  s = harness_->jobs()->ReportCheckpoint(ApiHarness::Context(token).get(),
+                                         report, &saved);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << s.error_message();
+}
+
+TEST_F(DispatcherTest, AHeldJobIsNeverAdmittedUntilReleased) {
+  const int64_t held = Submit(Job("held", 1, "60s"));
+  const v1::Job submitted = Get(held);
+  {
+    v1::HoldJobRequest req;
+    req.set_name(submitted.name());
+    req.set_reason("waiting for data");
+    v1::Job out;
+    grpc::Status s =
+        harness_->jobs()->Hold(ApiHarness::Context(token_).get(), req, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  const int64_t other = Submit(Job("other", 1, "60s"));
+  // Plenty of free capacity and several cycles: only the other job runs.
+  for (int i = 0; i < 3; ++i) {
+    Step();
+    clock_.Advance(absl::Seconds(5));
+  }
+  EXPECT_EQ(Get(other).state(), v1::JOB_STATE_RUNNING);
+  v1::Job job = Get(held);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_HELD);
+  EXPECT_EQ(job.attempt_count(), 0);
+  EXPECT_EQ(job.attempts_size(), 0);
+  {
+    v1::ReleaseJobRequest req;
+    req.set_name(submitted.name());
+    v1::Job out;
+    grpc::Status s =
+        harness_->jobs()->Release(ApiHarness::Context(token_).get(), req, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(out.state(), v1::JOB_STATE_QUEUED);
+    EXPECT_EQ(out.create_time(), submitted.create_time());
+  }
+  Step();
+  job = Get(held);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.attempt_count(), 1);
+}
+
 TEST_F(DispatcherTest, FinishesARequeueADeadDispatcherLeftHalfDone) {
   const int64_t id = Submit(Job("a", 1, "600s", "30s"));
   Step();

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "services/common/job_token.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {
@@ -640,6 +643,378 @@ TEST_F(JobApiTest, MissingOrBadTokenIsUnauthenticated) {
                          MinimalSubmit("acme", "u"), &resp)
                 .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// --- Hold and release ---
+
+int64_t IdOf(const std::string& job_name) {
+  return std::stoll(job_name.substr(job_name.rfind('/') + 1));
+}
+
+trainyard::v1::Job HoldOrRelease(trainyard::v1::JobService::Stub& jobs,
+                                 const std::string& token,
+                                 const std::string& name, bool hold,
+                                 const std::string& reason,
+                                 grpc::Status* status,
+                                 trainyard::v1::ErrorInfo* info = nullptr) {
+  auto ctx = ApiHarness::Context(token);
+  Job out;
+  if (hold) {
+    trainyard::v1::HoldJobRequest req;
+    req.set_name(name);
+    req.set_reason(reason);
+    *status = jobs.Hold(ctx.get(), req, &out);
+  } else {
+    trainyard::v1::ReleaseJobRequest req;
+    req.set_name(name);
+    req.set_reason(reason);
+    *status = jobs.Release(ctx.get(), req, &out);
+  }
+  if (info != nullptr) *info = ErrorInfoOf(*ctx);
+  return out;
+}
+
+TEST_F(JobApiTest, HoldAndReleaseKeepThePlaceInLineAndRecordTheActor) {
+  std::vector<Job> submitted;
+  for (int i = 0; i < 3; ++i) {
+    SubmitJobResponse resp;
+    ASSERT_TRUE(
+        Submit(MinimalSubmit("acme", absl::StrCat("h-", i)), &resp).ok());
+    submitted.push_back(resp.job());
+  }
+  const std::string name = submitted[1].name();
+  grpc::Status s;
+  Job held = HoldOrRelease(*jobs_, member_, name, true, "maintenance", &s);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(held.state(), trainyard::v1::JOB_STATE_HELD);
+  EXPECT_EQ(held.state_reason(), "HELD_BY_USER");
+  EXPECT_EQ(held.state_message(), "held by users/alice: maintenance");
+
+  // Holding a held job again changes nothing (idempotent, like Cancel).
+  Job again = HoldOrRelease(*jobs_, member_, name, true, "", &s);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(again.version(), held.version());
+
+  trainyard::v1::ExplainPendingRequest explain;
+  explain.set_name(name);
+  trainyard::v1::ExplainPendingResponse why;
+  ASSERT_TRUE(
+      jobs_->ExplainPending(ApiHarness::Context(member_).get(), explain, &why)
+          .ok());
+  EXPECT_EQ(why.state(), trainyard::v1::JOB_STATE_HELD);
+  EXPECT_EQ(why.reason(), "HELD");
+  EXPECT_THAT(why.message(),
+              ::testing::HasSubstr("held by users/alice: maintenance"));
+
+  // A tenant admin releases it: back to QUEUED, same submission time, same
+  // place in line (second of three).
+  const std::string admin =
+      h_->Token("users/ada", trainyard::v1::ROLE_TENANT_ADMIN, "acme");
+  Job released = HoldOrRelease(*jobs_, admin, name, false, "", &s);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(released.state(), trainyard::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(released.state_reason(), "RELEASED_BY_USER");
+  EXPECT_EQ(released.state_message(), "released by users/ada");
+  EXPECT_EQ(released.create_time(), submitted[1].create_time());
+  ASSERT_TRUE(
+      jobs_->ExplainPending(ApiHarness::Context(member_).get(), explain, &why)
+          .ok());
+  EXPECT_EQ(why.state(), trainyard::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(why.position_in_queue(), 2);
+  EXPECT_EQ(why.queue_length(), 3);
+  // Releasing a queued job changes nothing either.
+  Job queued = HoldOrRelease(*jobs_, member_, name, false, "", &s);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(queued.version(), released.version());
+
+  // The outbox has both transitions with their reason and actor.
+  trainyard::v1::WatchJobsRequest req;
+  req.set_parent("tenants/acme");
+  req.set_job(name);
+  req.set_from_start(true);
+  std::vector<JobEvent> events =
+      WatchEvents(*h_, member_, req, 3, absl::Seconds(20));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type(), trainyard::v1::JOB_EVENT_TYPE_SUBMITTED);
+  EXPECT_EQ(events[1].type(), trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED);
+  EXPECT_EQ(events[1].from_state(), trainyard::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(events[1].to_state(), trainyard::v1::JOB_STATE_HELD);
+  EXPECT_EQ(events[1].reason(), "HELD_BY_USER");
+  EXPECT_EQ(events[1].message(), "held by users/alice: maintenance");
+  EXPECT_EQ(events[2].from_state(), trainyard::v1::JOB_STATE_HELD);
+  EXPECT_EQ(events[2].to_state(), trainyard::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(events[2].reason(), "RELEASED_BY_USER");
+  EXPECT_EQ(events[2].message(), "released by users/ada");
+
+  // A held job can be cancelled.
+  HoldOrRelease(*jobs_, member_, submitted[2].name(), true, "", &s);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  trainyard::v1::CancelJobRequest cancel;
+  cancel.set_name(submitted[2].name());
+  Job cancelled;
+  ASSERT_TRUE(
+      jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &cancelled)
+          .ok());
+  EXPECT_EQ(cancelled.state(), trainyard::v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobApiTest, HoldingOrReleasingANonPendingJobNamesItsState) {
+  SubmitJobResponse a, b;
+  ASSERT_TRUE(Submit(MinimalSubmit("acme", "np-a"), &a).ok());
+  ASSERT_TRUE(Submit(MinimalSubmit("acme", "np-b"), &b).ok());
+  // a: admitted (as the scheduler would); b: cancelled.
+  ASSERT_TRUE(h_->server()
+                  ->context()
+                  ->jobs
+                  ->Transition("acme", IdOf(a.job().name()), 0,
+                               trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED",
+                               "test")
+                  .ok());
+  trainyard::v1::CancelJobRequest cancel;
+  cancel.set_name(b.job().name());
+  Job ignored;
+  ASSERT_TRUE(
+      jobs_->Cancel(ApiHarness::Context(member_).get(), cancel, &ignored).ok());
+
+  grpc::Status s;
+  HoldOrRelease(*jobs_, member_, a.job().name(), true, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("is ADMITTED"));
+  HoldOrRelease(*jobs_, member_, b.job().name(), true, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("is CANCELLED"));
+  HoldOrRelease(*jobs_, member_, b.job().name(), false, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("is CANCELLED"));
+  HoldOrRelease(*jobs_, member_, a.job().name(), false, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("only a HELD job"));
+
+  // Bad input names its field; another tenant's job is invisible; a viewer
+  // lacks the role.
+  trainyard::v1::ErrorInfo info;
+  HoldOrRelease(*jobs_, member_, "tenants/acme/jobz/1", true, "", &s, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "name");
+  SubmitJobResponse c;
+  ASSERT_TRUE(Submit(MinimalSubmit("acme", "np-c"), &c).ok());
+  HoldOrRelease(*jobs_, member_, c.job().name(), true, std::string(1025, 'x'),
+                &s, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "reason");
+  const std::string stranger =
+      h_->Token("users/olga", trainyard::v1::ROLE_MEMBER, "other");
+  HoldOrRelease(*jobs_, stranger, c.job().name(), true, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  const std::string viewer =
+      h_->Token("users/vic", trainyard::v1::ROLE_VIEWER, "acme");
+  HoldOrRelease(*jobs_, viewer, c.job().name(), true, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(h_->GetJob(member_, "acme", IdOf(c.job().name())).state(),
+            trainyard::v1::JOB_STATE_QUEUED);
+}
+
+// --- Job tokens (docs/security.md "Job tokens") ---
+
+class JobTokenTest : public JobApiTest {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::shared_ptr<const common::JobTokenKeys>> keys =
+        common::JobTokenKeys::FromKeys(
+            {std::string(40, 'n'), std::string(40, 'o')});
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    keys_ = *keys;
+    ApiHarness::Options options;
+    options.server.job_tokens = keys_;
+    Init(std::move(options));
+    for (const char* id : {"mine", "sibling"}) {
+      SubmitJobResponse resp;
+      ASSERT_TRUE(Submit(MinimalSubmit("acme", id), &resp).ok());
+      names_.push_back(resp.job().name());
+    }
+    const std::string olga =
+        h_->Token("users/olga", trainyard::v1::ROLE_MEMBER, "other");
+    other_ = h_->SubmitJob(olga, MinimalSubmit("other", "theirs"));
+    ASSERT_GT(other_, 0);
+    token_ = Mint(names_[0], absl::Now() + absl::Hours(1));
+  }
+
+  std::string Mint(const std::string& job, absl::Time expires,
+                   const std::string& tenant = "acme") {
+    return keys_->Mint(
+        {.tenant = tenant, .job_id = IdOf(job), .expires = expires});
+  }
+
+  grpc::Status Report(const std::string& token, const std::string& job,
+                      int64_t step) {
+    trainyard::v1::ReportCheckpointRequest req;
+    req.set_job(job);
+    req.mutable_checkpoint()->set_step(step);
+    req.mutable_checkpoint()->set_uri(absl::StrCat("s3://b/ck-", step));
+    *req.mutable_checkpoint()->mutable_time() =
+        google::protobuf::util::TimeUtil::GetCurrentTime();
+    trainyard::v1::Checkpoint saved;
+    return jobs_->ReportCheckpoint(ApiHarness::Context(token).get(), req,
+                                   &saved);
+  }
+
+  std::shared_ptr<const common::JobTokenKeys> keys_;
+  std::vector<std::string> names_;  // mine, sibling (acme)
+  int64_t other_ = 0;               // a job of tenant "other"
+  std::string token_;               // scoped to names_[0]
+};
+
+TEST_F(JobTokenTest, ReportsCheckpointsAndReadsItsOwnJob) {
+  grpc::Status s = Report(token_, names_[0], 10);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  trainyard::v1::GetJobRequest get;
+  get.set_name(names_[0]);
+  Job job;
+  s = jobs_->Get(ApiHarness::Context(token_).get(), get, &job);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(job.resume_from(), "s3://b/ck-10");
+  trainyard::v1::ListCheckpointsRequest list;
+  list.set_job(names_[0]);
+  trainyard::v1::ListCheckpointsResponse checkpoints;
+  s = jobs_->ListCheckpoints(ApiHarness::Context(token_).get(), list,
+                             &checkpoints);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(checkpoints.checkpoints_size(), 1);
+  trainyard::v1::ExplainPendingRequest explain;
+  explain.set_name(names_[0]);
+  trainyard::v1::ExplainPendingResponse why;
+  EXPECT_TRUE(
+      jobs_->ExplainPending(ApiHarness::Context(token_).get(), explain, &why)
+          .ok());
+  // Its own job's events, from "tenants/acme" or "tenants/-".
+  for (const char* parent : {"tenants/acme", "tenants/-"}) {
+    trainyard::v1::WatchJobsRequest req;
+    req.set_parent(parent);
+    req.set_job(names_[0]);
+    req.set_from_start(true);
+    std::vector<JobEvent> events =
+        WatchEvents(*h_, token_, req, 2, absl::Seconds(20));
+    ASSERT_EQ(events.size(), 2u) << parent;
+    EXPECT_EQ(events[1].type(),
+              trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED);
+  }
+  // A token signed with the second (older) key still verifies: rotation.
+  absl::StatusOr<std::shared_ptr<const common::JobTokenKeys>> old =
+      common::JobTokenKeys::FromKeys({std::string(40, 'o')});
+  ASSERT_TRUE(old.ok());
+  const std::string old_token =
+      (*old)->Mint({.tenant = "acme",
+                    .job_id = IdOf(names_[0]),
+                    .expires = absl::Now() + absl::Hours(1)});
+  s = Report(old_token, names_[0], 20);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+TEST_F(JobTokenTest, IsRefusedForAnyOtherJobTenantOrMethod) {
+  auto expect_denied = [](const grpc::Status& s, const std::string& what,
+                          const std::string& message) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << what << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), ::testing::HasSubstr(message)) << what;
+  };
+  const std::string scope = "job token of " + names_[0];
+  const std::string other_name = absl::StrCat("tenants/other/jobs/", other_);
+  expect_denied(Report(token_, names_[1], 1), "sibling's checkpoint",
+                "valid for its own job only");
+  expect_denied(Report(token_, other_name, 1), "other tenant's checkpoint",
+                "valid for its own job only");
+  trainyard::v1::GetJobRequest get;
+  get.set_name(names_[1]);
+  Job job;
+  expect_denied(jobs_->Get(ApiHarness::Context(token_).get(), get, &job),
+                "Get sibling", "valid for its own job only");
+  get.set_name(other_name);
+  expect_denied(jobs_->Get(ApiHarness::Context(token_).get(), get, &job),
+                "Get other tenant's job", "valid for its own job only");
+  SubmitJobResponse submitted;
+  expect_denied(jobs_->Submit(ApiHarness::Context(token_).get(),
+                              MinimalSubmit("acme", "by-token"), &submitted),
+                "Submit", scope);
+  trainyard::v1::CancelJobRequest cancel;
+  cancel.set_name(names_[0]);
+  expect_denied(jobs_->Cancel(ApiHarness::Context(token_).get(), cancel, &job),
+                "Cancel own job", scope);
+  grpc::Status s;
+  HoldOrRelease(*jobs_, token_, names_[0], true, "", &s);
+  expect_denied(s, "Hold own job", scope);
+  for (const char* parent : {"tenants/acme", "tenants/-"}) {
+    trainyard::v1::ListJobsRequest list;
+    list.set_parent(parent);
+    trainyard::v1::ListJobsResponse listed;
+    expect_denied(jobs_->List(ApiHarness::Context(token_).get(), list, &listed),
+                  absl::StrCat("List ", parent), scope);
+  }
+  // Watching the tenant rather than its job.
+  trainyard::v1::WatchJobsRequest watch;
+  watch.set_parent("tenants/acme");
+  watch.set_from_start(true);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token_);
+  auto reader = jobs_->Watch(&ctx, watch);
+  trainyard::v1::WatchJobsResponse event;
+  EXPECT_FALSE(reader->Read(&event));
+  expect_denied(reader->Finish(), "Watch tenant", scope);
+  // Other services.
+  trainyard::v1::ListQueuesRequest queues;
+  queues.set_parent("tenants/acme");
+  trainyard::v1::ListQueuesResponse queue_list;
+  EXPECT_FALSE(
+      h_->queues()
+          ->ListQueues(ApiHarness::Context(token_).get(), queues, &queue_list)
+          .ok());
+  // Nothing was changed by the refused calls.
+  EXPECT_EQ(h_->GetJob(member_, "acme", IdOf(names_[0])).state(),
+            trainyard::v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(JobTokenTest, ExpiredForgedOrUnknownTokensAreUnauthenticated) {
+  auto expect_unauthenticated = [&](const std::string& token,
+                                    const std::string& message) {
+    grpc::Status s = Report(token, names_[0], 1);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << token << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), ::testing::HasSubstr(message)) << token;
+  };
+  expect_unauthenticated(Mint(names_[0], absl::Now() - absl::Seconds(1)),
+                         "expired");
+  // Signed for another job, then relabelled: the signature no longer matches.
+  std::string forged = Mint(names_[1], absl::Now() + absl::Hours(1));
+  const std::string sibling_id = absl::StrCat(".", IdOf(names_[1]), ".");
+  forged.replace(forged.find(sibling_id), sibling_id.size(),
+                 absl::StrCat(".", IdOf(names_[0]), "."));
+  expect_unauthenticated(forged, "signature does not match");
+  absl::StatusOr<std::shared_ptr<const common::JobTokenKeys>> stranger =
+      common::JobTokenKeys::FromKeys({std::string(40, 'z')});
+  ASSERT_TRUE(stranger.ok());
+  expect_unauthenticated(
+      (*stranger)->Mint({.tenant = "acme",
+                         .job_id = IdOf(names_[0]),
+                         .expires = absl::Now() + absl::Hours(1)}),
+      "unknown key");
+  expect_unauthenticated("tyj.acme.1.2", "malformed job token");
+}
+
+TEST_F(JobApiTest, JobTokensAreRefusedWithoutAKey) {
+  SubmitJobResponse resp;
+  ASSERT_TRUE(Submit(MinimalSubmit("acme", "nokey"), &resp).ok());
+  std::shared_ptr<const common::JobTokenKeys> keys =
+      common::JobTokenKeys::Random();
+  trainyard::v1::GetJobRequest get;
+  get.set_name(resp.job().name());
+  Job job;
+  grpc::Status s = jobs_->Get(
+      ApiHarness::Context(keys->Mint({.tenant = "acme",
+                                      .job_id = IdOf(resp.job().name()),
+                                      .expires = absl::Now() + absl::Hours(1)}))
+          .get(),
+      get, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("not accepted"));
 }
 
 }  // namespace

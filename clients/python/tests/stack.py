@@ -173,17 +173,20 @@ class Stack:
             raise RuntimeError(f"token create printed no token:\n{out}")
         return tokens[0]
 
-    def start_trainyard(self, sim_config: Path) -> None:
+    def start_trainyard(self, sim_config, extra=()) -> None:
+        """`trainyard all`; with sim_config None, only the api and the scheduler (the
+        dispatcher then runs on its own: start_sim_cluster + start_dispatcher)."""
         self.trainyard("migrate", f"--postgres_url={self.postgres_url}")
+        sim = [f"--sim_config={sim_config}"] if sim_config is not None else []
         for attempt in range(3):
             self.grpc_port, self.http_port = free_port(), free_port()
             p = self._spawn([self.bin, "all", f"--grpc_listen=127.0.0.1:{self.grpc_port}",
                              f"--http_listen=127.0.0.1:{self.http_port}",
                              f"--postgres_url={self.postgres_url}",
                              f"--redis_addr=127.0.0.1:{self.redis_port}",
-                             f"--sim_config={sim_config}", "--db_pool_size=8",
+                             *sim, "--db_pool_size=8",
                              "--schedule_interval=500ms", "--dispatch_interval=250ms",
-                             "--log_level=info"], "trainyard.log")
+                             "--log_level=info", *extra], "trainyard.log")
             deadline = time.time() + 60
             ready = False
             while time.time() < deadline and p.poll() is None:
@@ -204,6 +207,44 @@ class Stack:
                 p.wait()
             self.procs.remove(p)
         raise RuntimeError("trainyard all did not become ready:\n" + self.log_tail("trainyard.log"))
+
+    def _wait_healthy(self, p, http_port: int, log_name: str, what: str) -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz",
+                                            timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{what} did not start:\n" + self.log_tail(log_name))
+
+    def start_sim_cluster(self, sim_config: Path) -> None:
+        """`trainyard sim-cluster`: the simulated cluster as a process of its own, serving
+        SimClusterService on self.sim_target."""
+        self.sim_port, sim_http = free_port(), free_port()
+        p = self._spawn([self.bin, "sim-cluster", f"--sim_config={sim_config}",
+                         f"--grpc_listen=127.0.0.1:{self.sim_port}",
+                         f"--http_listen=127.0.0.1:{sim_http}", "--log_level=info"],
+                        "sim-cluster.log")
+        self._wait_healthy(p, sim_http, "sim-cluster.log", "trainyard sim-cluster")
+
+    @property
+    def sim_target(self) -> str:
+        return f"127.0.0.1:{self.sim_port}"
+
+    def start_dispatcher(self, extra=()) -> None:
+        """`trainyard dispatcher --sim_target=...` (after start_sim_cluster)."""
+        http = free_port()
+        p = self._spawn([self.bin, "dispatcher", f"--sim_target={self.sim_target}",
+                         f"--http_listen=127.0.0.1:{http}",
+                         f"--postgres_url={self.postgres_url}",
+                         f"--redis_addr=127.0.0.1:{self.redis_port}",
+                         "--dispatch_interval=250ms", "--log_level=info", *extra],
+                        "dispatcher.log")
+        self._wait_healthy(p, http, "dispatcher.log", "trainyard dispatcher")
 
     @property
     def target(self) -> str:

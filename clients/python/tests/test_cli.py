@@ -27,7 +27,7 @@ def write_job(tmp_path, name, queue="default", gpus=1, extra=""):
 def test_help_everywhere(yard):
     top = yard("--help")
     assert top.code == 0 and "Exit codes" in top.out
-    for cmd in ("submit", "get", "jobs", "cancel", "watch", "wait", "why", "queues", "quota",
+    for cmd in ("submit", "get", "jobs", "cancel", "hold", "release", "watch", "wait", "why", "queues", "quota",
                 "checkpoints", "report", "whoami", "context"):
         r = yard(cmd, "--help")
         assert r.code == 0, r
@@ -130,6 +130,41 @@ def test_jobs_cancel_why_watch(yard, tmp_path, stack):
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) and len(seqs) >= 2
     r = yard("jobs", "--all-tenants", "--job-set", js, env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
     assert r.code == 0 and "TENANT" in r.out.splitlines()[0] and "demo" in r.out
+
+
+def test_hold_and_release(yard, tmp_path, client):
+    # The tiny queue's 1 GPU never fits an 8-GPU job: these stay pending.
+    path = write_job(tmp_path, "holdme", queue="tiny", gpus=8)
+    ids = []
+    for _ in range(2):
+        r = yard("submit", "-f", path, "-o", "json")
+        assert r.code == 0, r
+        ids.append(json.loads(r.out)[0]["name"].rsplit("/", 1)[-1])
+    before = client.get(ids[0])
+    r = yard("hold", *ids, "--reason", "data not ready")
+    assert r.code == 0, r
+    assert r.out.count("HELD") == 2, r
+    r = yard("why", ids[0])
+    assert r.code == 0 and "HELD" in r.out and "data not ready" in r.out, r
+    r = yard("jobs", "--queue", "tiny", "--state", "held")
+    assert r.code == 0 and set(ids) <= {line.split()[0] for line in r.out.splitlines()[1:]}, r
+    r = yard("release", ids[0], "-o", "json")
+    assert r.code == 0, r
+    released = json.loads(r.out)[0]
+    assert released["state"] == "JOB_STATE_QUEUED"
+    assert released["state_reason"] == "RELEASED_BY_USER", released
+    after = client.get(ids[0])
+    assert after.create_time == before.create_time  # its place in line is kept
+    r = yard("watch", ids[0], "--timeout", "3")
+    assert "HELD" in r.out and "data not ready" in r.out, r
+    # A cancelled job cannot be held: exit 9 (conflict), naming the state; an unknown one: 3.
+    r = yard("cancel", ids[1])
+    assert r.code == 0, r
+    r = yard("hold", ids[1])
+    assert r.code == 9 and "CANCELLED" in r.err, r
+    r = yard("release", "987654")
+    assert r.code == 3, r
+    yard("cancel", ids[0])
 
 
 def test_queues_quota_checkpoints_whoami(yard, client):

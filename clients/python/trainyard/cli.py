@@ -273,6 +273,35 @@ def cmd_cancel(args):
     return worst
 
 
+def _hold_or_release(args, hold: bool):
+    from trainyard import output, state_name
+    from trainyard.errors import TrainyardError
+    verb = "hold" if hold else "release"
+    worst = EXIT_OK
+    results = []
+    with _client(args) as c:
+        for ref in args.jobs:
+            try:
+                job = (c.hold if hold else c.release)(ref, reason=args.reason or "")
+                results.append(job)
+                if args.output == "table":
+                    print(f"{job.name} {state_name(job.state)}")
+            except TrainyardError as e:
+                print(f"yard: {verb} {ref}: {_describe(e)}", file=sys.stderr)
+                worst = worst or _exit_code_for(e)
+    if args.output != "table":
+        output.dump(results, args.output)
+    return worst
+
+
+def cmd_hold(args):
+    return _hold_or_release(args, hold=True)
+
+
+def cmd_release(args):
+    return _hold_or_release(args, hold=False)
+
+
 def cmd_watch(args):
     with _client(args) as c:
         if args.job is None and not (args.queue or args.job_set or args.all):
@@ -555,6 +584,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--limit", type=int, help="at most this many jobs")
 
     sp = add("cancel", cmd_cancel, "cancel jobs")
+    sp.add_argument("jobs", nargs="+", metavar="JOB")
+    sp.add_argument("--reason", help="recorded in the job's event")
+
+    sp = add("hold", cmd_hold, "hold queued jobs: not scheduled until released")
+    sp.add_argument("jobs", nargs="+", metavar="JOB")
+    sp.add_argument("--reason", help="recorded in the job's event")
+
+    sp = add("release", cmd_release, "release held jobs: queued again, in their old place")
     sp.add_argument("jobs", nargs="+", metavar="JOB")
     sp.add_argument("--reason", help="recorded in the job's event")
 

@@ -359,6 +359,20 @@ class Client:
                           job_pb2.CancelJobRequest(name=self.job_name(job), reason=reason),
                           "JobService.Cancel")
 
+    def hold(self, job: Any, reason: str = ""):
+        """Holds a queued job (QUEUED -> HELD: not scheduled until released; idempotent) and
+        returns it. A job in any other state raises errors.FailedPrecondition."""
+        return self._call(self._jobs.Hold,
+                          job_pb2.HoldJobRequest(name=self.job_name(job), reason=reason),
+                          "JobService.Hold")
+
+    def release(self, job: Any, reason: str = ""):
+        """Releases a held job (HELD -> QUEUED, in its old place in line; idempotent) and
+        returns it. A job in any other state raises errors.FailedPrecondition."""
+        return self._call(self._jobs.Release,
+                          job_pb2.ReleaseJobRequest(name=self.job_name(job), reason=reason),
+                          "JobService.Release")
+
     def watch(self, job: Any = None, *, queue: str = "", job_set: str = "",
               tenant: Optional[str] = None, all_tenants: bool = False,
               after_sequence: int = 0, from_start: bool = False,

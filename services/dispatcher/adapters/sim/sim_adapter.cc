@@ -644,6 +644,7 @@ absl::StatusOr<AttemptStatus> SimAdapter::Launch(const LaunchRequest& request) {
   a.status.phase = AttemptPhase::kPending;
   a.status.submit_time = now;
   a.status.nodes = request.worker_nodes;
+  a.env = AttemptEnv(request);
   a.gpus = gpus;
   a.cpu_millis = cpu;
   a.memory_bytes = memory;
@@ -768,6 +769,14 @@ absl::StatusOr<AttemptStatus> SimAdapter::Status(std::string_view name) {
   absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
   if (!found.ok()) return found.status();
   return (*found)->status;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> SimAdapter::LaunchEnv(
+    std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
+  if (!found.ok()) return found.status();
+  return (*found)->env;
 }
 
 absl::StatusOr<std::vector<AttemptStatus>> SimAdapter::List() {

@@ -193,6 +193,13 @@ class SimAdapter final : public Adapter {
   // kUserError. NOT_FOUND if unknown, FAILED_PRECONDITION if it has ended.
   absl::Status CrashJob(std::string_view name, int exit_code);
 
+  // The environment every worker of attempt `name` was launched with
+  // (AttemptEnv of its LaunchRequest), as a node agent would see it; NOT_FOUND
+  // if unknown (or deleted). The sim runs no processes: tests play the worker
+  // with it.
+  absl::StatusOr<std::map<std::string, std::string>> LaunchEnv(
+      std::string_view name);
+
   // Returns the events since the last call (at most kMaxEvents, oldest
   // first) and forgets them.
   std::vector<SimEvent> DrainEvents();
@@ -239,6 +246,8 @@ class SimAdapter final : public Adapter {
   struct Attempt {
     uint64_t seq = 0;
     AttemptStatus status;
+    // AttemptEnv of the launch request.
+    std::map<std::string, std::string> env;
     // Per-worker demand and the node index of each worker.
     int64_t gpus = 0;
     int64_t cpu_millis = 0;

@@ -324,12 +324,20 @@ grpc::Status SimClusterServer::StopAttempt(
   return ToGrpc(sim_->Stop(request->name(), grace, reason));
 }
 
+void SimClusterServer::AddEnv(v1::SimAttempt& attempt) {
+  absl::StatusOr<std::map<std::string, std::string>> env =
+      sim_->LaunchEnv(attempt.name());
+  if (!env.ok()) return;  // deleted meanwhile
+  for (const auto& [k, v] : *env) (*attempt.mutable_env())[k] = v;
+}
+
 grpc::Status SimClusterServer::GetAttempt(
     grpc::ServerContext*, const v1::GetSimAttemptRequest* request,
     v1::SimAttempt* response) {
   absl::StatusOr<AttemptStatus> status = sim_->Status(request->name());
   if (!status.ok()) return ToGrpc(status.status());
   *response = ToProto(*status);
+  AddEnv(*response);
   return grpc::Status::OK;
 }
 
@@ -339,7 +347,9 @@ grpc::Status SimClusterServer::ListAttempts(
   absl::StatusOr<std::vector<AttemptStatus>> attempts = sim_->List();
   if (!attempts.ok()) return ToGrpc(attempts.status());
   for (const AttemptStatus& a : *attempts) {
-    *response->add_attempts() = ToProto(a);
+    v1::SimAttempt* out = response->add_attempts();
+    *out = ToProto(a);
+    AddEnv(*out);
   }
   return grpc::Status::OK;
 }

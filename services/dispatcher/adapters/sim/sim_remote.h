@@ -83,6 +83,9 @@ class SimClusterServer final
                            google::protobuf::Empty* response) override;
 
  private:
+  // Fills attempt.env from SimAdapter::LaunchEnv (nothing if it is gone).
+  void AddEnv(trainyard::v1::SimAttempt& attempt);
+
   SimAdapter* sim_;
   absl::Mutex mu_;
   // Creations per backend name, since the process started.
