@@ -56,6 +56,10 @@ ABSL_FLAG(absl::Duration, schedule_interval, absl::Milliseconds(100),
           "Scheduler timer (it also wakes on every submit)");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(50),
           "Dispatcher pass interval");
+ABSL_FLAG(int, nodes, 10,
+          "Sim nodes the 600 CPUs are split into (a divisor of 600). Kueue's "
+          "baseline admits against quota only (its runner has no nodes): "
+          "--nodes=1 compares like with like; more nodes add bin-packing");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
           "Give up after this long");
 
@@ -85,8 +89,7 @@ const std::vector<JobClass>& Classes() {
 
 constexpr int kCohorts = 5;
 constexpr int kQueuesPerCohort = 6;
-constexpr int kNodes = 10;
-constexpr int64_t kCpuPerNode = 60000;  // 10 × 60 = 600 CPUs
+constexpr int64_t kClusterCpuMillis = 600000;  // The sum of the quotas.
 
 #define CHECK_OK(expr)                                          \
   do {                                                          \
@@ -107,6 +110,12 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const double scale = absl::GetFlag(FLAGS_scale);
+  const int node_count = absl::GetFlag(FLAGS_nodes);
+  if (node_count < 1 || kClusterCpuMillis % (node_count * 1000) != 0) {
+    std::cerr << "--nodes must divide 600 CPUs evenly, got " << node_count
+              << "\n";
+    return 2;
+  }
 
   ApiHarness::Options options;
   options.server.default_submit_rate = 100000;
@@ -204,11 +213,11 @@ int main(int argc, char** argv) {
   pool->set_flavor_kind(v1::FLAVOR_KIND_ON_DEMAND);
   v1::SimNodes* nodes = config.add_nodes();
   nodes->set_prefix("n-");
-  nodes->set_count(kNodes);
+  nodes->set_count(node_count);
   nodes->set_pool("main");
   nodes->set_block("b0");
   nodes->set_rack("r0");
-  nodes->mutable_capacity()->set_cpu_millis(kCpuPerNode);
+  nodes->mutable_capacity()->set_cpu_millis(kClusterCpuMillis / node_count);
   nodes->mutable_capacity()->set_memory_bytes(int64_t{1} << 40);
   absl::StatusOr<std::unique_ptr<trainyard::dispatcher::sim::SimAdapter>> sim =
       trainyard::dispatcher::sim::SimAdapter::Create(
@@ -361,10 +370,11 @@ int main(int argc, char** argv) {
   }
   const double utilisation =
       static_cast<double>(total_work_cpu_ms) / 1000.0 /
-      (absl::ToDoubleSeconds(wall) * kNodes * kCpuPerNode / 1000.0);
+      (absl::ToDoubleSeconds(wall) * kClusterCpuMillis / 1000.0);
 
   std::string json = absl::StrCat(
-      "{\n  \"scale\": ", scale, ",\n  \"jobs\": ", total_jobs,
+      "{\n  \"scale\": ", scale, ",\n  \"nodes\": ", node_count,
+      ",\n  \"jobs\": ", total_jobs,
       ",\n  \"submit_failures\": ", failures.load(),
       ",\n  \"succeeded\": ", succeeded, ",\n  \"unfinished\": ", open,
       ",\n  \"submit_seconds\": ", absl::ToDoubleSeconds(submitted - start),
