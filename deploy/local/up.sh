@@ -222,9 +222,21 @@ step_redis() {
   ty_die "Redis did not answer PING on ${TY_REDIS_ADDR} within 10s"
 }
 
+# The key that signs the job tokens attempts get (docs/security.md, "Job tokens"): made
+# once per stack and kept, so tokens stay valid across restarts of `trainyard all`.
+write_job_token_key() {
+  TY_JOB_TOKEN_KEY="${TY_STACK}/job-token.key"
+  if [[ ! -s "${TY_JOB_TOKEN_KEY}" ]]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${TY_JOB_TOKEN_KEY}.tmp" &&
+      printf '\n' >>"${TY_JOB_TOKEN_KEY}.tmp") || ty_die "cannot write ${TY_JOB_TOKEN_KEY}"
+    mv -f "${TY_JOB_TOKEN_KEY}.tmp" "${TY_JOB_TOKEN_KEY}"
+  fi
+}
+
 write_trainyard_conf() {
   local template="${TY_REPO}/deploy/local/trainyard.conf.in" line out=""
   [[ -r "${template}" ]] || ty_die "missing ${template}"
+  write_job_token_key
   while IFS= read -r line || [[ -n "${line}" ]]; do
     line="${line//@POSTGRES_URL@/${TY_POSTGRES_URL}}"
     line="${line//@REDIS_ADDR@/${TY_REDIS_ADDR}}"
@@ -232,6 +244,7 @@ write_trainyard_conf() {
     line="${line//@HTTP_LISTEN@/${TY_HTTP_ADDR}}"
     line="${line//@LOG_LEVEL@/${TY_LOG_LEVEL}}"
     line="${line//@REPO@/${TY_REPO}}"
+    line="${line//@JOB_TOKEN_KEY_FILE@/${TY_JOB_TOKEN_KEY}}"
     out+="${line}"$'\n'
   done <"${template}"
   printf '%s' "${out}" >"${TY_CONF}.tmp"
