@@ -135,7 +135,10 @@ void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
            {"preempted", report->preempted},
            {"dropped", report->dropped},
            {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
-                                             report->commit)}});
+                                             report->commit)},
+           {"load_seconds", absl::ToDoubleSeconds(report->load)},
+           {"decide_seconds", absl::ToDoubleSeconds(report->decide)},
+           {"commit_seconds", absl::ToDoubleSeconds(report->commit)}});
     }
     if (wakeups != nullptr) {
       wakeups->Wait(options_.interval);
@@ -248,7 +251,10 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
   CycleReport report;
   const absl::Time start = absl::Now();
   if (absl::Status s = Refresh(); !s.ok()) {
+    // The database may have lost (or this process missed) anything: reload
+    // every job and rewrite every explanation.
     loaded_ = false;
+    explained_.clear();
     return s;
   }
   policy::Snapshot snapshot;

@@ -60,6 +60,9 @@ ABSL_FLAG(int, nodes, 10,
           "Sim nodes the 600 CPUs are split into (a divisor of 600). Kueue's "
           "baseline admits against quota only (its runner has no nodes): "
           "--nodes=1 compares like with like; more nodes add bin-packing");
+ABSL_FLAG(bool, pg_statements, false,
+          "Load pg_stat_statements into the private PostgreSQL and print the "
+          "statements that took the most time (a diagnostic)");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
           "Give up after this long");
 
@@ -117,6 +120,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (absl::GetFlag(FLAGS_pg_statements)) {
+    setenv("TRAINYARD_PG_SETTINGS",
+           "shared_preload_libraries=pg_stat_statements", 1);
+  }
   ApiHarness::Options options;
   options.server.default_submit_rate = 100000;
   options.server.default_submit_burst = 100000;
@@ -271,6 +278,46 @@ int main(int argc, char** argv) {
                          1000;
   }
   const absl::Time start = absl::Now();
+  // With --pg_statements: what PostgreSQL's busy backends are doing, sampled
+  // every 20 ms (wait event, or CPU when they wait for nothing).
+  std::atomic<bool> sampling{absl::GetFlag(FLAGS_pg_statements)};
+  std::map<std::string, int64_t> waits;
+  struct JoinOnExit {
+    std::atomic<bool>& flag;
+    std::thread thread;
+    ~JoinOnExit() {
+      flag = false;
+      if (thread.joinable()) thread.join();
+    }
+  } sampler{
+      sampling, std::thread([&] {
+        if (!sampling.load()) return;
+        absl::StatusOr<std::unique_ptr<trainyard::storage::postgres::Database>>
+            sdb = trainyard::storage::postgres::Database::Open(
+                {.url = h.database_url(), .pool_size = 1});
+        if (!sdb.ok()) return;
+        while (sampling.load()) {
+          (void)(*sdb)->Read([&](pqxx::read_transaction& txn) {
+            for (const pqxx::row& r : txn.exec(
+                     "SELECT coalesce(a.wait_event_type || ':' || "
+                     "a.wait_event, 'CPU'), left(regexp_replace(a.query, "
+                     "'\\s+', ' ', 'g'), 40) || ' ... ' || right(a.query, 90) "
+                     "|| coalesce(' <- blocked by ' "
+                     "|| b.state || ': ' || b.state || ' ' || right(b.query, "
+                     "90) || ' ' || left(regexp_replace(b.query, "
+                     "'\\s+', ' ', 'g'), 70), ''), a.pid || ' waits ' || coalesce(a.wait_event, 'cpu') || ' for ' || coalesce(b.pid::text, '-') || ' (' || coalesce(b.wait_event, 'cpu') || ', ' || coalesce(b.state, '') || ', xact ' || coalesce(extract(epoch from now() - b.xact_start)::text, '') || ') ' || left(regexp_replace(a.query, '\\s+', ' ', 'g'), 30) || ' ... ' || right(a.query, 40) FROM pg_stat_activity a "
+                     "LEFT JOIN pg_stat_activity b ON b.pid = "
+                     "(pg_blocking_pids(a.pid))[1] WHERE a.state = 'active' "
+                     "AND a.pid <> pg_backend_pid() AND a.datname = "
+                     "current_database()")) {
+              ++waits[absl::StrCat(r[0].c_str(), " | ", r[1].c_str())];
+              if (getenv("KB_RAW") != nullptr) std::cerr << "RAW " << r[2].c_str() << "\n";
+            }
+            return absl::OkStatus();
+          });
+          absl::SleepFor(absl::Milliseconds(20));
+        }
+      })};
   std::vector<std::thread> submitters;
   for (size_t ci = 0; ci < Classes().size(); ++ci) {
     submitters.emplace_back([&, ci] {
@@ -335,6 +382,8 @@ int main(int argc, char** argv) {
     if (open == 0) break;
     absl::SleepFor(absl::Milliseconds(100));
   }
+  sampling = false;
+  sampler.thread.join();
   (*dispatcher)->Shutdown();
   (*scheduler)->Shutdown();
   const absl::Duration wall = done - start;
@@ -401,6 +450,45 @@ int main(int argc, char** argv) {
         absl::StartsWith(line, "trainyard_scheduler_decisions_total")) {
       std::cerr << line << "\n";
     }
+  }
+  // Where PostgreSQL's work went: transactions and row changes per table.
+  (void)(*db)->Read([&](pqxx::read_transaction& txn) {
+    pqxx::row c = txn.exec1(
+        "SELECT xact_commit, xact_rollback FROM pg_stat_database "
+        "WHERE datname = current_database()");
+    std::cerr << "postgres: " << c[0].as<int64_t>() << " commits, "
+              << c[1].as<int64_t>() << " rollbacks\n";
+    for (const pqxx::row& r : txn.exec(
+             "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM "
+             "pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 "
+             "ORDER BY n_tup_ins + n_tup_upd + n_tup_del DESC")) {
+      std::cerr << "postgres: table " << r[0].c_str() << " inserted "
+                << r[1].as<int64_t>() << " updated " << r[2].as<int64_t>()
+                << " deleted " << r[3].as<int64_t>() << "\n";
+    }
+    return absl::OkStatus();
+  });
+  if (absl::GetFlag(FLAGS_pg_statements)) {
+    std::vector<std::pair<int64_t, std::string>> top;
+    for (const auto& [what, n] : waits) top.emplace_back(n, what);
+    std::sort(top.rbegin(), top.rend());
+    for (size_t i = 0; i < top.size() && i < 25; ++i) {
+      std::cerr << "postgres: sampled " << top[i].first << " x "
+                << top[i].second << "\n";
+    }
+    absl::Status s = (*db)->Transact([&](pqxx::work& txn) {
+      txn.exec0("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+      for (const pqxx::row& r :
+           txn.exec("SELECT calls, round(total_exec_time)::bigint, "
+                    "left(regexp_replace(query, '\\s+', ' ', 'g'), 110) "
+                    "FROM pg_stat_statements ORDER BY total_exec_time DESC "
+                    "LIMIT 20")) {
+        std::cerr << "postgres: statement calls " << r[0].c_str() << " ms "
+                  << r[1].c_str() << ": " << r[2].c_str() << "\n";
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) std::cerr << "pg_stat_statements: " << s << "\n";
   }
   const std::string path = absl::GetFlag(FLAGS_output);
   if (!path.empty()) {
