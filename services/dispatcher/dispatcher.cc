@@ -144,6 +144,16 @@ void Dispatcher::Lead(absl::FunctionRef<bool()> alive) {
     absl::Duration wait = options_.interval;
     for (int i = 0; i < std::min(failures, 16); ++i) wait *= 2;
     wait = std::min(wait, std::max(options_.interval, absl::Seconds(30)));
+    if (failures == 0) {
+      // Follow the backend's own changes as they happen (a sim attempt's
+      // end is known in advance): the scheduler learns of the freed
+      // capacity at once rather than up to an interval later.
+      if (std::optional<absl::Time> next = adapter_->NextChange()) {
+        wait = std::min(wait,
+                        std::max(options_.min_pass_gap,
+                                 *next - absl::Now() + absl::Milliseconds(1)));
+      }
+    }
     if (wakeups != nullptr && failures == 0) {
       wakeups->Wait(wait);
     } else {

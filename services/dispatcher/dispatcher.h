@@ -52,6 +52,9 @@ struct DispatcherOptions {
   std::string cluster;
   // A pass runs at least this often.
   absl::Duration interval = absl::Milliseconds(500);
+  // And sooner when the adapter knows when the backend next changes
+  // (Adapter::NextChange(): an attempt ending), but at most this often.
+  absl::Duration min_pass_gap = absl::Milliseconds(5);
   absl::Duration standby_poll = absl::Seconds(1);
   // Grace period of a preempted attempt whose job sets none (CheckpointPolicy
   // documents 60 s).

@@ -270,19 +270,39 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
   report.running = static_cast<int>(snapshot.running.size());
   report.reservations = static_cast<int>(d.reservations.size());
 
-  // Explanations of this cycle: (reason, message, position) per pending job.
-  std::map<int64_t, pg::Explanation> explain;
+  // Explanations of this cycle: (reason, message, position) per pending job,
+  // compared with what was written as they come (no copy of every message
+  // per cycle). A new reason is written at once; a new message with the same
+  // reason (its numbers move with every admission) at most every
+  // explanation_refresh; rows of jobs no longer pending go away.
+  const int64_t this_cycle = ++explain_cycle_;
+  const absl::Time explained_at = absl::Now();
+  std::vector<pg::Explanation> upserts;
+  auto explain = [&](int64_t id, std::string_view reason,
+                     std::string_view message, int32_t position) {
+    auto [it, inserted] = explained_.try_emplace(id);
+    Explained& last = it->second;
+    last.cycle = this_cycle;
+    if (!inserted && last.reason == reason &&
+        (last.message == message ||
+         explained_at - last.written < options_.explanation_refresh)) {
+      return;
+    }
+    last.reason = std::string(reason);
+    last.message = std::string(message);
+    last.written = explained_at;
+    upserts.push_back({.job_id = id,
+                       .reason = last.reason,
+                       .message = last.message,
+                       .position = position});
+  };
   for (const policy::PendingDecision& p : d.pending) {
-    explain[p.job] = {.job_id = p.job,
-                      .reason = policy::PendingReasonCode(p.reason),
-                      .message = p.message.str(),
-                      .position = p.position};
+    explain(p.job, policy::PendingReasonCode(p.reason), p.message.str(),
+            p.position);
   }
   for (const auto& [id, message] : index.excluded) {
-    explain[id] = {.job_id = id,
-                   .reason = message.substr(0, message.find(':')),
-                   .message = message,
-                   .position = 0};
+    explain(id, std::string_view(message).substr(0, message.find(':')), message,
+            0);
   }
 
   // Preemptions, then the admissions that need them.
@@ -308,11 +328,8 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
       one_cluster &= index.node_clusters[n] == cluster;
     if (!one_cluster) {
       // The policy packs gangs by block and rack, not by cluster yet.
-      explain[a.job] = {
-          .job_id = a.job,
-          .reason = "NO_FIT_TOPOLOGY",
-          .message = "NO_FIT_TOPOLOGY: the placement found spans clusters",
-          .position = 0};
+      explain(a.job, "NO_FIT_TOPOLOGY",
+              "NO_FIT_TOPOLOGY: the placement found spans clusters", 0);
       continue;
     }
     const std::string& flavor_id = index.flavor_ids[a.flavor];
@@ -339,7 +356,10 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
   if (!preemptions.empty() || !admissions.empty()) {
     absl::StatusOr<pg::DecisionOutcome> outcome =
         jobs_->ApplyDecisions(preemptions, admissions);
-    if (!outcome.ok()) return outcome.status();
+    if (!outcome.ok()) {
+      explained_.clear();  // Nothing of this cycle was written.
+      return outcome.status();
+    }
     report.admitted = static_cast<int>(outcome->admitted.size());
     report.preempted = static_cast<int>(outcome->preempted.size());
     report.dropped = static_cast<int>(outcome->dropped.size());
@@ -367,29 +387,15 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
     }
   }
 
-  // Explanations that changed; rows of jobs no longer pending go away. A new
-  // reason is written at once; a new message with the same reason (its
-  // numbers move with every admission) at most every explanation_refresh.
-  std::vector<pg::Explanation> upserts;
-  const absl::Time now = absl::Now();
-  for (auto& [id, e] : explain) {
-    auto it = explained_.find(id);
-    if (it != explained_.end()) {
-      Explained& last = it->second;
-      if (last.reason == e.reason &&
-          (last.message == e.message ||
-           now - last.written < options_.explanation_refresh)) {
-        continue;
-      }
-    }
-    explained_[id] = Explained{e.reason, e.message, now};
-    upserts.push_back(e);
-  }
   std::vector<int64_t> done;
-  for (const auto& [id, key] : explained_) {
-    if (!explain.contains(id)) done.push_back(id);
+  for (auto it = explained_.begin(); it != explained_.end();) {
+    if (it->second.cycle != this_cycle) {
+      done.push_back(it->first);
+      explained_.erase(it++);
+    } else {
+      ++it;
+    }
   }
-  for (int64_t id : done) explained_.erase(id);
   if (absl::Status s = jobs_->WriteExplanations(upserts, done); !s.ok()) {
     explained_.clear();  // Rewrite everything next time.
     return s;

@@ -112,8 +112,12 @@ class SchedulerService {
     std::string reason;
     std::string message;
     absl::Time written;
+    // The last cycle that explained the job (rows of jobs a cycle did not
+    // explain are deleted).
+    int64_t cycle = 0;
   };
   absl::flat_hash_map<int64_t, Explained> explained_ ABSL_GUARDED_BY(cycle_mu_);
+  int64_t explain_cycle_ ABSL_GUARDED_BY(cycle_mu_) = 0;
 
   std::atomic<bool> leader_{false};
   std::atomic<int64_t> cycles_{0};

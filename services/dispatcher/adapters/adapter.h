@@ -346,6 +346,12 @@ class Adapter {
   // Every node of the cluster with its pool, flavor, topology, capacity,
   // allocation and state, sorted by name.
   virtual absl::StatusOr<std::vector<NodeInventory>> Inventory() = 0;
+
+  // When the backend's state next changes by itself (an attempt starts or
+  // ends, a checkpoint lands), where the adapter knows it in advance (the
+  // sim does); the dispatcher then runs its next pass at that moment instead
+  // of waiting out its interval. nullopt: not known (the dispatcher polls).
+  virtual std::optional<absl::Time> NextChange() { return std::nullopt; }
 };
 
 }  // namespace trainyard::dispatcher

@@ -839,6 +839,16 @@ absl::StatusOr<std::vector<NodeInventory>> SimAdapter::Inventory() {
 
 // --- Simulation controls --------------------------------------------------
 
+std::optional<absl::Time> SimAdapter::NextChange() {
+  // Only on the real clock: a virtual clock's times mean nothing to a
+  // dispatcher waiting in real time.
+  if (clock_ != &RealClock::Get()) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  NowLocked();
+  if (agenda_.empty()) return std::nullopt;
+  return std::get<0>(*agenda_.begin());
+}
+
 void SimAdapter::Tick() {
   absl::MutexLock lock(&mu_);
   NowLocked();

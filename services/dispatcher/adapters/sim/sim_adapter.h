@@ -165,6 +165,9 @@ class SimAdapter final : public Adapter {
   absl::StatusOr<std::vector<AttemptStatus>> List() override;
   absl::Status Delete(std::string_view name) override;
   absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
+  // The first event of the agenda (an attempt starting, checkpointing or
+  // ending; a node failing or recovering).
+  std::optional<absl::Time> NextChange() override;
 
   // --- Simulation ---
   // Processes everything due up to clock.Now().
