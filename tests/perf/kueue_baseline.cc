@@ -302,16 +302,13 @@ int main(int argc, char** argv) {
                      "SELECT coalesce(a.wait_event_type || ':' || "
                      "a.wait_event, 'CPU'), left(regexp_replace(a.query, "
                      "'\\s+', ' ', 'g'), 40) || ' ... ' || right(a.query, 90) "
-                     "|| coalesce(' <- blocked by ' "
-                     "|| b.state || ': ' || b.state || ' ' || right(b.query, "
-                     "90) || ' ' || left(regexp_replace(b.query, "
-                     "'\\s+', ' ', 'g'), 70), ''), a.pid || ' waits ' || coalesce(a.wait_event, 'cpu') || ' for ' || coalesce(b.pid::text, '-') || ' (' || coalesce(b.wait_event, 'cpu') || ', ' || coalesce(b.state, '') || ', xact ' || coalesce(extract(epoch from now() - b.xact_start)::text, '') || ') ' || left(regexp_replace(a.query, '\\s+', ' ', 'g'), 30) || ' ... ' || right(a.query, 40) FROM pg_stat_activity a "
+                     "|| coalesce(' <- blocked by ' || b.state || ': ' || "
+                     "right(b.query, 90), '') FROM pg_stat_activity a "
                      "LEFT JOIN pg_stat_activity b ON b.pid = "
                      "(pg_blocking_pids(a.pid))[1] WHERE a.state = 'active' "
                      "AND a.pid <> pg_backend_pid() AND a.datname = "
                      "current_database()")) {
               ++waits[absl::StrCat(r[0].c_str(), " | ", r[1].c_str())];
-              if (getenv("KB_RAW") != nullptr) std::cerr << "RAW " << r[2].c_str() << "\n";
             }
             return absl::OkStatus();
           });
