@@ -52,6 +52,7 @@
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/ports.h"
 #include "tests/fixtures/subprocess.h"
+#include "tests/fixtures/trainyard_process.h"
 #include "trainyard/v1/job.grpc.pb.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -60,11 +61,6 @@ namespace {
 
 namespace v1 = ::trainyard::v1;
 namespace fx = ::trainyard::testing::internal;
-
-std::string Binary() {
-  const char* bin = std::getenv("TRAINYARD_BIN");
-  return bin == nullptr ? "" : bin;
-}
 
 // Three seeds; one under the sanitizers, which make every process several
 // times slower.
@@ -223,57 +219,9 @@ constexpr char kBundle[] = R"pb(
   }
 )pb";
 
-// One `trainyard` service process that the chaos loop kills and restarts.
-class Service {
- public:
-  Service(std::string name, std::vector<std::string> argv, std::string log)
-      : name_(std::move(name)), argv_(std::move(argv)), log_(std::move(log)) {}
-  ~Service() { Kill(); }
-
-  absl::Status Start() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (pid_ > 0) return absl::OkStatus();
-    absl::StatusOr<pid_t> pid = fx::Spawn({.argv = argv_, .log_path = log_});
-    if (!pid.ok()) return pid.status();
-    pid_ = *pid;
-    ++starts_;
-    return absl::OkStatus();
-  }
-  // kill -9, then reap.
-  void Kill() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (pid_ <= 0) return;
-    fx::TerminateAndReap(pid_, SIGKILL, absl::Seconds(10));
-    pid_ = -1;
-  }
-  // Whether it died by itself (a crash the test did not cause).
-  std::optional<std::string> Died() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (pid_ <= 0) return std::nullopt;
-    std::optional<int> status = fx::TryReap(pid_);
-    if (!status.has_value()) return std::nullopt;
-    pid_ = -1;
-    return absl::StrCat(name_, " exited by itself (",
-                        fx::DescribeWaitStatus(*status),
-                        "): ", fx::ReadFileTail(log_, 3000));
-  }
-  const std::string& name() const { return name_; }
-  const std::string& log() const { return log_; }
-  int starts() const { return starts_; }
-
- private:
-  std::string name_;
-  std::vector<std::string> argv_;
-  std::string log_;
-  std::mutex mu_;
-  pid_t pid_ = -1;
-  int starts_ = 0;
-};
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
+// The services the chaos loop kills and restarts, and the one-shot
+// commands, come from tests/fixtures/trainyard_process.h.
+using Service = TrainyardService;
 
 // What the test asked of one job, to check how it ended.
 struct Plan {
@@ -287,7 +235,7 @@ struct Plan {
 class CrashTest : public ::testing::TestWithParam<uint64_t> {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(Binary().empty())
+    ASSERT_FALSE(TrainyardBinary().empty())
         << "TRAINYARD_BIN is not set (run through ctest)";
     absl::StatusOr<std::string> dir = fx::MakeTempDir("trainyard-crash-");
     ASSERT_TRUE(dir.ok()) << dir.status();
@@ -310,32 +258,19 @@ class CrashTest : public ::testing::TestWithParam<uint64_t> {
     }
   }
 
-  RunResult Run(std::vector<std::string> args) {
+  CommandResult Run(const std::vector<std::string>& args) {
     static std::atomic<int> counter{0};
-    const std::string log = absl::StrCat(dir_, "/run-", ++counter, ".log");
-    args.insert(args.begin(), Binary());
-    RunResult r;
-    absl::StatusOr<pid_t> pid = fx::Spawn({.argv = args, .log_path = log});
-    if (!pid.ok()) return r;
-    absl::StatusOr<int> status = fx::WaitForExit(*pid, absl::Seconds(60));
-    if (status.ok() && WIFEXITED(*status)) r.exit_code = WEXITSTATUS(*status);
-    r.output = fx::ReadFile(log).value_or("");
-    return r;
+    return RunTrainyard(args, absl::StrCat(dir_, "/run-", ++counter, ".log"));
   }
 
   std::string Token(const std::string& principal, const std::string& role,
                     const std::string& tenant = "") {
-    std::vector<std::string> args = {
-        "token", "create", "--postgres_url=" + db_url_,
-        "--principal=" + principal, "--role=" + role};
-    if (!tenant.empty()) args.push_back("--tenant=" + tenant);
-    RunResult r = Run(args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
-      if (absl::StartsWith(line, "ty_")) return std::string(line);
-    }
-    ADD_FAILURE() << "no token in: " << r.output;
-    return "";
+    static std::atomic<int> counter{0};
+    absl::StatusOr<std::string> token =
+        CreateToken(db_url_, absl::StrCat(dir_, "/token-", ++counter, ".log"),
+                    principal, role, tenant);
+    EXPECT_TRUE(token.ok()) << token.status();
+    return token.value_or("");
   }
 
   std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
@@ -446,7 +381,7 @@ TEST_P(CrashTest, JobsEndExactlyOnceThroughKillsAndRestarts) {
       "--postgres_url=" + db_url_, "--redis_addr=" + redis_->Address(),
       "--http_listen=", "--log_level=warning"};
   auto argv = [&](std::vector<std::string> head) {
-    head.insert(head.begin(), Binary());
+    head.insert(head.begin(), TrainyardBinary());
     head.insert(head.end(), common.begin(), common.end());
     return head;
   };
@@ -469,7 +404,7 @@ TEST_P(CrashTest, JobsEndExactlyOnceThroughKillsAndRestarts) {
   ASSERT_TRUE(api_->Start().ok());
 
   // Wait for the api, then load the bundle.
-  RunResult applied;
+  CommandResult applied;
   for (absl::Time deadline = absl::Now() + absl::Seconds(30);
        absl::Now() < deadline;) {
     applied = Run({"apply", "-f", bundle_path, "--target=" + api_addr,
@@ -692,70 +627,20 @@ TEST_P(CrashTest, JobsEndExactlyOnceThroughKillsAndRestarts) {
     }
   }
 
-  // --- The outbox: one unbroken chain per job, one terminal event ---
+  // --- The outbox: one unbroken chain per job, one terminal event;
+  // attempts: rows match counts, every one ended ---
+  const JobHistoryCheck histories = CheckJobHistories(db_url_);
+  EXPECT_TRUE(histories.problems.empty())
+      << histories.problems.size() << " problems, first: "
+      << absl::StrJoin(histories.problems.begin(),
+                       histories.problems.begin() +
+                           std::min<size_t>(histories.problems.size(), 5),
+                       "\n");
+  const int64_t transitions = histories.transitions;
+  const int64_t attempt_rows = histories.attempt_rows;
+
   pqxx::connection conn(db_url_);
   pqxx::read_transaction txn(conn);
-  std::map<int64_t, std::vector<v1::JobEvent>> events;
-  for (const auto& row :
-       txn.exec("SELECT job_id, seq, body FROM job_events ORDER BY seq")) {
-    v1::JobEvent e;
-    pqxx::binarystring body(row[2]);
-    ASSERT_TRUE(e.ParseFromString(body.str()));
-    e.set_sequence(row[1].as<uint64_t>());
-    events[row[0].as<int64_t>()].push_back(std::move(e));
-  }
-  // "QUEUED>ADMITTED(ADMITTED)#1 ..." for failure messages.
-  auto history = [&](int64_t id) {
-    std::string out;
-    for (const v1::JobEvent& e : events[id]) {
-      if (e.type() == v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED) continue;
-      absl::StrAppend(&out, " ", v1::JobState_Name(e.to_state()).substr(10),
-                      "(", e.reason(), ")#", e.attempt());
-    }
-    return out;
-  };
-  int64_t transitions = 0;
-  for (const auto& [id, state] : states) {
-    const std::vector<v1::JobEvent>& chain = events[id];
-    ASSERT_FALSE(chain.empty()) << "job " << id << " has no events";
-    EXPECT_EQ(chain.front().type(), v1::JOB_EVENT_TYPE_SUBMITTED)
-        << "job " << id;
-    int current = chain.front().to_state();
-    int terminal_events = 0;
-    for (size_t k = 1; k < chain.size(); ++k) {
-      const v1::JobEvent& e = chain[k];
-      if (e.type() != v1::JOB_EVENT_TYPE_STATE_CHANGED) continue;
-      ++transitions;
-      EXPECT_EQ(e.from_state(), current)
-          << "job " << id << " event " << e.sequence() << " from "
-          << v1::JobState_Name(e.from_state()) << " but the job was "
-          << v1::JobState_Name(static_cast<v1::JobState>(current));
-      EXPECT_FALSE(Terminal(current))
-          << "job " << id << " changed state after ending";
-      current = e.to_state();
-      if (Terminal(current)) ++terminal_events;
-    }
-    EXPECT_EQ(current, state.first) << "job " << id << ": last event is not "
-                                    << "its state";
-    EXPECT_EQ(terminal_events, 1) << "job " << id;
-  }
-
-  // --- Attempts: rows match counts, every one ended ---
-  pqxx::result attempts = txn.exec(
-      "SELECT j.id, j.attempt_count, count(a.idx), "
-      "count(*) FILTER (WHERE a.end_time IS NULL AND a.idx IS NOT NULL) "
-      "FROM jobs j LEFT JOIN attempts a ON a.job_id = j.id GROUP BY j.id, "
-      "j.attempt_count");
-  int64_t attempt_rows = 0;
-  for (const auto& row : attempts) {
-    EXPECT_EQ(row[1].as<int64_t>(), row[2].as<int64_t>())
-        << "job " << row[0].as<int64_t>() << " attempt rows";
-    attempt_rows += row[2].as<int64_t>();
-    EXPECT_EQ(row[3].as<int64_t>(), 0)
-        << "job " << row[0].as<int64_t>()
-        << " has an attempt without an end:" << history(row[0].as<int64_t>());
-  }
-
   // How the attempts ended: the faults really happened.
   std::map<std::string, int> endings;
   for (const auto& row : txn.exec("SELECT body FROM attempts")) {
