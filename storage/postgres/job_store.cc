@@ -638,6 +638,27 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
   return out;
 }
 
+namespace {
+
+// Moves a locked job to `to` with its reason and message, saves it and
+// writes its event; returns the saved job.
+Job SaveTransition(pqxx::work& txn, int64_t job_id, Job job, JobState to,
+                   const std::string& reason, const std::string& message) {
+  const JobState from = job.state();
+  job.set_state(to);
+  job.set_state_reason(reason);
+  job.set_state_message(message);
+  Job saved = SaveJobState(txn, job_id, job);
+  AppendEvents(
+      txn,
+      {Pending(saved, job_id,
+               MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                         from, to, reason, message))});
+  return saved;
+}
+
+}  // namespace
+
 absl::StatusOr<Job> JobStore::SetHold(const std::string& tenant, int64_t job_id,
                                       bool hold, const std::string& reason,
                                       const std::string& principal) {
@@ -664,16 +685,8 @@ absl::StatusOr<Job> JobStore::SetHold(const std::string& tenant, int64_t job_id,
     const std::string message =
         reason.empty() ? absl::StrCat(verb, " by ", principal)
                        : absl::StrCat(verb, " by ", principal, ": ", reason);
-    const std::string state_reason = hold ? "HELD_BY_USER" : "RELEASED_BY_USER";
-    job->set_state(target);
-    job->set_state_reason(state_reason);
-    job->set_state_message(message);
-    out = SaveJobState(txn, job_id, *job);
-    AppendEvents(
-        txn,
-        {Pending(out, job_id,
-                 MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                           from, target, state_reason, message))});
+    out = SaveTransition(txn, job_id, *job, target,
+                         hold ? "HELD_BY_USER" : "RELEASED_BY_USER", message);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -696,16 +709,7 @@ absl::StatusOr<Job> JobStore::Transition(const std::string& tenant,
     }
     if (absl::Status t = core::CheckTransition(job->state(), to); !t.ok())
       return t;
-    const JobState from = job->state();
-    job->set_state(to);
-    job->set_state_reason(reason);
-    job->set_state_message(message);
-    out = SaveJobState(txn, job_id, *job);
-    AppendEvents(
-        txn,
-        {Pending(out, job_id,
-                 MakeEvent(out, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                           from, to, reason, message))});
+    out = SaveTransition(txn, job_id, *job, to, reason, message);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
