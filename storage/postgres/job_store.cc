@@ -320,6 +320,9 @@ JobStore::JobStore(Database* db) : db_(db) {
           "WHERE job_id = jobs.id ORDER BY idx DESC LIMIT 1) a ON true "
           "WHERE jobs.state IN (2, 3, 4, 8, 9) AND a.cluster = $1 ORDER BY "
           "jobs.id"));
+  db_->Prepare("attempts_latest_rows",
+               "SELECT DISTINCT ON (job_id) job_id, idx, body FROM attempts "
+               "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, idx DESC");
   db_->Prepare("attempt_latest_lock",
                "SELECT idx, body FROM attempts WHERE job_id = $1 ORDER BY idx "
                "DESC LIMIT 1 "
@@ -1185,7 +1188,16 @@ absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
     std::vector<PendingEvent> events;
     std::vector<int64_t> ids;
     for (const AttemptChange& c : changes) ids.push_back(c.job_id);
-    LockedJobs locked(txn, std::move(ids));
+    LockedJobs locked(txn, ids);
+    // The newest attempt of each job, read once. No attempt row lock is
+    // needed: every writer of attempts holds its job's row lock.
+    absl::flat_hash_map<int64_t, std::pair<int, trainyard::v1::Attempt>> latest;
+    for (const pqxx::row& row :
+         txn.exec_prepared("attempts_latest_rows", IdArray(ids))) {
+      auto& [idx, attempt] = latest[row[0].as<int64_t>()];
+      idx = row[1].as<int>();
+      attempt.ParseFromString(BytesOf(row[2]));
+    }
     // Jobs whose earlier change in this batch was refused: later ones wait.
     absl::flat_hash_set<int64_t> refused;
     for (size_t i = 0; i < changes.size(); ++i) {
@@ -1207,22 +1219,18 @@ absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
       } else {
         item = core::CheckTransition(job->state(), c.to);
       }
-      pqxx::result a;
-      if (item.ok()) {
-        a = txn.exec_prepared("attempt_latest_lock", c.job_id);
-        if (a.empty()) {
-          item = absl::FailedPreconditionError(
-              absl::StrCat(job->name(), " has no attempt"));
-        }
+      auto newest = latest.find(c.job_id);
+      if (item.ok() && newest == latest.end()) {
+        item = absl::FailedPreconditionError(
+            absl::StrCat(job->name(), " has no attempt"));
       }
       if (!item.ok()) {
         out[i] = item;
         refused.insert(c.job_id);
         continue;
       }
-      const int idx = a[0][0].as<int>();
-      trainyard::v1::Attempt attempt;
-      attempt.ParseFromString(BytesOf(a[0][1]));
+      const int idx = newest->second.first;
+      trainyard::v1::Attempt& attempt = newest->second.second;
       if (c.start_time.has_value())
         *attempt.mutable_start_time() = ToTimestamp(*c.start_time);
       if (c.end_time.has_value())
