@@ -298,9 +298,10 @@ JobStore::JobStore(Database* db) : db_(db) {
   db_->Prepare("events_changed",
                "SELECT seq, job_id FROM job_events WHERE seq > $1 ORDER BY seq "
                "LIMIT $2");
-  db_->Prepare("attempt_insert",
+  db_->Prepare("attempts_insert",
                "INSERT INTO attempts (job_id, idx, cluster, flavor, body) "
-               "VALUES ($1, $2, $3, $4, $5)");
+               "SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], "
+               "$4::text[], $5::bytea[])");
   db_->Prepare(
       "explanations_upsert",
       "INSERT INTO pending_explanations (job_id, reason, message, position) "
@@ -1050,6 +1051,8 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
       out.preempted.push_back(p.job_id);
     }
     const absl::Time now = absl::Now();
+    ArrayLiteral new_job_ids, new_indexes, new_clusters, new_flavors,
+        new_bodies;
     for (const AdmitDecision& a : admissions) {
       bool blocked = false;
       for (int64_t v : a.victims) blocked |= not_preempted.contains(v);
@@ -1067,10 +1070,12 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
       attempt.set_backend_job_name(absl::StrCat("ty-", a.job_id, "-", index));
       attempt.set_resumed_from(job->resume_from());
       *attempt.mutable_admit_time() = ToTimestamp(now);
-      txn.exec_prepared("attempt_insert", a.job_id, index,
-                        std::string(core::NameId(attempt.cluster())),
-                        std::string(core::NameId(attempt.flavor())),
-                        Bytea(attempt.SerializeAsString()));
+      // Inserted together after the loop (one statement).
+      new_job_ids.Int(a.job_id);
+      new_indexes.Int(index);
+      new_clusters.Text(core::NameId(attempt.cluster()));
+      new_flavors.Text(core::NameId(attempt.flavor()));
+      new_bodies.Bytes(attempt.SerializeAsString());
       job->set_attempt_count(index);
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
       job->set_state_reason("ADMITTED");
@@ -1083,6 +1088,11 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
                     trainyard::v1::JOB_STATE_QUEUED,
                     trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED", a.message)));
       out.admitted.push_back(a.job_id);
+    }
+    if (!out.admitted.empty()) {
+      txn.exec_prepared("attempts_insert", new_job_ids.str(), new_indexes.str(),
+                        new_clusters.str(), new_flavors.str(),
+                        new_bodies.str());
     }
     AppendEvents(txn, events);
     return absl::OkStatus();
