@@ -48,6 +48,8 @@ class ArrayLiteral {
         absl::StrCat("\"\\\\x", absl::BytesToHexString(bytes), "\""));
   }
   void Int(int64_t value) { elements_.push_back(absl::StrCat(value)); }
+  void Bool(bool value) { elements_.push_back(value ? "t" : "f"); }
+  void Null() { elements_.push_back("NULL"); }
   std::string str() const {
     return absl::StrCat("{", absl::StrJoin(elements_, ","), "}");
   }
@@ -236,6 +238,30 @@ JobStore::JobStore(Database* db) : db_(db) {
           "ELSE NULL END, version = version + 1, update_time = now() "
           "WHERE id = $1 RETURNING ",
           JobColumns()));
+  // JobSaves: many jobs' state changes in one statement (the unnest columns
+  // are named u_* so that RETURNING's job columns stay unambiguous).
+  db_->Prepare(
+      "jobs_save_many",
+      absl::StrCat(
+          "UPDATE jobs SET state = u.u_state, state_reason = u.u_reason, "
+          "state_message = u.u_message, attempt_count = u.u_attempts, "
+          "resume_from = u.u_resume, cancel_requested = u.u_cancel, "
+          "end_time = CASE WHEN u.u_terminal THEN coalesce(jobs.end_time, "
+          "now()) ELSE NULL END, version = jobs.version + 1, update_time = "
+          "now() FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], "
+          "$5::int[], $6::text[], $7::boolean[], $8::boolean[]) AS u(u_id, "
+          "u_state, u_reason, u_message, u_attempts, u_resume, u_cancel, "
+          "u_terminal) WHERE jobs.id = u.u_id RETURNING ",
+          JobColumns()));
+  db_->Prepare(
+      "attempts_update_many",
+      "UPDATE attempts SET body = u.u_body, start_time = CASE WHEN u.u_start "
+      "IS NULL THEN attempts.start_time ELSE to_timestamp(u.u_start / 1e6) "
+      "END, end_time = CASE WHEN u.u_end IS NULL THEN attempts.end_time ELSE "
+      "to_timestamp(u.u_end / 1e6) END FROM unnest($1::bigint[], $2::int[], "
+      "$3::bytea[], $4::bigint[], $5::bigint[]) AS u(u_job, u_idx, u_body, "
+      "u_start, u_end) WHERE attempts.job_id = u.u_job AND attempts.idx = "
+      "u.u_idx");
   db_->Prepare(
       "attempts_get",
       "SELECT job_id, body FROM attempts WHERE job_id = ANY($1::bigint[]) "
@@ -943,6 +969,92 @@ class LockedJobs {
   absl::flat_hash_map<int64_t, Job> rows_;
 };
 
+// The changes of a batch transaction, written together by Flush(): attempt
+// updates in one statement, job state changes in another, then the jobs'
+// events appended in the order they were added (what SaveJobState and
+// AppendEvents do one job at a time). Each job at most once per Flush().
+class JobSaves {
+ public:
+  bool Has(int64_t job_id) const { return job_ids_.contains(job_id); }
+  // Writes attempt (job_id, idx) as `a`; a start or end time given also sets
+  // its column.
+  void AddAttempt(int64_t job_id, int idx, const trainyard::v1::Attempt& a,
+                  std::optional<int64_t> start_micros,
+                  std::optional<int64_t> end_micros) {
+    attempt_jobs_.Int(job_id);
+    attempt_indexes_.Int(idx);
+    attempt_bodies_.Bytes(a.SerializeAsString());
+    if (start_micros.has_value()) {
+      attempt_starts_.Int(*start_micros);
+    } else {
+      attempt_starts_.Null();
+    }
+    if (end_micros.has_value()) {
+      attempt_ends_.Int(*end_micros);
+    } else {
+      attempt_ends_.Null();
+    }
+    ++attempt_rows_;
+  }
+  // `job` holds its new state, reason and message; `from` is its old state.
+  void Add(int64_t job_id, const Job& job, JobState from) {
+    ids_.Int(job_id);
+    states_.Int(static_cast<int>(job.state()));
+    reasons_.Text(job.state_reason());
+    messages_.Text(job.state_message());
+    attempt_counts_.Int(job.attempt_count());
+    resumes_.Text(job.resume_from());
+    cancels_.Bool(job.cancel_requested());
+    terminals_.Bool(core::IsTerminal(job.state()));
+    changes_.push_back(
+        {job_id, from, job.state(), job.state_reason(), job.state_message()});
+    job_ids_.insert(job_id);
+  }
+  // Writes everything added and starts over; returns the saved jobs.
+  absl::flat_hash_map<int64_t, Job> Flush(pqxx::work& txn) {
+    absl::flat_hash_map<int64_t, Job> saved;
+    if (attempt_rows_ > 0) {
+      txn.exec_prepared("attempts_update_many", attempt_jobs_.str(),
+                        attempt_indexes_.str(), attempt_bodies_.str(),
+                        attempt_starts_.str(), attempt_ends_.str());
+    }
+    if (!changes_.empty()) {
+      for (const pqxx::row& row : txn.exec_prepared(
+               "jobs_save_many", ids_.str(), states_.str(), reasons_.str(),
+               messages_.str(), attempt_counts_.str(), resumes_.str(),
+               cancels_.str(), terminals_.str())) {
+        const int64_t id = row[0].as<int64_t>();
+        saved.emplace(id, RowToJob(row));
+      }
+      std::vector<PendingEvent> events;
+      for (const Change& c : changes_) {
+        const Job& job = saved.at(c.job_id);
+        events.push_back(
+            Pending(job, c.job_id,
+                    MakeEvent(job, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
+                              c.from, c.to, c.reason, c.message)));
+      }
+      AppendEvents(txn, events);
+    }
+    *this = JobSaves();
+    return saved;
+  }
+
+ private:
+  struct Change {
+    int64_t job_id;
+    JobState from, to;
+    std::string reason, message;
+  };
+  ArrayLiteral ids_, states_, reasons_, messages_, attempt_counts_, resumes_,
+      cancels_, terminals_;
+  std::vector<Change> changes_;
+  absl::flat_hash_set<int64_t> job_ids_;
+  ArrayLiteral attempt_jobs_, attempt_indexes_, attempt_bodies_,
+      attempt_starts_, attempt_ends_;
+  int attempt_rows_ = 0;
+};
+
 }  // namespace
 
 absl::StatusOr<std::vector<ActiveJob>> JobStore::LoadActiveJobs(
@@ -1011,7 +1123,7 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
   DecisionOutcome out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     out = DecisionOutcome{};
-    std::vector<PendingEvent> events;
+    JobSaves saves;
     absl::flat_hash_set<int64_t> not_preempted;
     std::vector<int64_t> ids;
     for (const PreemptDecision& p : preemptions) ids.push_back(p.job_id);
@@ -1042,12 +1154,7 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
       job->set_state(to);
       job->set_state_reason(p.reason);
       job->set_state_message(p.message);
-      Job saved = SaveJobState(txn, p.job_id, *job);
-      locked.Saved(p.job_id, saved);
-      events.push_back(
-          Pending(saved, p.job_id,
-                  MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                            from, to, p.reason, p.message)));
+      saves.Add(p.job_id, *job, from);
       out.preempted.push_back(p.job_id);
     }
     const absl::Time now = absl::Now();
@@ -1080,13 +1187,7 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
       job->set_state_reason("ADMITTED");
       job->set_state_message(a.message);
-      Job saved = SaveJobState(txn, a.job_id, *job);
-      locked.Saved(a.job_id, saved);
-      events.push_back(Pending(
-          saved, a.job_id,
-          MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                    trainyard::v1::JOB_STATE_QUEUED,
-                    trainyard::v1::JOB_STATE_ADMITTED, "ADMITTED", a.message)));
+      saves.Add(a.job_id, *job, trainyard::v1::JOB_STATE_QUEUED);
       out.admitted.push_back(a.job_id);
     }
     if (!out.admitted.empty()) {
@@ -1094,7 +1195,7 @@ absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(
                         new_clusters.str(), new_flavors.str(),
                         new_bodies.str());
     }
-    AppendEvents(txn, events);
+    saves.Flush(txn);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -1195,10 +1296,18 @@ absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
   std::vector<absl::StatusOr<Job>> out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     out.assign(changes.size(), absl::UnknownError("not applied"));
-    std::vector<PendingEvent> events;
+    JobSaves saves;
+    // Changes saved by `saves` but not flushed yet: (index in out, job).
+    std::vector<std::pair<size_t, int64_t>> unsaved;
     std::vector<int64_t> ids;
     for (const AttemptChange& c : changes) ids.push_back(c.job_id);
     LockedJobs locked(txn, ids);
+    auto flush = [&] {
+      absl::flat_hash_map<int64_t, Job> saved = saves.Flush(txn);
+      for (const auto& [job, row] : saved) locked.Saved(job, row);
+      for (const auto& [i, job] : unsaved) out[i] = saved.at(job);
+      unsaved.clear();
+    };
     // The newest attempt of each job, read once. No attempt row lock is
     // needed: every writer of attempts holds its job's row lock.
     absl::flat_hash_map<int64_t, std::pair<int, trainyard::v1::Attempt>> latest;
@@ -1218,6 +1327,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
         continue;
       }
       absl::Status item = absl::OkStatus();
+      // A second change of the same job builds on the first one's saved row.
+      if (saves.Has(c.job_id)) flush();
       absl::StatusOr<Job> job = locked.Get(c.tenant, c.job_id);
       if (!job.ok()) {
         item = job.status();
@@ -1256,23 +1367,17 @@ absl::StatusOr<std::vector<absl::StatusOr<Job>>> JobStore::ChangeAttempts(
       std::optional<int64_t> start, end;
       if (c.start_time.has_value()) start = absl::ToUnixMicros(*c.start_time);
       if (c.end_time.has_value()) end = absl::ToUnixMicros(*c.end_time);
-      txn.exec_prepared("attempt_update", c.job_id, idx,
-                        Bytea(attempt.SerializeAsString()), start, end);
+      saves.AddAttempt(c.job_id, idx, attempt, start, end);
       const JobState from = job->state();
       job->set_state(c.to);
       job->set_state_reason(c.reason);
       job->set_state_message(c.message);
       if (c.to == trainyard::v1::JOB_STATE_CANCELLED)
         job->set_cancel_requested(false);
-      Job saved = SaveJobState(txn, c.job_id, *job);
-      locked.Saved(c.job_id, saved);
-      events.push_back(
-          Pending(saved, c.job_id,
-                  MakeEvent(saved, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
-                            from, c.to, c.reason, c.message)));
-      out[i] = std::move(saved);
+      saves.Add(c.job_id, *job, from);
+      unsaved.emplace_back(i, c.job_id);
     }
-    AppendEvents(txn, events);
+    flush();
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
