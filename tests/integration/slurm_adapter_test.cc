@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "services/dispatcher/adapters/slurm/slurm_settings.h"
 #include "tests/fixtures/local_slurm.h"
+#include "tests/fixtures/subprocess.h"
 
 namespace trainyard::testing {
 namespace {
@@ -41,13 +42,6 @@ using ::testing::HasSubstr;
 // Generous: the machine is small and shared.
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr absl::Duration kEndTimeout = absl::Seconds(90);
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class SlurmAdapterTest : public ::testing::Test {
  protected:
@@ -187,7 +181,7 @@ TEST_F(SlurmAdapterTest, RunsASingleNodeJobToSuccess) {
   EXPECT_THAT(s.nodes, ::testing::ElementsAre("gpu1"));
   EXPECT_TRUE(s.start_time.has_value());
   EXPECT_TRUE(s.end_time.has_value());
-  EXPECT_EQ(absl::StripAsciiWhitespace(ReadAll(out)),
+  EXPECT_EQ(absl::StripAsciiWhitespace(internal::ReadFileOrEmpty(out)),
             "1 1 0 acme gpu1 0,1 /ckpt/step-3");
   // Listed until deleted; then gone.
   absl::StatusOr<std::vector<AttemptStatus>> list = adapter_->List();
@@ -211,8 +205,8 @@ TEST_F(SlurmAdapterTest, RunsATwoNodeGangOnThePlacedNodes) {
   AttemptStatus s = WaitForEnd("ty-2-1");
   EXPECT_EQ(s.phase, AttemptPhase::kSucceeded) << s.message;
   EXPECT_THAT(s.nodes, ::testing::UnorderedElementsAre("gpu1", "gpu2"));
-  const std::string w0 = ReadAll(dir + "/worker-0");
-  const std::string w1 = ReadAll(dir + "/worker-1");
+  const std::string w0 = internal::ReadFileOrEmpty(dir + "/worker-0");
+  const std::string w1 = internal::ReadFileOrEmpty(dir + "/worker-1");
   EXPECT_THAT(w0, HasSubstr(" 2"));
   EXPECT_THAT(w1, HasSubstr(" 2"));
   EXPECT_NE(w0.substr(0, 4), w1.substr(0, 4)) << "one worker per node";
@@ -315,7 +309,8 @@ TEST_F(SlurmAdapterTest, PreemptionSignalsThenStopsAfterTheGracePeriod) {
   WaitFor(
       "ty-8-1",
       [&](const AttemptStatus&) {
-        return ReadAll(ckpt + "/log").find("started") != std::string::npos;
+        return internal::ReadFileOrEmpty(ckpt + "/log").find("started") !=
+               std::string::npos;
       },
       absl::Seconds(30));
   const absl::Time stop = absl::Now();
@@ -334,7 +329,7 @@ TEST_F(SlurmAdapterTest, PreemptionSignalsThenStopsAfterTheGracePeriod) {
   EXPECT_EQ(s.phase, AttemptPhase::kCancelled) << s.message;
   EXPECT_EQ(s.failure, FailureKind::kPreempted);
   EXPECT_EQ(dispatcher::Retryable(s.failure), true);
-  EXPECT_THAT(ReadAll(ckpt + "/log"), HasSubstr("signalled"));
+  EXPECT_THAT(internal::ReadFileOrEmpty(ckpt + "/log"), HasSubstr("signalled"));
 }
 
 TEST_F(SlurmAdapterTest, InventoryReportsNodesPoolsAndDrains) {
@@ -416,7 +411,9 @@ TEST_F(SlurmAdapterTest, SlurmctldRestartLosesNothingAndDuplicatesNothing) {
   // exit code 1, which is not what this test is about.
   WaitFor(
       "ty-15-1",
-      [&](const AttemptStatus&) { return !ReadAll(started).empty(); },
+      [&](const AttemptStatus&) {
+        return !internal::ReadFileOrEmpty(started).empty();
+      },
       absl::Seconds(30));
   ASSERT_TRUE(slurm_->StopDaemon("slurmctld").ok());
   // Unreachable: errors, never a made-up ending. (Short timeouts: slurmrestd
@@ -442,7 +439,7 @@ TEST_F(SlurmAdapterTest, SlurmctldRestartLosesNothingAndDuplicatesNothing) {
       fresh->JobIdsNamed("ty-15-1", /*refresh=*/true);
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(ids->size(), 1u);
-  EXPECT_EQ(absl::StripAsciiWhitespace(ReadAll(out)), "done");
+  EXPECT_EQ(absl::StripAsciiWhitespace(internal::ReadFileOrEmpty(out)), "done");
 }
 
 TEST_F(SlurmAdapterTest, SlurmrestdDownIsUnavailable) {

@@ -23,6 +23,7 @@
 #include "services/dispatcher/dispatcher.h"
 #include "services/scheduler/scheduler_service.h"
 #include "tests/fixtures/local_slurm.h"
+#include "tests/fixtures/subprocess.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {
@@ -66,11 +67,19 @@ echo "finished" >> "$dir/log"
 touch "$done"
 )sh";
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// Parses a training script's output, one "<step> <attempt>" line per step
+// done, into the attempts that did each step.
+void AttemptsOfStep(const std::string& path,
+                    std::map<int, std::set<int>>& attempts_of_step) {
+  for (absl::string_view line : absl::StrSplit(internal::ReadFileOrEmpty(path),
+                                               '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    int step = 0, attempt = 0;
+    ASSERT_EQ(f.size(), 2u) << line;
+    ASSERT_TRUE(absl::SimpleAtoi(f[0], &step) &&
+                absl::SimpleAtoi(f[1], &attempt));
+    attempts_of_step[step].insert(attempt);
+  }
 }
 
 class SlurmDispatcherTest : public ::testing::Test {
@@ -307,10 +316,11 @@ TEST_F(SlurmDispatcherTest,
       [&] {
         const v1::Job j = Get(victim);
         return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty() &&
-               ReadAll(dir + "/out").find("\n7 1\n") != std::string::npos;
+               internal::ReadFileOrEmpty(dir + "/out").find("\n7 1\n") !=
+                   std::string::npos;
       },
       absl::Seconds(90)))
-      << Get(victim).DebugString() << ReadAll(dir + "/log");
+      << Get(victim).DebugString() << internal::ReadFileOrEmpty(dir + "/log");
   ASSERT_EQ(Get(victim).attempts(0).placements_size(), 2);
 
   // A high-priority job needs one node: the scheduler preempts the gang; the
@@ -343,7 +353,7 @@ TEST_F(SlurmDispatcherTest,
       absl::SimpleAtoi(resume.substr(resume.rfind('-') + 1), &resumed_step))
       << resume;
   EXPECT_GE(resumed_step, 7) << "the checkpoint taken in the grace period";
-  EXPECT_NE(resumed_step % 5, 0) << ReadAll(dir + "/log");
+  EXPECT_NE(resumed_step % 5, 0) << internal::ReadFileOrEmpty(dir + "/log");
 
   // The preemptor runs and succeeds; the victim's next attempt resumes from
   // the checkpoint and finishes.
@@ -354,7 +364,7 @@ TEST_F(SlurmDispatcherTest,
       },
       absl::Seconds(150)))
       << Get(victim).DebugString() << Get(preemptor).DebugString()
-      << ReadAll(dir + "/log");
+      << internal::ReadFileOrEmpty(dir + "/log");
   v = Get(victim);
   ASSERT_EQ(v.attempts_size(), 2);
   EXPECT_EQ(v.attempts(1).resumed_from(), resume);
@@ -363,17 +373,9 @@ TEST_F(SlurmDispatcherTest,
   // Every step exactly once: attempt 1 did 1..K (K = its last checkpoint),
   // attempt 2 did K+1..TOTAL — nothing lost, nothing redone.
   std::map<int, std::set<int>> attempts_of_step;
-  for (absl::string_view line :
-       absl::StrSplit(ReadAll(dir + "/out"), '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-    int step = 0, attempt = 0;
-    ASSERT_EQ(f.size(), 2u) << line;
-    ASSERT_TRUE(absl::SimpleAtoi(f[0], &step) &&
-                absl::SimpleAtoi(f[1], &attempt));
-    attempts_of_step[step].insert(attempt);
-  }
+  ASSERT_NO_FATAL_FAILURE(AttemptsOfStep(dir + "/out", attempts_of_step));
   ASSERT_EQ(attempts_of_step.size(), static_cast<size_t>(kTotal))
-      << ReadAll(dir + "/out");
+      << internal::ReadFileOrEmpty(dir + "/out");
   for (int step = 1; step <= kTotal; ++step) {
     ASSERT_TRUE(attempts_of_step.contains(step)) << "step " << step << " lost";
     EXPECT_EQ(attempts_of_step[step],
@@ -487,7 +489,7 @@ TEST_F(SlurmDispatcherTest,
         return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty();
       },
       absl::Seconds(90)))
-      << Get(id).DebugString() << ReadAll(dir + "/log");
+      << Get(id).DebugString() << internal::ReadFileOrEmpty(dir + "/log");
   v1::Job job = Get(id);
   const std::string placed = job.attempts(0).placements(0).node();
   const std::string node = placed.substr(placed.rfind('/') + 1);
@@ -513,19 +515,11 @@ TEST_F(SlurmDispatcherTest,
   ASSERT_TRUE(
       RunUntil([&] { return Get(id).state() == v1::JOB_STATE_SUCCEEDED; },
                absl::Seconds(90)))
-      << Get(id).DebugString() << ReadAll(dir + "/log");
+      << Get(id).DebugString() << internal::ReadFileOrEmpty(dir + "/log");
   // Nothing lost: every step done; those after the resume point by the
   // second attempt (work since the last checkpoint was redone).
   std::map<int, std::set<int>> attempts_of_step;
-  for (absl::string_view line :
-       absl::StrSplit(ReadAll(dir + "/out"), '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-    int step = 0, attempt = 0;
-    ASSERT_EQ(f.size(), 2u) << line;
-    ASSERT_TRUE(absl::SimpleAtoi(f[0], &step) &&
-                absl::SimpleAtoi(f[1], &attempt));
-    attempts_of_step[step].insert(attempt);
-  }
+  ASSERT_NO_FATAL_FAILURE(AttemptsOfStep(dir + "/out", attempts_of_step));
   for (int step = 1; step <= kTotal; ++step) {
     ASSERT_TRUE(attempts_of_step.contains(step)) << "step " << step << " lost";
     if (step > resumed_step) {

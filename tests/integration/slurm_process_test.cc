@@ -87,13 +87,6 @@ std::string SourceDir() {
   return env == nullptr ? "." : env;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 bool Terminal(int state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -349,7 +342,8 @@ TEST_F(SlurmProcessTest, QuickStartRunsAJobOnSlurm) {
   const std::string node = placed.substr(placed.rfind('/') + 1);
   std::set<std::string> gpus;
   for (int worker = 0; worker < 2; ++worker) {
-    const std::string line = ReadAll(absl::StrCat(out, "/worker-", worker));
+    const std::string line =
+        internal::ReadFileOrEmpty(absl::StrCat(out, "/worker-", worker));
     std::vector<std::string> f =
         absl::StrSplit(line, absl::ByAnyChar(" \n"), absl::SkipEmpty());
     ASSERT_EQ(f.size(), 4u) << "worker " << worker << " wrote: " << line;
@@ -385,7 +379,8 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
   const std::string prefix = "crash-";
   const std::string adapter_conf = dir_ + "/adapter.conf";
   std::ofstream(adapter_conf)
-      << ReadAll(slurm_->adapter_config()) << "\njob_name_prefix = " << prefix
+      << internal::ReadFileOrEmpty(slurm_->adapter_config())
+      << "\njob_name_prefix = " << prefix
       << "\nworking_dir = " << slurm_->work_dir() << "\n";
 
   TrainyardService* api =
