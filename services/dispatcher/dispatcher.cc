@@ -163,10 +163,16 @@ void Dispatcher::Lead(absl::FunctionRef<bool()> alive) {
   Log(LogLevel::kInfo, "dispatcher: inactive", {{"cluster", options_.cluster}});
 }
 
-absl::Status Dispatcher::ReportInventory(PassReport& report) {
+absl::Status Dispatcher::ReportInventory(
+    PassReport& report,
+    absl::flat_hash_map<std::string, NodeCapacity>& capacity) {
   absl::StatusOr<std::vector<NodeInventory>> inventory = adapter_->Inventory();
   if (!inventory.ok()) return inventory.status();
   for (const NodeInventory& n : *inventory) {
+    capacity[absl::StrCat("clusters/", options_.cluster, "/nodes/", n.name)] = {
+        .gpus = n.gpus,
+        .cpu_millis = n.cpu_millis,
+        .memory_bytes = n.memory_bytes};
     v1::Node node = ToNodeProto(n, options_.cluster);
     std::string body = node.SerializeAsString();
     {
@@ -250,7 +256,8 @@ void Dispatcher::ReportHealth(const absl::Status& backend) {
 
 absl::StatusOr<PassReport> Dispatcher::RunPass() {
   PassReport report;
-  absl::Status inventory = ReportInventory(report);
+  absl::flat_hash_map<std::string, NodeCapacity> capacity;
+  absl::Status inventory = ReportInventory(report, capacity);
   if (!inventory.ok()) {
     Log(LogLevel::kWarning, "dispatcher: inventory failed",
         {{"error", inventory}});
@@ -265,14 +272,60 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
   if (!backend.ok()) return backend.status();
   std::map<std::string, const AttemptStatus*> by_name;
   for (const AttemptStatus& s : *backend) by_name[s.name] = &s;
-  // Nodes still held by attempts being preempted: an admission placed on them
-  // (the preemptor) waits until they are free, instead of being refused.
+  // What the attempts this cluster runs hold on each node: every attempt
+  // past its claim (DISPATCHING, RUNNING, PREEMPTING) until its end is
+  // recorded (so the recorded state never holds more than a node has, even
+  // for the moment between a backend job's end and its record). An admission
+  // starts only when each of its nodes has room for its workers; an admission
+  // placed where a preempted attempt still runs (its preemptor) waits until
+  // that has ended, while admissions beside it on the same node start at
+  // once.
+  absl::flat_hash_map<std::string, NodeCapacity> held;
   std::set<std::string> stopping_nodes;
+  auto hold = [&](const pg::ClusterAttempt& a) {
+    const v1::Resources& r = a.job.spec().resources();
+    for (const v1::WorkerPlacement& p : a.attempt.placements()) {
+      NodeCapacity& h = held[p.node()];
+      h.gpus += r.gpus();
+      h.cpu_millis += r.cpu_millis();
+      h.memory_bytes += r.memory_bytes();
+    }
+  };
   for (const pg::ClusterAttempt& a : *attempts) {
-    if (a.job.state() != v1::JOB_STATE_PREEMPTING) continue;
-    for (const v1::WorkerPlacement& p : a.attempt.placements())
-      stopping_nodes.insert(p.node());
+    const v1::JobState state = a.job.state();
+    if (state != v1::JOB_STATE_DISPATCHING && state != v1::JOB_STATE_RUNNING &&
+        state != v1::JOB_STATE_PREEMPTING) {
+      continue;
+    }
+    hold(a);
+    if (state == v1::JOB_STATE_PREEMPTING) {
+      for (const v1::WorkerPlacement& p : a.attempt.placements())
+        stopping_nodes.insert(p.node());
+    }
   }
+  // Whether an admitted attempt fits beside what its nodes hold. A node the
+  // backend did not list (capacity unknown) is free unless an attempt being
+  // preempted still runs there.
+  auto fits = [&](const pg::ClusterAttempt& a) {
+    const v1::Resources& r = a.job.spec().resources();
+    absl::flat_hash_map<std::string, int> workers;
+    for (const v1::WorkerPlacement& p : a.attempt.placements())
+      ++workers[p.node()];
+    for (const auto& [node, n] : workers) {
+      auto cap = capacity.find(node);
+      if (cap == capacity.end()) {
+        if (stopping_nodes.contains(node)) return false;
+        continue;
+      }
+      const NodeCapacity& h = held[node];
+      if (h.gpus + n * r.gpus() > cap->second.gpus ||
+          h.cpu_millis + n * r.cpu_millis() > cap->second.cpu_millis ||
+          h.memory_bytes + n * r.memory_bytes() > cap->second.memory_bytes) {
+        return false;
+      }
+    }
+    return true;
+  };
   // Claim every admitted attempt that may start (ADMITTED -> DISPATCHING)
   // in one transaction before launching any: a crash after the claim leaves
   // DISPATCHING, which the next pass launches idempotently by name.
@@ -281,10 +334,8 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
   for (size_t i = 0; i < attempts->size(); ++i) {
     const pg::ClusterAttempt& a = (*attempts)[i];
     if (a.job.state() != v1::JOB_STATE_ADMITTED) continue;
-    bool wait = false;
-    for (const v1::WorkerPlacement& p : a.attempt.placements())
-      wait |= stopping_nodes.contains(p.node());
-    if (wait) continue;
+    if (!fits(a)) continue;
+    hold(a);
     claims.push_back(
         {.tenant = a.job.tenant(),
          .job_id = JobIdOf(a.job),
@@ -310,7 +361,8 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
     }
   }
   for (const pg::ClusterAttempt& a : *attempts) {
-    // Still ADMITTED: waiting for its victims, or its claim lost a race.
+    // Still ADMITTED: waiting for room on its nodes (its victims still run),
+    // or its claim lost a race.
     if (a.job.state() == v1::JOB_STATE_ADMITTED) continue;
     auto it = by_name.find(a.attempt.backend_job_name());
     absl::Status s =

@@ -114,7 +114,14 @@ class Dispatcher {
 
  private:
   Dispatcher(DispatcherOptions options, Adapter* adapter);
-  absl::Status ReportInventory(PassReport& report);
+  // Records the backend's nodes in ClusterService (those that changed) and
+  // returns each node's capacity by full name ("clusters/{c}/nodes/{n}").
+  struct NodeCapacity {
+    int64_t gpus = 0, cpu_millis = 0, memory_bytes = 0;
+  };
+  absl::Status ReportInventory(
+      PassReport& report,
+      absl::flat_hash_map<std::string, NodeCapacity>& capacity);
   // Records whether the backend answered this pass: the cluster's health
   // (HEALTHY / UNHEALTHY with the error, heartbeat_time) when it changes or
   // at least every 30 s, and the trainyard_dispatcher_backend_up gauge.

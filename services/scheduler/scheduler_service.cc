@@ -63,7 +63,61 @@ common::Counter& Decided(const char* kind) {
 SchedulerService::SchedulerService(SchedulerOptions options)
     : options_(std::move(options)) {}
 
-SchedulerService::~SchedulerService() { Shutdown(); }
+SchedulerService::~SchedulerService() {
+  Shutdown();
+  {
+    absl::MutexLock l(&writes_mu_);
+    writer_stop_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+void SchedulerService::WriteExplanationsLoop() {
+  while (true) {
+    absl::flat_hash_map<int64_t, std::optional<pg::Explanation>> batch;
+    {
+      absl::MutexLock l(&writes_mu_);
+      writes_mu_.Await(absl::Condition(
+          +[](SchedulerService* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->writes_mu_) {
+                 return s->writer_stop_ || !s->writes_.empty();
+               },
+          this));
+      if (writes_.empty()) return;  // Stopping, nothing left to write.
+      batch.swap(writes_);
+      writing_ = true;
+    }
+    std::vector<pg::Explanation> upserts;
+    std::vector<int64_t> done;
+    for (auto& [id, row] : batch) {
+      if (row.has_value()) {
+        upserts.push_back(std::move(*row));
+      } else {
+        done.push_back(id);
+      }
+    }
+    // In job order: concurrent writers (a new leader) lock rows alike.
+    std::sort(upserts.begin(), upserts.end(),
+              [](const pg::Explanation& a, const pg::Explanation& b) {
+                return a.job_id < b.job_id;
+              });
+    std::sort(done.begin(), done.end());
+    absl::Status s = jobs_->WriteExplanations(upserts, done);
+    absl::MutexLock l(&writes_mu_);
+    writing_ = false;
+    if (!s.ok()) write_failure_ = s;
+  }
+}
+
+absl::Status SchedulerService::FlushExplanations() {
+  absl::MutexLock l(&writes_mu_);
+  writes_mu_.Await(absl::Condition(
+      +[](SchedulerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->writes_mu_) {
+        return s->writes_.empty() && !s->writing_;
+      },
+      this));
+  return write_failure_;
+}
 
 absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     SchedulerOptions options) {
@@ -75,6 +129,7 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   s->db_ = std::move(*db);
   s->jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
   s->objects_ = std::make_unique<pg::ObjectStore>(s->db_.get());
+  s->writer_ = std::thread([p = s.get()] { p->WriteExplanationsLoop(); });
   if (!s->options_.redis_addr.empty()) {
     absl::StatusOr<storage::redis::RedisOptions> redis =
         storage::redis::ParseRedisAddress(s->options_.redis_addr);
@@ -110,6 +165,7 @@ void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
     absl::MutexLock l(&cycle_mu_);
     // A new leader trusts nothing it knew before.
     loaded_ = false;
+    config_loaded_ = false;
     explained_.clear();
   }
   std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
@@ -123,7 +179,7 @@ void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
     }
   }
   while (!stop_.HasBeenNotified() && alive()) {
-    absl::StatusOr<CycleReport> report = RunCycle();
+    absl::StatusOr<CycleReport> report = CycleOnce();
     if (!report.ok()) {
       Log(LogLevel::kWarning, "scheduler: cycle failed",
           {{"error", report.status()}});
@@ -137,8 +193,10 @@ void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
            {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
                                              report->commit)},
            {"load_seconds", absl::ToDoubleSeconds(report->load)},
+           {"refresh_seconds", absl::ToDoubleSeconds(report->refresh)},
            {"decide_seconds", absl::ToDoubleSeconds(report->decide)},
-           {"commit_seconds", absl::ToDoubleSeconds(report->commit)}});
+           {"commit_seconds", absl::ToDoubleSeconds(report->commit)},
+           {"explanations_written", report->explanations_written}});
     }
     if (wakeups != nullptr) {
       wakeups->Wait(options_.interval);
@@ -225,38 +283,67 @@ absl::Status SchedulerService::Refresh() {
     last_seq_ = *seq;
     loaded_ = true;
   } else {
-    // Only the jobs that have events since the last cycle.
+    // Only the jobs that have events since the last cycle, read with their
+    // events in one transaction.
     while (true) {
-      absl::StatusOr<std::pair<std::vector<int64_t>, uint64_t>> changed =
-          jobs_->ChangedJobs(last_seq_, 10000);
-      if (!changed.ok()) return changed.status();
-      if (changed->second == last_seq_) break;
-      absl::StatusOr<std::vector<pg::ActiveJob>> fresh =
-          jobs_->LoadActiveJobs(&changed->first);
-      if (!fresh.ok()) return fresh.status();
-      for (int64_t id : changed->first) state_.jobs.erase(id);
-      for (pg::ActiveJob& a : *fresh) {
+      absl::StatusOr<pg::JobStore::Changes> changes =
+          jobs_->LoadChanges(last_seq_, 10000);
+      if (!changes.ok()) return changes.status();
+      for (int64_t id : changes->ids) state_.jobs.erase(id);
+      for (pg::ActiveJob& a : changes->active) {
         const int64_t id = std::stoll(std::string(core::NameId(a.job.name())));
         state_.jobs[id] =
             JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
       }
-      last_seq_ = changed->second;
+      last_seq_ = changes->last_seq;
+      if (!changes->more) break;
     }
   }
-  return LoadConfig();
+  // The configuration tables are small but read in full: only when they
+  // changed (one statement tells).
+  absl::StatusOr<std::string> fingerprint = objects_->Fingerprint(
+      {&pg::FlavorKind(), &pg::ClusterKind(), &pg::PoolKind(), &pg::NodeKind(),
+       &pg::CohortKind(), &pg::QueueKind(), &pg::PriorityClassKind()});
+  if (!fingerprint.ok()) return fingerprint.status();
+  if (config_loaded_ && *fingerprint == config_fingerprint_)
+    return absl::OkStatus();
+  config_loaded_ = false;
+  if (absl::Status s = LoadConfig(); !s.ok()) return s;
+  config_fingerprint_ = *fingerprint;
+  config_loaded_ = true;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
+  absl::StatusOr<CycleReport> report = CycleOnce();
+  if (!report.ok()) return report;
+  const absl::Time start = absl::Now();
+  if (absl::Status s = FlushExplanations(); !s.ok()) return s;
+  report->explain = absl::Now() - start;
+  return report;
+}
+
+absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   absl::MutexLock l(&cycle_mu_);
+  {
+    // An explanation write failed: nothing written since can be trusted.
+    absl::MutexLock w(&writes_mu_);
+    if (!write_failure_.ok()) {
+      write_failure_ = absl::OkStatus();
+      explained_.clear();
+    }
+  }
   CycleReport report;
   const absl::Time start = absl::Now();
   if (absl::Status s = Refresh(); !s.ok()) {
     // The database may have lost (or this process missed) anything: reload
     // every job and rewrite every explanation.
     loaded_ = false;
+    config_loaded_ = false;
     explained_.clear();
     return s;
   }
+  report.refresh = absl::Now() - start;
   policy::Snapshot snapshot;
   SnapshotIndex index;
   BuildSnapshot(state_, options_.clock ? options_.clock() : absl::Now(),
@@ -396,11 +483,15 @@ absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
       ++it;
     }
   }
-  if (absl::Status s = jobs_->WriteExplanations(upserts, done); !s.ok()) {
-    explained_.clear();  // Rewrite everything next time.
-    return s;
-  }
   report.explanations_written = static_cast<int>(upserts.size() + done.size());
+  {
+    absl::MutexLock w(&writes_mu_);
+    for (pg::Explanation& e : upserts) {
+      const int64_t id = e.job_id;
+      writes_[id] = std::move(e);
+    }
+    for (int64_t id : done) writes_[id] = std::nullopt;
+  }
   report.commit = absl::Now() - decided;
   report.cycle = ++cycles_;
   CycleSeconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));

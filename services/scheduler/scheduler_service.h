@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -65,7 +66,10 @@ struct CycleReport {
   // Decisions dropped because their job changed since the snapshot.
   int dropped = 0;
   int explanations_written = 0;
-  absl::Duration load, decide, commit;
+  // commit = applying the decisions and handing the explanation changes to
+  // the writer; explain = RunCycle()'s wait for them to be written.
+  // load = refresh (reading what changed) + building the snapshot.
+  absl::Duration load, refresh, decide, commit, explain;
 };
 
 class SchedulerService {
@@ -81,7 +85,9 @@ class SchedulerService {
   // Stops the loop (releasing leadership) and waits for it.
   void Shutdown();
 
-  // One cycle now (the caller makes sure only one scheduler runs cycles).
+  // One cycle now (the caller makes sure only one scheduler runs cycles). It
+  // returns once the cycle's explanations are written too; the leader's loop
+  // does not wait for them (see CycleOnce).
   absl::StatusOr<CycleReport> RunCycle();
 
   bool is_leader() const { return leader_.load(); }
@@ -89,6 +95,13 @@ class SchedulerService {
 
  private:
   explicit SchedulerService(SchedulerOptions options);
+  // One cycle. Its explanation changes are handed to the writer thread,
+  // which writes them while the next cycles run (a cycle waits for nothing
+  // but its decisions' commit); changes to the same job coalesce.
+  absl::StatusOr<CycleReport> CycleOnce();
+  // Blocks until every explanation handed over is written (or failed).
+  absl::Status FlushExplanations();
+  void WriteExplanationsLoop();
   absl::Status Refresh();
   absl::Status LoadConfig();
   void Loop();
@@ -106,6 +119,9 @@ class SchedulerService {
   PlatformState state_ ABSL_GUARDED_BY(cycle_mu_);
   bool loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+  // ObjectStore::Fingerprint of the configuration tables last loaded.
+  bool config_loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  std::string config_fingerprint_ ABSL_GUARDED_BY(cycle_mu_);
   // What was last written to pending_explanations, per job, so that only
   // changes are written.
   struct Explained {
@@ -118,6 +134,16 @@ class SchedulerService {
   };
   absl::flat_hash_map<int64_t, Explained> explained_ ABSL_GUARDED_BY(cycle_mu_);
   int64_t explain_cycle_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+
+  // Explanation changes not written yet: job -> new row, or nullopt to
+  // delete it. A failed write makes the next cycle rewrite everything.
+  absl::Mutex writes_mu_;
+  absl::flat_hash_map<int64_t, std::optional<storage::postgres::Explanation>>
+      writes_ ABSL_GUARDED_BY(writes_mu_);
+  bool writing_ ABSL_GUARDED_BY(writes_mu_) = false;
+  bool writer_stop_ ABSL_GUARDED_BY(writes_mu_) = false;
+  absl::Status write_failure_ ABSL_GUARDED_BY(writes_mu_);
+  std::thread writer_;
 
   std::atomic<bool> leader_{false};
   std::atomic<int64_t> cycles_{0};

@@ -313,7 +313,11 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
         s.nodes[node->second].used += worker;
       }
       // Running work of a queue that no longer exists (or is stopped)
-      // still holds its nodes, but no quota.
+      // still holds its nodes, but no quota; so does a job being preempted:
+      // its preemptor, admitted in its place, is charged that quota now
+      // (else the quota would count twice until the victim has stopped, and
+      // its cohort would admit nothing else meanwhile).
+      if (job.state() == v1::JOB_STATE_PREEMPTING) r.resources = {};
       if (queue == queue_ids.end()) {
         r.resources = {};
         if (s.queues.empty()) continue;

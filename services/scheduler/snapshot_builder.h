@@ -64,6 +64,8 @@ struct SnapshotIndex {
 //     schedulable), GPU model ids interned by name, block and rack labels
 //     (a rack is identified by block + rack), `used` = what the attempts of
 //     ADMITTED … PREEMPTING jobs hold on them (each worker the job's shape);
+//     a PREEMPTING job holds its nodes until it stops, but no quota (its
+//     preemptor is charged it);
 //   - cohorts and queues with their quotas (flavors not in `flavors` are
 //     dropped), weights, strategies and preemption policies;
 //   - priority classes by name (a job whose class is unknown gets its

@@ -1,10 +1,13 @@
 #include "services/scheduler/snapshot_builder.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/quota.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -210,6 +213,41 @@ TEST(SnapshotBuilderTest, PreemptingJobsAreNotPreemptibleAgain) {
   ASSERT_EQ(s.running.size(), 1u);
   EXPECT_FALSE(s.priority_classes[s.running[0].priority_class].preemptible);
   EXPECT_EQ(s.priority_classes[s.running[0].priority_class].value, 10);
+}
+
+TEST(SnapshotBuilderTest, PreemptingJobsHoldTheirNodesButNoQuota) {
+  PlatformState st = Platform();
+  // A job being preempted on n1 and the preemptor admitted in its place.
+  for (const auto& [id, state] : std::vector<std::pair<int64_t, v1::JobState>>{
+           {1, v1::JOB_STATE_PREEMPTING}, {2, v1::JOB_STATE_ADMITTED}}) {
+    JobView j = MakeJob(id, "default", state, 8);
+    v1::Attempt a;
+    a.set_flavor("flavors/h100");
+    a.add_placements()->set_node("clusters/sim/nodes/n1");
+    j.attempt = a;
+    st.jobs[id] = j;
+  }
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_EQ(s.running.size(), 2u);
+  // Until the victim stops, the node holds both...
+  policy::NodeId n1 = -1;
+  for (size_t n = 0; n < index.node_names.size(); ++n) {
+    if (index.node_names[n] == "clusters/sim/nodes/n1")
+      n1 = static_cast<policy::NodeId>(n);
+  }
+  ASSERT_GE(n1, 0);
+  EXPECT_EQ(s.nodes[n1].used.gpus, 16);
+  // ...but the queue's quota counts the preemptor only.
+  EXPECT_EQ(s.running[0].job, 1);
+  EXPECT_EQ(s.running[0].resources.gpus, 0);
+  EXPECT_EQ(s.running[1].job, 2);
+  EXPECT_EQ(s.running[1].resources.gpus, 8);
+  const policy::QuotaTree quota(s);
+  EXPECT_EQ(quota.Usage(s.running[1].queue, s.running[1].flavor,
+                        policy::Resource::kGpu),
+            8);
 }
 
 TEST(SnapshotBuilderTest, ClustersKeepTheirOwnTopology) {

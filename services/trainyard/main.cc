@@ -80,6 +80,10 @@ ABSL_FLAG(int, submit_batch, 256,
           "Most submits written in one group-commit transaction");
 ABSL_FLAG(absl::Duration, schedule_interval, absl::Seconds(1),
           "scheduler: a cycle runs at least this often (and on every wake-up)");
+ABSL_FLAG(bool, hold_borrowing_for_priority, false,
+          "scheduler: a job that finds no room in its cohort for quota its "
+          "queue may borrow keeps lower-priority jobs of the cohort from "
+          "borrowing for the rest of the cycle (docs/scheduling.md)");
 ABSL_FLAG(
     std::string, sim_config, "",
     "dispatcher/all: text-format SimClusterConfig; runs a dispatcher with "
@@ -252,6 +256,8 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
   options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
   options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
   options.interval = absl::GetFlag(FLAGS_schedule_interval);
+  options.policy.hold_borrowing_for_priority =
+      absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   return options;
 }
 

@@ -1057,64 +1057,81 @@ class JobSaves {
 
 }  // namespace
 
+namespace {
+
+// Non-terminal jobs (ids == nullptr: all of them) with their newest attempt
+// and checkpoint time, in the caller's transaction.
+std::vector<ActiveJob> ReadActiveJobs(pqxx::transaction_base& txn,
+                                      const std::vector<int64_t>* ids) {
+  std::vector<ActiveJob> out;
+  if (ids != nullptr && ids->empty()) return out;
+  const std::string array = ids != nullptr ? IdArray(*ids) : std::string();
+  pqxx::result jobs = ids != nullptr
+                          ? txn.exec_prepared("jobs_active_ids", array)
+                          : txn.exec_prepared("jobs_active");
+  absl::flat_hash_map<int64_t, size_t> slot;
+  out.reserve(jobs.size());
+  for (const pqxx::row& row : jobs) {
+    slot[row[0].as<int64_t>()] = out.size();
+    out.push_back(ActiveJob{.job = RowToJob(row)});
+  }
+  pqxx::result attempts = ids != nullptr
+                              ? txn.exec_prepared("attempts_latest_ids", array)
+                              : txn.exec_prepared("attempts_latest_active");
+  for (const pqxx::row& row : attempts) {
+    auto it = slot.find(row[0].as<int64_t>());
+    if (it == slot.end()) continue;
+    trainyard::v1::Attempt a;
+    a.ParseFromString(BytesOf(row[1]));
+    out[it->second].attempt = std::move(a);
+  }
+  pqxx::result checkpoints =
+      ids != nullptr ? txn.exec_prepared("checkpoints_latest_ids", array)
+                     : txn.exec_prepared("checkpoints_latest_active");
+  for (const pqxx::row& row : checkpoints) {
+    auto it = slot.find(row[0].as<int64_t>());
+    if (it == slot.end()) continue;
+    out[it->second].last_checkpoint = TimeOf(row[1]);
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<ActiveJob>> JobStore::LoadActiveJobs(
     const std::vector<int64_t>* ids) {
   std::vector<ActiveJob> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    out.clear();
-    if (ids != nullptr && ids->empty()) return absl::OkStatus();
-    const std::string array = ids != nullptr ? IdArray(*ids) : std::string();
-    pqxx::result jobs = ids != nullptr
-                            ? txn.exec_prepared("jobs_active_ids", array)
-                            : txn.exec_prepared("jobs_active");
-    absl::flat_hash_map<int64_t, size_t> slot;
-    out.reserve(jobs.size());
-    for (const pqxx::row& row : jobs) {
-      slot[row[0].as<int64_t>()] = out.size();
-      out.push_back(ActiveJob{.job = RowToJob(row)});
-    }
-    pqxx::result attempts =
-        ids != nullptr ? txn.exec_prepared("attempts_latest_ids", array)
-                       : txn.exec_prepared("attempts_latest_active");
-    for (const pqxx::row& row : attempts) {
-      auto it = slot.find(row[0].as<int64_t>());
-      if (it == slot.end()) continue;
-      trainyard::v1::Attempt a;
-      a.ParseFromString(BytesOf(row[1]));
-      out[it->second].attempt = std::move(a);
-    }
-    pqxx::result checkpoints =
-        ids != nullptr ? txn.exec_prepared("checkpoints_latest_ids", array)
-                       : txn.exec_prepared("checkpoints_latest_active");
-    for (const pqxx::row& row : checkpoints) {
-      auto it = slot.find(row[0].as<int64_t>());
-      if (it == slot.end()) continue;
-      out[it->second].last_checkpoint = TimeOf(row[1]);
-    }
+    out = ReadActiveJobs(txn, ids);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<std::pair<std::vector<int64_t>, uint64_t>> JobStore::ChangedJobs(
-    uint64_t after, int limit) {
-  std::vector<int64_t> ids;
-  uint64_t last = after;
+absl::StatusOr<JobStore::Changes> JobStore::LoadChanges(uint64_t after,
+                                                        int limit) {
+  Changes out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    ids.clear();
-    last = after;
+    out = Changes{.last_seq = after};
     absl::flat_hash_set<int64_t> seen;
+    int events = 0;
     for (const pqxx::row& row :
          txn.exec_prepared("events_changed", after, limit)) {
-      last = row[0].as<uint64_t>();
+      ++events;
+      out.last_seq = row[0].as<uint64_t>();
       const int64_t id = row[1].as<int64_t>();
-      if (seen.insert(id).second) ids.push_back(id);
+      if (seen.insert(id).second) out.ids.push_back(id);
     }
+    out.more = events >= limit;
+    // Read after the events: a job that changes in between is read in its
+    // newer state now and again at the next call (its event is after
+    // last_seq).
+    out.active = ReadActiveJobs(txn, &out.ids);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  return std::make_pair(std::move(ids), last);
+  return out;
 }
 
 absl::StatusOr<DecisionOutcome> JobStore::ApplyDecisions(

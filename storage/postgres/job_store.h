@@ -231,10 +231,18 @@ class JobStore {
   // are not terminal, with their newest attempt and checkpoint time.
   absl::StatusOr<std::vector<ActiveJob>> LoadActiveJobs(
       const std::vector<int64_t>* ids);
-  // Scheduler: distinct ids of jobs with events after `after` (at most `limit`
-  // events read) and the highest sequence read (== after when none).
-  absl::StatusOr<std::pair<std::vector<int64_t>, uint64_t>> ChangedJobs(
-      uint64_t after, int limit);
+  // Scheduler: what changed since event `after`, in one read transaction:
+  // the distinct ids of jobs with events after it (at most `limit` events
+  // read), those of them that are not terminal as LoadActiveJobs gives them,
+  // the highest sequence read (== after when none) and whether `limit` cut
+  // the events short (read again from `last_seq`).
+  struct Changes {
+    std::vector<int64_t> ids;
+    std::vector<ActiveJob> active;
+    uint64_t last_seq = 0;
+    bool more = false;
+  };
+  absl::StatusOr<Changes> LoadChanges(uint64_t after, int limit);
   // Scheduler: applies preemptions, then admissions, in ONE transaction, each
   // guarded by the job's version and state (a job that changed since the
   // snapshot is dropped, never applied twice), with their events.

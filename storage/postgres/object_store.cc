@@ -186,6 +186,27 @@ absl::StatusOr<StoredObject> ObjectStore::Get(
   return *std::move(out);
 }
 
+absl::StatusOr<std::string> ObjectStore::Fingerprint(
+    const std::vector<const ObjectKind*>& kinds) {
+  if (kinds.empty()) return std::string();
+  std::vector<std::string> parts;
+  for (const ObjectKind* kind : kinds) {
+    parts.push_back(absl::StrCat(
+        "SELECT count(*)::text || ':' || coalesce(sum(version), 0)::text || "
+        "':' || coalesce(max(update_time)::text, '') FROM ",
+        kind->table));
+  }
+  const std::string sql = absl::StrCat("SELECT concat_ws(' ', (",
+                                       absl::StrJoin(parts, "), ("), "))");
+  std::string out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out = txn.exec1(sql)[0].c_str();
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind,
                                            const ListQuery& query) {
   ListPage page;

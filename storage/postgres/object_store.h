@@ -128,6 +128,12 @@ class ObjectStore {
                       const std::vector<std::string>& key,
                       const AuditRecord* audit);
 
+  // A value that changes whenever any object of `kinds` is created, changed
+  // or deleted (row count, sum of versions and newest update time of each
+  // table, in one statement): lets a reader skip reloading unchanged tables.
+  absl::StatusOr<std::string> Fingerprint(
+      const std::vector<const ObjectKind*>& kinds);
+
   Database* db() const { return db_; }
 
  private:

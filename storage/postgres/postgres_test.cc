@@ -171,6 +171,40 @@ TEST_F(PostgresTest, ObjectCrudWithVersionsAndForeignKeys) {
   EXPECT_FALSE(page2->more);
 }
 
+TEST_F(PostgresTest, FingerprintChangesWithEveryWriteAndOnlyThen) {
+  const std::vector<const ObjectKind*> kinds = {&TenantKind(), &CohortKind()};
+  auto fingerprint = [&] {
+    absl::StatusOr<std::string> f = objects_->Fingerprint(kinds);
+    EXPECT_TRUE(f.ok()) << f.status();
+    return f.ok() ? *f : std::string();
+  };
+  const std::string empty = fingerprint();
+  EXPECT_EQ(fingerprint(), empty);
+  ASSERT_TRUE(objects_->Create(TenantKind(), {"acme"}, {}, "", nullptr).ok());
+  const std::string created = fingerprint();
+  EXPECT_NE(created, empty);
+  EXPECT_EQ(fingerprint(), created);
+  // An update (same row count) and a write to the second table.
+  ASSERT_TRUE(objects_
+                  ->Update(
+                      TenantKind(), {"acme"}, 0,
+                      [](const StoredObject& cur)
+                          -> absl::StatusOr<ObjectStore::Mutation> {
+                        return ObjectStore::Mutation{cur.body + "x", {}};
+                      },
+                      nullptr)
+                  .ok());
+  const std::string updated = fingerprint();
+  EXPECT_NE(updated, created);
+  ASSERT_TRUE(
+      objects_->Create(CohortKind(), {"c"}, {std::nullopt}, "", nullptr).ok());
+  const std::string cohort = fingerprint();
+  EXPECT_NE(cohort, updated);
+  ASSERT_TRUE(objects_->Delete(CohortKind(), {"c"}, nullptr).ok());
+  EXPECT_NE(fingerprint(), cohort);
+  EXPECT_EQ(fingerprint(), updated);
+}
+
 TEST_F(PostgresTest, AuditRowCommitsWithTheChangeOnly) {
   AuditRecord audit{"users/root", "/x/Create", "tenants/a", "", "{}", "OK"};
   ASSERT_TRUE(objects_->Create(TenantKind(), {"a"}, {}, "", &audit).ok());

@@ -168,6 +168,36 @@ class DispatcherTest : public ::testing::Test {
     return out;
   }
 
+  // Priority classes "low" (10) and "high" (100), and acme's default queue
+  // preempting lower priority within itself.
+  void EnablePriorityPreemption() {
+    for (const auto& [name, value] :
+         std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
+      v1::CreatePriorityClassRequest req;
+      req.set_priority_class_id(name);
+      req.mutable_priority_class()->set_value(value);
+      req.mutable_priority_class()->set_preemptible(true);
+      v1::PriorityClass out;
+      ASSERT_TRUE(
+          harness_->queues()
+              ->CreatePriorityClass(
+                  ApiHarness::Context(harness_->admin_token()).get(), req, &out)
+              .ok());
+    }
+    v1::UpdateQueueRequest update;
+    update.mutable_queue()->set_name("tenants/acme/queues/default");
+    update.mutable_queue()->mutable_preemption()->set_within_queue(
+        v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+    update.mutable_update_mask()->add_paths("preemption");
+    v1::Queue updated;
+    grpc::Status u = harness_->queues()->UpdateQueue(
+        ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+    ASSERT_TRUE(u.ok()) << u.error_message();
+    ASSERT_EQ(updated.preemption().within_queue(),
+              v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY)
+        << updated.DebugString();
+  }
+
   // One scheduler cycle, then one dispatcher pass.
   void Step() {
     absl::StatusOr<scheduler::CycleReport> c = scheduler_->RunCycle();
@@ -447,32 +477,7 @@ TEST_F(DispatcherTest, UserErrorsAreRetriedAsThePolicySaysThenFail) {
 
 TEST_F(DispatcherTest,
        PreemptionStopsTheVictimAfterItsGraceThenStartsThePreemptor) {
-  // Priorities and a queue that preempts lower priority.
-  for (const auto& [name, value] :
-       std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
-    v1::CreatePriorityClassRequest req;
-    req.set_priority_class_id(name);
-    req.mutable_priority_class()->set_value(value);
-    req.mutable_priority_class()->set_preemptible(true);
-    v1::PriorityClass out;
-    ASSERT_TRUE(
-        harness_->queues()
-            ->CreatePriorityClass(
-                ApiHarness::Context(harness_->admin_token()).get(), req, &out)
-            .ok());
-  }
-  v1::UpdateQueueRequest update;
-  update.mutable_queue()->set_name("tenants/acme/queues/default");
-  update.mutable_queue()->mutable_preemption()->set_within_queue(
-      v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
-  update.mutable_update_mask()->add_paths("preemption");
-  v1::Queue updated;
-  grpc::Status u = harness_->queues()->UpdateQueue(
-      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
-  ASSERT_TRUE(u.ok()) << u.error_message();
-  ASSERT_EQ(updated.preemption().within_queue(),
-            v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY)
-      << updated.DebugString();
+  ASSERT_NO_FATAL_FAILURE(EnablePriorityPreemption());
 
   // The low-priority gang takes the whole cluster (4 × 8 GPUs).
   v1::SubmitJobRequest low = Job("low", 4, "3600s", "60s");
@@ -516,6 +521,67 @@ TEST_F(DispatcherTest,
   EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_RUNNING);
   // The victim waits behind the preemptor (not enough room for the gang).
   EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(DispatcherTest,
+       APreemptorStartsWhenItsNodeHasRoomNotAfterTheVictimsGrace) {
+  ASSERT_NO_FATAL_FAILURE(EnablePriorityPreemption());
+  auto job = [&](const std::string& id, const std::string& priority, int gpus,
+                 const std::string& duration) {
+    v1::SubmitJobRequest req = Job(id, 1, duration);
+    req.mutable_job()->mutable_spec()->set_priority_class(priority);
+    req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(gpus);
+    return req;
+  };
+  // n0: a 6-GPU job ending in 60 s and the 2-GPU victim-to-be (best fit puts
+  // it beside the first); n1..n3: whole-node jobs nobody may preempt.
+  const int64_t ending = Submit(job("ending", "high", 6, "60s"));
+  Step();
+  v1::SubmitJobRequest low = job("victim", "low", 2, "3600s");
+  low.mutable_job()
+      ->mutable_spec()
+      ->mutable_checkpoint()
+      ->mutable_grace_period()
+      ->set_seconds(300);
+  const int64_t victim = Submit(low);
+  for (int i = 0; i < 3; ++i)
+    Submit(job(absl::StrCat("fill", i), "high", 8, "3600s"));
+  Step();
+  Step();
+  const std::string node = Get(ending).attempts(0).placements(0).node();
+  ASSERT_EQ(Get(victim).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Get(victim).attempts(0).placements(0).node(), node);
+
+  // The preemptor takes the victim's 2 GPUs on that node; the node is full
+  // until the victim stops (its grace period is 300 s) or the other job
+  // there ends.
+  const int64_t preemptor = Submit(job("preemptor", "high", 2, "3600s"));
+  Step();
+  ASSERT_EQ(Get(victim).state(), v1::JOB_STATE_PREEMPTING);
+  ASSERT_EQ(Get(preemptor).state(), v1::JOB_STATE_ADMITTED);
+  ASSERT_EQ(Get(preemptor).attempts(0).placements(0).node(), node);
+
+  // The 6-GPU job ends: the node has room for the preemptor beside the
+  // stopping victim, so it starts without waiting out the grace period; so
+  // does a 4-GPU job placed in the rest of the node.
+  clock_.Advance(absl::Seconds(61));
+  Step();
+  ASSERT_EQ(Get(ending).state(), v1::JOB_STATE_SUCCEEDED);
+  Step();
+  EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_RUNNING);
+  const int64_t beside = Submit(job("beside", "high", 4, "3600s"));
+  Step();
+  Step();
+  EXPECT_EQ(Get(beside).attempts(0).placements(0).node(), node);
+  EXPECT_EQ(Get(beside).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_PREEMPTING);
+
+  // After the grace period the victim is stopped.
+  clock_.Advance(absl::Seconds(300));
+  Step();
+  const v1::Job v = Get(victim);
+  ASSERT_GE(v.attempts_size(), 1);
+  EXPECT_EQ(v.attempts(0).failure_class(), v1::FAILURE_CLASS_PREEMPTION);
 }
 
 }  // namespace

@@ -131,6 +131,41 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
   EXPECT_EQ(Explain(d).position_in_queue(), 1);
 }
 
+TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int64_t a = Submit("a", 1);
+  absl::StatusOr<CycleReport> r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_ADMITTED);
+
+  // The scheduler reloads the configuration tables only when they changed:
+  // stopping the queue must be seen by the very next cycle.
+  v1::UpdateQueueRequest update;
+  update.mutable_queue()->set_name("tenants/acme/queues/default");
+  update.mutable_queue()->set_stop_policy(v1::STOP_POLICY_HOLD);
+  update.mutable_update_mask()->add_paths("stop_policy");
+  v1::Queue updated;
+  grpc::Status u = harness_->queues()->UpdateQueue(
+      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+  ASSERT_TRUE(u.ok()) << u.error_message();
+  const int64_t b = Submit("b", 1);
+  r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Get(b).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Explain(b).reason(), "QUEUE_STOPPED");
+
+  // And resuming it too.
+  update.mutable_queue()->set_stop_policy(v1::STOP_POLICY_NONE);
+  u = harness_->queues()->UpdateQueue(
+      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+  ASSERT_TRUE(u.ok()) << u.error_message();
+  r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Get(b).state(), v1::JOB_STATE_ADMITTED);
+}
+
 TEST_F(SchedulerTest, DecisionsAreGuardedByTheJobVersion) {
   const int64_t a = Submit("a", 1);
   absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =

@@ -9,12 +9,14 @@
 // api, scheduled by the real scheduler and run by the sim backend's
 // dispatcher on the real clock, over PostgreSQL and Redis (all in this
 // process, as `trainyard all` runs them). The cluster has 600 CPUs (the sum of
-// the nominal quotas).
+// the nominal quotas), by default on one node: Kueue's runner admits against
+// quota only; --nodes=10 adds bin-packing.
 //
 // It measures the wall time (first submit to last job ended), the average
 // time to admission per class (SUBMITTED to ADMITTED events of the outbox)
-// and the CPU utilisation (CPU·s of work / (wall × 600 CPUs)), prints them
-// and writes them as JSON. It asserts nothing about timings.
+// and the CPU utilisation (CPU·s of work / (wall × 600 CPUs)), and per 5 s
+// the CPUs running each class and those admitted but not yet running, prints
+// them and writes them as JSON. It asserts nothing about timings.
 //   kueue_baseline --output=perf-results/kueue_baseline.json
 //   kueue_baseline --scale=0.02      # 2% of the jobs: a quick smoke run
 //   (CTest)
@@ -56,10 +58,16 @@ ABSL_FLAG(absl::Duration, schedule_interval, absl::Milliseconds(100),
           "Scheduler timer (it also wakes on every submit)");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(50),
           "Dispatcher pass interval");
-ABSL_FLAG(int, nodes, 10,
+ABSL_FLAG(int, nodes, 1,
           "Sim nodes the 600 CPUs are split into (a divisor of 600). Kueue's "
-          "baseline admits against quota only (its runner has no nodes): "
-          "--nodes=1 compares like with like; more nodes add bin-packing");
+          "baseline admits against quota only (its runner has no nodes): the "
+          "default, one node, compares like with like; more nodes add "
+          "bin-packing (e.g. --nodes=10: 60-CPU nodes)");
+ABSL_FLAG(bool, hold_borrowing_for_priority, false,
+          "PolicyConfig::hold_borrowing_for_priority: a job that finds no room "
+          "in its cohort keeps lower-priority jobs from borrowing there for "
+          "the rest of the cycle (false: anything that fits goes, as "
+          "Kueue's BestEffortFIFO)");
 ABSL_FLAG(bool, pg_statements, false,
           "Load pg_stat_statements into the private PostgreSQL and print the "
           "statements that took the most time (a diagnostic)");
@@ -253,6 +261,8 @@ int main(int argc, char** argv) {
   so.postgres_url = h.database_url();
   so.redis_addr = h.redis()->Address();
   so.interval = absl::GetFlag(FLAGS_schedule_interval);
+  so.policy.hold_borrowing_for_priority =
+      absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   absl::StatusOr<std::unique_ptr<trainyard::scheduler::SchedulerService>>
       scheduler = trainyard::scheduler::SchedulerService::Create(so);
   if (!scheduler.ok()) {
@@ -414,6 +424,56 @@ int main(int argc, char** argv) {
     sum[ci] += absl::ToDoubleSeconds(a->second - s->second);
     ++count[ci];
   }
+  // Where the CPUs went over time: per 5 s of the run, the CPUs running
+  // work of each class (the sim's start to end of every attempt) and the CPUs
+  // held by admitted attempts that had not started yet or had ended in the
+  // sim but not yet in PostgreSQL (admission to start: the scheduler's and the
+  // dispatcher's latency), as averages over the bucket.
+  constexpr int64_t kBucketMicros = 5'000'000;
+  const int64_t start_us = absl::ToUnixMicros(start);
+  const size_t buckets =
+      static_cast<size_t>(absl::ToInt64Microseconds(wall) / kBucketMicros) + 1;
+  std::vector<std::vector<double>> running_cpu_us(
+      Classes().size(), std::vector<double>(buckets, 0));
+  std::vector<double> waiting_cpu_us(buckets, 0);
+  auto add = [&](std::vector<double>& into, int64_t from, int64_t to,
+                 double cpus) {
+    from = std::max(from - start_us, int64_t{0});
+    to = std::max(to - start_us, from);
+    for (int64_t t = from; t < to;) {
+      const int64_t b = t / kBucketMicros;
+      if (static_cast<size_t>(b) >= buckets) break;
+      const int64_t end = std::min(to, (b + 1) * kBucketMicros);
+      into[b] += cpus * static_cast<double>(end - t);
+      t = end;
+    }
+  };
+  int64_t attempts = 0;
+  (void)(*db)->Read([&](pqxx::read_transaction& txn) {
+    for (const pqxx::row& r : txn.exec("SELECT job_id, body FROM attempts")) {
+      v1::Attempt a;
+      if (!a.ParseFromString(trainyard::storage::postgres::BytesOf(r[1])))
+        continue;
+      auto ci = class_of.find(r[0].as<int64_t>());
+      if (ci == class_of.end() || !a.has_admit_time()) continue;
+      ++attempts;
+      using google::protobuf::util::TimeUtil;
+      const double cpus =
+          static_cast<double>(Classes()[ci->second].cpu_millis) / 1000.0;
+      const int64_t admit = TimeUtil::TimestampToMicroseconds(a.admit_time());
+      const int64_t end = a.has_end_time()
+                              ? TimeUtil::TimestampToMicroseconds(a.end_time())
+                              : admit;
+      if (!a.has_start_time()) {
+        add(waiting_cpu_us, admit, end, cpus);
+        continue;
+      }
+      const int64_t begin = TimeUtil::TimestampToMicroseconds(a.start_time());
+      add(waiting_cpu_us, admit, begin, cpus);
+      add(running_cpu_us[ci->second], begin, end, cpus);
+    }
+    return absl::OkStatus();
+  });
   const double utilisation =
       static_cast<double>(total_work_cpu_ms) / 1000.0 /
       (absl::ToDoubleSeconds(wall) * kClusterCpuMillis / 1000.0);
@@ -437,7 +497,26 @@ int main(int argc, char** argv) {
     absl::StrAppend(&json, ci ? ", " : "", "\"", Classes()[ci].name,
                     "\": ", count[ci]);
   }
-  absl::StrAppend(&json, "}\n}\n");
+  absl::StrAppend(&json, "},\n  \"attempts\": ", attempts,
+                  ",\n  \"usage_every_5s\": [");
+  std::cerr << "usage (CPUs, mean per 5 s): t small medium large "
+               "admitted-not-running\n";
+  for (size_t b = 0; b < buckets; ++b) {
+    const double span = static_cast<double>(kBucketMicros);
+    absl::StrAppend(&json, b ? "," : "", "\n    {\"t\": ", b * 5);
+    std::string line = absl::StrCat("usage: ", b * 5);
+    for (size_t ci = 0; ci < Classes().size(); ++ci) {
+      const double cpus = running_cpu_us[ci][b] / span;
+      absl::StrAppend(&json, ", \"", Classes()[ci].name,
+                      "\": ", static_cast<int64_t>(cpus + 0.5));
+      absl::StrAppend(&line, " ", static_cast<int64_t>(cpus + 0.5));
+    }
+    const double waiting = waiting_cpu_us[b] / span;
+    absl::StrAppend(&json, ", \"admitted_not_running\": ",
+                    static_cast<int64_t>(waiting + 0.5), "}");
+    std::cerr << line << " " << static_cast<int64_t>(waiting + 0.5) << "\n";
+  }
+  absl::StrAppend(&json, "\n  ]\n}\n");
   std::cout << json;
   // Where the time went: the scheduler's cycle histogram.
   for (const auto& line :

@@ -1,7 +1,10 @@
 #include "services/scheduler/policy/engine.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -16,6 +19,7 @@
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "services/scheduler/policy/placement.h"
 #include "services/scheduler/policy/preemption.h"
@@ -35,6 +39,9 @@ struct HeadKey {
   TimeMicros submit_time;
   JobId job;
   QueueId queue;
+  // Not compared (the job id decides): the job's class, so that what its
+  // attempt reads can be prefetched from the heap alone.
+  int32_t job_class;
   bool operator<(const HeadKey& o) const {
     return std::tie(neg_priority, not_aged, share, submit_time, job, queue) <
            std::tie(o.neg_priority, o.not_aged, o.share, o.submit_time, o.job,
@@ -65,6 +72,9 @@ class ShapeIndex {
     rack_of_node_.assign(s.nodes.size(), -1);
     k_of_node_.assign(s.nodes.size(), 0);
     absl::flat_hash_map<TopologyLabel, int> rack_slot, block_slot;
+    // The slots of the last node's rack and block.
+    TopologyLabel last_rack = kNoLabel, last_block = kNoLabel;
+    int rack = -1, block = -1;
     for (NodeId id : nodes) {
       const Node& node = s.nodes[id];
       if (!node.schedulable) continue;
@@ -87,20 +97,31 @@ class ShapeIndex {
         usable_ = false;
         return;
       }
-      auto [bit, bnew] =
-          block_slot.try_emplace(node.block, static_cast<int>(blocks_.size()));
-      if (bnew) blocks_.push_back({.label = node.block});
-      auto [rit, rnew] =
-          rack_slot.try_emplace(node.rack, static_cast<int>(racks_.size()));
-      if (rnew) {
-        racks_.push_back({.label = node.rack, .block = bit->second});
-        blocks_[bit->second].racks.push_back(rit->second);
-      } else if (racks_[rit->second].block != bit->second) {
+      // Nodes of a rack are usually consecutive: the last node's slots are
+      // reused without hashing.
+      if (node.block != last_block) {
+        auto [bit, bnew] = block_slot.try_emplace(
+            node.block, static_cast<int>(blocks_.size()));
+        if (bnew) blocks_.push_back({.label = node.block});
+        last_block = node.block;
+        block = bit->second;
+      }
+      if (node.rack != last_rack) {
+        auto [rit, rnew] =
+            rack_slot.try_emplace(node.rack, static_cast<int>(racks_.size()));
+        if (rnew) {
+          racks_.push_back({.label = node.rack, .block = block});
+          blocks_[block].racks.push_back(rit->second);
+        }
+        last_rack = node.rack;
+        rack = rit->second;
+      }
+      if (racks_[rack].block != block) {
         usable_ = false;
         return;
       }
-      racks_[rit->second].nodes.push_back(id);
-      rack_of_node_[id] = rit->second;
+      racks_[rack].nodes.push_back(id);
+      rack_of_node_[id] = rack;
       k_of_node_[id] = k;
     }
     for (NodeId id : nodes) {
@@ -281,22 +302,55 @@ class ShapeIndex {
   int64_t max_k_ = 0;
 };
 
-// What a job's class (same queue, gang size, worker shape, topology
-// requirement, spot policy) got when it last failed, and the state it saw:
-// the quota epoch of the queue's cohort tree and the capacity epoch of each
-// candidate flavor.
-struct ClassFailure {
+// Why one candidate flavor failed, compactly: an explanation's text is a
+// function of the job's class and its details (Engine::AppendDetails).
+struct Detail {
+  enum Kind : uint8_t {
+    kNoEligibleFlavor,
+    kBudget,         // a: budget remaining, b: expected cost
+    kQuota,          // a: usage, b: nominal, c: cohort lends
+    kRebalancing,    // a: usage, b: nominal
+    kHeld,           // a: usage, b: nominal, c: holding priority
+    kNoFitCluster,   // a: best group's workers
+    kNoFitTopology,  // a: best group's workers
+    kNoCapacity,     // a: workers the free nodes hold
+  };
+  Kind kind = kNoEligibleFlavor;
+  // For kRebalancing and kHeld: whether some resource exceeds the nominal
+  // quota (the detail is empty otherwise).
+  bool has_resource = true;
+  // The resource (kQuota, kRebalancing, kHeld); the job needs
+  // AsResources() * workers of it.
+  uint8_t resource = 0;
+  FlavorId flavor = 0;
+  int64_t a = 0, b = 0, c = 0;
+  friend bool operator==(const Detail&, const Detail&) = default;
+};
+
+// Details kept per class; an explanation with more is not kept.
+constexpr size_t kKeptDetails = 4;
+
+// Per class. What it got when it last failed in this cycle, and the state it
+// saw: the quota epoch of the queue's cohort tree and the capacity epoch of
+// each candidate flavor. And, across cycles, its last explanation with the
+// details it was formatted from (a failure's reason and message are these).
+// One record, so that a job's attempt reads one (prefetched) cache line.
+struct alignas(64) ClassFailure {
+  // This cycle's failure.
   bool valid = false;
-  // Quota epoch + capacity epochs of the candidate flavors when it failed.
-  uint64_t stamp = 0;
-  const std::vector<FlavorId>* flavors = nullptr;
-  // The failure's reason and message, reused by the class's later jobs.
-  PendingReason reason = PendingReason::kNoCapacity;
-  Message message;
   // Whether it went on to a reservation search (which failed); a job that
   // reuses the failure counts that search too, so that the search limit is
   // reached exactly as without the shortcut.
   bool searched = false;
+  // The last explanation: `message` was formatted from `details`.
+  bool text_valid = false;
+  uint8_t num_details = 0;
+  PendingReason reason = PendingReason::kNoCapacity;
+  // Quota epoch + capacity epochs of the candidate flavors when it failed.
+  uint64_t stamp = 0;
+  const std::vector<FlavorId>* flavors = nullptr;
+  Message message;
+  Detail details[kKeptDetails];
 };
 
 // One cycle (engine.h).
@@ -354,8 +408,22 @@ class Engine final : public CycleRunner {
     quota_epoch_.assign(s.cohorts.size() + s.queues.size(), 0);
     flavor_epoch_.assign(num_flavors, 0);
     classes_ = &classes;
-    failures_.assign(classes.size(), ClassFailure{});
+    // Explanations depend only on the class and its records, and names do
+    // not change while the class table is the same: keep them, and their
+    // block, unless the block has grown well past what a cycle needs (then
+    // it is freed once the last Decisions using it are).
+    const size_t block_limit = 65536 + 2 * classes.size();
+    if (texts_generation_ != classes.generation() || block_ == nullptr ||
+        block_->texts.size() > block_limit) {
+      failures_.clear();
+      texts_generation_ = classes.generation();
+      block_ = std::make_shared<TextBlock>();
+    }
+    for (ClassFailure& failure : failures_) failure.valid = false;
+    failures_.resize(classes.size());
     indexes_.clear();
+    index_of_shape_.assign(classes.num_shapes() * num_flavors, nullptr);
+    index_looked_up_.assign(classes.num_shapes() * num_flavors, 0);
     indexes_of_flavor_.resize(num_flavors);
     for (auto& indexes : indexes_of_flavor_) indexes.clear();
     share_.assign(s.queues.size(), 0.0);
@@ -376,6 +444,7 @@ class Engine final : public CycleRunner {
     awaited_attempts_.clear();
     preempted_.clear();
     rebalancing_.clear();
+    held_for_priority_.clear();
   }
 
   Decisions Run() {
@@ -400,12 +469,12 @@ class Engine final : public CycleRunner {
       const QueueId q = heads.front().queue;
       const QueueEntry& entry = (*jobs_of_queue_)[q][cursor[q]];
       const size_t j = offset_[q] + cursor[q]++;
-      if (TryAdmit(entry, q, j, out)) {
+      if (TryAdmit(entry, heads.front().job_class, q, j, out)) {
         admitted_[j] = 1;
       } else if (s_->queues[q].strategy == QueueingStrategy::kStrictFifo) {
-        const Message message = Message(absl::StrCat(
+        const Message message = NewMessage(absl::StrCat(
             "BLOCKED_BY_STRICT_FIFO: queue ", s_->queues[q].name,
-            " is StrictFIFO and job ", entry.id, " ahead is pending (",
+            " is StrictFIFO and job ", heads.front().job, " ahead is pending (",
             PendingReasonCode(reason_[j]), ")"));
         for (; cursor[q] < (*jobs_of_queue_)[q].size(); ++cursor[q]) {
           const size_t k = offset_[q] + cursor[q];
@@ -417,17 +486,34 @@ class Engine final : public CycleRunner {
         const QueueEntry& next = (*jobs_of_queue_)[q][cursor[q]];
         // It is popped about one round of all queues later: fetch what its
         // attempt reads now, so that it is in cache by then.
+        // (Not the PendingJob: a failed attempt reads the class's
+        // representative instead.)
         __builtin_prefetch(&failures_[next.job_class]);
         __builtin_prefetch(&message_[offset_[q] + cursor[q]], 1);
-        __builtin_prefetch(&s_->pending[next.index]);
-        __builtin_prefetch(
-            reinterpret_cast<const char*>(&s_->pending[next.index]) + 64);
         heads.front() = Key(next, q);
       } else {
         heads.front() = heads.back();
         heads.pop_back();
       }
       if (!heads.empty()) SiftDown(heads, 0);
+      // One of the root's children is usually the head after next.
+      if (heads.size() > 2) {
+        for (size_t h = 1; h <= 2; ++h) {
+          __builtin_prefetch(&failures_[heads[h].job_class]);
+          // Its queue's next entry, which becomes the queue's head then.
+          const QueueId hq = heads[h].queue;
+          __builtin_prefetch(&(*jobs_of_queue_)[hq].data()[cursor[hq] + 1]);
+          // What an evaluation of it reads first (queue, gang, shape).
+          __builtin_prefetch(
+              reinterpret_cast<const char*>(
+                  &classes_->RepresentativeOf(heads[h].job_class)) +
+              offsetof(PendingJob, queue));
+          __builtin_prefetch(
+              reinterpret_cast<const char*>(
+                  &classes_->RepresentativeOf(heads[h].job_class)) +
+              offsetof(PendingJob, required_topology));
+        }
+      }
     }
     out.pending.reserve(s_->pending.size() - out.admissions.size());
     for (size_t q = 0; q < s_->queues.size(); ++q) {
@@ -506,17 +592,8 @@ class Engine final : public CycleRunner {
             .share = aged ? 0.0 : CachedShare(q),
             .submit_time = e.submit_time,
             .job = e.id,
-            .queue = q};
-  }
-
-  void AppendQuotaDetail(const PendingJob& job, FlavorId f, Resource r,
-                         const Resources& need, std::string& out) const {
-    const Queue& queue = s_->queues[job.queue];
-    absl::StrAppend(&out, "queue ", queue.name, " ", ResourceName(r), " ",
-                    quota_->Usage(job.queue, f, r), "/",
-                    quota_->Nominal(job.queue, f, r), ", cohort lends ",
-                    quota_->CohortLends(job.queue, f, r), ", job needs ",
-                    need.Get(r), " (flavor ", s_->flavors[f].name, ")");
+            .queue = q,
+            .job_class = e.job_class};
   }
 
   ShapeIndex* IndexFor(FlavorId f, const WorkerShape& shape) {
@@ -530,18 +607,28 @@ class Engine final : public CycleRunner {
     return it->second->usable() ? it->second.get() : nullptr;
   }
 
-  PlacementResult Place(FlavorId f, const PendingJob& job) {
+  // `shape` is the job's ClassTable::ShapeOf().
+  PlacementResult Place(FlavorId f, const PendingJob& job, int32_t shape) {
     if (!config_->use_placement_index)
       return PlaceGang(*s_, free_, nodes_of_flavor_, f, job);
-    if (ShapeIndex* index = IndexFor(f, job.worker); index != nullptr)
+    // IndexFor() memoized per (shape, flavor): no hashing per attempt.
+    const size_t slot = static_cast<size_t>(shape) * s_->flavors.size() +
+                        static_cast<size_t>(f);
+    if (!index_looked_up_[slot]) {
+      index_looked_up_[slot] = 1;
+      index_of_shape_[slot] = IndexFor(f, job.worker);
+    }
+    if (ShapeIndex* index = index_of_shape_[slot]; index != nullptr)
       return index->Place(free_, job);
     return PlaceGang(*s_, free_, nodes_of_flavor_, f, job);
   }
 
-  bool TryAdmit(const QueueEntry& entry, QueueId q, size_t j, Decisions& out) {
+  // Admits the job of `entry` (of class `job_class`) or explains why not.
+  bool TryAdmit(const QueueEntry& entry, int32_t job_class, QueueId q, size_t j,
+                Decisions& out) {
     // A class that failed in the same state fails again the same way; this
     // check does not touch the (cold) PendingJob.
-    ClassFailure& failure = failures_[entry.job_class];
+    ClassFailure& failure = failures_[job_class];
     if (failure.valid && config_->use_equivalence_classes &&
         failure.stamp == Stamp(*failure.flavors, q)) {
       if (failure.searched) StartSearch();
@@ -549,100 +636,252 @@ class Engine final : public CycleRunner {
       message_[j] = failure.message;
       return false;
     }
-    const PendingJob& job = s_->pending[entry.index];
+    // Its kept details are compared at the end (TextOf).
+    __builtin_prefetch(&failure.details[0]);
+    __builtin_prefetch(&failure.details[2]);
+    // Everything a failed attempt reads of the job is the same for every job
+    // of its class: evaluate the class's compact representative, and touch
+    // the job itself only to admit, preempt or reserve (or where a rule reads
+    // its priority).
+    auto actual = [&]() -> const PendingJob& {
+      return s_->pending[entry.index];
+    };
+    const PendingJob& job = config_->hold_borrowing_for_priority
+                                ? actual()
+                                : classes_->RepresentativeOf(job_class);
     const Queue& queue = s_->queues[job.queue];
-    const std::vector<FlavorId>& flavors = classes_->FlavorsOf(entry.job_class);
+    const std::vector<FlavorId>& flavors = classes_->FlavorsOf(job_class);
     const uint64_t stamp = Stamp(flavors, job.queue);
+    // Why each flavor failed, as a compact record; the text is formatted
+    // from it only when the class's last record differs (TextOf).
+    std::vector<Detail>& details = details_;
+    details.clear();
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
-      message_[j] = Message(
-          absl::StrCat("NO_ELIGIBLE_FLAVOR: queue ", queue.name,
-                       " has no quota for a flavor allowed by spot policy ",
-                       SpotPolicyName(job.spot_policy)));
-      Remember(failure, flavors, stamp, j);
+      details.push_back({.kind = Detail::kNoEligibleFlavor});
+      message_[j] = TextOf(failure, job, reason_[j], details);
+      Remember(failure, flavors, stamp);
       return false;
     }
     const Resources need = job.worker.AsResources() * job.workers;
-    // "<CODE of the first flavor's failure>: <detail>; <detail>...", built in
-    // a reused buffer and then copied once at its final size.
-    std::string& message = scratch_;
-    message.clear();
-    bool first = true;
-    auto begin_detail = [&](PendingReason reason) {
-      if (first) {
-        reason_[j] = reason;
-        absl::StrAppend(&message, PendingReasonCode(reason), ": ");
-        first = false;
-      } else {
-        absl::StrAppend(&message, "; ");
-      }
+    auto add_detail = [&](Detail detail) {
+      if (details.empty()) reason_[j] = ReasonOf(detail.kind);
+      details.push_back(detail);
     };
     // Flavors within budget (preemption may free quota and capacity, not
     // money) and flavors where only capacity is missing (a reservation may
     // wait for it).
-    std::vector<FlavorId> affordable, reservable;
+    std::vector<FlavorId>& affordable = affordable_;
+    std::vector<FlavorId>& reservable = reservable_;
+    affordable.clear();
+    reservable.clear();
     for (FlavorId f : flavors) {
       Resource failed = Resource::kGpu;
       int64_t cost = 0;
       if (!Affordable(job, f, &cost)) {
-        begin_detail(PendingReason::kBudgetHold);
-        absl::StrAppend(&message, "budget ", s_->budgets[*queue.budget].name,
-                        " has ", FormatMicros(budget_remaining_[*queue.budget]),
-                        " left, expected cost ", FormatMicros(cost),
-                        " (flavor ", s_->flavors[f].name, ")");
+        add_detail({.kind = Detail::kBudget,
+                    .flavor = f,
+                    .a = budget_remaining_[*queue.budget],
+                    .b = cost});
         continue;
       }
       affordable.push_back(f);
       if (!quota_->Fits(job.queue, f, need, &failed)) {
-        begin_detail(PendingReason::kQuotaExhausted);
-        AppendQuotaDetail(job, f, failed, need, message);
+        add_detail({.kind = Detail::kQuota,
+                    .resource = static_cast<uint8_t>(failed),
+                    .flavor = f,
+                    .a = quota_->Usage(job.queue, f, failed),
+                    .b = quota_->Nominal(job.queue, f, failed),
+                    .c = quota_->CohortLends(job.queue, f, failed)});
+        HoldBorrowingFor(job, f, need);
       } else if (BorrowsWhileRebalancing(job, f, need)) {
-        begin_detail(PendingReason::kQuotaExhausted);
-        AppendRebalancingDetail(job, f, need, message);
+        add_detail(OverNominalDetail(Detail::kRebalancing, job, f, need, 0));
+      } else if (const int32_t* held = BorrowsWhileHeld(job, f, need)) {
+        add_detail(OverNominalDetail(Detail::kHeld, job, f, need, *held));
       } else {
-        PlacementResult placement = Place(f, job);
+        PlacementResult placement = Place(f, job, classes_->ShapeOf(job_class));
         if (placement.failure == PlacementFailure::kNone) {
-          Admit(job, f, std::move(placement.worker_nodes), out);
+          Admit(actual(), f, std::move(placement.worker_nodes), out);
           return true;
         }
-        if (TryBackfill(job, f, out)) return true;
+        if (!reservations_.empty() && TryBackfill(actual(), f, out))
+          return true;
         reservable.push_back(f);
         if (placement.failure == PlacementFailure::kNoFitCluster) {
-          begin_detail(PendingReason::kNoFitTopology);
-          absl::StrAppend(&message, "no single cluster holds ", job.workers,
-                          " workers (best holds ", placement.best_group_workers,
-                          ") (flavor ", s_->flavors[f].name, ")");
+          add_detail({.kind = Detail::kNoFitCluster,
+                      .flavor = f,
+                      .a = placement.best_group_workers});
         } else if (placement.failure == PlacementFailure::kNoFitTopology) {
-          begin_detail(PendingReason::kNoFitTopology);
-          absl::StrAppend(
-              &message, "no single ",
-              job.required_topology == TopologyLevel::kRack ? "rack" : "block",
-              " holds ", job.workers, " workers (best holds ",
-              placement.best_group_workers, ") (flavor ", s_->flavors[f].name,
-              ")");
+          add_detail({.kind = Detail::kNoFitTopology,
+                      .flavor = f,
+                      .a = placement.best_group_workers});
         } else {
-          begin_detail(PendingReason::kNoCapacity);
-          absl::StrAppend(&message, "free nodes hold ",
-                          placement.capacity_workers, " of ", job.workers,
-                          " workers (flavor ", s_->flavors[f].name, ")");
+          add_detail({.kind = Detail::kNoCapacity,
+                      .flavor = f,
+                      .a = placement.capacity_workers});
         }
       }
     }
-    if (PreemptionEnabled(queue) && TryPreempt(job, affordable, out))
+    if (PreemptionEnabled(queue) && TryPreempt(actual(), affordable, out))
       return true;
     bool searched = false;
-    if (!reservable.empty() &&
-        TryReserve(job, reservable, message, out, &searched)) {
-      // Not remembered: the reservation changed the state, and the next job
-      // of the class may get one of its own.
-      reason_[j] = PendingReason::kWaitingForReservation;
-      message_[j] = Message(message);
-      return false;
+    if (!reservable.empty() && CanSearch()) {
+      std::string& message = scratch_;
+      message.clear();
+      AppendDetails(job, details, message);
+      if (TryReserve(actual(), reservable, message, out, &searched)) {
+        // Not remembered: the reservation changed the state, and the next
+        // job of the class may get one of its own.
+        reason_[j] = PendingReason::kWaitingForReservation;
+        message_[j] = NewMessage(message);
+        return false;
+      }
     }
-    message_[j] = Message(message);
-    Remember(failure, flavors, stamp, j);
+    message_[j] = TextOf(failure, job, reason_[j], details);
+    Remember(failure, flavors, stamp);
     failure.searched = searched;
     return false;
+  }
+
+  static PendingReason ReasonOf(Detail::Kind kind) {
+    switch (kind) {
+      case Detail::kNoEligibleFlavor:
+        return PendingReason::kNoEligibleFlavor;
+      case Detail::kBudget:
+        return PendingReason::kBudgetHold;
+      case Detail::kQuota:
+      case Detail::kRebalancing:
+      case Detail::kHeld:
+        return PendingReason::kQuotaExhausted;
+      case Detail::kNoFitCluster:
+      case Detail::kNoFitTopology:
+        return PendingReason::kNoFitTopology;
+      case Detail::kNoCapacity:
+        return PendingReason::kNoCapacity;
+    }
+    return PendingReason::kNoCapacity;
+  }
+
+  // The first resource whose usage would exceed the queue's nominal quota
+  // on f (rebalancing and held details).
+  Detail OverNominalDetail(Detail::Kind kind, const PendingJob& job, FlavorId f,
+                           const Resources& need, int64_t priority) const {
+    Detail detail{.kind = kind, .has_resource = false, .flavor = f};
+    for (Resource r : kAllResources) {
+      if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
+          quota_->Usage(job.queue, f, r) + need.Get(r) >
+              quota_->Nominal(job.queue, f, r)) {
+        detail.has_resource = true;
+        detail.resource = static_cast<uint8_t>(r);
+        detail.a = quota_->Usage(job.queue, f, r);
+        detail.b = quota_->Nominal(job.queue, f, r);
+        detail.c = priority;
+        break;
+      }
+    }
+    return detail;
+  }
+
+  // "<CODE of the first detail>: <detail>; <detail>..." for a job of the
+  // class of `job` (its representative).
+  void AppendDetails(const PendingJob& job, const std::vector<Detail>& details,
+                     std::string& out) const {
+    const Queue& queue = s_->queues[job.queue];
+    const Resources need = job.worker.AsResources() * job.workers;
+    for (size_t i = 0; i < details.size(); ++i) {
+      const Detail& d = details[i];
+      const Resource resource = static_cast<Resource>(d.resource);
+      if (i == 0) {
+        absl::StrAppend(&out, PendingReasonCode(ReasonOf(d.kind)), ": ");
+      } else {
+        absl::StrAppend(&out, "; ");
+      }
+      const absl::string_view flavor =
+          d.kind == Detail::kNoEligibleFlavor
+              ? absl::string_view()
+              : absl::string_view(s_->flavors[d.flavor].name);
+      switch (d.kind) {
+        case Detail::kNoEligibleFlavor:
+          absl::StrAppend(&out, "queue ", queue.name,
+                          " has no quota for a flavor allowed by spot policy ",
+                          SpotPolicyName(job.spot_policy));
+          break;
+        case Detail::kBudget:
+          absl::StrAppend(&out, "budget ", s_->budgets[*queue.budget].name,
+                          " has ", FormatMicros(d.a), " left, expected cost ",
+                          FormatMicros(d.b), " (flavor ", flavor, ")");
+          break;
+        case Detail::kQuota:
+          absl::StrAppend(&out, "queue ", queue.name, " ",
+                          ResourceName(resource), " ", d.a, "/", d.b,
+                          ", cohort lends ", d.c, ", job needs ",
+                          need.Get(resource), " (flavor ", flavor, ")");
+          break;
+        case Detail::kRebalancing:
+          if (!d.has_resource) break;
+          absl::StrAppend(&out, "queue ", queue.name, " ",
+                          ResourceName(resource), " ", d.a, "/", d.b,
+                          ", job needs ", need.Get(resource),
+                          ", cohort lends 0 while preemption frees quota "
+                          "(flavor ",
+                          flavor, ")");
+          break;
+        case Detail::kHeld:
+          if (!d.has_resource) break;
+          absl::StrAppend(&out, "queue ", queue.name, " ",
+                          ResourceName(resource), " ", d.a, "/", d.b,
+                          ", job needs ", need.Get(resource),
+                          ", cohort lends 0 while a job of priority ", d.c,
+                          " waits for its quota (flavor ", flavor, ")");
+          break;
+        case Detail::kNoFitCluster:
+          absl::StrAppend(&out, "no single cluster holds ", job.workers,
+                          " workers (best holds ", d.a, ") (flavor ", flavor,
+                          ")");
+          break;
+        case Detail::kNoFitTopology:
+          absl::StrAppend(
+              &out, "no single ",
+              job.required_topology == TopologyLevel::kRack ? "rack" : "block",
+              " holds ", job.workers, " workers (best holds ", d.a,
+              ") (flavor ", flavor, ")");
+          break;
+        case Detail::kNoCapacity:
+          absl::StrAppend(&out, "free nodes hold ", d.a, " of ", job.workers,
+                          " workers (flavor ", flavor, ")");
+          break;
+      }
+    }
+  }
+
+  // A message whose text is stored in the current block.
+  Message NewMessage(std::string text) {
+    block_->texts.push_back(std::move(text));
+    return Message(
+        std::shared_ptr<const std::string>(block_, &block_->texts.back()));
+  }
+
+  // The explanation of a failure of class c with these details: the class's
+  // last one (kept across cycles while the class table is the same) when its
+  // records are equal, so that most failures format and allocate nothing.
+  Message TextOf(ClassFailure& failure, const PendingJob& job,
+                 PendingReason reason, const std::vector<Detail>& details) {
+    if (failure.text_valid && failure.reason == reason &&
+        failure.num_details == details.size() &&
+        std::equal(details.begin(), details.end(), failure.details)) {
+      return failure.message;
+    }
+    std::string& message = scratch_;
+    message.clear();
+    AppendDetails(job, details, message);
+    failure.reason = reason;
+    failure.message = NewMessage(message);
+    failure.text_valid = details.size() <= kKeptDetails;
+    if (failure.text_valid) {
+      failure.num_details = static_cast<uint8_t>(details.size());
+      std::copy(details.begin(), details.end(), failure.details);
+    }
+    return failure.message;
   }
 
   // Whether the job's expected cost on f fits its queue's budget (always
@@ -768,13 +1007,16 @@ class Engine final : public CycleRunner {
     return PlaceGang(*s_, probe_free_, nodes_of_flavor_, f, job);
   }
 
+  // Whether the limits allow another reservation search.
+  bool CanSearch() const {
+    return static_cast<int32_t>(reservations_.size()) <
+               config_->max_reservations &&
+           searches_ < config_->max_reservation_searches;
+  }
+
   // Counts a reservation search if the limits allow one.
   bool StartSearch() {
-    if (static_cast<int32_t>(reservations_.size()) >=
-            config_->max_reservations ||
-        searches_ >= config_->max_reservation_searches) {
-      return false;
-    }
+    if (!CanSearch()) return false;
     ++searches_;
     return true;
   }
@@ -916,22 +1158,46 @@ class Engine final : public CycleRunner {
     return false;
   }
 
-  void AppendRebalancingDetail(const PendingJob& job, FlavorId f,
-                               const Resources& need, std::string& out) const {
+  // PolicyConfig::hold_borrowing_for_priority: a job whose own queue's
+  // limits allow it but whose cohort tree has no room left on f holds the
+  // tree's unused quota on f for the rest of the cycle against jobs of lower
+  // priority that would borrow it, so that quota freed by ending work
+  // collects for it instead of going to borrowers of lower priority.
+  void HoldBorrowingFor(const PendingJob& job, FlavorId f,
+                        const Resources& need) {
+    if (!config_->hold_borrowing_for_priority ||
+        !s_->queues[job.queue].cohort.has_value() ||
+        !quota_->WithinBorrowingLimit(job.queue, f, need)) {
+      return;
+    }
+    const int32_t priority = s_->priority_classes[job.priority_class].value;
+    const int root = root_of_queue_[job.queue];
+    auto [it, inserted] = held_for_priority_.try_emplace({root, f}, priority);
+    if (!inserted && it->second >= priority) return;
+    it->second = priority;
+    // Jobs of the tree may now fail where they fitted: no earlier failure of
+    // a class there is reused.
+    ++quota_epoch_[root];
+  }
+
+  // The priority that holds the quota `job` would borrow on f, or nullptr.
+  const int32_t* BorrowsWhileHeld(const PendingJob& job, FlavorId f,
+                                  const Resources& need) const {
+    if (held_for_priority_.empty() || !s_->queues[job.queue].cohort.has_value())
+      return nullptr;
+    auto it = held_for_priority_.find({root_of_queue_[job.queue], f});
+    if (it == held_for_priority_.end() ||
+        it->second <= s_->priority_classes[job.priority_class].value) {
+      return nullptr;
+    }
     for (Resource r : kAllResources) {
       if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
           quota_->Usage(job.queue, f, r) + need.Get(r) >
               quota_->Nominal(job.queue, f, r)) {
-        absl::StrAppend(&out, "queue ", s_->queues[job.queue].name, " ",
-                        ResourceName(r), " ", quota_->Usage(job.queue, f, r),
-                        "/", quota_->Nominal(job.queue, f, r), ", job needs ",
-                        need.Get(r),
-                        ", cohort lends 0 while preemption frees quota "
-                        "(flavor ",
-                        s_->flavors[f].name, ")");
-        return;
+        return &it->second;
       }
     }
+    return nullptr;
   }
 
   // Admits `job` on the first flavor where preempting running work makes it
@@ -1043,13 +1309,12 @@ class Engine final : public CycleRunner {
   }
 
   // Remembers slot j's reason and message (already set) for its class.
+  // Remembers a failure whose reason and message TextOf() just set.
   void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
-                uint64_t stamp, size_t j) {
+                uint64_t stamp) {
     failure.valid = true;
     failure.flavors = &flavors;
     failure.stamp = stamp;
-    failure.reason = reason_[j];
-    failure.message = message_[j];
     failure.searched = false;
   }
 
@@ -1084,6 +1349,9 @@ class Engine final : public CycleRunner {
   std::vector<Message> message_;
   absl::flat_hash_map<ShapeKey, std::unique_ptr<ShapeIndex>> indexes_;
   std::vector<std::vector<ShapeIndex*>> indexes_of_flavor_;
+  // Per (ClassTable shape, flavor): IndexFor() once looked up.
+  std::vector<ShapeIndex*> index_of_shape_;
+  std::vector<uint8_t> index_looked_up_;
   std::vector<int> root_of_queue_;
   std::vector<uint64_t> quota_epoch_;
   std::vector<uint64_t> flavor_epoch_;
@@ -1094,6 +1362,17 @@ class Engine final : public CycleRunner {
   std::vector<double> share_;
   std::vector<bool> share_valid_;
   std::string scratch_;
+  std::vector<Detail> details_;
+  std::vector<FlavorId> affordable_, reservable_;
+  // The texts of explanations, in blocks: every Message of a block shares
+  // the block's reference count (one hot counter instead of a cold one per
+  // text), and the block lives while a Message of it does.
+  struct TextBlock {
+    std::deque<std::string> texts;
+  };
+  std::shared_ptr<TextBlock> block_;
+  // ClassTable::generation() of the classes failures_ describes.
+  uint64_t texts_generation_ = 0;
   std::vector<int64_t> budget_remaining_;
   std::vector<uint64_t> budget_epoch_;
   std::vector<ReservationState> reservations_;
@@ -1124,6 +1403,9 @@ class Engine final : public CycleRunner {
   std::vector<bool> awaited_attempts_;
   // (root of the cohort tree, flavor) pairs where a preemption happened.
   absl::flat_hash_set<std::pair<int, FlavorId>> rebalancing_;
+  // (root of the cohort tree, flavor) -> the highest priority of a job that
+  // found no room for it in the tree (HoldBorrowingFor).
+  absl::flat_hash_map<std::pair<int, FlavorId>, int32_t> held_for_priority_;
 };
 
 }  // namespace
@@ -1161,8 +1443,10 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
   }
   int32_t list = known->second;
   // Preemption rules compare priorities (and, for LowerOrNewerEqualPriority,
-  // start and submit times), so there the class also holds them.
+  // start and submit times), so there the class also holds them; so does
+  // the borrowing hold (hold_borrowing_for_priority) compare priorities.
   const bool preempts = PreemptionEnabled(queue);
+  const bool by_priority = preempts || config.hold_borrowing_for_priority;
   // A budget compares each flavor's expected cost.
   const bool budget = queue.budget.has_value();
   const Key key = {
@@ -1178,7 +1462,7 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
       job.time_limit_micros,
       budget ? job.can_checkpoint : true,
       budget ? job.checkpoint_interval_micros : 0,
-      preempts ? s.priority_classes[job.priority_class].value : 0,
+      by_priority ? s.priority_classes[job.priority_class].value : 0,
       preempts && queue.within_queue_preemption ==
                       WithinQueuePreemption::kLowerOrNewerEqualPriority
           ? job.submit_time
@@ -1195,6 +1479,16 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
       list = empty_list_;
     }
     flavors_of_class_.push_back(list);
+    const WorkerKey shape = {
+        job.worker.gpus,
+        job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
+        job.worker.cpu_millis, job.worker.memory_bytes};
+    shape_of_class_.push_back(
+        shape_ids_.try_emplace(shape, static_cast<int32_t>(shape_ids_.size()))
+            .first->second);
+    PendingJob& representative = representatives_.emplace_back(job);
+    representative.name.clear();
+    representative.name.shrink_to_fit();
   }
   return it->second;
 }
@@ -1205,7 +1499,16 @@ void ClassTable::clear() {
   list_of_pricing_.clear();
   flavor_lists_.clear();
   flavors_of_class_.clear();
+  representatives_.clear();
+  shape_of_class_.clear();
+  shape_ids_.clear();
   empty_list_ = -1;
+  generation_ = NewGeneration();
+}
+
+uint64_t ClassTable::NewGeneration() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 QueueEntry MakeEntry(const Snapshot& s, const PolicyConfig& config,

@@ -13,9 +13,15 @@
 //     nodes it chooses among; the result equals PlaceGang's (placement.h);
 //   - equivalence classes: jobs with the same queue, gang size, worker shape,
 //     topology requirement, spot policy and pricing inputs (and, where the
-//     queue preempts, priority) get the same decision while the quota tree of
-//     their queue and the capacity of their candidate flavors are unchanged,
-//     so a failed class is not re-evaluated (Kueue's equivalence hashing).
+//     queue preempts or borrowing holds are on, priority) get the same
+//     decision while the quota tree of their queue and the capacity of their
+//     candidate flavors are unchanged,
+//     so a failed class is not re-evaluated (Kueue's equivalence hashing);
+//   - explanations kept per class across cycles: a failed attempt records
+//     why each flavor failed compactly (Detail in engine.cc) and reuses the
+//     class's last text while the records are equal, so steady-state cycles
+//     format and allocate few texts; texts live in shared blocks, so copying
+//     a Message touches one hot reference count.
 // PolicyConfig::use_placement_index and use_equivalence_classes turn both off,
 // so tests can check that they never change a decision.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_ENGINE_H_
@@ -53,7 +59,8 @@ bool EntryLess(const QueueEntry& a, const QueueEntry& b);
 // topology requirement, its candidate flavors in order (CandidateFlavors(),
 // which folds in the spot policy and the pricing inputs), its time limit
 // (backfill) and, where the queue has a budget, its pricing inputs (expected
-// cost), and, for a queue with preemption, the priority value and
+// cost), and, for a queue with preemption (or with
+// PolicyConfig::hold_borrowing_for_priority), the priority value and
 // (LowerOrNewerEqualPriority) the submit time.
 class ClassTable {
  public:
@@ -64,6 +71,21 @@ class ClassTable {
   const std::vector<FlavorId>& FlavorsOf(int32_t job_class) const {
     return flavor_lists_[flavors_of_class_[job_class]];
   }
+  // The first job seen of a class (its name dropped). Everything a failed
+  // admission attempt reads of a job is the same for every job of its class,
+  // so the engine evaluates this compact copy instead of the (cold) job.
+  const PendingJob& RepresentativeOf(int32_t job_class) const {
+    return representatives_[job_class];
+  }
+  // Classes with equal worker shapes (as placement sees them) share a dense
+  // shape id < num_shapes().
+  int32_t ShapeOf(int32_t job_class) const {
+    return shape_of_class_[job_class];
+  }
+  size_t num_shapes() const { return shape_ids_.size(); }
+  // Unique per table contents: changes whenever clear() renumbers classes,
+  // so a runner may keep per-class data across cycles while it is the same.
+  uint64_t generation() const { return generation_; }
   void clear();
 
  private:
@@ -77,7 +99,14 @@ class ClassTable {
   absl::flat_hash_map<std::vector<FlavorId>, int32_t> list_ids_;
   std::vector<std::vector<FlavorId>> flavor_lists_;
   std::vector<int32_t> flavors_of_class_;
+  std::vector<PendingJob> representatives_;
+  // GPUs, GPU model (kAnyGpuModel without GPUs), CPU, memory.
+  using WorkerKey = std::tuple<int64_t, GpuModelId, int64_t, int64_t>;
+  absl::flat_hash_map<WorkerKey, int32_t> shape_ids_;
+  std::vector<int32_t> shape_of_class_;
   int32_t empty_list_ = -1;
+  uint64_t generation_ = NewGeneration();
+  static uint64_t NewGeneration();
 };
 
 QueueEntry MakeEntry(const Snapshot& s, const PolicyConfig& config,

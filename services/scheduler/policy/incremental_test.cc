@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
 #include "services/scheduler/policy/synthetic.h"
+#include "services/scheduler/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {
@@ -193,6 +195,184 @@ TEST(SchedulerTest, InvalidJobDefersToDecide) {
   const Decisions d = scheduler.Cycle();
   for (const PendingDecision& p : d.pending)
     EXPECT_NE(p.reason, PendingReason::kInvalidSnapshot);
+}
+
+// Explanations are kept per equivalence class across cycles and reused
+// while the details they were formatted from (reason, flavor, the numbers in
+// the text) are equal; otherwise they are formatted again.
+TEST(SchedulerTest, UnchangedFailureSharesItsExplanationAcrossCycles) {
+  testing::SnapshotBuilder b;
+  const FlavorId f = b.AddFlavor("h100");
+  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
+  const QueueId q = b.AddQueue("research");
+  b.AddGpuQuota(q, f, 64);
+  b.AddRunning(1, q, f, n, 6);
+  b.AddJob(10, q, 4, 1, 1);
+  b.AddJob(11, q, 4, 1, 2);
+  Scheduler scheduler(b.Build());
+  const Decisions first = scheduler.Cycle();
+  ASSERT_EQ(first.pending.size(), 2u);
+  EXPECT_EQ(first.pending[0].message,
+            "NO_CAPACITY: free nodes hold 2 of 4 workers (flavor h100)");
+  scheduler.SetNow(scheduler.snapshot().now + 1000000);
+  const Decisions second = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), second);
+  ASSERT_EQ(second.pending.size(), 2u);
+  // The same text, not a copy: nothing was formatted again.
+  EXPECT_EQ(&first.pending[0].message.str(), &second.pending[0].message.str());
+  EXPECT_EQ(&second.pending[0].message.str(), &second.pending[1].message.str());
+}
+
+TEST(SchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
+  testing::SnapshotBuilder b;
+  const FlavorId f = b.AddFlavor("h100");
+  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
+  const QueueId q = b.AddQueue("research");
+  b.AddGpuQuota(q, f, 64);
+  const QueueId small = b.AddQueue("small");
+  b.AddGpuQuota(small, f, 4);
+  b.AddRunning(1, q, f, n, 1);
+  b.AddRunning(2, q, f, n, 5);
+  b.AddRunningQuotaOnly(3, small, f, 1);
+  b.AddRunningQuotaOnly(4, small, f, 2);
+  b.AddJob(10, q, 4, 1, 1);
+  b.AddJob(11, small, 1, 3, 2);
+  Scheduler scheduler(b.Build());
+  Decisions d = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), d);
+  ASSERT_EQ(d.pending.size(), 2u);
+  EXPECT_EQ(d.pending[0].message,
+            "NO_CAPACITY: free nodes hold 2 of 4 workers (flavor h100)");
+  EXPECT_EQ(d.pending[1].message,
+            "QUOTA_EXHAUSTED: queue small gpu 3/4, cohort lends 0, job needs "
+            "3 (flavor h100)");
+  // One GPU more is free, one less is used: both texts change.
+  ASSERT_TRUE(scheduler.CompleteRunning(1));
+  ASSERT_TRUE(scheduler.CompleteRunning(3));
+  d = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), d);
+  ASSERT_EQ(d.pending.size(), 2u);
+  EXPECT_EQ(d.pending[0].message,
+            "NO_CAPACITY: free nodes hold 3 of 4 workers (flavor h100)");
+  EXPECT_EQ(d.pending[1].message,
+            "QUOTA_EXHAUSTED: queue small gpu 2/4, cohort lends 0, job needs "
+            "3 (flavor h100)");
+  // And back (a job that uses the same GPU again).
+  scheduler.AddPending(
+      {.id = 12, .queue = q, .workers = 1, .worker = {.gpus = 1}});
+  d = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), d);
+  ASSERT_EQ(d.admissions.size(), 1u);
+  ASSERT_TRUE(scheduler.ApplyAdmission(d.admissions[0]));
+  d = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), d);
+  EXPECT_EQ(d.pending[0].message,
+            "NO_CAPACITY: free nodes hold 2 of 4 workers (flavor h100)");
+  // A rebuild of the class table (after an invalid job) renumbers classes:
+  // no explanation of the old numbering may be reused.
+  scheduler.AddPending({.id = 99, .queue = 42});
+  EXPECT_EQ(scheduler.Cycle().pending.front().reason,
+            PendingReason::kInvalidSnapshot);
+  ASSERT_TRUE(scheduler.RemovePending(99));
+  scheduler.AddPending(
+      {.id = 13, .queue = q, .workers = 3, .worker = {.gpus = 1}});
+  d = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), d);
+}
+
+// Classes are numbered anew when the scheduler rebuilds its state (after an
+// invalid snapshot): no explanation kept under the old numbering is reused.
+TEST(SchedulerTest, RebuildDropsKeptExplanations) {
+  testing::SnapshotBuilder b;
+  const FlavorId f = b.AddFlavor("h100");
+  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
+  const QueueId q = b.AddQueue("research");
+  b.AddGpuQuota(q, f, 64);
+  b.AddRunning(1, q, f, n, 7);
+  b.AddJob(10, q, 2, 1, 1);
+  b.AddJob(11, q, 4, 1, 2);
+  Scheduler scheduler(b.Build());
+  Decisions d = scheduler.Cycle();
+  ASSERT_EQ(d.pending.size(), 2u);
+  EXPECT_EQ(d.pending[0].message,
+            "NO_CAPACITY: free nodes hold 1 of 2 workers (flavor h100)");
+  EXPECT_EQ(d.pending[1].message,
+            "NO_CAPACITY: free nodes hold 1 of 4 workers (flavor h100)");
+  // While the snapshot is invalid, job 10 leaves and comes back: the rebuilt
+  // state sees job 11 first, so the classes swap numbers.
+  const PendingJob job10 = scheduler.snapshot().pending[0];
+  ASSERT_EQ(job10.id, 10);
+  scheduler.AddPending({.id = 99, .queue = 42});
+  ASSERT_TRUE(scheduler.RemovePending(10));
+  ASSERT_TRUE(scheduler.RemovePending(99));
+  scheduler.AddPending(job10);
+  d = scheduler.Cycle();
+  ExpectSame(Decide(scheduler.snapshot()), d);
+  ASSERT_EQ(d.pending.size(), 2u);
+  EXPECT_EQ(d.pending[0].message,
+            "NO_CAPACITY: free nodes hold 1 of 2 workers (flavor h100)");
+  EXPECT_EQ(d.pending[1].message,
+            "NO_CAPACITY: free nodes hold 1 of 4 workers (flavor h100)");
+}
+
+// Long random sequences of small mutations: most classes see the same
+// numbers from cycle to cycle (their explanations are reused), some see
+// changed ones (theirs must be formatted again).
+TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
+  std::mt19937_64 rng(20261124);
+  int shared = 0;
+  int changed = 0;
+  for (int iteration = 0; iteration < 120; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Scheduler scheduler(RandomSnapshot(rng));
+    Decisions last;
+    for (int cycle = 0; cycle < 12; ++cycle) {
+      SCOPED_TRACE("cycle " + std::to_string(cycle));
+      const Decisions got = scheduler.Cycle();
+      ExpectSame(Decide(scheduler.snapshot()), got);
+      if (::testing::Test::HasFatalFailure()) return;
+      ExpectSame(Decide(scheduler.snapshot(), kPlain), got);
+      if (::testing::Test::HasFatalFailure()) return;
+      absl::flat_hash_map<JobId, const PendingDecision*> before;
+      for (const PendingDecision& p : last.pending) before[p.job] = &p;
+      for (const PendingDecision& p : got.pending) {
+        auto it = before.find(p.job);
+        if (it == before.end()) continue;
+        if (&it->second->message.str() == &p.message.str()) {
+          ++shared;
+        } else if (it->second->message.str() != p.message.str()) {
+          ++changed;
+        }
+      }
+      for (const Preemption& p : got.preemptions)
+        ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+      for (const Admission& a : got.admissions)
+        ASSERT_TRUE(scheduler.ApplyAdmission(a));
+      // A few completions, cancellations and arrivals.
+      const Snapshot& s = scheduler.snapshot();
+      for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3));
+           k < m && !s.running.empty(); ++k) {
+        ASSERT_TRUE(scheduler.CompleteRunning(
+            s.running[Uniform(rng, 0, s.running.size() - 1)].job));
+      }
+      if (!s.pending.empty() && Uniform(rng, 0, 2) == 0) {
+        ASSERT_TRUE(scheduler.RemovePending(
+            s.pending[Uniform(rng, 0, s.pending.size() - 1)].id));
+      }
+      if (!s.queues.empty()) {
+        for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3)); k < m; ++k) {
+          scheduler.AddPending(MakeSyntheticJob(
+              s, 1000000 + iteration * 1000 + cycle * 10 + k, rng));
+        }
+      }
+      scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
+      last = got;
+    }
+  }
+  // Both paths were taken many times.
+  EXPECT_GT(shared, 10000);
+  EXPECT_GT(changed, 1000);
+  std::printf("explanations shared %d, changed %d\n", shared, changed);
 }
 
 }  // namespace

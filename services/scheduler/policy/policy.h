@@ -54,6 +54,10 @@ class Message {
   Message() = default;
   explicit Message(std::string text)
       : text_(std::make_shared<const std::string>(std::move(text))) {}
+  // Shares ownership of `text` with its owner (the policy keeps the texts of
+  // a cycle in one block, so that copies count references on one counter).
+  explicit Message(std::shared_ptr<const std::string> text)
+      : text_(std::move(text)) {}
   const std::string& str() const { return text_ ? *text_ : Empty(); }
   friend bool operator==(const Message& a, const Message& b) {
     return a.text_ == b.text_ || a.str() == b.str();
@@ -153,6 +157,15 @@ struct PolicyConfig {
   TimeMicros min_runtime_guarantee = 0;
   // Time a victim is given to checkpoint before it is stopped.
   TimeMicros preemption_grace_period = int64_t{300} * 1000 * 1000;
+
+  // When a job finds no room in its cohort tree for quota its own queue's
+  // limits allow (QUOTA_EXHAUSTED), jobs of lower priority in the same tree
+  // may not borrow on that flavor for the rest of the cycle: quota freed by
+  // ending work collects for the higher-priority job instead of going to
+  // lower-priority borrowers one small job at a time (which can starve a
+  // large job indefinitely). Jobs within their own queue's nominal quota are
+  // not held back. false = Kueue's BestEffortFIFO: anything that fits goes.
+  bool hold_borrowing_for_priority = false;
 
   // Backfill (docs/scheduling.md, "Backfill and reservations"). The first
   // `max_reservations` jobs of the cycle that fit quota but not capacity get

@@ -112,6 +112,20 @@ bool QuotaTree::Fits(QueueId q, FlavorId f, const Resources& amount,
   return true;
 }
 
+bool QuotaTree::WithinBorrowingLimit(QueueId q, FlavorId f,
+                                     const Resources& amount) const {
+  for (Resource r : kAllResources) {
+    const int64_t want = amount.Get(r);
+    if (want <= 0 || !Tracks(q, f, r)) continue;
+    const Cell& c = cells_[CellIndex(q, f, r)];
+    if (c.borrowing_limit >= 0 &&
+        c.usage + want > c.subtree + c.borrowing_limit) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void QuotaTree::Add(QueueId q, FlavorId f, const Resources& amount) {
   for (Resource r : kAllResources) {
     int64_t delta = amount.Get(r);

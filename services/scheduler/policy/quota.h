@@ -68,6 +68,10 @@ class QuotaTree {
   bool Fits(QueueId q, FlavorId f, const Resources& amount,
             Resource* failed = nullptr) const;
   // Charges (or, with negative amounts, releases) usage to q and its cohorts.
+  // Whether `amount` more keeps the queue within its own nominal quota plus
+  // borrowing limit on f (its cohort may still have no room for it).
+  bool WithinBorrowingLimit(QueueId q, FlavorId f,
+                            const Resources& amount) const;
   void Add(QueueId q, FlavorId f, const Resources& amount);
 
   int64_t Usage(QueueId q, FlavorId f, Resource r) const {
