@@ -1,6 +1,8 @@
 #include "tests/integration/api_test_harness.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -113,6 +115,43 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
 }
 
 }  // namespace
+
+absl::Status ApiHarness::SeedPriorityPreemption(const std::string& tenant) {
+  auto q = queues();
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
+    trainyard::v1::CreatePriorityClassRequest req;
+    req.set_priority_class_id(name);
+    req.mutable_priority_class()->set_value(value);
+    req.mutable_priority_class()->set_preemptible(true);
+    trainyard::v1::PriorityClass out;
+    if (auto s = FromGrpc(
+            q->CreatePriorityClass(Context(admin_token_).get(), req, &out),
+            "priority class");
+        !s.ok()) {
+      return s;
+    }
+  }
+  trainyard::v1::UpdateQueueRequest update;
+  update.mutable_queue()->set_name(
+      absl::StrCat("tenants/", tenant, "/queues/default"));
+  update.mutable_queue()->mutable_preemption()->set_within_queue(
+      trainyard::v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
+  update.mutable_update_mask()->add_paths("preemption");
+  trainyard::v1::Queue updated;
+  if (auto s = FromGrpc(
+          q->UpdateQueue(Context(admin_token_).get(), update, &updated),
+          "queue");
+      !s.ok()) {
+    return s;
+  }
+  if (updated.preemption().within_queue() !=
+      trainyard::v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY) {
+    return absl::InternalError(
+        absl::StrCat("queue preemption not updated: ", updated.DebugString()));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
   auto q = queues();

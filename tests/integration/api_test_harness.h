@@ -57,6 +57,9 @@ class ApiHarness {
   // "pool", flavor "gpu" nominal 64 GPUs) and, once per harness, a sim cluster
   // of 4 nodes × 8 GPUs.
   absl::Status SeedTenant(const std::string& tenant);
+  // Creates priority classes "low" (10) and "high" (100), both preemptible,
+  // and makes `tenant`'s default queue preempt lower priority within itself.
+  absl::Status SeedPriorityPreemption(const std::string& tenant);
 
   // Submits `request` as `token` and returns the new job's id (0, with a test
   // failure, if the call fails).

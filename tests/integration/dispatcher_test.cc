@@ -168,36 +168,6 @@ class DispatcherTest : public ::testing::Test {
     return out;
   }
 
-  // Priority classes "low" (10) and "high" (100), and acme's default queue
-  // preempting lower priority within itself.
-  void EnablePriorityPreemption() {
-    for (const auto& [name, value] :
-         std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
-      v1::CreatePriorityClassRequest req;
-      req.set_priority_class_id(name);
-      req.mutable_priority_class()->set_value(value);
-      req.mutable_priority_class()->set_preemptible(true);
-      v1::PriorityClass out;
-      ASSERT_TRUE(
-          harness_->queues()
-              ->CreatePriorityClass(
-                  ApiHarness::Context(harness_->admin_token()).get(), req, &out)
-              .ok());
-    }
-    v1::UpdateQueueRequest update;
-    update.mutable_queue()->set_name("tenants/acme/queues/default");
-    update.mutable_queue()->mutable_preemption()->set_within_queue(
-        v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
-    update.mutable_update_mask()->add_paths("preemption");
-    v1::Queue updated;
-    grpc::Status u = harness_->queues()->UpdateQueue(
-        ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
-    ASSERT_TRUE(u.ok()) << u.error_message();
-    ASSERT_EQ(updated.preemption().within_queue(),
-              v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY)
-        << updated.DebugString();
-  }
-
   // One scheduler cycle, then one dispatcher pass.
   void Step() {
     absl::StatusOr<scheduler::CycleReport> c = scheduler_->RunCycle();
@@ -477,7 +447,7 @@ TEST_F(DispatcherTest, UserErrorsAreRetriedAsThePolicySaysThenFail) {
 
 TEST_F(DispatcherTest,
        PreemptionStopsTheVictimAfterItsGraceThenStartsThePreemptor) {
-  ASSERT_NO_FATAL_FAILURE(EnablePriorityPreemption());
+  ASSERT_TRUE(harness_->SeedPriorityPreemption("acme").ok());
 
   // The low-priority gang takes the whole cluster (4 × 8 GPUs).
   v1::SubmitJobRequest low = Job("low", 4, "3600s", "60s");
@@ -525,7 +495,7 @@ TEST_F(DispatcherTest,
 
 TEST_F(DispatcherTest,
        APreemptorStartsWhenItsNodeHasRoomNotAfterTheVictimsGrace) {
-  ASSERT_NO_FATAL_FAILURE(EnablePriorityPreemption());
+  ASSERT_TRUE(harness_->SeedPriorityPreemption("acme").ok());
   auto job = [&](const std::string& id, const std::string& priority, int gpus,
                  const std::string& duration) {
     v1::SubmitJobRequest req = Job(id, 1, duration);

@@ -238,35 +238,6 @@ class SlurmDispatcherTest : public ::testing::Test {
     return req;
   }
 
-  // Priority classes low (10) and high (100), and acme's queue preempting
-  // by priority within itself.
-  void EnablePreemptionByPriority() {
-    for (const auto& [name, value] :
-         std::vector<std::pair<std::string, int>>{{"low", 10}, {"high", 100}}) {
-      v1::CreatePriorityClassRequest req;
-      req.set_priority_class_id(name);
-      req.mutable_priority_class()->set_value(value);
-      req.mutable_priority_class()->set_preemptible(true);
-      v1::PriorityClass out;
-      ASSERT_TRUE(
-          harness_->queues()
-              ->CreatePriorityClass(
-                  ApiHarness::Context(harness_->admin_token()).get(), req, &out)
-              .ok());
-    }
-    v1::UpdateQueueRequest update;
-    update.mutable_queue()->set_name("tenants/acme/queues/default");
-    update.mutable_queue()->mutable_preemption()->set_within_queue(
-        v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
-    update.mutable_update_mask()->add_paths("preemption");
-    v1::Queue updated;
-    ASSERT_TRUE(
-        harness_->queues()
-            ->UpdateQueue(ApiHarness::Context(harness_->admin_token()).get(),
-                          update, &updated)
-            .ok());
-  }
-
   v1::Job Get(int64_t id) { return harness_->GetJob(token_, "acme", id); }
 
   // Scheduler cycles and dispatcher passes until `done` or `timeout`.
@@ -300,7 +271,7 @@ std::string* SlurmDispatcherTest::start_error_ = nullptr;
 
 TEST_F(SlurmDispatcherTest,
        PreemptedGangCheckpointsInItsGraceAndResumesWithNoStepLost) {
-  ASSERT_NO_FATAL_FAILURE(EnablePreemptionByPriority());
+  ASSERT_TRUE(harness_->SeedPriorityPreemption("acme").ok());
 
   // The victim: a 2-node gang taking all on-demand GPUs (2 × 4), 24 steps,
   // a checkpoint every 5.
@@ -389,7 +360,7 @@ TEST_F(SlurmDispatcherTest,
 // (the Slurm adapter keeps stop requests in memory) continues the grace
 // period from the preemption instead of starting a new one.
 TEST_F(SlurmDispatcherTest, ATakeoverInsideTheGracePeriodKeepsItsDeadline) {
-  ASSERT_NO_FATAL_FAILURE(EnablePreemptionByPriority());
+  ASSERT_TRUE(harness_->SeedPriorityPreemption("acme").ok());
   auto job = [](const std::string& id, const std::string& priority, int gpus,
                 const std::string& script) {
     v1::SubmitJobRequest req = MinimalSubmit("acme", id);
