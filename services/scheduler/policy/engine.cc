@@ -762,22 +762,31 @@ class Engine final : public CycleRunner {
     return PendingReason::kNoCapacity;
   }
 
-  // The first resource whose usage would exceed the queue's nominal quota
-  // on f (rebalancing and held details).
-  Detail OverNominalDetail(Detail::Kind kind, const PendingJob& job, FlavorId f,
-                           const Resources& need, int64_t priority) const {
-    Detail detail{.kind = kind, .has_resource = false, .flavor = f};
+  // The first resource of which `need` more would take the queue above its
+  // nominal quota on f (the job would borrow it), if any.
+  std::optional<Resource> OverNominal(const PendingJob& job, FlavorId f,
+                                      const Resources& need) const {
     for (Resource r : kAllResources) {
       if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
           quota_->Usage(job.queue, f, r) + need.Get(r) >
               quota_->Nominal(job.queue, f, r)) {
-        detail.has_resource = true;
-        detail.resource = static_cast<uint8_t>(r);
-        detail.a = quota_->Usage(job.queue, f, r);
-        detail.b = quota_->Nominal(job.queue, f, r);
-        detail.c = priority;
-        break;
+        return r;
       }
+    }
+    return std::nullopt;
+  }
+
+  // The detail of a job that may not borrow on f (rebalancing and held
+  // details): its first resource above nominal quota.
+  Detail OverNominalDetail(Detail::Kind kind, const PendingJob& job, FlavorId f,
+                           const Resources& need, int64_t priority) const {
+    Detail detail{.kind = kind, .has_resource = false, .flavor = f};
+    if (std::optional<Resource> r = OverNominal(job, f, need)) {
+      detail.has_resource = true;
+      detail.resource = static_cast<uint8_t>(*r);
+      detail.a = quota_->Usage(job.queue, f, *r);
+      detail.b = quota_->Nominal(job.queue, f, *r);
+      detail.c = priority;
     }
     return detail;
   }
@@ -1148,14 +1157,7 @@ class Engine final : public CycleRunner {
         !rebalancing_.contains({root_of_queue_[job.queue], f})) {
       return false;
     }
-    for (Resource r : kAllResources) {
-      if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
-          quota_->Usage(job.queue, f, r) + need.Get(r) >
-              quota_->Nominal(job.queue, f, r)) {
-        return true;
-      }
-    }
-    return false;
+    return OverNominal(job, f, need).has_value();
   }
 
   // PolicyConfig::hold_borrowing_for_priority: a job whose own queue's
@@ -1190,14 +1192,7 @@ class Engine final : public CycleRunner {
         it->second <= s_->priority_classes[job.priority_class].value) {
       return nullptr;
     }
-    for (Resource r : kAllResources) {
-      if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
-          quota_->Usage(job.queue, f, r) + need.Get(r) >
-              quota_->Nominal(job.queue, f, r)) {
-        return &it->second;
-      }
-    }
-    return nullptr;
+    return OverNominal(job, f, need).has_value() ? &it->second : nullptr;
   }
 
   // Admits `job` on the first flavor where preempting running work makes it
