@@ -13,6 +13,7 @@
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 #include "services/core/names.h"
+#include "services/scheduler/explanations.h"
 #include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
@@ -359,9 +360,10 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
 
   // Explanations of this cycle: (reason, message, position) per pending job,
   // compared with what was written as they come (no copy of every message
-  // per cycle). A new reason is written at once; a new message with the same
-  // reason (its numbers move with every admission) at most every
-  // explanation_refresh; rows of jobs no longer pending go away.
+  // per cycle). A new reason is written at once, a new message or a move
+  // between reasons of waiting for resources at most every
+  // explanation_refresh (ExplanationDue); rows of jobs no longer pending go
+  // away.
   const int64_t this_cycle = ++explain_cycle_;
   const absl::Time explained_at = absl::Now();
   std::vector<pg::Explanation> upserts;
@@ -370,9 +372,9 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     auto [it, inserted] = explained_.try_emplace(id);
     Explained& last = it->second;
     last.cycle = this_cycle;
-    if (!inserted && last.reason == reason &&
-        (last.message == message ||
-         explained_at - last.written < options_.explanation_refresh)) {
+    if (!inserted &&
+        !ExplanationDue(last.reason, last.message, last.written, reason,
+                        message, explained_at, options_.explanation_refresh)) {
       return;
     }
     last.reason = std::string(reason);

@@ -84,6 +84,10 @@ ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "scheduler: a job that finds no room in its cohort for quota its "
           "queue may borrow keeps lower-priority jobs of the cohort from "
           "borrowing for the rest of the cycle (docs/scheduling.md)");
+ABSL_FLAG(bool, nominal_before_borrowing, false,
+          "scheduler: Kueue's ordering across queues: jobs their queue can "
+          "take within nominal quota go before jobs that would borrow, "
+          "whatever their priorities (docs/scheduling.md)");
 ABSL_FLAG(
     std::string, sim_config, "",
     "dispatcher/all: text-format SimClusterConfig; runs a dispatcher with "
@@ -258,6 +262,8 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
   options.interval = absl::GetFlag(FLAGS_schedule_interval);
   options.policy.hold_borrowing_for_priority =
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
+  options.policy.nominal_before_borrowing =
+      absl::GetFlag(FLAGS_nominal_before_borrowing);
   return options;
 }
 

@@ -68,6 +68,10 @@ ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "in its cohort keeps lower-priority jobs from borrowing there for "
           "the rest of the cycle (false: anything that fits goes, as "
           "Kueue's BestEffortFIFO)");
+ABSL_FLAG(bool, nominal_before_borrowing, false,
+          "PolicyConfig::nominal_before_borrowing: Kueue's ordering across "
+          "queues (jobs within their queue's nominal quota before jobs that "
+          "borrow, then priority); false: priority first");
 ABSL_FLAG(bool, pg_statements, false,
           "Load pg_stat_statements into the private PostgreSQL and print the "
           "statements that took the most time (a diagnostic)");
@@ -100,6 +104,7 @@ const std::vector<JobClass>& Classes() {
 
 constexpr int kCohorts = 5;
 constexpr int kQueuesPerCohort = 6;
+constexpr int64_t kNominalCpuMillis = 20000;   // Per queue.
 constexpr int64_t kClusterCpuMillis = 600000;  // The sum of the quotas.
 
 #define CHECK_OK(expr)                                          \
@@ -207,7 +212,7 @@ int main(int argc, char** argv) {
       fq->set_flavor("cpu");
       v1::ResourceQuota* cpu = fq->add_resources();
       cpu->set_resource(v1::RESOURCE_NAME_CPU);
-      cpu->set_nominal(20000);
+      cpu->set_nominal(kNominalCpuMillis);
       cpu->set_borrowing_limit(100000);
       queue->mutable_preemption()->set_reclaim_within_cohort(
           v1::RECLAIM_WITHIN_COHORT_ANY);
@@ -263,6 +268,8 @@ int main(int argc, char** argv) {
   so.interval = absl::GetFlag(FLAGS_schedule_interval);
   so.policy.hold_borrowing_for_priority =
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
+  so.policy.nominal_before_borrowing =
+      absl::GetFlag(FLAGS_nominal_before_borrowing);
   absl::StatusOr<std::unique_ptr<trainyard::scheduler::SchedulerService>>
       scheduler = trainyard::scheduler::SchedulerService::Create(so);
   if (!scheduler.ok()) {
@@ -277,6 +284,7 @@ int main(int argc, char** argv) {
   const std::string token = h.Token("users/bench", v1::ROLE_MEMBER, "kueue");
   absl::Mutex mu;
   std::map<int64_t, int> class_of;  // job id -> class index
+  std::map<int64_t, int> queue_of;  // job id -> index in queue_ids
   std::atomic<int> failures{0};
   int64_t total_work_cpu_ms = 0;
   int total_jobs = 0;
@@ -334,7 +342,8 @@ int main(int argc, char** argv) {
       for (int k = 0; k < n; ++k) {
         const absl::Time slot = start + c.every * k;
         absl::SleepFor(slot - absl::Now());
-        for (const std::string& q : queue_ids) {
+        for (size_t qi = 0; qi < queue_ids.size(); ++qi) {
+          const std::string& q = queue_ids[qi];
           v1::SubmitJobRequest req;
           req.set_parent("tenants/kueue");
           req.set_client_request_id(absl::StrCat(c.name, "-", q, "-", k));
@@ -357,8 +366,9 @@ int main(int argc, char** argv) {
           }
           const std::string& name = resp.job().name();
           absl::MutexLock l(&mu);
-          class_of[std::stoll(name.substr(name.rfind('/') + 1))] =
-              static_cast<int>(ci);
+          const int64_t id = std::stoll(name.substr(name.rfind('/') + 1));
+          class_of[id] = static_cast<int>(ci);
+          queue_of[id] = static_cast<int>(qi);
         }
       }
     });
@@ -448,6 +458,9 @@ int main(int argc, char** argv) {
       t = end;
     }
   };
+  // Quota each queue held (admission to end of each attempt, as Kueue
+  // counts a workload's reserved quota), in CPU-microseconds.
+  std::vector<double> queue_cpu_us(queue_ids.size(), 0);
   int64_t attempts = 0;
   (void)(*db)->Read([&](pqxx::read_transaction& txn) {
     for (const pqxx::row& r : txn.exec("SELECT job_id, body FROM attempts")) {
@@ -464,6 +477,8 @@ int main(int argc, char** argv) {
       const int64_t end = a.has_end_time()
                               ? TimeUtil::TimestampToMicroseconds(a.end_time())
                               : admit;
+      if (auto qi = queue_of.find(r[0].as<int64_t>()); qi != queue_of.end())
+        queue_cpu_us[qi->second] += cpus * static_cast<double>(end - admit);
       if (!a.has_start_time()) {
         add(waiting_cpu_us, admit, end, cpus);
         continue;
@@ -497,7 +512,22 @@ int main(int argc, char** argv) {
     absl::StrAppend(&json, ci ? ", " : "", "\"", Classes()[ci].name,
                     "\": ", count[ci]);
   }
-  absl::StrAppend(&json, "},\n  \"attempts\": ", attempts,
+  // Kueue's runner reports each ClusterQueue's usage as a share of its
+  // nominal quota (its range spec asks a minimum of it).
+  absl::StrAppend(&json, "},\n  \"queue_usage_percent_of_nominal\": {");
+  double min_usage = 0;
+  for (size_t qi = 0; qi < queue_ids.size(); ++qi) {
+    const double percent = queue_cpu_us[qi] / absl::ToDoubleMicroseconds(wall) /
+                           (kNominalCpuMillis / 1000.0) * 100.0;
+    if (qi == 0 || percent < min_usage) min_usage = percent;
+    absl::StrAppend(&json, qi ? ", " : "", "\"", queue_ids[qi],
+                    "\": ", static_cast<int64_t>(percent * 10 + 0.5) / 10.0);
+  }
+  std::cerr << "queue usage: lowest " << min_usage
+            << " % of nominal quota over the run\n";
+  absl::StrAppend(&json, "},\n  \"queue_usage_min_percent_of_nominal\": ",
+                  static_cast<int64_t>(min_usage * 10 + 0.5) / 10.0);
+  absl::StrAppend(&json, ",\n  \"attempts\": ", attempts,
                   ",\n  \"usage_every_5s\": [");
   std::cerr << "usage (CPUs, mean per 5 s): t small medium large "
                "admitted-not-running\n";

@@ -33,6 +33,9 @@ namespace {
 constexpr int64_t kMaxIndexedWorkers = 64;
 
 struct HeadKey {
+  // PolicyConfig::nominal_before_borrowing: true when the job would borrow
+  // (always false without that option).
+  bool borrows;
   int64_t neg_priority;
   bool not_aged;
   double share;
@@ -43,9 +46,9 @@ struct HeadKey {
   // attempt reads can be prefetched from the heap alone.
   int32_t job_class;
   bool operator<(const HeadKey& o) const {
-    return std::tie(neg_priority, not_aged, share, submit_time, job, queue) <
-           std::tie(o.neg_priority, o.not_aged, o.share, o.submit_time, o.job,
-                    o.queue);
+    return std::tie(borrows, neg_priority, not_aged, share, submit_time, job,
+                    queue) < std::tie(o.borrows, o.neg_priority, o.not_aged,
+                                      o.share, o.submit_time, o.job, o.queue);
   }
 };
 
@@ -584,16 +587,31 @@ class Engine final : public CycleRunner {
     return share_[q];
   }
 
+  // Whether a job of `job_class` in queue q would borrow: no candidate
+  // flavor takes it within q's nominal quota at q's current usage
+  // (PolicyConfig::nominal_before_borrowing). A job without candidate
+  // flavors counts as borrowing (it fails either way).
+  bool Borrows(int32_t job_class, QueueId q) const {
+    const PendingJob& job = classes_->RepresentativeOf(job_class);
+    const Resources need = job.worker.AsResources() * job.workers;
+    for (FlavorId f : classes_->FlavorsOf(job_class)) {
+      if (!OverNominal(q, f, need)) return false;
+    }
+    return true;
+  }
+
   HeadKey Key(const QueueEntry& e, QueueId q) {
     const bool aged = config_->aging_threshold > 0 &&
                       s_->now - e.submit_time >= config_->aging_threshold;
-    return {.neg_priority = e.neg_priority,
-            .not_aged = !aged,
-            .share = aged ? 0.0 : CachedShare(q),
-            .submit_time = e.submit_time,
-            .job = e.id,
-            .queue = q,
-            .job_class = e.job_class};
+    return {
+        .borrows = config_->nominal_before_borrowing && Borrows(e.job_class, q),
+        .neg_priority = e.neg_priority,
+        .not_aged = !aged,
+        .share = aged ? 0.0 : CachedShare(q),
+        .submit_time = e.submit_time,
+        .job = e.id,
+        .queue = q,
+        .job_class = e.job_class};
   }
 
   ShapeIndex* IndexFor(FlavorId f, const WorkerShape& shape) {
@@ -764,12 +782,11 @@ class Engine final : public CycleRunner {
 
   // The first resource of which `need` more would take the queue above its
   // nominal quota on f (the job would borrow it), if any.
-  std::optional<Resource> OverNominal(const PendingJob& job, FlavorId f,
+  std::optional<Resource> OverNominal(QueueId q, FlavorId f,
                                       const Resources& need) const {
     for (Resource r : kAllResources) {
-      if (need.Get(r) > 0 && quota_->Tracks(job.queue, f, r) &&
-          quota_->Usage(job.queue, f, r) + need.Get(r) >
-              quota_->Nominal(job.queue, f, r)) {
+      if (need.Get(r) > 0 && quota_->Tracks(q, f, r) &&
+          quota_->Usage(q, f, r) + need.Get(r) > quota_->Nominal(q, f, r)) {
         return r;
       }
     }
@@ -781,7 +798,7 @@ class Engine final : public CycleRunner {
   Detail OverNominalDetail(Detail::Kind kind, const PendingJob& job, FlavorId f,
                            const Resources& need, int64_t priority) const {
     Detail detail{.kind = kind, .has_resource = false, .flavor = f};
-    if (std::optional<Resource> r = OverNominal(job, f, need)) {
+    if (std::optional<Resource> r = OverNominal(job.queue, f, need)) {
       detail.has_resource = true;
       detail.resource = static_cast<uint8_t>(*r);
       detail.a = quota_->Usage(job.queue, f, *r);
@@ -1157,7 +1174,7 @@ class Engine final : public CycleRunner {
         !rebalancing_.contains({root_of_queue_[job.queue], f})) {
       return false;
     }
-    return OverNominal(job, f, need).has_value();
+    return OverNominal(job.queue, f, need).has_value();
   }
 
   // PolicyConfig::hold_borrowing_for_priority: a job whose own queue's
@@ -1192,7 +1209,7 @@ class Engine final : public CycleRunner {
         it->second <= s_->priority_classes[job.priority_class].value) {
       return nullptr;
     }
-    return OverNominal(job, f, need).has_value() ? &it->second : nullptr;
+    return OverNominal(job.queue, f, need).has_value() ? &it->second : nullptr;
   }
 
   // Admits `job` on the first flavor where preempting running work makes it

@@ -167,6 +167,15 @@ struct PolicyConfig {
   // not held back. false = Kueue's BestEffortFIFO: anything that fits goes.
   bool hold_borrowing_for_priority = false;
 
+  // Kueue's ordering across queues: a job whose queue can take it within its
+  // own nominal quota (on at least one of its candidate flavors, at the
+  // queue's usage when its turn comes) goes before every job that would have
+  // to borrow, whatever their priorities; priority, aging, fair share and
+  // submit time order each group. Such a job could reclaim its nominal quota
+  // from borrowers anyway, so it need not wait behind them. false = priority
+  // first (docs/scheduling.md, "Ordering").
+  bool nominal_before_borrowing = false;
+
   // Backfill (docs/scheduling.md, "Backfill and reservations"). The first
   // `max_reservations` jobs of the cycle that fit quota but not capacity get
   // a reservation, if running attempts with time limits free enough capacity

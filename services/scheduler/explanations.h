@@ -1,0 +1,39 @@
+// When the scheduler rewrites a pending job's explanation row
+// (pending_explanations; docs/scheduler.md, "Explanations").
+#ifndef TRAINYARD_SERVICES_SCHEDULER_EXPLANATIONS_H_
+#define TRAINYARD_SERVICES_SCHEDULER_EXPLANATIONS_H_
+
+#include <string_view>
+
+#include "absl/time/time.h"
+
+namespace trainyard::scheduler {
+
+// Reasons that say the job waits for resources to free up. Under load a job
+// moves between them from one cycle to the next (its quota is full in one
+// cycle, a node in the next), which is no news to its owner.
+inline bool WaitsForResources(std::string_view reason) {
+  return reason == "QUOTA_EXHAUSTED" || reason == "NO_CAPACITY" ||
+         reason == "NO_FIT_TOPOLOGY" || reason == "WAITING_FOR_RESERVATION";
+}
+
+// Whether a job's explanation, last written at `written` as (old_reason,
+// old_message), is rewritten at `now` as (reason, message): at once when the
+// reason changes, unless it only moves between reasons of waiting for
+// resources; those moves and changes of the message alone (its numbers move
+// with every admission) at most once per `refresh`.
+inline bool ExplanationDue(std::string_view old_reason,
+                           std::string_view old_message, absl::Time written,
+                           std::string_view reason, std::string_view message,
+                           absl::Time now, absl::Duration refresh) {
+  if (old_reason == reason && old_message == message) return false;
+  if (old_reason != reason &&
+      !(WaitsForResources(old_reason) && WaitsForResources(reason))) {
+    return true;
+  }
+  return now - written >= refresh;
+}
+
+}  // namespace trainyard::scheduler
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_EXPLANATIONS_H_

@@ -1,0 +1,50 @@
+#include "services/scheduler/explanations.h"
+
+#include "gtest/gtest.h"
+
+namespace trainyard::scheduler {
+namespace {
+
+const absl::Time kWritten = absl::FromUnixSeconds(1'800'000'000);
+const absl::Duration kRefresh = absl::Seconds(5);
+
+bool Due(std::string_view old_reason, std::string_view old_message,
+         std::string_view reason, std::string_view message,
+         absl::Duration since) {
+  return ExplanationDue(old_reason, old_message, kWritten, reason, message,
+                        kWritten + since, kRefresh);
+}
+
+TEST(ExplanationsTest, NothingChangedIsNeverRewritten) {
+  EXPECT_FALSE(Due("NO_CAPACITY", "m", "NO_CAPACITY", "m", absl::Hours(1)));
+}
+
+TEST(ExplanationsTest, ANewMessageWaitsForTheRefresh) {
+  EXPECT_FALSE(Due("QUOTA_EXHAUSTED", "gpu 63/64", "QUOTA_EXHAUSTED",
+                   "gpu 64/64", absl::Seconds(1)));
+  EXPECT_TRUE(Due("QUOTA_EXHAUSTED", "gpu 63/64", "QUOTA_EXHAUSTED",
+                  "gpu 64/64", kRefresh));
+}
+
+TEST(ExplanationsTest, MovesBetweenWaitingForResourcesWaitForTheRefresh) {
+  // Quota full in one cycle, the node full in the next: no news.
+  EXPECT_FALSE(
+      Due("QUOTA_EXHAUSTED", "q", "NO_CAPACITY", "n", absl::Milliseconds(20)));
+  EXPECT_FALSE(
+      Due("NO_CAPACITY", "n", "QUOTA_EXHAUSTED", "q", absl::Seconds(4)));
+  EXPECT_FALSE(Due("NO_FIT_TOPOLOGY", "t", "WAITING_FOR_RESERVATION", "r",
+                   absl::Seconds(1)));
+  EXPECT_TRUE(Due("NO_CAPACITY", "n", "QUOTA_EXHAUSTED", "q", kRefresh));
+}
+
+TEST(ExplanationsTest, OtherReasonChangesAreWrittenAtOnce) {
+  EXPECT_TRUE(
+      Due("NO_CAPACITY", "n", "QUEUE_STOPPED", "s", absl::ZeroDuration()));
+  EXPECT_TRUE(
+      Due("BUDGET_HOLD", "b", "QUOTA_EXHAUSTED", "q", absl::ZeroDuration()));
+  EXPECT_TRUE(Due("QUOTA_EXHAUSTED", "q", "BLOCKED_BY_STRICT_FIFO", "f",
+                  absl::ZeroDuration()));
+}
+
+}  // namespace
+}  // namespace trainyard::scheduler
