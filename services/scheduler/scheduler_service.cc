@@ -347,8 +347,10 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   report.refresh = absl::Now() - start;
   policy::Snapshot snapshot;
   SnapshotIndex index;
-  BuildSnapshot(state_, options_.clock ? options_.clock() : absl::Now(),
-                &snapshot, &index);
+  BuildSnapshot(
+      state_, options_.clock ? options_.clock() : absl::Now(), &snapshot,
+      &index,
+      {.wall_now = absl::Now(), .timeout = options_.dispatcher_timeout});
   const absl::Time loaded = absl::Now();
   const policy::Decisions d = policy::Decide(snapshot, options_.policy);
   const absl::Time decided = absl::Now();

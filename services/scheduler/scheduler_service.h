@@ -53,6 +53,10 @@ struct SchedulerOptions {
   // and at most this often when only its message does (usage numbers change
   // with every admission).
   absl::Duration explanation_refresh = absl::Seconds(5);
+  // A cluster whose dispatcher's heartbeat is older than this gets no new
+  // admissions (DispatcherLiveness; checked against the wall clock, not
+  // `clock`). Dispatchers write one at least every 30 s. <= 0: no check.
+  absl::Duration dispatcher_timeout = absl::Minutes(2);
   policy::PolicyConfig policy;
 };
 

@@ -99,8 +99,18 @@ bool HoldsResources(v1::JobState s) {
 
 }  // namespace
 
+bool DispatcherGone(const v1::Cluster& cluster,
+                    const DispatcherLiveness& liveness) {
+  if (!cluster.has_heartbeat_time() || liveness.timeout <= absl::ZeroDuration())
+    return false;
+  return liveness.wall_now -
+             absl::FromUnixMicros(Micros(cluster.heartbeat_time())) >
+         liveness.timeout;
+}
+
 void BuildSnapshot(const PlatformState& state, absl::Time now,
-                   policy::Snapshot* snapshot, SnapshotIndex* index) {
+                   policy::Snapshot* snapshot, SnapshotIndex* index,
+                   const DispatcherLiveness& liveness) {
   policy::Snapshot& s = *snapshot;
   s = policy::Snapshot{};
   *index = SnapshotIndex{};
@@ -148,7 +158,9 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     if (flavor == flavor_ids.end()) continue;
     auto cluster = state.clusters.find(cluster_id);
     const bool cordoned =
-        cluster == state.clusters.end() || cluster->second.cordoned();
+        cluster == state.clusters.end() || cluster->second.cordoned() ||
+        cluster->second.health() == v1::CLUSTER_HEALTH_UNHEALTHY ||
+        DispatcherGone(cluster->second, liveness);
     const std::string name =
         absl::StrCat("clusters/", cluster_id, "/nodes/", node_id);
     node_ids[name] = static_cast<policy::NodeId>(s.nodes.size());

@@ -60,12 +60,12 @@ struct SnapshotIndex {
 
 // Builds the policy's snapshot:
 //   - flavors with their GPU-hour price (micros) and reclaim rate;
-//   - nodes of every cluster (READY and the cluster not cordoned ==
-//     schedulable), GPU model ids interned by name, block and rack labels
-//     (a rack is identified by block + rack), `used` = what the attempts of
-//     ADMITTED … PREEMPTING jobs hold on them (each worker the job's shape);
-//     a PREEMPTING job holds its nodes until it stops, but no quota (its
-//     preemptor is charged it);
+//   - nodes of every cluster (READY and the cluster not cordoned, not
+//     UNHEALTHY and its dispatcher not gone == schedulable), GPU model ids
+//     interned by name, block and rack labels (a rack is identified by block +
+//     rack), `used` = what the attempts of ADMITTED … PREEMPTING jobs hold on
+//     them (each worker the job's shape); a PREEMPTING job holds its nodes
+//     until it stops, but no quota (its preemptor is charged it);
 //   - cohorts and queues with their quotas (flavors not in `flavors` are
 //     dropped), weights, strategies and preemption policies;
 //   - priority classes by name (a job whose class is unknown gets its
@@ -76,8 +76,28 @@ struct SnapshotIndex {
 // Jobs of queues that do not exist or are stopped (stop_policy HOLD …), and
 // jobs waiting out a retry backoff, are left out and listed in
 // index->excluded with a reason.
+//
+// A cluster gets no new work (its nodes are not schedulable) while it is
+// cordoned, while its dispatcher reports its backend UNHEALTHY, and once its
+// dispatcher's heartbeat (Cluster.heartbeat_time, written at least every
+// 30 s) is older than `liveness.timeout` at `liveness.wall_now`: its
+// dispatcher is gone and would never launch what was admitted there. A
+// cluster no dispatcher has reported for yet has no heartbeat and is not
+// held back.
+struct DispatcherLiveness {
+  // Wall-clock time of the check: heartbeats are written in wall time, while
+  // `now` may be a virtual clock (the simulator, tests). InfinitePast: no
+  // heartbeat check.
+  absl::Time wall_now = absl::InfinitePast();
+  absl::Duration timeout = absl::Minutes(2);
+};
 void BuildSnapshot(const PlatformState& state, absl::Time now,
-                   policy::Snapshot* snapshot, SnapshotIndex* index);
+                   policy::Snapshot* snapshot, SnapshotIndex* index,
+                   const DispatcherLiveness& liveness = {});
+
+// Whether the cluster's dispatcher counts as gone at liveness.wall_now.
+bool DispatcherGone(const trainyard::v1::Cluster& cluster,
+                    const DispatcherLiveness& liveness);
 
 // When a QUEUED job whose newest attempt failed by its own fault (user or
 // backend error) may run again: that attempt's end + its retry backoff

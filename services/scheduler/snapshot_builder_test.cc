@@ -311,6 +311,46 @@ TEST(SnapshotBuilderTest, CordonedClusterIsNotSchedulable) {
   for (const policy::Node& n : s.nodes) EXPECT_FALSE(n.schedulable);
 }
 
+TEST(SnapshotBuilderTest, ClusterWhoseDispatcherIsGoneGetsNoNewWork) {
+  const absl::Time wall = absl::FromUnixSeconds(1'900'000'000);
+  const DispatcherLiveness liveness{.wall_now = wall,
+                                    .timeout = absl::Minutes(2)};
+  auto schedulable = [&](const PlatformState& st, const DispatcherLiveness& l) {
+    policy::Snapshot s;
+    SnapshotIndex index;
+    BuildSnapshot(st, kNow, &s, &index, l);
+    EXPECT_FALSE(s.nodes.empty());
+    int n = 0;
+    for (const policy::Node& node : s.nodes) n += node.schedulable;
+    return n;
+  };
+  PlatformState st = Platform();
+  const int all = schedulable(st, liveness);
+  ASSERT_GT(all, 0);  // No heartbeat yet: not held back.
+  auto beat = [&](absl::Duration ago) {
+    *st.clusters["sim"].mutable_heartbeat_time() =
+        google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+            absl::ToUnixMicros(wall - ago));
+  };
+  beat(absl::Seconds(30));
+  EXPECT_EQ(schedulable(st, liveness), all);
+  EXPECT_FALSE(DispatcherGone(st.clusters["sim"], liveness));
+  beat(absl::Minutes(2) + absl::Seconds(1));
+  EXPECT_TRUE(DispatcherGone(st.clusters["sim"], liveness));
+  EXPECT_EQ(schedulable(st, liveness), 0);
+  // No check without a wall clock, or with the timeout off.
+  EXPECT_EQ(schedulable(st, DispatcherLiveness{}), all);
+  EXPECT_EQ(
+      schedulable(st, {.wall_now = wall, .timeout = absl::ZeroDuration()}),
+      all);
+  // A backend its dispatcher reports down gets no new work either.
+  beat(absl::Seconds(1));
+  st.clusters["sim"].set_health(v1::CLUSTER_HEALTH_UNHEALTHY);
+  EXPECT_EQ(schedulable(st, liveness), 0);
+  st.clusters["sim"].set_health(v1::CLUSTER_HEALTH_HEALTHY);
+  EXPECT_EQ(schedulable(st, liveness), all);
+}
+
 TEST(SnapshotBuilderTest, SameStateSameSnapshot) {
   PlatformState st = Platform();
   st.jobs[2] = MakeJob(2, "default", v1::JOB_STATE_QUEUED, 8, 2);

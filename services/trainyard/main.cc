@@ -84,6 +84,9 @@ ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "scheduler: a job that finds no room in its cohort for quota its "
           "queue may borrow keeps lower-priority jobs of the cohort from "
           "borrowing for the rest of the cycle (docs/scheduling.md)");
+ABSL_FLAG(absl::Duration, dispatcher_timeout, absl::Minutes(2),
+          "scheduler: a cluster whose dispatcher has not reported for this "
+          "long gets no new admissions (0: never held back)");
 ABSL_FLAG(bool, nominal_before_borrowing, false,
           "scheduler: Kueue's ordering across queues: jobs their queue can "
           "take within nominal quota go before jobs that would borrow, "
@@ -264,6 +267,7 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   options.policy.nominal_before_borrowing =
       absl::GetFlag(FLAGS_nominal_before_borrowing);
+  options.dispatcher_timeout = absl::GetFlag(FLAGS_dispatcher_timeout);
   return options;
 }
 

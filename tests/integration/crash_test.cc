@@ -393,7 +393,11 @@ TEST_P(CrashTest, JobsEndExactlyOnceThroughKillsAndRestarts) {
   api_ = std::make_unique<Service>(
       "api", argv({"api", "--grpc_listen=" + api_addr}), dir_ + "/api.log");
   scheduler_ = std::make_unique<Service>(
-      "scheduler", argv({"scheduler", "--schedule_interval=200ms"}),
+      "scheduler",
+      // Dispatchers are killed and restarted within seconds: none may count
+      // as gone (they report at least every 30 s).
+      argv({"scheduler", "--schedule_interval=200ms",
+            "--dispatcher_timeout=90s"}),
       dir_ + "/scheduler.log");
   dispatcher_ =
       std::make_unique<Service>("dispatcher",

@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/scheduler_service.h"
 #include "storage/postgres/job_store.h"
+#include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
 #include "tests/integration/api_test_harness.h"
 
@@ -164,6 +166,49 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
   r = (*s)->RunCycle();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Get(b).state(), v1::JOB_STATE_ADMITTED);
+}
+
+TEST_F(SchedulerTest, NoAdmissionsOntoAClusterWhoseDispatcherIsGone) {
+  // The seeded cluster "sim"; its dispatcher last reported 3 minutes ago.
+  absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
+      storage::postgres::Database::Open({.url = harness_->database_url()});
+  ASSERT_TRUE(db.ok()) << db.status();
+  storage::postgres::ObjectStore objects(db->get());
+  const int64_t a = Submit("a", 1);  // Seeds the cluster.
+  auto beat = [&](absl::Duration ago) {
+    absl::StatusOr<storage::postgres::StoredObject> row = objects.Update(
+        storage::postgres::ClusterKind(), {"sim"}, 0,
+        [&](const storage::postgres::StoredObject& current)
+            -> absl::StatusOr<storage::postgres::ObjectStore::Mutation> {
+          v1::Cluster cluster;
+          if (!cluster.ParseFromString(current.body))
+            return absl::InternalError("unreadable cluster");
+          cluster.set_health(v1::CLUSTER_HEALTH_HEALTHY);
+          *cluster.mutable_heartbeat_time() =
+              google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+                  absl::ToUnixMicros(absl::Now() - ago));
+          return storage::postgres::ObjectStore::Mutation{
+              .body = cluster.SerializeAsString()};
+        },
+        nullptr);
+    ASSERT_TRUE(row.ok()) << row.status();
+  };
+  beat(absl::Minutes(3));
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<CycleReport> r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 0);
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Explain(a).reason(), "NO_CAPACITY");
+
+  // The dispatcher is back: the next cycle admits.
+  beat(absl::Seconds(1));
+  r = (*s)->RunCycle();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 1);
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_ADMITTED);
 }
 
 TEST_F(SchedulerTest, DecisionsAreGuardedByTheJobVersion) {
