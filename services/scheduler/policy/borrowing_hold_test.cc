@@ -3,15 +3,13 @@
 // cycle.
 #include <algorithm>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/scheduler/policy/incremental.h"
+#include "services/scheduler/policy/churn_test_util.h"
 #include "services/scheduler/policy/policy.h"
-#include "services/scheduler/policy/synthetic.h"
 #include "services/scheduler/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
@@ -104,47 +102,15 @@ TEST(BorrowingHoldTest, AJobItsOwnBorrowingLimitStopsHoldsNothing) {
 // and without the speed-ups (equivalence classes, placement index), through
 // cycles of churn on a snapshot whose cohorts are busy.
 TEST(BorrowingHoldTest, IncrementalCyclesDecideAsDecideWithTheHoldOn) {
-  const PolicyConfig config{.hold_borrowing_for_priority = true};
-  PolicyConfig plain = config;
-  plain.use_equivalence_classes = false;
-  plain.use_placement_index = false;
-  std::mt19937_64 rng(2611);
   int holds = 0, admitted = 0;
-  for (uint64_t seed = 1; seed <= 4; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    Scheduler scheduler(MakeSyntheticSnapshot({.nodes = 120,
-                                               .nodes_per_rack = 4,
-                                               .racks_per_block = 3,
-                                               .queues = 24,
-                                               .cohorts = 6,
-                                               .pending = 1500,
-                                               .busy_fraction = 0.5,
-                                               .seed = seed}),
-                        config);
-    JobId next = 10'000'000;
-    for (int cycle = 0; cycle < 5; ++cycle) {
-      SCOPED_TRACE("cycle " + std::to_string(cycle));
-      const Decisions got = scheduler.Cycle();
-      ASSERT_EQ(got, Decide(scheduler.snapshot(), config));
-      ASSERT_EQ(got, Decide(scheduler.snapshot(), plain));
-      for (const PendingDecision& p : got.pending)
-        holds +=
-            p.message.str().find("waits for its quota") != std::string::npos;
-      admitted += static_cast<int>(got.admissions.size());
-      for (const Preemption& p : got.preemptions)
-        ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
-      for (const Admission& a : got.admissions)
-        ASSERT_TRUE(scheduler.ApplyAdmission(a));
-      std::vector<JobId> done;
-      for (const RunningAttempt& r : scheduler.snapshot().running)
-        if (rng() % 4 == 0) done.push_back(r.job);
-      for (JobId id : done) ASSERT_TRUE(scheduler.CompleteRunning(id));
-      for (int k = 0; k < 40; ++k)
-        scheduler.AddPending(
-            MakeSyntheticJob(scheduler.snapshot(), next++, rng));
-      scheduler.SetNow(scheduler.snapshot().now + int64_t{60} * 1000 * 1000);
-    }
-  }
+  testing::CheckIncrementalUnderChurn(
+      PolicyConfig{.hold_borrowing_for_priority = true},
+      [&](const Decisions& got, const Snapshot&) {
+        for (const PendingDecision& p : got.pending)
+          holds +=
+              p.message.str().find("waits for its quota") != std::string::npos;
+        admitted += static_cast<int>(got.admissions.size());
+      });
   EXPECT_GT(holds, 0);
   EXPECT_GT(admitted, 100);
   std::printf("hold explanations %d, admitted %d\n", holds, admitted);
