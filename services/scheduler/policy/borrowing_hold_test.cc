@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::SnapshotBuilder;
+using testing::SortedAdmitted;
 
 // Cohort "c" of queues a, b, c with 8 GPUs each on three 8-GPU nodes. a and b
 // use their 8, c uses 4: the cohort has 4 GPUs unused. Pending: a's
@@ -46,13 +47,6 @@ struct Fixture {
   SnapshotBuilder b;
 };
 
-std::vector<JobId> Admitted(const Decisions& d) {
-  std::vector<JobId> ids;
-  for (const Admission& a : d.admissions) ids.push_back(a.job);
-  std::sort(ids.begin(), ids.end());
-  return ids;
-}
-
 const PendingDecision* PendingOf(const Decisions& d, JobId id) {
   for (const PendingDecision& p : d.pending)
     if (p.job == id) return &p;
@@ -62,7 +56,7 @@ const PendingDecision* PendingOf(const Decisions& d, JobId id) {
 TEST(BorrowingHoldTest, OffEverythingThatFitsIsAdmitted) {
   Fixture fx;
   const Decisions d = Decide(fx.b.Build(), PolicyConfig{});
-  EXPECT_THAT(Admitted(d), ::testing::ElementsAre(2, 3));
+  EXPECT_THAT(SortedAdmitted(d), ::testing::ElementsAre(2, 3));
 }
 
 TEST(BorrowingHoldTest,
@@ -76,7 +70,7 @@ TEST(BorrowingHoldTest,
       const Decisions d = Decide(fx.b.Build(), config);
       // c's job uses c's own quota; b's would borrow the 4 GPUs a's job
       // waits for.
-      EXPECT_THAT(Admitted(d), ::testing::ElementsAre(3));
+      EXPECT_THAT(SortedAdmitted(d), ::testing::ElementsAre(3));
       const PendingDecision* held = PendingOf(d, 2);
       ASSERT_NE(held, nullptr);
       EXPECT_EQ(held->reason, PendingReason::kQuotaExhausted);
@@ -95,7 +89,7 @@ TEST(BorrowingHoldTest, AJobItsOwnBorrowingLimitStopsHoldsNothing) {
   Fixture fx(/*a_borrowing_limit=*/0);
   const Decisions d =
       Decide(fx.b.Build(), PolicyConfig{.hold_borrowing_for_priority = true});
-  EXPECT_THAT(Admitted(d), ::testing::ElementsAre(2, 3));
+  EXPECT_THAT(SortedAdmitted(d), ::testing::ElementsAre(2, 3));
 }
 
 // The incremental Scheduler with the hold on decides as Decide() does, with

@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using testing::SnapshotBuilder;
+using testing::SortedAdmitted;
 
 // Cohort of queues a, b and c, 8 GPUs of nominal quota each (c is idle and
 // lends its 8). a uses its 8 on n0, b uses `b_running` of n1, and
@@ -48,13 +49,6 @@ struct Fixture {
   SnapshotBuilder b;
 };
 
-std::vector<JobId> Admitted(const Decisions& d) {
-  std::vector<JobId> ids;
-  for (const Admission& a : d.admissions) ids.push_back(a.job);
-  std::sort(ids.begin(), ids.end());
-  return ids;
-}
-
 std::vector<PolicyConfig> Configs(bool nominal_first) {
   std::vector<PolicyConfig> configs;
   for (bool classes : {true, false}) {
@@ -72,13 +66,13 @@ TEST(NominalFirstTest, OffHigherPriorityGoesFirst) {
   // Room for one job: the high-priority borrower takes it.
   Fixture fx(/*extra_gpus=*/0);
   for (const PolicyConfig& config : Configs(false))
-    EXPECT_THAT(Admitted(Decide(fx.b.Build(), config)), ElementsAre(1));
+    EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)), ElementsAre(1));
 }
 
 TEST(NominalFirstTest, AJobWithinNominalQuotaGoesBeforeABorrower) {
   Fixture fx(/*extra_gpus=*/0);
   for (const PolicyConfig& config : Configs(true))
-    EXPECT_THAT(Admitted(Decide(fx.b.Build(), config)), ElementsAre(2));
+    EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)), ElementsAre(2));
 }
 
 TEST(NominalFirstTest, AQueuesNextJobBorrowsOnceItsFirstIsAdmitted) {
@@ -88,9 +82,11 @@ TEST(NominalFirstTest, AQueuesNextJobBorrowsOnceItsFirstIsAdmitted) {
   // both go before 1.
   Fixture fx(/*extra_gpus=*/4);
   for (const PolicyConfig& config : Configs(true))
-    EXPECT_THAT(Admitted(Decide(fx.b.Build(), config)), ElementsAre(1, 2));
+    EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)),
+                ElementsAre(1, 2));
   for (const PolicyConfig& config : Configs(false))
-    EXPECT_THAT(Admitted(Decide(fx.b.Build(), config)), ElementsAre(1, 2));
+    EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)),
+                ElementsAre(1, 2));
 }
 
 TEST(NominalFirstTest, PriorityOrdersJobsThatBorrow) {
@@ -98,7 +94,7 @@ TEST(NominalFirstTest, PriorityOrdersJobsThatBorrow) {
   // high-priority one goes first although it was submitted last.
   Fixture fx(/*extra_gpus=*/0, /*b_running=*/8, /*free_gpus_in_n2=*/4);
   for (const PolicyConfig& config : Configs(true))
-    EXPECT_THAT(Admitted(Decide(fx.b.Build(), config)), ElementsAre(1));
+    EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)), ElementsAre(1));
 }
 
 // The incremental Scheduler with the option on decides as Decide() does,
@@ -109,7 +105,7 @@ TEST(NominalFirstTest, IncrementalCyclesDecideAsDecideWithTheOptionOn) {
   testing::CheckIncrementalUnderChurn(
       PolicyConfig{.nominal_before_borrowing = true},
       [&](const Decisions& got, const Snapshot& snapshot) {
-        differs += Admitted(got) != Admitted(Decide(snapshot, {}));
+        differs += SortedAdmitted(got) != SortedAdmitted(Decide(snapshot, {}));
         admitted += static_cast<int>(got.admissions.size());
       });
   EXPECT_GT(differs, 0);

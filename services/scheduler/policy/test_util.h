@@ -2,12 +2,14 @@
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy::testing {
@@ -111,6 +113,15 @@ class SnapshotBuilder {
  private:
   Snapshot s_;
 };
+
+// The ids of the admitted jobs, sorted (for tests where the order of the
+// admissions does not matter).
+inline std::vector<JobId> SortedAdmitted(const Decisions& d) {
+  std::vector<JobId> ids;
+  for (const Admission& a : d.admissions) ids.push_back(a.job);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
 
 }  // namespace trainyard::scheduler::policy::testing
 
