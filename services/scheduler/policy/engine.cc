@@ -480,7 +480,11 @@ class Engine final : public CycleRunner {
       if (!(*jobs_of_queue_)[q].empty())
         heads.push_back(Key((*jobs_of_queue_)[q][0], static_cast<QueueId>(q)));
     }
-    for (size_t i = heads.size() / kHeapArity + 1; i-- > 0;) SiftDown(heads, i);
+    // Every node with a child, deepest first (none in a heap of 0 or 1).
+    for (size_t i = heads.size() < 2 ? 0 : (heads.size() - 2) / kHeapArity + 1;
+         i-- > 0;) {
+      SiftDown(heads, i);
+    }
     while (!heads.empty()) {
       const QueueId q = heads.front().queue;
       const QueueEntry& entry = (*jobs_of_queue_)[q][cursor[q]];

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/scheduler/policy/incremental.h"
 #include "services/scheduler/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
@@ -465,6 +466,29 @@ TEST(DecideTest, InputOrderOfPendingJobsDoesNotMatter) {
   std::reverse(b.snapshot().pending.begin(), b.snapshot().pending.end());
   EXPECT_EQ(Decide(b.Build()), first);
   EXPECT_EQ(Decide(b.Build()), Decide(b.Build()));
+}
+
+// No queue at all (an empty heap of queue heads, with no room reserved for
+// one), a queue with no pending job, and one pending job: in Decide() and in
+// the incremental Scheduler.
+TEST(DecideTest, NoQueueNoPendingJobAndOnePendingJob) {
+  SnapshotBuilder b;
+  const FlavorId f = b.AddFlavor("gpu");
+  b.AddNode(f, 8);
+  const Decisions none = Decide(b.Build());
+  EXPECT_TRUE(none.admissions.empty());
+  EXPECT_TRUE(none.pending.empty());
+  Scheduler no_queue(b.Build());
+  EXPECT_EQ(no_queue.Cycle(), none);
+  const QueueId q = b.AddQueue("q");
+  b.AddGpuQuota(q, f, 8);
+  EXPECT_EQ(Decide(b.Build()), none);
+  Scheduler empty(b.Build());
+  EXPECT_EQ(empty.Cycle(), none);
+  b.AddJob(1, q, 1, 8);
+  EXPECT_EQ(Admitted(Decide(b.Build())), std::vector<JobId>{1});
+  Scheduler one(b.Build());
+  EXPECT_EQ(Admitted(one.Cycle()), std::vector<JobId>{1});
 }
 
 }  // namespace
