@@ -361,9 +361,16 @@ struct alignas(64) ClassFailure {
   bool text_valid = false;
   uint8_t num_details = 0;
   PendingReason reason = PendingReason::kNoCapacity;
-  // Quota epoch + capacity epochs of the candidate flavors when it failed.
+  // The state it depended on when it failed (Engine::Stamp): the quota
+  // epoch of its cohort tree, its budget's epoch, and the capacity epochs of
+  // its candidate flavors, less those at positions in `skip` (where it
+  // failed before placement: on budget or quota).
   uint64_t stamp = 0;
   const std::vector<FlavorId>* flavors = nullptr;
+  uint64_t skip = 0;
+  // The flavors whose capacity it depended on, as bits by flavor id (ids
+  // below 64; speculative runs need no more).
+  uint64_t flavor_mask = 0;
   Message message;
   Detail details[kKeptDetails];
 };
@@ -485,11 +492,23 @@ class Engine final : public CycleRunner {
          i-- > 0;) {
       SiftDown(heads, i);
     }
+    BeginRuns();
     while (!heads.empty()) {
-      const QueueId q = heads.front().queue;
+      const HeadKey head = heads.front();
+      const QueueId q = head.queue;
       const QueueEntry& entry = (*jobs_of_queue_)[q][cursor[q]];
       const size_t j = offset_[q] + cursor[q]++;
-      if (TryAdmit(entry, heads.front().job_class, q, j, out)) {
+      // Whatever its run holds comes before this job: confirmed.
+      run_begin_[q] = cursor[q];
+      const uint64_t events_before = events_;
+      const Outcome outcome = TryAdmit(entry, head.job_class, q, j, out);
+      if (events_ != events_before) {
+        pops_since_event_ = 0;
+        RewindRuns(head);
+      } else {
+        ++pops_since_event_;
+      }
+      if (outcome == Outcome::kAdmitted) {
         admitted_[j] = 1;
       } else if (s_->queues[q].strategy == QueueingStrategy::kStrictFifo) {
         const Message message = NewMessage(absl::StrCat(
@@ -501,6 +520,8 @@ class Engine final : public CycleRunner {
           reason_[k] = PendingReason::kBlockedByStrictFifo;
           message_[k] = message;
         }
+      } else if (speculate_ && pops_since_event_ >= quiet_pops_) {
+        ScanRun(q, out);
       }
       if (cursor[q] < (*jobs_of_queue_)[q].size()) {
         const QueueEntry& next = (*jobs_of_queue_)[q][cursor[q]];
@@ -551,6 +572,132 @@ class Engine final : public CycleRunner {
   }
 
  private:
+  // --- Speculative runs ---
+  //
+  // Most of a cycle's attempts fail, and once admissions stop (in the
+  // steady state, after the first fifth of the attempts) every failure
+  // leaves the state as it was. A queue's next jobs would then fail exactly
+  // as they do now, whenever their turn comes, as long as the state does not
+  // change before it: ScanRun() takes them at once, from the queue's own
+  // (contiguous) order, without a round through the heap of heads each, and
+  // stops at the first one whose attempt would change the state (it is made
+  // in order). The jobs taken form the queue's run. Keys grow along a
+  // queue's order (HeadKey; not with nominal_before_borrowing, where the
+  // borrowing flag depends on the class), so the heap pops jobs in
+  // ascending key order: when an attempt changes the state, a run's jobs
+  // with keys below that attempt's key came before it, and the others are
+  // taken back (RewindRuns) and attempted again in order, in the new state.
+  // A run is confirmed when its queue's next head is popped.
+  // So every job gets the decision and explanation it gets without runs;
+  // PolicyConfig::use_equivalence_classes = false turns runs off too, which
+  // the property tests compare against.
+
+  struct SpecRun {
+    QueueId queue;
+    // The state its jobs saw (RunStamp) and the share its keys had.
+    uint64_t stamp;
+    uint64_t flavor_mask;
+    double share;
+  };
+
+  void BeginRuns() {
+    speculate_ = config_->use_equivalence_classes &&
+                 !config_->nominal_before_borrowing && s_->flavors.size() <= 64;
+    run_begin_.assign(s_->queues.size(), 0);
+    run_of_queue_.assign(s_->queues.size(), -1);
+    runs_.clear();
+    pops_since_event_ = 0;
+    quiet_pops_ = std::max<size_t>(heads_.size(), 16);
+  }
+
+  // The state the jobs of a run of q depend on, `mask` the flavors whose
+  // capacity one of them depends on (ClassFailure::flavor_mask): as
+  // Stamp(), over all of them.
+  uint64_t RunStamp(QueueId q, uint64_t mask) const {
+    uint64_t stamp = quota_epoch_[root_of_queue_[q]];
+    for (; mask != 0; mask &= mask - 1)
+      stamp += flavor_epoch_[__builtin_ctzll(mask)];
+    if (const std::optional<BudgetId>& b = s_->queues[q].budget; b.has_value())
+      stamp += budget_epoch_[*b];
+    return stamp;
+  }
+
+  // Takes q's next jobs (after the one just attempted in order) while each
+  // fails without changing the state.
+  void ScanRun(QueueId q, Decisions& out) {
+    const std::vector<QueueEntry>& jobs = (*jobs_of_queue_)[q];
+    size_t c = cursor_[q];
+    uint64_t mask = 0;
+    while (c < jobs.size()) {
+      const QueueEntry& e = jobs[c];
+      if (TryAdmit(e, e.job_class, q, offset_[q] + c, out,
+                   /*speculative=*/true) != Outcome::kFailed) {
+        break;
+      }
+      mask |= failures_[e.job_class].flavor_mask;
+      ++c;
+    }
+    if (c == cursor_[q]) return;
+    run_begin_[q] = cursor_[q];
+    cursor_[q] = c;
+    if (run_of_queue_[q] < 0) {
+      run_of_queue_[q] = static_cast<int32_t>(runs_.size());
+      runs_.push_back({.queue = q});
+    }
+    SpecRun& run = runs_[run_of_queue_[q]];
+    run.flavor_mask = mask;
+    run.stamp = RunStamp(q, mask);
+    run.share = CachedShare(q);
+  }
+
+  // The attempt of `head` changed the state: every run whose jobs depend on
+  // what changed gives back its jobs that come after `head`.
+  void RewindRuns(const HeadKey& head) {
+    size_t kept = 0;
+    bool rewound = false;
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      const SpecRun run = runs_[i];
+      const QueueId q = run.queue;
+      if (run_begin_[q] == cursor_[q]) {  // confirmed
+        run_of_queue_[q] = -1;
+        continue;
+      }
+      if (RunStamp(q, run.flavor_mask) == run.stamp) {
+        run_of_queue_[q] = static_cast<int32_t>(kept);
+        runs_[kept++] = run;
+        continue;
+      }
+      run_of_queue_[q] = -1;
+      const std::vector<QueueEntry>& jobs = (*jobs_of_queue_)[q];
+      // The run's first job whose key (as it was) exceeds the head's.
+      const auto first_after = std::partition_point(
+          jobs.begin() + static_cast<std::ptrdiff_t>(run_begin_[q]),
+          jobs.begin() + static_cast<std::ptrdiff_t>(cursor_[q]),
+          [&](const QueueEntry& e) {
+            return KeyWithShare(e, q, run.share) < head;
+          });
+      const size_t back = static_cast<size_t>(first_after - jobs.begin());
+      rewound = rewound || back < cursor_[q];
+      const bool in_heap = cursor_[q] < jobs.size();
+      cursor_[q] = back;
+      run_begin_[q] = back;
+      if (back == jobs.size()) continue;  // all of it came before
+      const HeadKey key = Key(jobs[back], q);
+      size_t h = heads_.size();
+      if (in_heap) {
+        for (h = 1; h < heads_.size() && heads_[h].queue != q; ++h) {
+        }
+      }
+      if (h == heads_.size()) heads_.push_back(key);
+      heads_[h] = key;
+      SiftUpBelowRoot(heads_, h);
+    }
+    runs_.resize(kept);
+    // Runs taken back cost their scan: speculate again only after a longer
+    // quiet stretch.
+    if (rewound) quiet_pops_ *= 2;
+  }
+
   // Moves heap[i] (i > 0, whose key just decreased) up, but never into the
   // root: the root is the head being processed, which Run() replaces and
   // sifts down next, and that restores the heap (its subtrees stay heaps).
@@ -622,12 +769,17 @@ class Engine final : public CycleRunner {
   }
 
   HeadKey Key(const QueueEntry& e, QueueId q) {
+    return KeyWithShare(e, q, CachedShare(q));
+  }
+
+  // Key() when q's share is `share`.
+  HeadKey KeyWithShare(const QueueEntry& e, QueueId q, double share) const {
     const bool aged = config_->aging_threshold > 0 &&
                       s_->now - e.submit_time >= config_->aging_threshold;
     return {.major = HeadKey::Major(
                 config_->nominal_before_borrowing && Borrows(e.job_class, q),
                 e.neg_priority, !aged),
-            .share = aged ? 0.0 : CachedShare(q),
+            .share = aged ? 0.0 : share,
             .submit_time = e.submit_time,
             .job = e.id,
             .queue = q,
@@ -661,19 +813,37 @@ class Engine final : public CycleRunner {
     return PlaceGang(*s_, free_, nodes_of_flavor_, f, job);
   }
 
+  enum class Outcome : uint8_t {
+    kAdmitted,
+    kFailed,
+    // Speculative only: the attempt would change the state (admit, preempt,
+    // reserve, hold quota) or count a reservation search; it must be made in
+    // order.
+    kDeferred,
+  };
+
   // Admits the job of `entry` (of class `job_class`) or explains why not.
-  bool TryAdmit(const QueueEntry& entry, int32_t job_class, QueueId q, size_t j,
-                Decisions& out) {
+  // A speculative attempt (see ScanRun) changes no cycle state: it either
+  // fails exactly as an attempt in order would in the same state, or is
+  // deferred before it changes anything.
+  Outcome TryAdmit(const QueueEntry& entry, int32_t job_class, QueueId q,
+                   size_t j, Decisions& out, bool speculative = false) {
     // A class that failed in the same state fails again the same way; this
     // check does not touch the (cold) PendingJob.
     ClassFailure& failure = failures_[job_class];
     if (failure.valid && config_->use_equivalence_classes &&
-        failure.stamp == Stamp(*failure.flavors, q)) {
-      if (failure.searched) StartSearch();
+        failure.stamp == Stamp(*failure.flavors, failure.skip, q)) {
+      if (failure.searched) {
+        // The search count must grow in order (CanSearch()).
+        if (speculative) return Outcome::kDeferred;
+        StartSearch();
+      }
       reason_[j] = failure.reason;
       message_[j] = failure.message;
-      return false;
+      return Outcome::kFailed;
     }
+    if (speculative && config_->hold_borrowing_for_priority)
+      return Outcome::kDeferred;
     // Its kept details are compared at the end (TextOf).
     __builtin_prefetch(&failure.details[0]);
     __builtin_prefetch(&failure.details[2]);
@@ -689,7 +859,11 @@ class Engine final : public CycleRunner {
                                 : classes_->RepresentativeOf(job_class);
     const Queue& queue = s_->queues[job.queue];
     const std::vector<FlavorId>& flavors = classes_->FlavorsOf(job_class);
-    const uint64_t stamp = Stamp(flavors, job.queue);
+    // The epochs before the attempt (HoldBorrowingFor may bump the quota
+    // epoch during it).
+    const uint64_t root_epoch = quota_epoch_[root_of_queue_[job.queue]];
+    // Positions in `flavors` where it got to placement.
+    uint64_t placed = 0;
     // Why each flavor failed, as a compact record; the text is formatted
     // from it only when the class's last record differs (TextOf).
     std::vector<Detail>& details = details_;
@@ -698,8 +872,8 @@ class Engine final : public CycleRunner {
       reason_[j] = PendingReason::kNoEligibleFlavor;
       details.push_back({.kind = Detail::kNoEligibleFlavor});
       message_[j] = TextOf(failure, job, reason_[j], details);
-      Remember(failure, flavors, stamp);
-      return false;
+      Remember(failure, flavors, placed, job.queue, root_epoch);
+      return Outcome::kFailed;
     }
     const Resources need = job.worker.AsResources() * job.workers;
     auto add_detail = [&](Detail detail) {
@@ -713,7 +887,8 @@ class Engine final : public CycleRunner {
     std::vector<FlavorId>& reservable = reservable_;
     affordable.clear();
     reservable.clear();
-    for (FlavorId f : flavors) {
+    for (size_t i = 0; i < flavors.size(); ++i) {
+      const FlavorId f = flavors[i];
       Resource failed = Resource::kGpu;
       int64_t cost = 0;
       if (!Affordable(job, f, &cost)) {
@@ -737,13 +912,17 @@ class Engine final : public CycleRunner {
       } else if (const int32_t* held = BorrowsWhileHeld(job, f, need)) {
         add_detail(OverNominalDetail(Detail::kHeld, job, f, need, *held));
       } else {
+        placed |= i < 64 ? uint64_t{1} << i : 0;
         PlacementResult placement = Place(f, job, classes_->ShapeOf(job_class));
         if (placement.failure == PlacementFailure::kNone) {
+          if (speculative) return Outcome::kDeferred;
           Admit(actual(), f, std::move(placement.worker_nodes), out);
-          return true;
+          return Outcome::kAdmitted;
         }
-        if (!reservations_.empty() && TryBackfill(actual(), f, out))
-          return true;
+        if (!reservations_.empty()) {
+          if (speculative) return Outcome::kDeferred;
+          if (TryBackfill(actual(), f, out)) return Outcome::kAdmitted;
+        }
         reservable.push_back(f);
         if (placement.failure == PlacementFailure::kNoFitCluster) {
           add_detail({.kind = Detail::kNoFitCluster,
@@ -760,10 +939,15 @@ class Engine final : public CycleRunner {
         }
       }
     }
-    if (PreemptionEnabled(queue) && TryPreempt(actual(), affordable, out))
-      return true;
+    if (PreemptionEnabled(queue)) {
+      if (speculative) return Outcome::kDeferred;
+      if (TryPreempt(actual(), affordable, out)) return Outcome::kAdmitted;
+      // A preemption plan reads the capacity of every flavor.
+      placed = ~uint64_t{0};
+    }
     bool searched = false;
     if (!reservable.empty() && CanSearch()) {
+      if (speculative) return Outcome::kDeferred;
       std::string& message = scratch_;
       message.clear();
       AppendDetails(job, details, message);
@@ -772,13 +956,13 @@ class Engine final : public CycleRunner {
         // job of the class may get one of its own.
         reason_[j] = PendingReason::kWaitingForReservation;
         message_[j] = NewMessage(message);
-        return false;
+        return Outcome::kFailed;
       }
     }
     message_[j] = TextOf(failure, job, reason_[j], details);
-    Remember(failure, flavors, stamp);
+    Remember(failure, flavors, placed, job.queue, root_epoch);
     failure.searched = searched;
-    return false;
+    return Outcome::kFailed;
   }
 
   static PendingReason ReasonOf(Detail::Kind kind) {
@@ -946,6 +1130,7 @@ class Engine final : public CycleRunner {
     budget_remaining_[*budget] -=
         ExpectedCostMicros(job, s_->flavors[f], *config_);
     ++budget_epoch_[*budget];
+    ++events_;
   }
 
   // --- Backfill and reservations (docs/scheduling.md) ---
@@ -1152,6 +1337,7 @@ class Engine final : public CycleRunner {
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
     ++quota_epoch_[root_of_queue_[job.queue]];
+    ++events_;
     const std::string previous = message;
     message = absl::StrCat(
         "WAITING_FOR_RESERVATION: ", job.workers,
@@ -1217,6 +1403,7 @@ class Engine final : public CycleRunner {
     // Jobs of the tree may now fail where they fitted: no earlier failure of
     // a class there is reused.
     ++quota_epoch_[root];
+    ++events_;
   }
 
   // The priority that holds the quota `job` would borrow on f, or nullptr.
@@ -1281,6 +1468,7 @@ class Engine final : public CycleRunner {
         share_valid_[r.queue] = false;
         ++quota_epoch_[root_of_queue_[r.queue]];
         ++flavor_epoch_[r.flavor];
+        ++events_;
         const PreemptionReason reason = plan->reasons[k];
         out.preemptions.push_back(
             {.victim = r.job,
@@ -1332,21 +1520,38 @@ class Engine final : public CycleRunner {
   // The state a job of queue q with these candidate flavors depends on:
   // the quota epoch of q's cohort tree, the capacity epochs of the flavors
   // and the epoch of q's budget.
-  uint64_t Stamp(const std::vector<FlavorId>& flavors, QueueId q) const {
-    uint64_t stamp = quota_epoch_[root_of_queue_[q]];
-    for (FlavorId f : flavors) stamp += flavor_epoch_[f];
+  // (Flavors at positions in `skip` (below 64) left out.)
+  uint64_t Stamp(const std::vector<FlavorId>& flavors, uint64_t skip,
+                 QueueId q) const {
+    return StampWith(flavors, skip, q, quota_epoch_[root_of_queue_[q]]);
+  }
+  // Stamp() with `root_epoch` as the quota epoch of q's cohort tree.
+  uint64_t StampWith(const std::vector<FlavorId>& flavors, uint64_t skip,
+                     QueueId q, uint64_t root_epoch) const {
+    uint64_t stamp = root_epoch;
+    for (size_t i = 0; i < flavors.size(); ++i) {
+      if (i < 64 && (skip >> i & 1) != 0) continue;
+      stamp += flavor_epoch_[flavors[i]];
+    }
     if (const std::optional<BudgetId>& b = s_->queues[q].budget; b.has_value())
       stamp += budget_epoch_[*b];
     return stamp;
   }
 
-  // Remembers slot j's reason and message (already set) for its class.
-  // Remembers a failure whose reason and message TextOf() just set.
+  // Remembers a failure whose reason and message TextOf() just set: it
+  // depends on the capacity of the flavors at positions in `placed`, and
+  // `root_epoch` was the quota epoch of q's tree when it was attempted.
   void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
-                uint64_t stamp) {
+                uint64_t placed, QueueId q, uint64_t root_epoch) {
     failure.valid = true;
     failure.flavors = &flavors;
-    failure.stamp = stamp;
+    failure.skip = ~placed;
+    failure.stamp = StampWith(flavors, failure.skip, q, root_epoch);
+    failure.flavor_mask = 0;
+    for (size_t i = 0; i < flavors.size() && i < 64; ++i) {
+      if ((placed >> i & 1) != 0 && flavors[i] < 64)
+        failure.flavor_mask |= uint64_t{1} << flavors[i];
+    }
     failure.searched = false;
   }
 
@@ -1365,6 +1570,7 @@ class Engine final : public CycleRunner {
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
     ++quota_epoch_[root_of_queue_[job.queue]];
+    ++events_;
   }
 
   const Snapshot* s_ = nullptr;
@@ -1438,6 +1644,18 @@ class Engine final : public CycleRunner {
   // (root of the cohort tree, flavor) -> the highest priority of a job that
   // found no room for it in the tree (HoldBorrowingFor).
   absl::flat_hash_map<std::pair<int, FlavorId>, int32_t> held_for_priority_;
+  // Speculative runs (ScanRun).
+  bool speculate_ = false;
+  // Epoch increments so far (any change of the state a failure depends on).
+  uint64_t events_ = 0;
+  size_t pops_since_event_ = 0;
+  // Pops without a change of the state before runs are scanned.
+  size_t quiet_pops_ = 0;
+  // Per queue: where its run begins (== its cursor without one), and its
+  // index in runs_ (-1 without one).
+  std::vector<size_t> run_begin_;
+  std::vector<int32_t> run_of_queue_;
+  std::vector<SpecRun> runs_;
 };
 
 }  // namespace
