@@ -165,7 +165,33 @@ class ShapeIndex {
   void Update(NodeId id, const Resources& free) {
     const int r = rack_of_node_[id];
     if (r < 0) return;
-    const int64_t k = WorkersThatFit(free, shape_, max_k_);
+    Move(id, r, WorkersThatFit(free, shape_, max_k_));
+  }
+
+  // Node `id`'s free resources are now `free`, more or less than before
+  // (between cycles). Returns false if the index is no longer usable (the
+  // node holds more than kMaxIndexedWorkers workers).
+  bool Set(NodeId id, const Resources& free) {
+    const int r = rack_of_node_[id];
+    if (r < 0) return true;
+    const int64_t k = WorkersThatFit(free, shape_, kMaxIndexedWorkers + 1);
+    if (k > kMaxIndexedWorkers) {
+      usable_ = false;
+      return false;
+    }
+    if (k > max_k_) {
+      max_k_ = k;
+      total_hist_.resize(max_k_ + 1, 0);
+      for (Rack& rack : racks_) rack.hist.resize(max_k_ + 1, 0);
+      for (Block& block : blocks_) block.hist.resize(max_k_ + 1, 0);
+    }
+    Move(id, r, k);
+    return true;
+  }
+
+ private:
+  // Moves node `id` (of rack r) to the histograms' bucket k.
+  void Move(NodeId id, int r, int64_t k) {
     const int64_t old = k_of_node_[id];
     if (k == old) return;
     const int b = racks_[r].block;
@@ -178,6 +204,7 @@ class ShapeIndex {
     k_of_node_[id] = k;
   }
 
+ public:
   // Same result as PlaceGang(snapshot, free, ..., job) for a job of this
   // index's flavor and shape.
   PlacementResult Place(const std::vector<Resources>& free,
@@ -404,16 +431,43 @@ class Engine final : public CycleRunner {
       quota_.emplace(running_quota);
     }
     const size_t num_flavors = s.flavors.size();
-    nodes_of_flavor_.resize(num_flavors);
-    for (std::vector<NodeId>& nodes : nodes_of_flavor_) nodes.clear();
+    // The placement indexes of the last cycle describe its free_ at its
+    // end: kept, and brought up to date node by node, while the nodes are
+    // the same but for their use.
+    const bool keep_indexes = SameNodes(s);
+    if (!keep_indexes) {
+      indexes_.clear();
+      indexes_of_flavor_.assign(num_flavors, {});
+      nodes_of_flavor_.assign(num_flavors, {});
+      for (size_t n = 0; n < s.nodes.size(); ++n)
+        nodes_of_flavor_[s.nodes[n].flavor].push_back(static_cast<NodeId>(n));
+    }
     free_.resize(s.nodes.size());
     total_ = Resources{};
     for (size_t n = 0; n < s.nodes.size(); ++n) {
       const Node& node = s.nodes[n];
-      free_[n] = node.capacity;
-      free_[n] -= node.used;
-      nodes_of_flavor_[node.flavor].push_back(static_cast<NodeId>(n));
+      Resources free = node.capacity;
+      free -= node.used;
       if (node.schedulable) total_ += node.capacity;
+      if (keep_indexes && !(free == free_[n])) {
+        for (ShapeIndex* index : indexes_of_flavor_[node.flavor]) {
+          if (!index->Set(static_cast<NodeId>(n), free)) unusable_ = true;
+        }
+      }
+      free_[n] = free;
+    }
+    if (unusable_) {
+      // Dropped: built again (usable or not) when next asked for.
+      unusable_ = false;
+      absl::erase_if(indexes_,
+                     [](const auto& entry) { return !entry.second->usable(); });
+      for (auto& indexes : indexes_of_flavor_) {
+        indexes.erase(std::remove_if(indexes.begin(), indexes.end(),
+                                     [](const ShapeIndex* index) {
+                                       return !index->usable();
+                                     }),
+                      indexes.end());
+      }
     }
     // Quota epochs are per root of the cohort tree.
     root_of_queue_.resize(s.queues.size());
@@ -443,11 +497,8 @@ class Engine final : public CycleRunner {
     }
     for (ClassFailure& failure : failures_) failure.valid = false;
     failures_.resize(classes.size());
-    indexes_.clear();
     index_of_shape_.assign(classes.num_shapes() * num_flavors, nullptr);
     index_looked_up_.assign(classes.num_shapes() * num_flavors, 0);
-    indexes_of_flavor_.resize(num_flavors);
-    for (auto& indexes : indexes_of_flavor_) indexes.clear();
     share_.assign(s.queues.size(), 0.0);
     share_valid_.assign(s.queues.size(), false);
     budget_remaining_.clear();
@@ -784,6 +835,29 @@ class Engine final : public CycleRunner {
             .job = e.id,
             .queue = q,
             .job_class = e.job_class};
+  }
+
+  // Whether s's nodes are those of the last Reset() but for their use
+  // (Node::used); remembers them.
+  bool SameNodes(const Snapshot& s) {
+    bool same = s.nodes.size() == nodes_.size() &&
+                s.flavors.size() == indexes_of_flavor_.size();
+    if (nodes_.size() != s.nodes.size()) nodes_.resize(s.nodes.size());
+    for (size_t n = 0; n < s.nodes.size(); ++n) {
+      const Node& node = s.nodes[n];
+      const NodeStatic now{.cluster = node.cluster,
+                           .flavor = node.flavor,
+                           .gpu_model = node.gpu_model,
+                           .schedulable = node.schedulable,
+                           .capacity = node.capacity,
+                           .block = node.block,
+                           .rack = node.rack};
+      if (!(now == nodes_[n])) {
+        same = false;
+        nodes_[n] = now;
+      }
+    }
+    return same;
   }
 
   ShapeIndex* IndexFor(FlavorId f, const WorkerShape& shape) {
@@ -1587,6 +1661,20 @@ class Engine final : public CycleRunner {
   std::vector<Message> message_;
   absl::flat_hash_map<ShapeKey, std::unique_ptr<ShapeIndex>> indexes_;
   std::vector<std::vector<ShapeIndex*>> indexes_of_flavor_;
+  // What placement indexes read of each node, but its use (SameNodes()).
+  struct NodeStatic {
+    int32_t cluster = 0;
+    FlavorId flavor = -1;
+    GpuModelId gpu_model = kAnyGpuModel;
+    bool schedulable = false;
+    Resources capacity;
+    TopologyLabel block = kNoLabel;
+    TopologyLabel rack = kNoLabel;
+    bool operator==(const NodeStatic&) const = default;
+  };
+  std::vector<NodeStatic> nodes_;
+  // Set by Reset() when an index it updated is no longer usable.
+  bool unusable_ = false;
   // Per (ClassTable shape, flavor): IndexFor() once looked up.
   std::vector<ShapeIndex*> index_of_shape_;
   std::vector<uint8_t> index_looked_up_;
