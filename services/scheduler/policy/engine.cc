@@ -591,19 +591,10 @@ class Engine final : public CycleRunner {
       // One of the root's children is usually the head after next.
       if (heads.size() > kHeapArity) {
         for (size_t h = 1; h <= kHeapArity; ++h) {
-          __builtin_prefetch(&failures_[heads[h].job_class]);
+          Prefetch(heads[h].job_class);
           // Its queue's next entry, which becomes the queue's head then.
           const QueueId hq = heads[h].queue;
           __builtin_prefetch(&(*jobs_of_queue_)[hq].data()[cursor[hq] + 1]);
-          // What an evaluation of it reads first (queue, gang, shape).
-          __builtin_prefetch(
-              reinterpret_cast<const char*>(
-                  &classes_->RepresentativeOf(heads[h].job_class)) +
-              offsetof(PendingJob, queue));
-          __builtin_prefetch(
-              reinterpret_cast<const char*>(
-                  &classes_->RepresentativeOf(heads[h].job_class)) +
-              offsetof(PendingJob, required_topology));
         }
       }
     }
@@ -623,6 +614,16 @@ class Engine final : public CycleRunner {
   }
 
  private:
+  // Fetches what an attempt for a job of the class reads first: its
+  // failure record and its representative (queue, gang, shape).
+  void Prefetch(int32_t job_class) const {
+    __builtin_prefetch(&failures_[job_class]);
+    const char* job =
+        reinterpret_cast<const char*>(&classes_->RepresentativeOf(job_class));
+    __builtin_prefetch(job + offsetof(PendingJob, queue));
+    __builtin_prefetch(job + offsetof(PendingJob, required_topology));
+  }
+
   // --- Speculative runs ---
   //
   // Most of a cycle's attempts fail, and once admissions stop (in the
@@ -681,6 +682,7 @@ class Engine final : public CycleRunner {
     uint64_t mask = 0;
     while (c < jobs.size()) {
       const QueueEntry& e = jobs[c];
+      if (c + 1 < jobs.size()) Prefetch(jobs[c + 1].job_class);
       if (TryAdmit(e, e.job_class, q, offset_[q] + c, out,
                    /*speculative=*/true) != Outcome::kFailed) {
         break;
