@@ -157,6 +157,14 @@ class ShapeIndex {
 
   bool usable() const { return usable_; }
 
+  // Grows whenever a node's count of workers changes (and on Touch()): a
+  // failed placement (its kind, capacity_workers, best_group_workers)
+  // depends on the counts alone.
+  uint64_t epoch() const { return epoch_; }
+  void Touch() { ++epoch_; }
+  // Dense among the engine's usable indexes (Engine::index_by_id_).
+  int32_t id = -1;
+
   // Sum over the eligible nodes of the workers each holds, at most `cap` per
   // node (PlaceGang's capacity check).
   int64_t Workers(int64_t cap) const { return Capped(total_hist_, cap); }
@@ -202,6 +210,7 @@ class ShapeIndex {
     ++blocks_[b].hist[k];
     ++total_hist_[k];
     k_of_node_[id] = k;
+    ++epoch_;
   }
 
  public:
@@ -342,6 +351,7 @@ class ShapeIndex {
   std::vector<int32_t> total_hist_;
   // The most workers any eligible node held when the index was built.
   int64_t max_k_ = 0;
+  uint64_t epoch_ = 0;
 };
 
 // Why one candidate flavor failed, compactly: an explanation's text is a
@@ -395,9 +405,13 @@ struct alignas(64) ClassFailure {
   uint64_t stamp = 0;
   const std::vector<FlavorId>* flavors = nullptr;
   uint64_t skip = 0;
-  // The flavors whose capacity it depended on, as bits by flavor id (ids
-  // below 64; speculative runs need no more).
+  // For speculative runs, what its placements depended on: the flavors
+  // whose capacity (as bits by flavor id, below 64), and the placement
+  // indexes (by id, below 128) whose counts.
   uint64_t flavor_mask = 0;
+  uint64_t index_mask[2] = {0, 0};
+  // Its candidate flavors (ids below 64): whose quota state it read.
+  uint64_t quota_mask = 0;
   Message message;
   Detail details[kKeptDetails];
 };
@@ -437,6 +451,7 @@ class Engine final : public CycleRunner {
     const bool keep_indexes = SameNodes(s);
     if (!keep_indexes) {
       indexes_.clear();
+      index_by_id_.clear();
       indexes_of_flavor_.assign(num_flavors, {});
       nodes_of_flavor_.assign(num_flavors, {});
       for (size_t n = 0; n < s.nodes.size(); ++n)
@@ -459,15 +474,20 @@ class Engine final : public CycleRunner {
     if (unusable_) {
       // Dropped: built again (usable or not) when next asked for.
       unusable_ = false;
-      absl::erase_if(indexes_,
-                     [](const auto& entry) { return !entry.second->usable(); });
+      index_by_id_.clear();
       for (auto& indexes : indexes_of_flavor_) {
         indexes.erase(std::remove_if(indexes.begin(), indexes.end(),
                                      [](const ShapeIndex* index) {
                                        return !index->usable();
                                      }),
                       indexes.end());
+        for (ShapeIndex* index : indexes) {
+          index->id = static_cast<int32_t>(index_by_id_.size());
+          index_by_id_.push_back(index);
+        }
       }
+      absl::erase_if(indexes_,
+                     [](const auto& entry) { return !entry.second->usable(); });
     }
     // Quota epochs are per root of the cohort tree.
     root_of_queue_.resize(s.queues.size());
@@ -481,7 +501,7 @@ class Engine final : public CycleRunner {
       while (s.cohorts[c].parent.has_value()) c = *s.cohorts[c].parent;
       root_of_queue_[q] = c;
     }
-    quota_epoch_.assign(s.cohorts.size() + s.queues.size(), 0);
+    quota_epoch_.assign((s.cohorts.size() + s.queues.size()) * num_flavors, 0);
     flavor_epoch_.assign(num_flavors, 0);
     classes_ = &classes;
     // Explanations depend only on the class and its records, and names do
@@ -571,7 +591,8 @@ class Engine final : public CycleRunner {
           reason_[k] = PendingReason::kBlockedByStrictFifo;
           message_[k] = message;
         }
-      } else if (speculate_ && pops_since_event_ >= quiet_pops_) {
+      } else if (speculate_ && pops_since_event_ >= quiet_pops_ &&
+                 2 * taken_back_ <= scanned_ + quiet_pops_) {
         ScanRun(q, out);
       }
       if (cursor[q] < (*jobs_of_queue_)[q].size()) {
@@ -649,6 +670,8 @@ class Engine final : public CycleRunner {
     // The state its jobs saw (RunStamp) and the share its keys had.
     uint64_t stamp;
     uint64_t flavor_mask;
+    uint64_t index_mask[2];
+    uint64_t quota_mask;
     double share;
   };
 
@@ -660,15 +683,23 @@ class Engine final : public CycleRunner {
     runs_.clear();
     pops_since_event_ = 0;
     quiet_pops_ = std::max<size_t>(heads_.size(), 16);
+    scanned_ = taken_back_ = 0;
   }
 
-  // The state the jobs of a run of q depend on, `mask` the flavors whose
-  // capacity one of them depends on (ClassFailure::flavor_mask): as
-  // Stamp(), over all of them.
-  uint64_t RunStamp(QueueId q, uint64_t mask) const {
-    uint64_t stamp = quota_epoch_[root_of_queue_[q]];
-    for (; mask != 0; mask &= mask - 1)
+  // The state the jobs of a run of q depend on: as Stamp(), over the
+  // flavors and placement indexes of the run (the union of its failures'
+  // masks).
+  uint64_t RunStamp(const SpecRun& run) const {
+    const QueueId q = run.queue;
+    uint64_t stamp = 0;
+    for (uint64_t mask = run.quota_mask; mask != 0; mask &= mask - 1)
+      stamp += QuotaEpoch(root_of_queue_[q], __builtin_ctzll(mask));
+    for (uint64_t mask = run.flavor_mask; mask != 0; mask &= mask - 1)
       stamp += flavor_epoch_[__builtin_ctzll(mask)];
+    for (int w = 0; w < 2; ++w) {
+      for (uint64_t mask = run.index_mask[w]; mask != 0; mask &= mask - 1)
+        stamp += index_by_id_[w * 64 + __builtin_ctzll(mask)]->epoch();
+    }
     if (const std::optional<BudgetId>& b = s_->queues[q].budget; b.has_value())
       stamp += budget_epoch_[*b];
     return stamp;
@@ -680,6 +711,8 @@ class Engine final : public CycleRunner {
     const std::vector<QueueEntry>& jobs = (*jobs_of_queue_)[q];
     size_t c = cursor_[q];
     uint64_t mask = 0;
+    uint64_t index_mask[2] = {0, 0};
+    uint64_t quota_mask = 0;
     while (c < jobs.size()) {
       const QueueEntry& e = jobs[c];
       if (c + 1 < jobs.size()) Prefetch(jobs[c + 1].job_class);
@@ -687,11 +720,16 @@ class Engine final : public CycleRunner {
                    /*speculative=*/true) != Outcome::kFailed) {
         break;
       }
-      mask |= failures_[e.job_class].flavor_mask;
+      const ClassFailure& failure = failures_[e.job_class];
+      mask |= failure.flavor_mask;
+      quota_mask |= failure.quota_mask;
+      index_mask[0] |= failure.index_mask[0];
+      index_mask[1] |= failure.index_mask[1];
       ++c;
     }
     if (c == cursor_[q]) return;
     run_begin_[q] = cursor_[q];
+    scanned_ += c - cursor_[q];
     cursor_[q] = c;
     if (run_of_queue_[q] < 0) {
       run_of_queue_[q] = static_cast<int32_t>(runs_.size());
@@ -699,7 +737,10 @@ class Engine final : public CycleRunner {
     }
     SpecRun& run = runs_[run_of_queue_[q]];
     run.flavor_mask = mask;
-    run.stamp = RunStamp(q, mask);
+    run.quota_mask = quota_mask;
+    run.index_mask[0] = index_mask[0];
+    run.index_mask[1] = index_mask[1];
+    run.stamp = RunStamp(run);
     run.share = CachedShare(q);
   }
 
@@ -707,7 +748,7 @@ class Engine final : public CycleRunner {
   // what changed gives back its jobs that come after `head`.
   void RewindRuns(const HeadKey& head) {
     size_t kept = 0;
-    bool rewound = false;
+
     for (size_t i = 0; i < runs_.size(); ++i) {
       const SpecRun run = runs_[i];
       const QueueId q = run.queue;
@@ -715,7 +756,7 @@ class Engine final : public CycleRunner {
         run_of_queue_[q] = -1;
         continue;
       }
-      if (RunStamp(q, run.flavor_mask) == run.stamp) {
+      if (RunStamp(run) == run.stamp) {
         run_of_queue_[q] = static_cast<int32_t>(kept);
         runs_[kept++] = run;
         continue;
@@ -730,7 +771,7 @@ class Engine final : public CycleRunner {
             return KeyWithShare(e, q, run.share) < head;
           });
       const size_t back = static_cast<size_t>(first_after - jobs.begin());
-      rewound = rewound || back < cursor_[q];
+      taken_back_ += cursor_[q] - back;
       const bool in_heap = cursor_[q] < jobs.size();
       cursor_[q] = back;
       run_begin_[q] = back;
@@ -746,9 +787,6 @@ class Engine final : public CycleRunner {
       SiftUpBelowRoot(heads_, h);
     }
     runs_.resize(kept);
-    // Runs taken back cost their scan: speculate again only after a longer
-    // quiet stretch.
-    if (rewound) quiet_pops_ *= 2;
   }
 
   // Moves heap[i] (i > 0, whose key just decreased) up, but never into the
@@ -867,10 +905,21 @@ class Engine final : public CycleRunner {
     if (inserted) {
       it->second =
           std::make_unique<ShapeIndex>(*s_, free_, nodes_of_flavor_[f], shape);
-      if (it->second->usable())
+      if (it->second->usable()) {
         indexes_of_flavor_[f].push_back(it->second.get());
+        it->second->id = static_cast<int32_t>(index_by_id_.size());
+        index_by_id_.push_back(it->second.get());
+      }
     }
     return it->second->usable() ? it->second.get() : nullptr;
+  }
+
+  // The placement index Place() used for `shape` on f, if it used one.
+  const ShapeIndex* IndexOf(FlavorId f, int32_t shape) const {
+    if (!config_->use_placement_index) return nullptr;
+    const size_t slot = static_cast<size_t>(shape) * s_->flavors.size() +
+                        static_cast<size_t>(f);
+    return index_looked_up_[slot] ? index_of_shape_[slot] : nullptr;
   }
 
   // `shape` is the job's ClassTable::ShapeOf().
@@ -937,9 +986,13 @@ class Engine final : public CycleRunner {
     const std::vector<FlavorId>& flavors = classes_->FlavorsOf(job_class);
     // The epochs before the attempt (HoldBorrowingFor may bump the quota
     // epoch during it).
-    const uint64_t root_epoch = quota_epoch_[root_of_queue_[job.queue]];
-    // Positions in `flavors` where it got to placement.
+    const uint64_t quota_sum = QuotaSum(flavors, job.queue);
+    // Positions in `flavors` where it got to placement, and where that went
+    // through a placement index (with no reservation about: then the
+    // failure depends on the index's counts alone).
     uint64_t placed = 0;
+    uint64_t indexed = 0;
+    const int32_t shape = classes_->ShapeOf(job_class);
     // Why each flavor failed, as a compact record; the text is formatted
     // from it only when the class's last record differs (TextOf).
     std::vector<Detail>& details = details_;
@@ -948,7 +1001,7 @@ class Engine final : public CycleRunner {
       reason_[j] = PendingReason::kNoEligibleFlavor;
       details.push_back({.kind = Detail::kNoEligibleFlavor});
       message_[j] = TextOf(failure, job, reason_[j], details);
-      Remember(failure, flavors, placed, job.queue, root_epoch);
+      Remember(failure, flavors, placed, indexed, shape, job.queue, quota_sum);
       return Outcome::kFailed;
     }
     const Resources need = job.worker.AsResources() * job.workers;
@@ -989,7 +1042,9 @@ class Engine final : public CycleRunner {
         add_detail(OverNominalDetail(Detail::kHeld, job, f, need, *held));
       } else {
         placed |= i < 64 ? uint64_t{1} << i : 0;
-        PlacementResult placement = Place(f, job, classes_->ShapeOf(job_class));
+        PlacementResult placement = Place(f, job, shape);
+        if (i < 64 && reservations_.empty() && IndexOf(f, shape) != nullptr)
+          indexed |= uint64_t{1} << i;
         if (placement.failure == PlacementFailure::kNone) {
           if (speculative) return Outcome::kDeferred;
           Admit(actual(), f, std::move(placement.worker_nodes), out);
@@ -1020,6 +1075,7 @@ class Engine final : public CycleRunner {
       if (TryPreempt(actual(), affordable, out)) return Outcome::kAdmitted;
       // A preemption plan reads the capacity of every flavor.
       placed = ~uint64_t{0};
+      indexed = 0;
     }
     bool searched = false;
     if (!reservable.empty() && CanSearch()) {
@@ -1036,7 +1092,7 @@ class Engine final : public CycleRunner {
       }
     }
     message_[j] = TextOf(failure, job, reason_[j], details);
-    Remember(failure, flavors, placed, job.queue, root_epoch);
+    Remember(failure, flavors, placed, indexed, shape, job.queue, quota_sum);
     failure.searched = searched;
     return Outcome::kFailed;
   }
@@ -1412,7 +1468,10 @@ class Engine final : public CycleRunner {
     Spend(job, f);
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
-    ++quota_epoch_[root_of_queue_[job.queue]];
+    // Backfill on f is now possible: failures that depended on f's indexes
+    // alone do not hold any more.
+    for (ShapeIndex* index : indexes_of_flavor_[f]) index->Touch();
+    ++QuotaEpoch(root_of_queue_[job.queue], f);
     ++events_;
     const std::string previous = message;
     message = absl::StrCat(
@@ -1478,7 +1537,7 @@ class Engine final : public CycleRunner {
     it->second = priority;
     // Jobs of the tree may now fail where they fitted: no earlier failure of
     // a class there is reused.
-    ++quota_epoch_[root];
+    ++QuotaEpoch(root, f);
     ++events_;
   }
 
@@ -1542,7 +1601,7 @@ class Engine final : public CycleRunner {
         preempted_[plan->victims[k]] = true;
         ReleaseAttempt(r, *quota_, free_);
         share_valid_[r.queue] = false;
-        ++quota_epoch_[root_of_queue_[r.queue]];
+        ++QuotaEpoch(root_of_queue_[r.queue], r.flavor);
         ++flavor_epoch_[r.flavor];
         ++events_;
         const PreemptionReason reason = plan->reasons[k];
@@ -1592,19 +1651,35 @@ class Engine final : public CycleRunner {
     return false;
   }
 
+  // The quota epoch of (root of a cohort tree, flavor): grows with every
+  // change of the tree's quota state on the flavor (its usage, holds and
+  // rebalancing).
+  uint64_t& QuotaEpoch(int root, FlavorId f) {
+    return quota_epoch_[static_cast<size_t>(root) * s_->flavors.size() + f];
+  }
+  uint64_t QuotaEpoch(int root, FlavorId f) const {
+    return quota_epoch_[static_cast<size_t>(root) * s_->flavors.size() + f];
+  }
+  // The quota epochs of q's tree on the flavors, summed.
+  uint64_t QuotaSum(const std::vector<FlavorId>& flavors, QueueId q) const {
+    uint64_t sum = 0;
+    for (FlavorId f : flavors) sum += QuotaEpoch(root_of_queue_[q], f);
+    return sum;
+  }
+
   // Epochs only grow, so their sum changes exactly when one of them does.
   // The state a job of queue q with these candidate flavors depends on:
-  // the quota epoch of q's cohort tree, the capacity epochs of the flavors
-  // and the epoch of q's budget.
-  // (Flavors at positions in `skip` (below 64) left out.)
+  // the quota epochs of q's cohort tree on the flavors, their capacity
+  // epochs and the epoch of q's budget.
+  // (Capacity epochs of flavors at positions in `skip` (below 64) left out.)
   uint64_t Stamp(const std::vector<FlavorId>& flavors, uint64_t skip,
                  QueueId q) const {
-    return StampWith(flavors, skip, q, quota_epoch_[root_of_queue_[q]]);
+    return StampWith(flavors, skip, q, QuotaSum(flavors, q));
   }
-  // Stamp() with `root_epoch` as the quota epoch of q's cohort tree.
+  // Stamp() with `quota_sum` as QuotaSum(flavors, q).
   uint64_t StampWith(const std::vector<FlavorId>& flavors, uint64_t skip,
-                     QueueId q, uint64_t root_epoch) const {
-    uint64_t stamp = root_epoch;
+                     QueueId q, uint64_t quota_sum) const {
+    uint64_t stamp = quota_sum;
     for (size_t i = 0; i < flavors.size(); ++i) {
       if (i < 64 && (skip >> i & 1) != 0) continue;
       stamp += flavor_epoch_[flavors[i]];
@@ -1615,18 +1690,32 @@ class Engine final : public CycleRunner {
   }
 
   // Remembers a failure whose reason and message TextOf() just set: it
-  // depends on the capacity of the flavors at positions in `placed`, and
-  // `root_epoch` was the quota epoch of q's tree when it was attempted.
+  // depends on the capacity of the flavors at positions in `placed`
+  // (through the placement index at positions in `indexed`), and
+  // `quota_sum` was QuotaSum(flavors, q) when it was attempted.
   void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
-                uint64_t placed, QueueId q, uint64_t root_epoch) {
+                uint64_t placed, uint64_t indexed, int32_t shape, QueueId q,
+                uint64_t quota_sum) {
     failure.valid = true;
     failure.flavors = &flavors;
     failure.skip = ~placed;
-    failure.stamp = StampWith(flavors, failure.skip, q, root_epoch);
+    failure.stamp = StampWith(flavors, failure.skip, q, quota_sum);
+    failure.quota_mask = 0;
+    for (FlavorId f : flavors) {
+      if (f < 64) failure.quota_mask |= uint64_t{1} << f;
+    }
     failure.flavor_mask = 0;
+    failure.index_mask[0] = failure.index_mask[1] = 0;
     for (size_t i = 0; i < flavors.size() && i < 64; ++i) {
-      if ((placed >> i & 1) != 0 && flavors[i] < 64)
+      if ((placed >> i & 1) == 0) continue;
+      const int32_t id = (indexed >> i & 1) != 0
+                             ? IndexOf(flavors[i], shape)->id
+                             : int32_t{-1};
+      if (id >= 0 && id < 128) {
+        failure.index_mask[id >> 6] |= uint64_t{1} << (id & 63);
+      } else if (flavors[i] < 64) {
         failure.flavor_mask |= uint64_t{1} << flavors[i];
+      }
     }
     failure.searched = false;
   }
@@ -1645,7 +1734,7 @@ class Engine final : public CycleRunner {
     Spend(job, f);
     share_valid_[job.queue] = false;
     ++flavor_epoch_[f];
-    ++quota_epoch_[root_of_queue_[job.queue]];
+    ++QuotaEpoch(root_of_queue_[job.queue], f);
     ++events_;
   }
 
@@ -1677,6 +1766,8 @@ class Engine final : public CycleRunner {
   std::vector<NodeStatic> nodes_;
   // Set by Reset() when an index it updated is no longer usable.
   bool unusable_ = false;
+  // The usable indexes by ShapeIndex::id.
+  std::vector<ShapeIndex*> index_by_id_;
   // Per (ClassTable shape, flavor): IndexFor() once looked up.
   std::vector<ShapeIndex*> index_of_shape_;
   std::vector<uint8_t> index_looked_up_;
@@ -1741,6 +1832,10 @@ class Engine final : public CycleRunner {
   size_t pops_since_event_ = 0;
   // Pops without a change of the state before runs are scanned.
   size_t quiet_pops_ = 0;
+  // Jobs taken into runs and taken back, in this cycle. A job taken back
+  // cost its scan for nothing: runs are scanned only while at most half of
+  // what they took was taken back.
+  size_t scanned_ = 0, taken_back_ = 0;
   // Per queue: where its run begins (== its cursor without one), and its
   // index in runs_ (-1 without one).
   std::vector<size_t> run_begin_;
