@@ -388,6 +388,8 @@ constexpr size_t kKeptDetails = 4;
 // details it was formatted from (a failure's reason and message are these).
 // One record, so that a job's attempt reads one (prefetched) cache line.
 struct alignas(64) ClassFailure {
+  // The first cache line holds everything a job that reuses the failure
+  // reads (ScanRun() included).
   // This cycle's failure.
   bool valid = false;
   // Whether it went on to a reservation search (which failed); a job that
@@ -398,20 +400,22 @@ struct alignas(64) ClassFailure {
   bool text_valid = false;
   uint8_t num_details = 0;
   PendingReason reason = PendingReason::kNoCapacity;
+  // For speculative runs (flavor ids below 32): the flavors whose capacity
+  // its placements depended on (where no index says more), and those whose
+  // quota state it read (its candidate flavors).
+  uint32_t flavor_mask = 0;
+  uint32_t quota_mask = 0;
   // The state it depended on when it failed (Engine::Stamp): the quota
-  // epoch of its cohort tree, its budget's epoch, and the capacity epochs of
-  // its candidate flavors, less those at positions in `skip` (where it
-  // failed before placement: on budget or quota).
+  // epochs of its cohort tree on its candidate flavors, its budget's epoch,
+  // and the capacity epochs of its candidate flavors, less those at
+  // positions in `skip` (where it failed before placement: on budget or
+  // quota).
   uint64_t stamp = 0;
   const std::vector<FlavorId>* flavors = nullptr;
   uint64_t skip = 0;
-  // For speculative runs, what its placements depended on: the flavors
-  // whose capacity (as bits by flavor id, below 64), and the placement
-  // indexes (by id, below 128) whose counts.
-  uint64_t flavor_mask = 0;
-  uint64_t index_mask[2] = {0, 0};
-  // Its candidate flavors (ids below 64): whose quota state it read.
-  uint64_t quota_mask = 0;
+  // For speculative runs: the placement indexes (by id, below 64) whose
+  // counts its placements depended on.
+  uint64_t index_mask = 0;
   Message message;
   Detail details[kKeptDetails];
 };
@@ -669,15 +673,15 @@ class Engine final : public CycleRunner {
     QueueId queue;
     // The state its jobs saw (RunStamp) and the share its keys had.
     uint64_t stamp;
-    uint64_t flavor_mask;
-    uint64_t index_mask[2];
-    uint64_t quota_mask;
+    uint32_t flavor_mask;
+    uint32_t quota_mask;
+    uint64_t index_mask;
     double share;
   };
 
   void BeginRuns() {
     speculate_ = config_->use_equivalence_classes &&
-                 !config_->nominal_before_borrowing && s_->flavors.size() <= 64;
+                 !config_->nominal_before_borrowing && s_->flavors.size() <= 32;
     run_begin_.assign(s_->queues.size(), 0);
     run_of_queue_.assign(s_->queues.size(), -1);
     runs_.clear();
@@ -696,10 +700,8 @@ class Engine final : public CycleRunner {
       stamp += QuotaEpoch(root_of_queue_[q], __builtin_ctzll(mask));
     for (uint64_t mask = run.flavor_mask; mask != 0; mask &= mask - 1)
       stamp += flavor_epoch_[__builtin_ctzll(mask)];
-    for (int w = 0; w < 2; ++w) {
-      for (uint64_t mask = run.index_mask[w]; mask != 0; mask &= mask - 1)
-        stamp += index_by_id_[w * 64 + __builtin_ctzll(mask)]->epoch();
-    }
+    for (uint64_t mask = run.index_mask; mask != 0; mask &= mask - 1)
+      stamp += index_by_id_[__builtin_ctzll(mask)]->epoch();
     if (const std::optional<BudgetId>& b = s_->queues[q].budget; b.has_value())
       stamp += budget_epoch_[*b];
     return stamp;
@@ -710,9 +712,9 @@ class Engine final : public CycleRunner {
   void ScanRun(QueueId q, Decisions& out) {
     const std::vector<QueueEntry>& jobs = (*jobs_of_queue_)[q];
     size_t c = cursor_[q];
-    uint64_t mask = 0;
-    uint64_t index_mask[2] = {0, 0};
-    uint64_t quota_mask = 0;
+    uint32_t mask = 0;
+    uint32_t quota_mask = 0;
+    uint64_t index_mask = 0;
     while (c < jobs.size()) {
       const QueueEntry& e = jobs[c];
       if (c + 1 < jobs.size()) Prefetch(jobs[c + 1].job_class);
@@ -723,8 +725,7 @@ class Engine final : public CycleRunner {
       const ClassFailure& failure = failures_[e.job_class];
       mask |= failure.flavor_mask;
       quota_mask |= failure.quota_mask;
-      index_mask[0] |= failure.index_mask[0];
-      index_mask[1] |= failure.index_mask[1];
+      index_mask |= failure.index_mask;
       ++c;
     }
     if (c == cursor_[q]) return;
@@ -738,8 +739,7 @@ class Engine final : public CycleRunner {
     SpecRun& run = runs_[run_of_queue_[q]];
     run.flavor_mask = mask;
     run.quota_mask = quota_mask;
-    run.index_mask[0] = index_mask[0];
-    run.index_mask[1] = index_mask[1];
+    run.index_mask = index_mask;
     run.stamp = RunStamp(run);
     run.share = CachedShare(q);
   }
@@ -1702,19 +1702,19 @@ class Engine final : public CycleRunner {
     failure.stamp = StampWith(flavors, failure.skip, q, quota_sum);
     failure.quota_mask = 0;
     for (FlavorId f : flavors) {
-      if (f < 64) failure.quota_mask |= uint64_t{1} << f;
+      if (f < 32) failure.quota_mask |= uint32_t{1} << f;
     }
     failure.flavor_mask = 0;
-    failure.index_mask[0] = failure.index_mask[1] = 0;
+    failure.index_mask = 0;
     for (size_t i = 0; i < flavors.size() && i < 64; ++i) {
       if ((placed >> i & 1) == 0) continue;
       const int32_t id = (indexed >> i & 1) != 0
                              ? IndexOf(flavors[i], shape)->id
                              : int32_t{-1};
-      if (id >= 0 && id < 128) {
-        failure.index_mask[id >> 6] |= uint64_t{1} << (id & 63);
-      } else if (flavors[i] < 64) {
-        failure.flavor_mask |= uint64_t{1} << flavors[i];
+      if (id >= 0 && id < 64) {
+        failure.index_mask |= uint64_t{1} << id;
+      } else if (flavors[i] < 32) {
+        failure.flavor_mask |= uint32_t{1} << flavors[i];
       }
     }
     failure.searched = false;
