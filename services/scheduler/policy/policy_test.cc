@@ -104,6 +104,41 @@ TEST(DecideTest, QuotaExhaustedExplainsUsageAndWhatTheCohortLends) {
             "(flavor a100)");
 }
 
+// Failures that leave the state unchanged are taken in runs from their
+// queue's order (engine.cc, "Speculative runs"); an admission that comes
+// between them in the order takes back those after it, which then see the
+// new state: each explanation is the one of the job's own turn.
+TEST(DecideTest, ExplanationsFollowAnAdmissionBetweenAQueuesJobs) {
+  SnapshotBuilder b;
+  FlavorId f = b.AddFlavor("a100");
+  b.AddNode(f, 16, 0, 0);
+  CohortId c = b.AddCohort("research");
+  QueueId a = b.AddQueue("research-a", c);
+  QueueId other = b.AddQueue("research-b", c);
+  b.AddGpuQuota(a, f, 4);
+  b.AddGpuQuota(other, f, 4);
+  const PriorityClassId high = b.AddPriority("high", 100);
+  const PriorityClassId medium = b.AddPriority("medium", 50);
+  // Queue a: 20 high and 5 default jobs that need more than the cohort has;
+  // queue b: one medium job, ordered between them, that fits.
+  for (JobId id = 1; id <= 25; ++id) {
+    b.AddJob(id, a, 1, 32, static_cast<TimeMicros>(id)).priority_class =
+        id <= 20 ? high : 0;
+  }
+  b.AddJob(100, other, 1, 2).priority_class = medium;
+  const Decisions d = Decide(b.Build());
+  ASSERT_EQ(d.admissions.size(), 1u);
+  EXPECT_EQ(d.admissions[0].job, 100);
+  ASSERT_EQ(d.pending.size(), 25u);
+  for (const PendingDecision& p : d.pending) {
+    SCOPED_TRACE(p.job);
+    EXPECT_THAT(p.message.str(),
+                HasSubstr(p.job <= 20 ? "cohort lends 4" : "cohort lends 2"));
+  }
+  EXPECT_EQ(d, Decide(b.Build(), {.use_placement_index = false,
+                                  .use_equivalence_classes = false}));
+}
+
 TEST(DecideTest, BorrowsFromTheCohortAndMarksTheAdmission) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
