@@ -390,8 +390,8 @@ constexpr size_t kKeptDetails = 4;
 struct alignas(64) ClassFailure {
   // The first cache line holds everything a job that reuses the failure
   // reads (ScanRun() included).
-  // This cycle's failure.
-  bool valid = false;
+  // The cycle (Engine::cycle_) of its failure: valid in that cycle only.
+  uint32_t cycle = 0;
   // Whether it went on to a reservation search (which failed); a job that
   // reuses the failure counts that search too, so that the search limit is
   // reached exactly as without the shortcut.
@@ -519,7 +519,11 @@ class Engine final : public CycleRunner {
       texts_generation_ = classes.generation();
       block_ = std::make_shared<TextBlock>();
     }
-    for (ClassFailure& failure : failures_) failure.valid = false;
+    // Failures of earlier cycles are no longer valid.
+    if (++cycle_ == 0) {
+      for (ClassFailure& failure : failures_) failure.cycle = 0;
+      cycle_ = 1;
+    }
     failures_.resize(classes.size());
     index_of_shape_.assign(classes.num_shapes() * num_flavors, nullptr);
     index_looked_up_.assign(classes.num_shapes() * num_flavors, 0);
@@ -956,7 +960,7 @@ class Engine final : public CycleRunner {
     // A class that failed in the same state fails again the same way; this
     // check does not touch the (cold) PendingJob.
     ClassFailure& failure = failures_[job_class];
-    if (failure.valid && config_->use_equivalence_classes &&
+    if (failure.cycle == cycle_ && config_->use_equivalence_classes &&
         failure.stamp == Stamp(*failure.flavors, failure.skip, q)) {
       if (failure.searched) {
         // The search count must grow in order (CanSearch()).
@@ -1696,7 +1700,7 @@ class Engine final : public CycleRunner {
   void Remember(ClassFailure& failure, const std::vector<FlavorId>& flavors,
                 uint64_t placed, uint64_t indexed, int32_t shape, QueueId q,
                 uint64_t quota_sum) {
-    failure.valid = true;
+    failure.cycle = cycle_;
     failure.flavors = &flavors;
     failure.skip = ~placed;
     failure.stamp = StampWith(flavors, failure.skip, q, quota_sum);
@@ -1825,6 +1829,8 @@ class Engine final : public CycleRunner {
   // (root of the cohort tree, flavor) -> the highest priority of a job that
   // found no room for it in the tree (HoldBorrowingFor).
   absl::flat_hash_map<std::pair<int, FlavorId>, int32_t> held_for_priority_;
+  // Counts Reset()s (ClassFailure::cycle); never 0.
+  uint32_t cycle_ = 0;
   // Speculative runs (ScanRun).
   bool speculate_ = false;
   // Epoch increments so far (any change of the state a failure depends on).
