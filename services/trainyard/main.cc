@@ -91,6 +91,10 @@ ABSL_FLAG(bool, nominal_before_borrowing, false,
           "scheduler: Kueue's ordering across queues: jobs their queue can "
           "take within nominal quota go before jobs that would borrow, "
           "whatever their priorities (docs/scheduling.md)");
+ABSL_FLAG(bool, preempt_for_capacity, false,
+          "scheduler: a job within its queue's nominal quota that finds no "
+          "nodes with room may preempt running jobs of strictly lower "
+          "priority of any queue (docs/scheduling.md)");
 ABSL_FLAG(
     std::string, sim_config, "",
     "dispatcher/all: text-format SimClusterConfig; runs a dispatcher with "
@@ -267,6 +271,8 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   options.policy.nominal_before_borrowing =
       absl::GetFlag(FLAGS_nominal_before_borrowing);
+  options.policy.preempt_for_capacity =
+      absl::GetFlag(FLAGS_preempt_for_capacity);
   options.dispatcher_timeout = absl::GetFlag(FLAGS_dispatcher_timeout);
   return options;
 }

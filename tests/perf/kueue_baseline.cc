@@ -72,6 +72,10 @@ ABSL_FLAG(bool, nominal_before_borrowing, false,
           "PolicyConfig::nominal_before_borrowing: Kueue's ordering across "
           "queues (jobs within their queue's nominal quota before jobs that "
           "borrow, then priority); false: priority first");
+ABSL_FLAG(bool, preempt_for_capacity, false,
+          "PolicyConfig::preempt_for_capacity: a job within its queue's "
+          "nominal quota that finds no node with room preempts lower-priority "
+          "jobs of any queue (not in Kueue; matters with --nodes > 1)");
 ABSL_FLAG(bool, pg_statements, false,
           "Load pg_stat_statements into the private PostgreSQL and print the "
           "statements that took the most time (a diagnostic)");
@@ -270,6 +274,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   so.policy.nominal_before_borrowing =
       absl::GetFlag(FLAGS_nominal_before_borrowing);
+  so.policy.preempt_for_capacity = absl::GetFlag(FLAGS_preempt_for_capacity);
   absl::StatusOr<std::unique_ptr<trainyard::scheduler::SchedulerService>>
       scheduler = trainyard::scheduler::SchedulerService::Create(so);
   if (!scheduler.ok()) {

@@ -1074,7 +1074,7 @@ class Engine final : public CycleRunner {
         }
       }
     }
-    if (PreemptionEnabled(queue)) {
+    if (PreemptionEnabled(queue, *config_)) {
       if (speculative) return Outcome::kDeferred;
       if (TryPreempt(actual(), affordable, out)) return Outcome::kAdmitted;
       // A preemption plan reads the capacity of every flavor.
@@ -1886,7 +1886,7 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
   // Preemption rules compare priorities (and, for LowerOrNewerEqualPriority,
   // start and submit times), so there the class also holds them; so does
   // the borrowing hold (hold_borrowing_for_priority) compare priorities.
-  const bool preempts = PreemptionEnabled(queue);
+  const bool preempts = PreemptionEnabled(queue, config);
   const bool by_priority = preempts || config.hold_borrowing_for_priority;
   // A budget compares each flavor's expected cost.
   const bool budget = queue.budget.has_value();

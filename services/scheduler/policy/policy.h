@@ -157,6 +157,15 @@ struct PolicyConfig {
   TimeMicros min_runtime_guarantee = 0;
   // Time a victim is given to checkpoint before it is stopped.
   TimeMicros preemption_grace_period = int64_t{300} * 1000 * 1000;
+  // Preemption for node capacity by priority, across queues and cohort
+  // trees (as Slurm's priority preemption; Kueue preempts for quota only): a
+  // job that fits its queue's quota and stays within the queue's nominal
+  // quota on the flavor, but finds no nodes with room, may preempt running
+  // jobs of strictly lower priority of any queue on that flavor
+  // (PREEMPTED_BY_PRIORITY), after the queue's own rules found nothing
+  // (preemption.h, rule 4). Within nominal quota, so that the victim's queue
+  // can never take the capacity back by reclaiming borrowed quota.
+  bool preempt_for_capacity = false;
 
   // When a job finds no room in its cohort tree for quota its own queue's
   // limits allow (QUOTA_EXHAUSTED), jobs of lower priority in the same tree

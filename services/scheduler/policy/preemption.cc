@@ -57,7 +57,8 @@ void TakeAttempt(const RunningAttempt& r, QuotaTree& quota,
 
 struct Candidate {
   int index;
-  // Rule that allows it: 1 within queue, 2 reclaim, 3 fair share.
+  // Rule that allows it: 1 within queue, 2 reclaim, 3 fair share, 4 node
+  // capacity.
   int rule;
 };
 
@@ -98,10 +99,10 @@ int CohortRoot(const Snapshot& s, QueueId q) {
   return c;
 }
 
-bool PreemptionEnabled(const Queue& queue) {
+bool PreemptionEnabled(const Queue& queue, const PolicyConfig& config) {
   return queue.within_queue_preemption != WithinQueuePreemption::kNever ||
          queue.reclaim_within_cohort != ReclaimWithinCohort::kNever ||
-         queue.fair_share_preemption;
+         queue.fair_share_preemption || config.preempt_for_capacity;
 }
 
 int64_t LostWork(const Snapshot& s, const RunningAttempt& r) {
@@ -128,7 +129,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
                                              const PendingJob& job,
                                              FlavorId f) {
   const Queue& queue = s.queues[job.queue];
-  if (!PreemptionEnabled(queue)) return std::nullopt;
+  if (!PreemptionEnabled(queue, config)) return std::nullopt;
   const Resources need = job.worker.AsResources() * job.workers;
   const int32_t priority = s.priority_classes[job.priority_class].value;
   const int root =
@@ -143,12 +144,21 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
   const bool reclaim_ok =
       queue.reclaim_within_cohort != ReclaimWithinCohort::kNever &&
       WithinNominalAfter(*state.quota, job.queue, f, need);
+  // Rule 4: only capacity is missing, and the job keeps its queue within
+  // nominal quota.
+  const bool capacity_ok = config.preempt_for_capacity &&
+                           state.quota->Fits(job.queue, f, need) &&
+                           WithinNominalAfter(*state.quota, job.queue, f, need);
 
   // Eligible victims and the first rule that allows each.
   std::vector<Candidate> candidates;
   const std::vector<int>* subset = nullptr;
-  if (state.running_of_tree_flavor != nullptr &&
-      state.tree_of_queue != nullptr) {
+  if (capacity_ok) {
+    // Victims may be in any cohort tree.
+    if (state.running_of_flavor != nullptr)
+      subset = &(*state.running_of_flavor)[f];
+  } else if (state.running_of_tree_flavor != nullptr &&
+             state.tree_of_queue != nullptr) {
     subset =
         &(*state.running_of_tree_flavor)[static_cast<size_t>((
                                              *state.tree_of_queue)[job.queue]) *
@@ -188,15 +198,17 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
       // Rules 2 and 3 take only from queues that borrow. Releasing victims
       // only lowers usage, so a queue that does not borrow now never will
       // during this search (the loop below checks again as victims go).
-      if (!Borrows(*state.quota, r.queue, f, need)) continue;
-      if (reclaim_ok &&
-          (queue.reclaim_within_cohort == ReclaimWithinCohort::kAny ||
-           pc.value < priority)) {
-        rule = 2;
-      } else if (queue.fair_share_preemption && pc.value <= priority) {
-        rule = 3;
+      if (Borrows(*state.quota, r.queue, f, need)) {
+        if (reclaim_ok &&
+            (queue.reclaim_within_cohort == ReclaimWithinCohort::kAny ||
+             pc.value < priority)) {
+          rule = 2;
+        } else if (queue.fair_share_preemption && pc.value <= priority) {
+          rule = 3;
+        }
       }
     }
+    if (rule == 0 && capacity_ok && pc.value < priority) rule = 4;
     if (rule > 0) candidates.push_back({static_cast<int>(i), rule});
   }
   if (candidates.empty()) return std::nullopt;
@@ -280,7 +292,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     return true;
   };
 
-  for (int max_rule = 1; max_rule <= 3; ++max_rule) {
+  for (int max_rule = 1; max_rule <= 4; ++max_rule) {
     bool new_rule = false;
     for (const Candidate& c : candidates) new_rule |= c.rule == max_rule;
     if (!new_rule) continue;

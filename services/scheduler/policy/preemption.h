@@ -14,6 +14,12 @@
 //      the job) and share(victim queue with the victim) > share(preemptor
 //      queue without the job) -> FAIR_SHARE. The two conditions together make
 //      the reverse preemption impossible (no loops; see docs/scheduling.md).
+//   4. node capacity (PolicyConfig::preempt_for_capacity): if the job fits
+//      its quota and its queue stays within its nominal quota on the flavor,
+//      jobs of strictly lower priority of any queue -> PREEMPTED_BY_PRIORITY.
+//      (A victim cannot preempt back: its priority is lower, and the
+//      preemptor's queue does not borrow, so nothing can be reclaimed from
+//      it.)
 // Rule k is tried only if rules < k cannot free enough. Among the allowed
 // candidates, victims are taken in order of least lost work (GPUs x time since
 // the last checkpoint, or since the start), then least cost of that lost work
@@ -48,8 +54,9 @@ double WeightedShare(const Snapshot& s, const QuotaTree& quota,
 // Root cohort of q's cohort tree; -1 for a queue without a cohort.
 int CohortRoot(const Snapshot& s, QueueId q);
 
-// Whether a queue has any preemption policy enabled.
-bool PreemptionEnabled(const Queue& queue);
+// Whether a job of the queue may preempt: the queue has a preemption policy
+// enabled, or the cluster preempts for capacity.
+bool PreemptionEnabled(const Queue& queue, const PolicyConfig& config);
 
 struct PreemptionPlan {
   // Indexes into Snapshot::running, in the order they were chosen.

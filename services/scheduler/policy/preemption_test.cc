@@ -81,6 +81,82 @@ WithinQueue WithinQueueSetup(WithinQueuePreemption policy,
   return w;
 }
 
+// Two queues without a cohort on one 8-GPU node: queue b's job 100
+// (priority `victim_value`, 6 GPUs, started 2 h ago) leaves 2 GPUs; queue a's
+// job 1 (priority 10) needs 4 GPUs and fits a's quota of `a_nominal`.
+struct ForCapacity {
+  SnapshotBuilder b;
+  QueueId a, other;
+  FlavorId f;
+};
+
+ForCapacity ForCapacitySetup(int32_t victim_value, int64_t a_nominal = 8) {
+  ForCapacity w;
+  w.f = w.b.AddFlavor("a100");
+  w.b.AddNode(w.f, 8, 0, 0);
+  w.a = w.b.AddQueue("a");
+  w.other = w.b.AddQueue("b");
+  w.b.AddGpuQuota(w.a, w.f, a_nominal);
+  w.b.AddGpuQuota(w.other, w.f, 8);
+  const PriorityClassId high = w.b.AddPriority("high", 10);
+  const PriorityClassId victim = w.b.AddPriority("victim", victim_value);
+  AddRunning(w.b, 100, w.other, w.f, {0}, 6, victim, 2 * kHour);
+  w.b.AddJob(1, w.a, 1, 4).priority_class = high;
+  return w;
+}
+
+TEST(PreemptionTest, ForCapacityTakesLowerPriorityWorkOfAnyQueue) {
+  ForCapacity w = ForCapacitySetup(0);
+  // Kueue's rules preempt for quota only: no rule of queue a applies.
+  Decisions d = Decide(w.b.Build());
+  EXPECT_TRUE(d.preemptions.empty());
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].reason, PendingReason::kNoCapacity);
+  PolicyConfig config;
+  config.preempt_for_capacity = true;
+  d = Decide(w.b.Build(), config);
+  EXPECT_THAT(Admitted(d), ElementsAre(1));
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].victim, 100);
+  EXPECT_EQ(d.preemptions[0].victim_queue, w.other);
+  EXPECT_EQ(d.preemptions[0].reason, PreemptionReason::kPreemptedByPriority);
+  // The same through the incremental Scheduler.
+  Scheduler scheduler(w.b.Build(), config);
+  EXPECT_EQ(scheduler.Cycle(), d);
+}
+
+TEST(PreemptionTest, ForCapacityNeverTakesEqualOrHigherPriority) {
+  PolicyConfig config;
+  config.preempt_for_capacity = true;
+  for (int32_t value : {10, 20}) {
+    SCOPED_TRACE(value);
+    ForCapacity w = ForCapacitySetup(value);
+    const Decisions d = Decide(w.b.Build(), config);
+    EXPECT_TRUE(d.preemptions.empty());
+    EXPECT_TRUE(d.admissions.empty());
+  }
+}
+
+TEST(PreemptionTest, ForCapacityOnlyWithinNominalQuota) {
+  // Queue a's nominal quota is 2 GPUs, so the 4-GPU job would borrow (a
+  // queue without a cohort cannot, so it does not fit quota either): no
+  // preemption for capacity.
+  PolicyConfig config;
+  config.preempt_for_capacity = true;
+  ForCapacity w = ForCapacitySetup(0, /*a_nominal=*/2);
+  Decisions d = Decide(w.b.Build(), config);
+  EXPECT_TRUE(d.preemptions.empty());
+  // In a cohort that lends it the quota, it would borrow: still none (the
+  // victim's queue could reclaim its quota and preempt it back).
+  const CohortId c = w.b.AddCohort("c");
+  w.b.snapshot().queues[w.a].cohort = c;
+  const QueueId lender = w.b.AddQueue("lender", c);
+  w.b.AddGpuQuota(lender, w.f, 8);
+  d = Decide(w.b.Build(), config);
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_TRUE(d.admissions.empty());
+}
+
 TEST(PreemptionTest, HigherPriorityPreemptsWithinItsQueue) {
   WithinQueue w = WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 0);
   PolicyConfig config;

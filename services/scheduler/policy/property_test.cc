@@ -459,7 +459,7 @@ std::optional<CohortId> RootCohort(const Snapshot& s, QueueId q) {
 
 TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
   Rng rng(20261124);
-  int preemptions = 0, stability_checks = 0;
+  int preemptions = 0, stability_checks = 0, for_capacity = 0;
   std::set<PreemptionReason> reasons;
   for (int iteration = 0; iteration < 3000; ++iteration) {
     SCOPED_TRACE("iteration " + std::to_string(iteration));
@@ -467,6 +467,7 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
     ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
     PolicyConfig config;
     config.min_runtime_guarantee = rng.Chance(30) ? kHour : 0;
+    config.preempt_for_capacity = rng.Chance(30);
     const Decisions d = Decide(s, config);
 
     // Determinism, also with the pending and running lists reversed.
@@ -515,7 +516,14 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
           p.message, std::string(PreemptionReasonCode(p.reason)) + ": "));
       switch (p.reason) {
         case PreemptionReason::kPreemptedByPriority:
-          ASSERT_EQ(r.queue, preemptor.queue);
+          if (r.queue != preemptor.queue ||
+              pq.within_queue_preemption == WithinQueuePreemption::kNever) {
+            // For node capacity (rule 4): strictly lower priority.
+            ASSERT_TRUE(config.preempt_for_capacity);
+            ASSERT_LT(vpc.value, pv);
+            ++for_capacity;
+            break;
+          }
           ASSERT_NE(pq.within_queue_preemption, WithinQueuePreemption::kNever);
           ASSERT_TRUE(vpc.value < pv ||
                       (vpc.value == pv &&
@@ -571,13 +579,21 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
     preemptions += static_cast<int>(d.preemptions.size());
 
     // Stability: once the decisions are applied (victims pending again),
-    // fair share never preempts back from a queue it just preempted for.
+    // fair share never preempts back from a queue it just preempted for,
+    // and a victim of a preemption for capacity never preempts its
+    // preemptor by priority.
     std::set<std::pair<QueueId, QueueId>> fair;  // (preemptor q, victim q)
+    // (preemptor, victim) of preemptions for capacity.
+    std::set<std::pair<JobId, JobId>> by_priority;
     for (const Preemption& p : d.preemptions) {
       if (p.reason == PreemptionReason::kFairShare)
         fair.insert({jobs.at(p.preemptor)->queue, p.victim_queue});
+      if (p.reason == PreemptionReason::kPreemptedByPriority &&
+          p.victim_queue != jobs.at(p.preemptor)->queue) {
+        by_priority.insert({p.preemptor, p.victim});
+      }
     }
-    if (fair.empty()) continue;
+    if (fair.empty() && by_priority.empty()) continue;
     ++stability_checks;
     const Snapshot next = Apply(s, d);
     ASSERT_TRUE(ValidateSnapshot(next).ok()) << ValidateSnapshot(next);
@@ -585,6 +601,10 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
     std::map<JobId, QueueId> next_queue;
     for (const PendingJob& j : next.pending) next_queue[j.id] = j.queue;
     for (const Preemption& p : again.preemptions) {
+      if (p.reason == PreemptionReason::kPreemptedByPriority) {
+        ASSERT_FALSE(by_priority.count({p.victim, p.preemptor}))
+            << "preempted back by priority: " << p.message;
+      }
       if (p.reason != PreemptionReason::kFairShare) continue;
       ASSERT_FALSE(fair.count({p.victim_queue, next_queue.at(p.preemptor)}))
           << "fair share preempted back: " << p.message;
@@ -592,6 +612,7 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
   }
   EXPECT_GT(preemptions, 100);
   EXPECT_GT(stability_checks, 0);
+  EXPECT_GE(for_capacity, 5);
   EXPECT_EQ(reasons.size(), 3u);
 }
 
