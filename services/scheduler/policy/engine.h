@@ -17,6 +17,13 @@
 //     decision while the quota tree of their queue and the capacity of their
 //     candidate flavors are unchanged,
 //     so a failed class is not re-evaluated (Kueue's equivalence hashing);
+//   - speculative runs: once admissions have stopped for a while, a queue's
+//     next jobs that would fail without changing the state are taken from
+//     its own order without a round through the heap of heads each, and
+//     given back to be attempted at their turn when an earlier attempt
+//     changes what they depend on (engine.cc, "Speculative runs");
+//   - the free-capacity indexes kept across cycles by the incremental
+//     Scheduler while the nodes are the same but for their use;
 //   - explanations kept per class across cycles: a failed attempt records
 //     why each flavor failed compactly (Detail in engine.cc) and reuses the
 //     class's last text while the records are equal, so steady-state cycles
