@@ -463,6 +463,8 @@ class Engine final : public CycleRunner {
     }
     free_.resize(s.nodes.size());
     total_ = Resources{};
+    // Whether an index updated here is no longer usable.
+    bool unusable = false;
     for (size_t n = 0; n < s.nodes.size(); ++n) {
       const Node& node = s.nodes[n];
       Resources free = node.capacity;
@@ -470,14 +472,13 @@ class Engine final : public CycleRunner {
       if (node.schedulable) total_ += node.capacity;
       if (keep_indexes && !(free == free_[n])) {
         for (ShapeIndex* index : indexes_of_flavor_[node.flavor]) {
-          if (!index->Set(static_cast<NodeId>(n), free)) unusable_ = true;
+          if (!index->Set(static_cast<NodeId>(n), free)) unusable = true;
         }
       }
       free_[n] = free;
     }
-    if (unusable_) {
+    if (unusable) {
       // Dropped: built again (usable or not) when next asked for.
-      unusable_ = false;
       index_by_id_.clear();
       for (auto& indexes : indexes_of_flavor_) {
         indexes.erase(std::remove_if(indexes.begin(), indexes.end(),
@@ -1768,8 +1769,6 @@ class Engine final : public CycleRunner {
     bool operator==(const NodeStatic&) const = default;
   };
   std::vector<NodeStatic> nodes_;
-  // Set by Reset() when an index it updated is no longer usable.
-  bool unusable_ = false;
   // The usable indexes by ShapeIndex::id.
   std::vector<ShapeIndex*> index_by_id_;
   // Per (ClassTable shape, flavor): IndexFor() once looked up.
