@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(
   std::unique_ptr<Dispatcher> d(new Dispatcher(std::move(options), adapter));
   absl::StatusOr<std::unique_ptr<pg::Database>> db =
       pg::Database::Open({.url = d->options_.postgres_url,
-                          .pool_size = std::max(2, d->options_.db_pool_size)});
+                          .pool_size = std::max(2, d->options_.db_pool_size),
+                          .custom_plans = true});
   if (!db.ok()) return db.status();
   d->db_ = std::move(*db);
   d->jobs_ = std::make_unique<pg::JobStore>(d->db_.get());

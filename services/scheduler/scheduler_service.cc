@@ -125,7 +125,8 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   std::unique_ptr<SchedulerService> s(new SchedulerService(std::move(options)));
   absl::StatusOr<std::unique_ptr<pg::Database>> db =
       pg::Database::Open({.url = s->options_.postgres_url,
-                          .pool_size = std::max(2, s->options_.db_pool_size)});
+                          .pool_size = std::max(2, s->options_.db_pool_size),
+                          .custom_plans = true});
   if (!db.ok()) return db.status();
   s->db_ = std::move(*db);
   s->jobs_ = std::make_unique<pg::JobStore>(s->db_.get());

@@ -64,6 +64,11 @@ absl::Status Database::EnsureConnected(Slot& slot) {
     if (slot.conn == nullptr || !slot.conn->is_open()) {
       slot.conn = std::make_unique<pqxx::connection>(options_.url);
       slot.prepared = 0;
+      if (options_.custom_plans) {
+        pqxx::nontransaction setup(*slot.conn);
+        setup.exec0("SET plan_cache_mode = force_custom_plan");
+        setup.commit();
+      }
     }
     std::vector<std::pair<std::string, std::string>> pending;
     {

@@ -242,6 +242,66 @@ TEST_F(PostgresTest, SubmitManyIsIdempotentAndWritesOneEventPerJob) {
   EXPECT_EQ(events->size(), 2u);
 }
 
+// A batch statement prepared while the jobs table was tiny must not stay a
+// sequential scan once the table has grown: on a fresh database the
+// scheduler's and dispatcher's lookups of job rows by an array of ids were
+// planned once as sequential scans (the generic plan PostgreSQL settles on
+// after five executions) and read every job row on each call.
+TEST_F(PostgresTest, BatchLookupsUseTheIndexAfterTheTableGrows) {
+  SeedQueue("t");
+  auto first = jobs_->SubmitMany({MakeJob("t", "seed")}, false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int64_t id = IdOf((*first)[0].job);
+  // One connection, planned as the scheduler and the dispatchers plan: the
+  // statement's cached plan is the one examined below.
+  auto one =
+      Database::Open({.url = url_, .pool_size = 1, .custom_plans = true});
+  ASSERT_TRUE(one.ok()) << one.status();
+  JobStore store(one->get());
+  // JobSaves' statement (every batch of state changes), with the seed job's
+  // own state: the job is queued (1) with no attempts. Executed through
+  // libpqxx first (which prepares it on the connection), then explained.
+  const std::string args = absl::StrCat("'{", id,
+                                        "}', '{1}', '{QUEUED}', '{x}', '{0}', "
+                                        "'{\"\"}', '{f}', '{f}'");
+  for (int i = 0; i < 10; ++i) {
+    absl::Status s = (*one)->Transact([&](pqxx::work& txn) {
+      EXPECT_EQ(
+          txn.exec_prepared("jobs_save_many", absl::StrCat("{", id, "}"), "{1}",
+                            "{QUEUED}", "{x}", "{0}", "{\"\"}", "{f}", "{f}")
+              .size(),
+          1u);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   txn.exec0(absl::StrCat(
+                       "INSERT INTO jobs (id, tenant, queue, project, state, "
+                       "priority, client_request_id, request_hash, creator, "
+                       "spec) SELECT g, tenant, queue, project, state, "
+                       "priority, 'bulk-' || g, request_hash, creator, spec "
+                       "FROM jobs, generate_series(",
+                       id + 1, ", ", id + 20000,
+                       ") AS g WHERE jobs.id = ", id));
+                   return absl::OkStatus();
+                 })
+                  .ok());
+  std::string plan;
+  ASSERT_TRUE((*one)
+                  ->Transact([&](pqxx::work& txn) {
+                    for (const pqxx::row& r : txn.exec(
+                             "EXPLAIN EXECUTE jobs_save_many(" + args + ")")) {
+                      plan += r[0].c_str();
+                      plan += "\n";
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_THAT(plan, ::testing::HasSubstr("Index Scan"));
+  EXPECT_THAT(plan, ::testing::Not(::testing::HasSubstr("Seq Scan")));
+}
+
 TEST_F(PostgresTest, UnknownQueueFailsTheBatchWithoutWritingAnything) {
   SeedQueue("t");
   NewJob bad = MakeJob("t", "x");
