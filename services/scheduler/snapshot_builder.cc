@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -19,8 +21,10 @@ namespace {
 namespace v1 = ::trainyard::v1;
 using policy::Resource;
 
+// As TimeUtil::TimestampToMicroseconds (nanos toward zero), inline: it is
+// called for every job of every cycle.
 int64_t Micros(const google::protobuf::Timestamp& t) {
-  return google::protobuf::util::TimeUtil::TimestampToMicroseconds(t);
+  return t.seconds() * 1000000 + t.nanos() / 1000;
 }
 int64_t Micros(const google::protobuf::Duration& d) {
   return google::protobuf::util::TimeUtil::DurationToMicroseconds(d);
@@ -217,13 +221,18 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   }
 
   // Queues.
-  std::map<std::pair<std::string, std::string>, policy::QueueId> queue_ids;
+  // (tenant, queue) -> id, viewing the keys of state.queues (every job
+  // looks its queue up: no copies of the names).
+  absl::flat_hash_map<std::pair<std::string_view, std::string_view>,
+                      policy::QueueId>
+      queue_ids;
   for (const auto& [key, q] : state.queues) {
     if (q.stop_policy() == v1::STOP_POLICY_HOLD ||
         q.stop_policy() == v1::STOP_POLICY_HOLD_AND_DRAIN) {
       continue;
     }
-    queue_ids[key] = static_cast<policy::QueueId>(s.queues.size());
+    queue_ids[{key.first, key.second}] =
+        static_cast<policy::QueueId>(s.queues.size());
     index->queue_keys.push_back(key);
     policy::Queue queue{
         .name = absl::StrCat(key.first, "/", key.second),
@@ -282,7 +291,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   };
   for (const auto& [id, pc] : state.priority_classes)
     class_id(id, pc.value(), pc.preemptible());
-  auto job_class = [&](const v1::Job& job, bool preemptible) {
+  auto resolve_class = [&](const v1::Job& job, bool preemptible) {
     std::string name = std::string(core::NameId(job.spec().priority_class()));
     auto configured = state.priority_classes.find(name);
     if (name.empty()) name = "default";
@@ -290,12 +299,24 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
                                    configured->second.preemptible();
     return class_id(name, job.priority(), preemptible && class_preemptible);
   };
+  // The same, memoized by what it depends on (viewing the jobs' own
+  // strings): most jobs share a few classes.
+  absl::flat_hash_map<std::tuple<std::string_view, int32_t, bool>,
+                      policy::PriorityClassId>
+      class_of;
+  auto job_class = [&](const v1::Job& job, bool preemptible) {
+    auto [it, inserted] = class_of.try_emplace(
+        {job.spec().priority_class(), job.priority(), preemptible}, 0);
+    if (inserted) it->second = resolve_class(job, preemptible);
+    return it->second;
+  };
 
   // Jobs.
   for (const auto& [id, view] : state.jobs) {
     const v1::Job& job = view.job;
     const v1::JobSpec& spec = job.spec();
-    auto queue = queue_ids.find({job.tenant(), spec.queue()});
+    auto queue = queue_ids.find(std::pair<std::string_view, std::string_view>(
+        job.tenant(), spec.queue()));
     const policy::Resources worker = ShapeOf(spec.resources());
     const int32_t workers = std::max(1, spec.workers());
     if (HoldsResources(job.state())) {

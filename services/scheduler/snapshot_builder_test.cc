@@ -199,6 +199,63 @@ TEST(SnapshotBuilderTest, MapsPlatformObjectsToThePolicyModel) {
             "clusters/sim/nodes/n2");
 }
 
+// Jobs share priority classes by (name, value, preemptible): the same name
+// with another value, an unconfigured name, and a job being preempted each
+// get their own class, whatever order the jobs come in; times to the
+// microsecond.
+TEST(SnapshotBuilderTest, PriorityClassesPerNameValueAndPreemptibility) {
+  PlatformState st = Platform();
+  JobView a = MakeJob(1, "default", v1::JOB_STATE_QUEUED, 1);
+  a.job.mutable_spec()->set_priority_class("default");
+  a.job.mutable_create_time()->set_nanos(123456789);
+  JobView b = MakeJob(2, "default", v1::JOB_STATE_QUEUED, 1);
+  b.job.mutable_spec()->set_priority_class("priorityClasses/default");
+  JobView c = MakeJob(3, "default", v1::JOB_STATE_QUEUED, 1);
+  c.job.mutable_spec()->set_priority_class("default");
+  c.job.set_priority(7);
+  JobView d = MakeJob(4, "default", v1::JOB_STATE_QUEUED, 1);
+  d.job.mutable_spec()->set_priority_class("batch");
+  d.job.set_priority(3);
+  JobView e = MakeJob(5, "default", v1::JOB_STATE_PREEMPTING, 1);
+  e.job.mutable_spec()->set_priority_class("default");
+  v1::Attempt attempt;
+  attempt.set_flavor("flavors/h100");
+  attempt.add_placements()->set_node("clusters/sim/nodes/n1");
+  e.attempt = attempt;
+  JobView f = MakeJob(6, "default", v1::JOB_STATE_QUEUED, 1);
+  f.job.mutable_spec()->set_priority_class("batch");
+  f.job.set_priority(3);
+  for (JobView* v : {&a, &b, &c, &d, &e, &f}) {
+    const int64_t id = std::stoll(v->job.name().substr(18));
+    st.jobs[id] = *v;
+  }
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_TRUE(policy::ValidateSnapshot(s).ok()) << policy::ValidateSnapshot(s);
+  ASSERT_EQ(s.pending.size(), 5u);
+  ASSERT_EQ(s.running.size(), 1u);
+  auto class_of = [&](policy::JobId id) -> const policy::PriorityClass& {
+    for (const policy::PendingJob& p : s.pending)
+      if (p.id == id) return s.priority_classes[p.priority_class];
+    return s.priority_classes[s.running[0].priority_class];
+  };
+  EXPECT_EQ(class_of(1).name, "default");
+  EXPECT_EQ(class_of(1).value, 10);
+  EXPECT_TRUE(class_of(1).preemptible);
+  EXPECT_EQ(&class_of(2), &class_of(1));  // The same class, by its full name.
+  EXPECT_EQ(class_of(3).name, "default");
+  EXPECT_EQ(class_of(3).value, 7);
+  EXPECT_NE(&class_of(3), &class_of(1));
+  EXPECT_EQ(class_of(4).name, "batch");  // Not configured: the job's value.
+  EXPECT_EQ(class_of(4).value, 3);
+  EXPECT_EQ(&class_of(6), &class_of(4));
+  EXPECT_EQ(class_of(5).value, 10);
+  EXPECT_FALSE(class_of(5).preemptible);
+  EXPECT_EQ(s.pending[0].submit_time,
+            (absl::ToUnixSeconds(kNow) - 60) * 1000000 + 123456);
+}
+
 TEST(SnapshotBuilderTest, PreemptingJobsAreNotPreemptibleAgain) {
   PlatformState st = Platform();
   JobView j = MakeJob(1, "default", v1::JOB_STATE_PREEMPTING, 8);
