@@ -648,6 +648,7 @@ class Engine final : public CycleRunner {
   // failure record and its representative (queue, gang, shape).
   void Prefetch(int32_t job_class) const {
     __builtin_prefetch(&failures_[job_class]);
+    __builtin_prefetch(classes_->InfoAddress(job_class));
     const char* job =
         reinterpret_cast<const char*>(&classes_->RepresentativeOf(job_class));
     __builtin_prefetch(job + offsetof(PendingJob, queue));
@@ -1908,7 +1909,7 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
           ? job.submit_time
           : 0};
   auto [it, inserted] =
-      ids_.try_emplace(key, static_cast<int32_t>(flavors_of_class_.size()));
+      ids_.try_emplace(key, static_cast<int32_t>(info_.size()));
   if (inserted) {
     if (list < 0) {
       // No candidate flavor: FlavorsOf() gives an (interned) empty list.
@@ -1918,14 +1919,15 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
       }
       list = empty_list_;
     }
-    flavors_of_class_.push_back(list);
     const WorkerKey shape = {
         job.worker.gpus,
         job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
         job.worker.cpu_millis, job.worker.memory_bytes};
-    shape_of_class_.push_back(
-        shape_ids_.try_emplace(shape, static_cast<int32_t>(shape_ids_.size()))
-            .first->second);
+    info_.push_back({.flavors = list,
+                     .shape = shape_ids_
+                                  .try_emplace(shape, static_cast<int32_t>(
+                                                          shape_ids_.size()))
+                                  .first->second});
     PendingJob& representative = representatives_.emplace_back(job);
     representative.name.clear();
     representative.name.shrink_to_fit();
@@ -1938,9 +1940,8 @@ void ClassTable::clear() {
   list_ids_.clear();
   list_of_pricing_.clear();
   flavor_lists_.clear();
-  flavors_of_class_.clear();
+  info_.clear();
   representatives_.clear();
-  shape_of_class_.clear();
   shape_ids_.clear();
   empty_list_ = -1;
   generation_ = NewGeneration();

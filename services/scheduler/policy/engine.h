@@ -73,10 +73,10 @@ class ClassTable {
  public:
   int32_t ClassOf(const Snapshot& s, const PolicyConfig& config,
                   const PendingJob& job);
-  size_t size() const { return flavors_of_class_.size(); }
+  size_t size() const { return info_.size(); }
   // The candidate flavors of a class's jobs, most preferred first.
   const std::vector<FlavorId>& FlavorsOf(int32_t job_class) const {
-    return flavor_lists_[flavors_of_class_[job_class]];
+    return flavor_lists_[info_[job_class].flavors];
   }
   // The first job seen of a class (its name dropped). Everything a failed
   // admission attempt reads of a job is the same for every job of its class,
@@ -86,9 +86,9 @@ class ClassTable {
   }
   // Classes with equal worker shapes (as placement sees them) share a dense
   // shape id < num_shapes().
-  int32_t ShapeOf(int32_t job_class) const {
-    return shape_of_class_[job_class];
-  }
+  int32_t ShapeOf(int32_t job_class) const { return info_[job_class].shape; }
+  // Where FlavorsOf() and ShapeOf() read (for prefetching).
+  const void* InfoAddress(int32_t job_class) const { return &info_[job_class]; }
   size_t num_shapes() const { return shape_ids_.size(); }
   // Unique per table contents: changes whenever clear() renumbers classes,
   // so a runner may keep per-class data across cycles while it is the same.
@@ -105,12 +105,17 @@ class ClassTable {
   absl::flat_hash_map<PricingKey, int32_t> list_of_pricing_;
   absl::flat_hash_map<std::vector<FlavorId>, int32_t> list_ids_;
   std::vector<std::vector<FlavorId>> flavor_lists_;
-  std::vector<int32_t> flavors_of_class_;
+  // Per class, side by side (a class's first attempt in a cycle reads both):
+  // its list in flavor_lists_ and its shape id.
+  struct Info {
+    int32_t flavors;
+    int32_t shape;
+  };
+  std::vector<Info> info_;
   std::vector<PendingJob> representatives_;
   // GPUs, GPU model (kAnyGpuModel without GPUs), CPU, memory.
   using WorkerKey = std::tuple<int64_t, GpuModelId, int64_t, int64_t>;
   absl::flat_hash_map<WorkerKey, int32_t> shape_ids_;
-  std::vector<int32_t> shape_of_class_;
   int32_t empty_list_ = -1;
   uint64_t generation_ = NewGeneration();
   static uint64_t NewGeneration();
