@@ -201,8 +201,8 @@ TEST(SnapshotBuilderTest, MapsPlatformObjectsToThePolicyModel) {
 
 // Jobs share priority classes by (name, value, preemptible): the same name
 // with another value, an unconfigured name, and a job being preempted each
-// get their own class, whatever order the jobs come in; times to the
-// microsecond.
+// get their own class, and a class named in full is the same class; submit
+// times to the microsecond.
 TEST(SnapshotBuilderTest, PriorityClassesPerNameValueAndPreemptibility) {
   PlatformState st = Platform();
   JobView a = MakeJob(1, "default", v1::JOB_STATE_QUEUED, 1);
