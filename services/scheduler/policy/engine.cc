@@ -523,9 +523,11 @@ class Engine final : public CycleRunner {
     // Failures of earlier cycles are no longer valid.
     if (++cycle_ == 0) {
       for (ClassFailure& failure : failures_) failure.cycle = 0;
+      for (QuotaAvailable& available : available_) available.cycle = 0;
       cycle_ = 1;
     }
     failures_.resize(classes.size());
+    available_.resize(s.queues.size() * num_flavors);
     index_of_shape_.assign(classes.num_shapes() * num_flavors, nullptr);
     index_looked_up_.assign(classes.num_shapes() * num_flavors, 0);
     share_.assign(s.queues.size(), 0.0);
@@ -1034,13 +1036,15 @@ class Engine final : public CycleRunner {
         continue;
       }
       affordable.push_back(f);
-      if (!quota_->Fits(job.queue, f, need, &failed)) {
-        add_detail({.kind = Detail::kQuota,
-                    .resource = static_cast<uint8_t>(failed),
-                    .flavor = f,
-                    .a = quota_->Usage(job.queue, f, failed),
-                    .b = quota_->Nominal(job.queue, f, failed),
-                    .c = quota_->CohortLends(job.queue, f, failed)});
+      if (!FitsQuota(job.queue, f, need, &failed)) {
+        add_detail(
+            {.kind = Detail::kQuota,
+             .resource = static_cast<uint8_t>(failed),
+             .flavor = f,
+             .a = quota_->Usage(job.queue, f, failed),
+             .b = quota_->Nominal(job.queue, f, failed),
+             .c = quota_->CohortLends(job.queue, f, failed,
+                                      AvailableQuota(job.queue, f, failed))});
         HoldBorrowingFor(job, f, need);
       } else if (BorrowsWhileRebalancing(job, f, need)) {
         add_detail(OverNominalDetail(Detail::kRebalancing, job, f, need, 0));
@@ -1657,6 +1661,43 @@ class Engine final : public CycleRunner {
     return false;
   }
 
+  // QuotaTree::Available(q, f, r), remembered per (queue, flavor) while the
+  // quota epoch of q's cohort tree on f stays the same: the jobs of a queue
+  // ask for it again and again (about 2 calls per job class in a cycle
+  // between two changes of the tree's quota), and each call walks up the
+  // tree. Not remembered without use_equivalence_classes, so that the
+  // property tests compare it with QuotaTree's own answers.
+  int64_t AvailableQuota(QueueId q, FlavorId f, Resource r) {
+    if (!config_->use_equivalence_classes) return quota_->Available(q, f, r);
+    QuotaAvailable& a =
+        available_[static_cast<size_t>(q) * s_->flavors.size() + f];
+    const uint64_t epoch = QuotaEpoch(root_of_queue_[q], f);
+    if (a.cycle != cycle_ || a.epoch != epoch) {
+      a.cycle = cycle_;
+      a.epoch = epoch;
+      a.known = 0;
+    }
+    const int i = static_cast<int>(r);
+    if ((a.known >> i & 1) == 0) {
+      a.value[i] = quota_->Available(q, f, r);
+      a.known |= static_cast<uint8_t>(1 << i);
+    }
+    return a.value[i];
+  }
+  // QuotaTree::Fits() through AvailableQuota().
+  bool FitsQuota(QueueId q, FlavorId f, const Resources& amount,
+                 Resource* failed) {
+    for (Resource r : kAllResources) {
+      const int64_t want = amount.Get(r);
+      // Untracked resources are available without limit.
+      if (want > 0 && want > AvailableQuota(q, f, r)) {
+        *failed = r;
+        return false;
+      }
+    }
+    return true;
+  }
+
   // The quota epoch of (root of a cohort tree, flavor): grows with every
   // change of the tree's quota state on the flavor (its usage, holds and
   // rebalancing).
@@ -1752,6 +1793,15 @@ class Engine final : public CycleRunner {
   Resources total_;
   const std::vector<std::vector<QueueEntry>>* jobs_of_queue_ = nullptr;
   std::vector<ClassFailure> failures_;
+  // Per (queue, flavor): AvailableQuota() of the resources in `known`,
+  // computed in `cycle` at quota epoch `epoch`.
+  struct QuotaAvailable {
+    uint32_t cycle = 0;
+    uint8_t known = 0;
+    uint64_t epoch = 0;
+    int64_t value[kNumResources] = {};
+  };
+  std::vector<QuotaAvailable> available_;
   std::vector<size_t> offset_;
   std::vector<uint8_t> admitted_;
   std::vector<PendingReason> reason_;

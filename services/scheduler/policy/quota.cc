@@ -93,10 +93,15 @@ int64_t QuotaTree::Available(QueueId q, FlavorId f, Resource r) const {
 }
 
 int64_t QuotaTree::CohortLends(QueueId q, FlavorId f, Resource r) const {
+  return CohortLends(q, f, r, Available(q, f, r));
+}
+
+int64_t QuotaTree::CohortLends(QueueId q, FlavorId f, Resource r,
+                               int64_t available) const {
   if (!Tracks(q, f, r) || parent_[q] < 0) return 0;
   const Cell& c = cells_[CellIndex(q, f, r)];
   const int64_t own_unused = std::max<int64_t>(0, c.nominal - c.usage);
-  return std::max<int64_t>(0, Available(q, f, r) - own_unused);
+  return std::max<int64_t>(0, available - own_unused);
 }
 
 bool QuotaTree::Fits(QueueId q, FlavorId f, const Resources& amount,

@@ -63,6 +63,9 @@ class QuotaTree {
   // The part of Available() that comes from the cohort (beyond the queue's own
   // unused nominal quota): what the cohort "lends" it now.
   int64_t CohortLends(QueueId q, FlavorId f, Resource r) const;
+  // CohortLends() where Available(q, f, r) is already known.
+  int64_t CohortLends(QueueId q, FlavorId f, Resource r,
+                      int64_t available) const;
   // Whether q may take `amount` of flavor f. On failure, *failed (if given) is
   // the first resource that does not fit.
   bool Fits(QueueId q, FlavorId f, const Resources& amount,
