@@ -390,9 +390,10 @@ constexpr size_t kKeptDetails = 4;
 // One record, so that a job's attempt reads one (prefetched) cache line.
 struct alignas(64) ClassFailure {
   // The first cache line holds everything a job that reuses the failure
-  // reads (ScanRun() included).
+  // reads (ScanRun() included); the static_assert below keeps it so.
   // The cycle (Engine::cycle_) of its failure: valid in that cycle only.
   uint32_t cycle = 0;
+  PendingReason reason = PendingReason::kNoCapacity;
   // Whether it went on to a reservation search (which failed); a job that
   // reuses the failure counts that search too, so that the search limit is
   // reached exactly as without the shortcut.
@@ -400,7 +401,6 @@ struct alignas(64) ClassFailure {
   // The last explanation: `message` was formatted from `details`.
   bool text_valid = false;
   uint8_t num_details = 0;
-  PendingReason reason = PendingReason::kNoCapacity;
   // For speculative runs (flavor ids below 32): the flavors whose capacity
   // its placements depended on (where no index says more), and those whose
   // quota state it read (its candidate flavors).
@@ -420,6 +420,8 @@ struct alignas(64) ClassFailure {
   Message message;
   Detail details[kKeptDetails];
 };
+static_assert(offsetof(ClassFailure, message) + sizeof(Message) <= 64,
+              "a reused failure is read from one cache line");
 
 // Appends text pieces and integers to a string in place: explanations are
 // formatted into one reused buffer, without StrAppend()'s per-call sizing

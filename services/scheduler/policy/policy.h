@@ -17,7 +17,7 @@
 namespace trainyard::scheduler::policy {
 
 // Why a job stays pending; PendingReasonCode() gives the stable string.
-enum class PendingReason {
+enum class PendingReason : uint8_t {
   kQuotaExhausted,       // QUOTA_EXHAUSTED
   kNoCapacity,           // NO_CAPACITY
   kNoFitTopology,        // NO_FIT_TOPOLOGY
