@@ -652,6 +652,11 @@ class Engine final : public CycleRunner {
           // Its queue's next entry, which becomes the queue's head then.
           const QueueId hq = heads[h].queue;
           __builtin_prefetch(&(*jobs_of_queue_)[hq].data()[cursor[hq] + 1]);
+          // And what a failed attempt reads of its queue: its quota
+          // availability and (for its budget) its Queue.
+          __builtin_prefetch(
+              &available_[static_cast<size_t>(hq) * s_->flavors.size()]);
+          __builtin_prefetch(&s_->queues[hq].budget);
         }
       }
     }
