@@ -193,7 +193,13 @@ void BM_SteadyState(benchmark::State& state) {
     state.PauseTiming();
     Churn(scheduler, last, rng, next_id);
     state.ResumeTiming();
-    last = kUseDecide ? Decide(scheduler.snapshot()) : scheduler.Cycle();
+    // The Scheduler writes over the last cycle's Decisions (reusing their
+    // memory), releasing what they held inside the timed cycle.
+    if (kUseDecide) {
+      last = Decide(scheduler.snapshot());
+    } else {
+      scheduler.Cycle(last);
+    }
     admitted = last.admissions.size();
   }
   SetSizeCounters(state, scheduler.snapshot());

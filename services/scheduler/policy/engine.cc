@@ -486,12 +486,12 @@ class Engine final : public CycleRunner {
   // `jobs` lists each queue's pending jobs in queue order with `num_classes`
   // classes. State from an earlier Run() only lends its memory, except the
   // per-class candidate flavors (ForgetClasses() drops them).
-  Decisions Run(const Snapshot& s, const PolicyConfig& config,
-                const QuotaTree& running_quota,
-                const std::vector<std::vector<QueueEntry>>& jobs,
-                const ClassTable& classes) override {
+  void Run(const Snapshot& s, const PolicyConfig& config,
+           const QuotaTree& running_quota,
+           const std::vector<std::vector<QueueEntry>>& jobs,
+           const ClassTable& classes, Decisions& out) override {
     Reset(s, config, running_quota, jobs, classes);
-    return Run();
+    Run(out);
   }
 
  private:
@@ -610,8 +610,10 @@ class Engine final : public CycleRunner {
     held_for_priority_.clear();
   }
 
-  Decisions Run() {
-    Decisions out;
+  void Run(Decisions& out) {
+    out.admissions.clear();
+    out.preemptions.clear();
+    out.reservations.clear();
     std::vector<size_t>& cursor = cursor_;
     cursor.assign(s_->queues.size(), 0);
     admitted_.assign(s_->pending.size(), 0);
@@ -694,19 +696,31 @@ class Engine final : public CycleRunner {
         }
       }
     }
-    out.pending.reserve(s_->pending.size() - out.admissions.size());
+    // Written over out.pending's old entries where it has them: its memory
+    // (several MB) is reused rather than allocated again, which in a
+    // long-running process often means fresh pages, each a page fault.
+    std::vector<PendingDecision>& pending = out.pending;
+    const size_t count = s_->pending.size() - out.admissions.size();
+    if (pending.size() > count) pending.resize(count);
+    pending.reserve(count);
+    size_t k = 0;
     for (size_t q = 0; q < s_->queues.size(); ++q) {
       int32_t position = 0;
       for (size_t j = offset_[q]; j < offset_[q + 1]; ++j) {
         if (admitted_[j]) continue;
-        out.pending.push_back({.job = (*jobs_of_queue_)[q][j - offset_[q]].id,
-                               .queue = static_cast<QueueId>(q),
-                               .reason = reason_[j],
-                               .message = std::move(message_[j]),
-                               .position = ++position});
+        PendingDecision decision{.job = (*jobs_of_queue_)[q][j - offset_[q]].id,
+                                 .queue = static_cast<QueueId>(q),
+                                 .reason = reason_[j],
+                                 .message = std::move(message_[j]),
+                                 .position = ++position};
+        if (k < pending.size()) {
+          pending[k] = std::move(decision);
+        } else {
+          pending.push_back(std::move(decision));
+        }
+        ++k;
       }
     }
-    return out;
   }
 
  private:
@@ -2106,7 +2120,9 @@ Decisions RunCycle(const Snapshot& s, const PolicyConfig& config,
                    const QuotaTree& running_quota,
                    const std::vector<std::vector<QueueEntry>>& jobs,
                    const ClassTable& classes) {
-  return Engine().Run(s, config, running_quota, jobs, classes);
+  Decisions out;
+  Engine().Run(s, config, running_quota, jobs, classes, out);
+  return out;
 }
 
 }  // namespace trainyard::scheduler::policy::internal

@@ -134,11 +134,12 @@ void BuildQueues(const Snapshot& s, const PolicyConfig& config,
 class CycleRunner {
  public:
   virtual ~CycleRunner() = default;
-  // == RunCycle(s, config, running_quota, jobs, classes).
-  virtual Decisions Run(const Snapshot& s, const PolicyConfig& config,
-                        const QuotaTree& running_quota,
-                        const std::vector<std::vector<QueueEntry>>& jobs,
-                        const ClassTable& classes) = 0;
+  // Sets `out` to RunCycle(s, config, running_quota, jobs, classes), reusing
+  // the memory of its vectors.
+  virtual void Run(const Snapshot& s, const PolicyConfig& config,
+                   const QuotaTree& running_quota,
+                   const std::vector<std::vector<QueueEntry>>& jobs,
+                   const ClassTable& classes, Decisions& out) = 0;
 };
 std::unique_ptr<CycleRunner> NewCycleRunner();
 

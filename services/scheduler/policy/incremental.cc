@@ -161,13 +161,22 @@ bool Scheduler::CompleteRunning(JobId id) {
 }
 
 Decisions Scheduler::Cycle() {
+  Decisions out;
+  Cycle(out);
+  return out;
+}
+
+void Scheduler::Cycle(Decisions& out) {
   if (!built_) {
     // Decide() explains an invalid snapshot.
-    if (!ValidateSnapshot(s_).ok()) return Decide(s_, config_);
+    if (!ValidateSnapshot(s_).ok()) {
+      out = Decide(s_, config_);
+      return;
+    }
     Rebuild();
   }
   if (runner_ == nullptr) runner_ = internal::NewCycleRunner();
-  return runner_->Run(s_, config_, *running_quota_, jobs_of_queue_, classes_);
+  runner_->Run(s_, config_, *running_quota_, jobs_of_queue_, classes_, out);
 }
 
 }  // namespace trainyard::scheduler::policy
