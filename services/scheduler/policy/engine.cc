@@ -1135,7 +1135,7 @@ class Engine final : public CycleRunner {
           indexed |= uint64_t{1} << i;
         if (placement.failure == PlacementFailure::kNone) {
           if (speculative) return Outcome::kDeferred;
-          Admit(actual(), f, std::move(placement.worker_nodes), out);
+          Admit(job, entry.id, f, std::move(placement.worker_nodes), out);
           return Outcome::kAdmitted;
         }
         if (!reservations_.empty()) {
@@ -1415,7 +1415,7 @@ class Engine final : public CycleRunner {
         }
       }
     }
-    Admit(job, f, std::move(placement.worker_nodes), out);
+    Admit(job, job.id, f, std::move(placement.worker_nodes), out);
     out.admissions.back().backfill = true;
     return true;
   }
@@ -1576,8 +1576,11 @@ class Engine final : public CycleRunner {
     return true;
   }
 
-  void Admit(const PendingJob& job, FlavorId f, std::vector<NodeId> nodes,
-             Decisions& out) {
+  // Admits job `id`; `job` is it or its class's representative (everything
+  // an admission reads of a job but its id is the same for every job of its
+  // class), so that an admission need not touch the (cold) job itself.
+  void Admit(const PendingJob& job, JobId id, FlavorId f,
+             std::vector<NodeId> nodes, Decisions& out) {
     Commit(job, f, nodes);
     bool borrowing = false;
     for (Resource r : kAllResources) {
@@ -1586,7 +1589,7 @@ class Engine final : public CycleRunner {
         borrowing = true;
       }
     }
-    out.admissions.push_back({.job = job.id,
+    out.admissions.push_back({.job = id,
                               .queue = job.queue,
                               .flavor = f,
                               .worker_nodes = std::move(nodes),
@@ -1722,7 +1725,7 @@ class Engine final : public CycleRunner {
         free.memory_bytes = std::min(free.memory_bytes, before.memory_bytes);
       }
       for (NodeId n : nodes) free_[n] += job.worker.AsResources();
-      Admit(job, f, std::move(nodes), out);
+      Admit(job, job.id, f, std::move(nodes), out);
       for (const auto& [n, before] : held) {
         for (ShapeIndex* index : indexes_of_flavor_[s_->nodes[n].flavor])
           index->Update(n, free_[n]);
