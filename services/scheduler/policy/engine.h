@@ -28,7 +28,9 @@
 //     why each flavor failed compactly (Detail in engine.cc) and reuses the
 //     class's last text while the records are equal, so steady-state cycles
 //     format and allocate few texts; texts live in shared blocks, so copying
-//     a Message touches one hot reference count.
+//     a Message touches one hot reference count;
+//   - quota availability remembered per (queue, flavor) while the quota
+//     epoch of the queue's cohort tree on the flavor is unchanged.
 // PolicyConfig::use_placement_index and use_equivalence_classes turn both off,
 // so tests can check that they never change a decision.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_ENGINE_H_
