@@ -1766,15 +1766,8 @@ class Engine final : public CycleRunner {
   // QuotaTree::Fits() through AvailableQuota().
   bool FitsQuota(QueueId q, FlavorId f, const Resources& amount,
                  Resource* failed) {
-    for (Resource r : kAllResources) {
-      const int64_t want = amount.Get(r);
-      // Untracked resources are available without limit.
-      if (want > 0 && want > AvailableQuota(q, f, r)) {
-        *failed = r;
-        return false;
-      }
-    }
-    return true;
+    return QuotaTree::FitsAvailable(
+        amount, [&](Resource r) { return AvailableQuota(q, f, r); }, failed);
   }
 
   // The quota epoch of (root of a cohort tree, flavor): grows with every
@@ -2081,15 +2074,26 @@ uint64_t ClassTable::NewGeneration() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-QueueEntry MakeEntry(const Snapshot& s, const PolicyConfig& config,
-                     ClassTable& classes, int index) {
+namespace {
+
+// s.pending[index]'s entry, its class not yet set.
+QueueEntry EntryWithoutClass(const Snapshot& s, int index) {
   const PendingJob& job = s.pending[index];
   return {
       .neg_priority = -int64_t{s.priority_classes[job.priority_class].value},
       .submit_time = job.submit_time,
       .id = job.id,
       .index = index,
-      .job_class = classes.ClassOf(s, config, job)};
+      .job_class = -1};
+}
+
+}  // namespace
+
+QueueEntry MakeEntry(const Snapshot& s, const PolicyConfig& config,
+                     ClassTable& classes, int index) {
+  QueueEntry e = EntryWithoutClass(s, index);
+  e.job_class = classes.ClassOf(s, config, s.pending[index]);
+  return e;
 }
 
 void BuildQueues(const Snapshot& s, const PolicyConfig& config,
@@ -2097,13 +2101,8 @@ void BuildQueues(const Snapshot& s, const PolicyConfig& config,
                  std::vector<std::vector<QueueEntry>>& jobs) {
   jobs.assign(s.queues.size(), {});
   for (size_t i = 0; i < s.pending.size(); ++i) {
-    const PendingJob& job = s.pending[i];
-    jobs[job.queue].push_back(
-        {.neg_priority = -int64_t{s.priority_classes[job.priority_class].value},
-         .submit_time = job.submit_time,
-         .id = job.id,
-         .index = static_cast<int>(i),
-         .job_class = -1});
+    jobs[s.pending[i].queue].push_back(
+        EntryWithoutClass(s, static_cast<int>(i)));
   }
   // Classes are numbered in queue order, so that the per-class records of
   // a queue's jobs (which a cycle reads in that order) lie close together.

@@ -106,15 +106,8 @@ int64_t QuotaTree::CohortLends(QueueId q, FlavorId f, Resource r,
 
 bool QuotaTree::Fits(QueueId q, FlavorId f, const Resources& amount,
                      Resource* failed) const {
-  for (Resource r : kAllResources) {
-    const int64_t want = amount.Get(r);
-    if (want <= 0 || !Tracks(q, f, r)) continue;
-    if (want > Available(q, f, r)) {
-      if (failed != nullptr) *failed = r;
-      return false;
-    }
-  }
-  return true;
+  return FitsAvailable(
+      amount, [&](Resource r) { return Available(q, f, r); }, failed);
 }
 
 bool QuotaTree::WithinBorrowingLimit(QueueId q, FlavorId f,

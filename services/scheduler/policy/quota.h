@@ -70,6 +70,20 @@ class QuotaTree {
   // the first resource that does not fit.
   bool Fits(QueueId q, FlavorId f, const Resources& amount,
             Resource* failed = nullptr) const;
+  // Fits() where available(r) gives Available(q, f, r) (or a cache of it).
+  template <typename AvailableFn>
+  static bool FitsAvailable(const Resources& amount, AvailableFn available,
+                            Resource* failed = nullptr) {
+    for (Resource r : kAllResources) {
+      const int64_t want = amount.Get(r);
+      // Untracked resources are available without limit.
+      if (want > 0 && want > available(r)) {
+        if (failed != nullptr) *failed = r;
+        return false;
+      }
+    }
+    return true;
+  }
   // Charges (or, with negative amounts, releases) usage to q and its cohorts.
   // Whether `amount` more keeps the queue within its own nominal quota plus
   // borrowing limit on f (its cohort may still have no room for it).
