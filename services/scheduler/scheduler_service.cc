@@ -62,7 +62,7 @@ common::Counter& Decided(const char* kind) {
 }  // namespace
 
 SchedulerService::SchedulerService(SchedulerOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), policy_state_(options_.policy) {}
 
 SchedulerService::~SchedulerService() {
   Shutdown();
@@ -269,6 +269,9 @@ absl::Status SchedulerService::LoadConfig() {
 }
 
 absl::Status SchedulerService::Refresh() {
+  changed_.clear();
+  jobs_reloaded_ = !loaded_;
+  config_changed_ = false;
   if (!loaded_) {
     // The sequence first: a job that changes after it is read again next cycle.
     absl::StatusOr<uint64_t> seq = jobs_->LastEventSequence();
@@ -291,7 +294,10 @@ absl::Status SchedulerService::Refresh() {
       absl::StatusOr<pg::JobStore::Changes> changes =
           jobs_->LoadChanges(last_seq_, 10000);
       if (!changes.ok()) return changes.status();
-      for (int64_t id : changes->ids) state_.jobs.erase(id);
+      for (int64_t id : changes->ids) {
+        state_.jobs.erase(id);
+        changed_.push_back(id);
+      }
       for (pg::ActiveJob& a : changes->active) {
         const int64_t id = std::stoll(std::string(core::NameId(a.job.name())));
         state_.jobs[id] =
@@ -313,6 +319,7 @@ absl::Status SchedulerService::Refresh() {
   if (absl::Status s = LoadConfig(); !s.ok()) return s;
   config_fingerprint_ = *fingerprint;
   config_loaded_ = true;
+  config_changed_ = true;
   return absl::OkStatus();
 }
 
@@ -346,19 +353,34 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     return s;
   }
   report.refresh = absl::Now() - start;
-  policy::Snapshot snapshot;
-  SnapshotIndex index;
-  BuildSnapshot(
-      state_, options_.clock ? options_.clock() : absl::Now(), &snapshot,
-      &index,
-      {.wall_now = absl::Now(), .timeout = options_.dispatcher_timeout});
+  // The policy's picture follows what changed: every job anew only on the
+  // first cycle of a leader or after a failed one.
+  const absl::Time now = options_.clock ? options_.clock() : absl::Now();
+  const DispatcherLiveness liveness{.wall_now = absl::Now(),
+                                    .timeout = options_.dispatcher_timeout};
+  if (jobs_reloaded_ || !policy_state_.built()) {
+    policy_state_.Reset(state_, now, liveness);
+  } else {
+    if (config_changed_) policy_state_.ConfigChanged(state_, now, liveness);
+    std::sort(changed_.begin(), changed_.end());
+    changed_.erase(std::unique(changed_.begin(), changed_.end()),
+                   changed_.end());
+    for (int64_t id : changed_) {
+      auto it = state_.jobs.find(id);
+      policy_state_.JobChanged(
+          id, it == state_.jobs.end() ? nullptr : &it->second, now);
+    }
+  }
+  policy_state_.Advance(state_, now, liveness);
   const absl::Time loaded = absl::Now();
-  const policy::Decisions d = policy::Decide(snapshot, options_.policy);
+  policy_state_.Cycle(decisions_);
+  const policy::Decisions& d = decisions_;
+  const SnapshotIndex& index = policy_state_.index();
   const absl::Time decided = absl::Now();
   report.load = loaded - start;
   report.decide = decided - loaded;
-  report.pending = static_cast<int>(snapshot.pending.size());
-  report.running = static_cast<int>(snapshot.running.size());
+  report.pending = static_cast<int>(policy_state_.snapshot().pending.size());
+  report.running = static_cast<int>(policy_state_.snapshot().running.size());
   report.reservations = static_cast<int>(d.reservations.size());
 
   // Explanations of this cycle: (reason, message, position) per pending job,
@@ -392,7 +414,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     explain(p.job, policy::PendingReasonCode(p.reason), p.message.str(),
             p.position);
   }
-  for (const auto& [id, message] : index.excluded) {
+  for (const auto& [id, message] : policy_state_.excluded()) {
     explain(id, std::string_view(message).substr(0, message.find(':')), message,
             0);
   }
@@ -414,16 +436,8 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   for (const policy::Admission& a : d.admissions) {
     auto it = state_.jobs.find(a.job);
     if (it == state_.jobs.end()) continue;
+    // The policy never places a gang across clusters (placement.h).
     const std::string& cluster = index.node_clusters[a.worker_nodes.front()];
-    bool one_cluster = true;
-    for (policy::NodeId n : a.worker_nodes)
-      one_cluster &= index.node_clusters[n] == cluster;
-    if (!one_cluster) {
-      // The policy packs gangs by block and rack, not by cluster yet.
-      explain(a.job, "NO_FIT_TOPOLOGY",
-              "NO_FIT_TOPOLOGY: the placement found spans clusters", 0);
-      continue;
-    }
     const std::string& flavor_id = index.flavor_ids[a.flavor];
     pg::AdmitDecision admit{.tenant = it->second.job.tenant(),
                             .job_id = a.job,

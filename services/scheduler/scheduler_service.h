@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
@@ -27,6 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "services/scheduler/policy/policy.h"
+#include "services/scheduler/scheduler_state.h"
 #include "services/scheduler/snapshot_builder.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
@@ -121,6 +123,15 @@ class SchedulerService {
 
   absl::Mutex cycle_mu_;
   PlatformState state_ ABSL_GUARDED_BY(cycle_mu_);
+  // The policy's incremental picture of state_, and the decisions of the
+  // last cycle (kept: a cycle writes over their memory).
+  SchedulerState policy_state_ ABSL_GUARDED_BY(cycle_mu_);
+  policy::Decisions decisions_ ABSL_GUARDED_BY(cycle_mu_);
+  // What the last Refresh() found: jobs with events (ids, repeats possible),
+  // whether every job was read anew, whether the configuration changed.
+  std::vector<int64_t> changed_ ABSL_GUARDED_BY(cycle_mu_);
+  bool jobs_reloaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  bool config_changed_ ABSL_GUARDED_BY(cycle_mu_) = false;
   bool loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
   // ObjectStore::Fingerprint of the configuration tables last loaded.

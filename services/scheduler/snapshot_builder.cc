@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/core/names.h"
+#include "services/scheduler/policy/preemption.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -29,26 +30,6 @@ int64_t Micros(const google::protobuf::Timestamp& t) {
 int64_t Micros(const google::protobuf::Duration& d) {
   return google::protobuf::util::TimeUtil::DurationToMicroseconds(d);
 }
-
-// Interns strings as dense ids in first-seen order.
-template <typename Key>
-class Interner {
- public:
-  explicit Interner(int32_t first = 0) : next_(first) {}
-  int32_t Id(const Key& key) {
-    auto [it, inserted] = ids_.try_emplace(key, next_);
-    if (inserted) ++next_;
-    return it->second;
-  }
-  const int32_t* Find(const Key& key) const {
-    auto it = ids_.find(key);
-    return it == ids_.end() ? nullptr : &it->second;
-  }
-
- private:
-  absl::flat_hash_map<Key, int32_t> ids_;
-  int32_t next_;
-};
 
 policy::Resources ShapeOf(const v1::Resources& r) {
   return {r.gpus(), r.cpu_millis(), r.memory_bytes()};
@@ -112,18 +93,64 @@ bool DispatcherGone(const v1::Cluster& cluster,
          liveness.timeout;
 }
 
-void BuildSnapshot(const PlatformState& state, absl::Time now,
-                   policy::Snapshot* snapshot, SnapshotIndex* index,
-                   const DispatcherLiveness& liveness) {
+policy::GpuModelId SnapshotMapper::ModelId(const std::string& name) {
+  if (name.empty()) return policy::kAnyGpuModel;
+  if (gpu_model_names_.empty()) gpu_model_names_.push_back("");
+  auto [it, inserted] = models_.try_emplace(
+      name, static_cast<policy::GpuModelId>(gpu_model_names_.size()));
+  if (inserted) gpu_model_names_.push_back(name);
+  return it->second;
+}
+
+// Priority classes: the configured ones, then any (name, value) a job
+// carries that is not configured; "(preempting)" copies are never
+// preemptible.
+policy::PriorityClassId SnapshotMapper::ClassId(const std::string& name,
+                                                int32_t value,
+                                                bool preemptible) {
+  std::pair<std::string, int32_t> key{
+      preemptible ? name : name + " (preempting)", value};
+  auto [it, inserted] = classes_.try_emplace(
+      key, static_cast<policy::PriorityClassId>(priority_classes_.size()));
+  if (inserted) {
+    priority_classes_.push_back(
+        {.name = key.first, .value = value, .preemptible = preemptible});
+  }
+  return it->second;
+}
+
+// Memoized by what it depends on: most jobs share a few classes.
+policy::PriorityClassId SnapshotMapper::JobClass(const v1::Job& job,
+                                                 bool preemptible) {
+  auto [it, inserted] = class_of_.try_emplace(
+      {job.spec().priority_class(), job.priority(), preemptible}, 0);
+  if (inserted) {
+    std::string name = std::string(core::NameId(job.spec().priority_class()));
+    auto configured = class_preemptible_.find(name);
+    if (name.empty()) name = "default";
+    const bool class_preemptible =
+        configured == class_preemptible_.end() || configured->second;
+    it->second =
+        ClassId(name, job.priority(), preemptible && class_preemptible);
+  }
+  return it->second;
+}
+
+void SnapshotMapper::MapConfig(const PlatformState& state,
+                               const DispatcherLiveness& liveness,
+                               policy::Snapshot* snapshot,
+                               SnapshotIndex* index) {
   policy::Snapshot& s = *snapshot;
   s = policy::Snapshot{};
   *index = SnapshotIndex{};
-  s.now = absl::ToUnixMicros(now);
+  flavor_ids_.clear();
+  node_ids_.clear();
+  queue_ids_.clear();
+  known_queues_.clear();
 
   // Flavors.
-  absl::flat_hash_map<std::string, policy::FlavorId> flavor_ids;
   for (const auto& [id, f] : state.flavors) {
-    flavor_ids[id] = static_cast<policy::FlavorId>(s.flavors.size());
+    flavor_ids_[id] = static_cast<policy::FlavorId>(s.flavors.size());
     index->flavor_ids.push_back(id);
     policy::FlavorKind kind = policy::FlavorKind::kOnDemand;
     if (f.kind() == v1::FLAVOR_KIND_RESERVED)
@@ -137,37 +164,29 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
          .reclaim_rate_per_hour = std::max(0.0, f.reclaim_rate_per_hour())});
   }
 
-  // GPU models (0 = any), topology labels.
-  Interner<std::string> models(1);
-  s.gpu_model_names.push_back("");
   // Topology labels are per cluster: a gang never spans clusters, and racks
   // and blocks must not either.
-  Interner<std::string> clusters, blocks, racks;
-  auto model_id = [&](const std::string& name) -> policy::GpuModelId {
-    if (name.empty()) return policy::kAnyGpuModel;
-    const policy::GpuModelId id = models.Id(name);
-    if (static_cast<size_t>(id) >= s.gpu_model_names.size())
-      s.gpu_model_names.push_back(name);
-    return id;
+  auto intern = [](absl::flat_hash_map<std::string, int32_t>& ids,
+                   std::string key) {
+    return ids.try_emplace(std::move(key), static_cast<int32_t>(ids.size()))
+        .first->second;
   };
-
   // Nodes.
-  absl::flat_hash_map<std::string, policy::NodeId> node_ids;  // full name
   for (const auto& [key, node] : state.nodes) {
     const auto& [cluster_id, node_id] = key;
     auto pool = state.pools.find({cluster_id, node.pool()});
     if (pool == state.pools.end()) continue;
     auto flavor =
-        flavor_ids.find(std::string(core::NameId(pool->second.flavor())));
-    if (flavor == flavor_ids.end()) continue;
+        flavor_ids_.find(std::string(core::NameId(pool->second.flavor())));
+    if (flavor == flavor_ids_.end()) continue;
     auto cluster = state.clusters.find(cluster_id);
     const bool cordoned =
         cluster == state.clusters.end() || cluster->second.cordoned() ||
         cluster->second.health() == v1::CLUSTER_HEALTH_UNHEALTHY ||
         DispatcherGone(cluster->second, liveness);
-    const std::string name =
+    std::string name =
         absl::StrCat("clusters/", cluster_id, "/nodes/", node_id);
-    node_ids[name] = static_cast<policy::NodeId>(s.nodes.size());
+    node_ids_[name] = static_cast<policy::NodeId>(s.nodes.size());
     index->node_names.push_back(name);
     index->node_clusters.push_back(cluster_id);
     std::string gpu_model = node.capacity().gpu_model();
@@ -176,21 +195,23 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
           state.flavors.at(std::string(core::NameId(pool->second.flavor())))
               .gpu_model();
     policy::Node n{
-        .name = name,
-        .cluster = clusters.Id(cluster_id),
+        .name = std::move(name),
+        .cluster = intern(clusters_, cluster_id),
         .flavor = flavor->second,
-        .gpu_model = model_id(gpu_model),
+        .gpu_model = ModelId(gpu_model),
         .capacity = ShapeOf(node.capacity()),
         .schedulable = node.state() == v1::NODE_STATE_READY && !cordoned};
     if (!node.topology().block().empty()) {
-      n.block =
-          blocks.Id(absl::StrCat(cluster_id, "/", node.topology().block()));
+      n.block = intern(blocks_,
+                       absl::StrCat(cluster_id, "/", node.topology().block()));
       if (!node.topology().rack().empty()) {
-        n.rack = racks.Id(absl::StrCat(cluster_id, "/", node.topology().block(),
-                                       "/", node.topology().rack()));
+        n.rack = intern(
+            racks_, absl::StrCat(cluster_id, "/", node.topology().block(), "/",
+                                 node.topology().rack()));
       }
     } else if (!node.topology().rack().empty()) {
-      n.rack = racks.Id(absl::StrCat(cluster_id, "//", node.topology().rack()));
+      n.rack = intern(racks_,
+                      absl::StrCat(cluster_id, "//", node.topology().rack()));
     }
     s.nodes.push_back(std::move(n));
   }
@@ -206,7 +227,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     auto parent = cohort_ids.find(std::string(core::NameId(c.parent())));
     if (!c.parent().empty() && parent != cohort_ids.end())
       cohort.parent = parent->second;
-    cohort.quotas = QuotasOf(c.quotas(), flavor_ids);
+    cohort.quotas = QuotasOf(c.quotas(), flavor_ids_);
   }
   // A cohort chain that loops would be refused by ValidateSnapshot: cut it.
   for (size_t c = 0; c < s.cohorts.size(); ++c) {
@@ -221,18 +242,13 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   }
 
   // Queues.
-  // (tenant, queue) -> id, viewing the keys of state.queues (every job
-  // looks its queue up: no copies of the names).
-  absl::flat_hash_map<std::pair<std::string_view, std::string_view>,
-                      policy::QueueId>
-      queue_ids;
   for (const auto& [key, q] : state.queues) {
+    known_queues_.insert(key);
     if (q.stop_policy() == v1::STOP_POLICY_HOLD ||
         q.stop_policy() == v1::STOP_POLICY_HOLD_AND_DRAIN) {
       continue;
     }
-    queue_ids[{key.first, key.second}] =
-        static_cast<policy::QueueId>(s.queues.size());
+    queue_ids_[key] = static_cast<policy::QueueId>(s.queues.size());
     index->queue_keys.push_back(key);
     policy::Queue queue{
         .name = absl::StrCat(key.first, "/", key.second),
@@ -244,7 +260,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     auto cohort = cohort_ids.find(std::string(core::NameId(q.cohort())));
     if (!q.cohort().empty() && cohort != cohort_ids.end())
       queue.cohort = cohort->second;
-    queue.quotas = QuotasOf(q.quotas(), flavor_ids);
+    queue.quotas = QuotasOf(q.quotas(), flavor_ids_);
     switch (q.preemption().within_queue()) {
       case v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY:
         queue.within_queue_preemption =
@@ -275,163 +291,176 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
     s.queues.push_back(std::move(queue));
   }
 
-  // Priority classes: the configured ones, then any (name, value) a job
-  // carries that is not configured; "(preempting)" copies are never
-  // preemptible.
-  Interner<std::pair<std::string, int32_t>> classes;
-  auto class_id = [&](const std::string& name, int32_t value,
-                      bool preemptible) {
-    const std::pair<std::string, int32_t> key{
-        preemptible ? name : name + " (preempting)", value};
-    const policy::PriorityClassId id = classes.Id(key);
-    if (static_cast<size_t>(id) >= s.priority_classes.size())
-      s.priority_classes.push_back(
-          {.name = key.first, .value = value, .preemptible = preemptible});
-    return id;
-  };
+  // Priority classes (a change of what is preemptible remaps every job).
+  absl::flat_hash_map<std::string, bool> preemptible;
   for (const auto& [id, pc] : state.priority_classes)
-    class_id(id, pc.value(), pc.preemptible());
-  auto resolve_class = [&](const v1::Job& job, bool preemptible) {
-    std::string name = std::string(core::NameId(job.spec().priority_class()));
-    auto configured = state.priority_classes.find(name);
-    if (name.empty()) name = "default";
-    const bool class_preemptible = configured == state.priority_classes.end() ||
-                                   configured->second.preemptible();
-    return class_id(name, job.priority(), preemptible && class_preemptible);
-  };
-  // The same, memoized by what it depends on (viewing the jobs' own
-  // strings): most jobs share a few classes.
-  absl::flat_hash_map<std::tuple<std::string_view, int32_t, bool>,
-                      policy::PriorityClassId>
-      class_of;
-  auto job_class = [&](const v1::Job& job, bool preemptible) {
-    auto [it, inserted] = class_of.try_emplace(
-        {job.spec().priority_class(), job.priority(), preemptible}, 0);
-    if (inserted) it->second = resolve_class(job, preemptible);
-    return it->second;
-  };
+    preemptible[id] = pc.preemptible();
+  if (preemptible != class_preemptible_) {
+    class_preemptible_ = std::move(preemptible);
+    class_of_.clear();
+  }
+  for (const auto& [id, pc] : state.priority_classes)
+    ClassId(id, pc.value(), pc.preemptible());
+  if (gpu_model_names_.empty()) gpu_model_names_.push_back("");
+  s.priority_classes = priority_classes_;
+  s.gpu_model_names = gpu_model_names_;
+}
 
-  // Jobs.
-  for (const auto& [id, view] : state.jobs) {
-    const v1::Job& job = view.job;
-    const v1::JobSpec& spec = job.spec();
-    auto queue = queue_ids.find(std::pair<std::string_view, std::string_view>(
-        job.tenant(), spec.queue()));
-    const policy::Resources worker = ShapeOf(spec.resources());
-    const int32_t workers = std::max(1, spec.workers());
-    if (HoldsResources(job.state())) {
-      if (!view.attempt.has_value()) continue;
-      const v1::Attempt& a = *view.attempt;
-      auto flavor = flavor_ids.find(std::string(core::NameId(a.flavor())));
-      if (flavor == flavor_ids.end()) continue;
-      policy::RunningAttempt r{
-          .job = id,
-          .queue = queue != queue_ids.end() ? queue->second : 0,
-          .flavor = flavor->second,
-          .priority_class =
-              job_class(job, job.state() != v1::JOB_STATE_PREEMPTING),
-          .resources = worker * workers,
-          .start_time =
-              a.has_start_time()
-                  ? Micros(a.start_time())
-                  : (a.has_admit_time() ? Micros(a.admit_time()) : s.now),
-          .time_limit_micros =
-              spec.has_time_limit() ? Micros(spec.time_limit()) : 0};
-      if (view.last_checkpoint.has_value())
-        r.last_checkpoint_time = absl::ToUnixMicros(*view.last_checkpoint);
-      for (const v1::WorkerPlacement& p : a.placements()) {
-        auto node = node_ids.find(p.node());
-        if (node == node_ids.end()) continue;
-        r.placement.push_back(node->second);
-        s.nodes[node->second].used += worker;
-      }
-      // Running work of a queue that no longer exists (or is stopped)
-      // still holds its nodes, but no quota; so does a job being preempted:
-      // its preemptor, admitted in its place, is charged that quota now
-      // (else the quota would count twice until the victim has stopped, and
-      // its cohort would admit nothing else meanwhile).
-      if (job.state() == v1::JOB_STATE_PREEMPTING) r.resources = {};
-      if (queue == queue_ids.end()) {
-        r.resources = {};
-        if (s.queues.empty()) continue;
-      }
-      s.running.push_back(std::move(r));
-      continue;
-    }
-    if (job.state() != v1::JOB_STATE_QUEUED) continue;
-    if (std::optional<absl::Time> until = RetryNotBefore(view);
-        until.has_value() && *until > now) {
-      index->excluded.emplace_back(
-          id, absl::StrCat(
-                  "RETRY_BACKOFF: attempt ", job.attempt_count(),
-                  " failed; retry ", job.attempt_count() + 1, " waits until ",
-                  absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *until,
-                                   absl::UTCTimeZone()),
-                  " (in ", absl::ToInt64Seconds(*until - now) + 1, " s)"));
-      continue;
-    }
-    if (queue == queue_ids.end()) {
-      auto known = state.queues.find({job.tenant(), spec.queue()});
-      index->excluded.emplace_back(
-          id, known == state.queues.end()
-                  ? absl::StrCat("QUEUE_NOT_FOUND: queue ", job.tenant(), "/",
-                                 spec.queue(), " does not exist")
-                  : absl::StrCat("QUEUE_STOPPED: queue ", job.tenant(), "/",
-                                 spec.queue(),
-                                 " admits no new work (stop policy)"));
-      continue;
-    }
-    policy::PendingJob p{
-        .id = id,
-        .name = job.display_name(),
-        .queue = queue->second,
-        .priority_class = job_class(job, true),
-        .submit_time = Micros(job.create_time()),
-        .workers = workers,
-        .worker = {.gpus = worker.gpus,
-                   .gpu_model = model_id(spec.resources().gpu_model()),
-                   .cpu_millis = worker.cpu_millis,
-                   .memory_bytes = worker.memory_bytes},
+JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
+                                absl::Time now) {
+  JobEntry e;
+  const v1::Job& job = view.job;
+  const v1::JobSpec& spec = job.spec();
+  auto queue = queue_ids_.find(
+      std::pair<std::string, std::string>(job.tenant(), spec.queue()));
+  const policy::Resources worker = ShapeOf(spec.resources());
+  const int32_t workers = std::max(1, spec.workers());
+  if (HoldsResources(job.state())) {
+    if (!view.attempt.has_value()) return e;
+    const v1::Attempt& a = *view.attempt;
+    auto flavor = flavor_ids_.find(std::string(core::NameId(a.flavor())));
+    if (flavor == flavor_ids_.end()) return e;
+    // Running work of a queue that no longer exists (or is stopped) holds
+    // its nodes, but no quota (with no queue at all there is nothing to
+    // admit: it is left out); so does a job being preempted: its preemptor,
+    // admitted in its place, is charged that quota now (else the quota would
+    // count twice until the victim has stopped, and its cohort would admit
+    // nothing else meanwhile).
+    if (queue == queue_ids_.end() && queue_ids_.empty()) return e;
+    policy::RunningAttempt& r = e.running;
+    r = policy::RunningAttempt{
+        .job = id,
+        .queue = queue != queue_ids_.end() ? queue->second : 0,
+        .flavor = flavor->second,
+        .priority_class =
+            JobClass(job, job.state() != v1::JOB_STATE_PREEMPTING),
+        .resources = worker * workers,
+        .start_time = a.has_start_time()   ? Micros(a.start_time())
+                      : a.has_admit_time() ? Micros(a.admit_time())
+                                           : absl::ToUnixMicros(now),
         .time_limit_micros =
             spec.has_time_limit() ? Micros(spec.time_limit()) : 0,
-        .expected_runtime_micros =
-            spec.has_expected_runtime() ? Micros(spec.expected_runtime()) : 0,
-        .can_checkpoint = spec.checkpoint().resumable(),
-        .checkpoint_interval_micros = spec.checkpoint().has_interval()
-                                          ? Micros(spec.checkpoint().interval())
-                                          : 0};
-    switch (spec.topology().required_level()) {
-      case v1::TOPOLOGY_LEVEL_BLOCK:
-        p.required_topology = policy::TopologyLevel::kBlock;
-        break;
-      case v1::TOPOLOGY_LEVEL_RACK:
-        p.required_topology = policy::TopologyLevel::kRack;
-        break;
-      default:
-        break;
+        .worker_resources = worker};
+    if (view.last_checkpoint.has_value())
+      r.last_checkpoint_time = absl::ToUnixMicros(*view.last_checkpoint);
+    for (const v1::WorkerPlacement& p : a.placements()) {
+      auto node = node_ids_.find(p.node());
+      if (node == node_ids_.end()) continue;
+      r.placement.push_back(node->second);
     }
-    switch (spec.spot_policy()) {
-      case v1::SPOT_POLICY_NEVER:
-        p.spot_policy = policy::SpotPolicy::kNever;
-        break;
-      case v1::SPOT_POLICY_ALLOWED:
-        p.spot_policy = policy::SpotPolicy::kAllowed;
-        break;
-      case v1::SPOT_POLICY_PREFERRED:
-        p.spot_policy = policy::SpotPolicy::kPreferred;
-        break;
-      case v1::SPOT_POLICY_REQUIRED:
-        p.spot_policy = policy::SpotPolicy::kRequired;
-        break;
-      default:
-        // As the API documents: allowed for resumable jobs, never otherwise.
-        p.spot_policy = spec.checkpoint().resumable()
-                            ? policy::SpotPolicy::kAllowed
-                            : policy::SpotPolicy::kNever;
-        break;
+    if (job.state() == v1::JOB_STATE_PREEMPTING || queue == queue_ids_.end()) {
+      r.resources = {};
     }
-    s.pending.push_back(std::move(p));
+    e.kind = JobEntry::Kind::kRunning;
+    return e;
   }
+  if (job.state() != v1::JOB_STATE_QUEUED) return e;
+  if (std::optional<absl::Time> until = RetryNotBefore(view);
+      until.has_value() && *until > now) {
+    e.kind = JobEntry::Kind::kExcluded;
+    e.excluded_until = until;
+    e.excluded = absl::StrCat(
+        "RETRY_BACKOFF: attempt ", job.attempt_count(), " failed; retry ",
+        job.attempt_count() + 1, " waits until ",
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *until, absl::UTCTimeZone()),
+        " (in ", absl::ToInt64Seconds(*until - now) + 1, " s)");
+    return e;
+  }
+  if (queue == queue_ids_.end()) {
+    e.kind = JobEntry::Kind::kExcluded;
+    e.excluded =
+        !known_queues_.contains({job.tenant(), spec.queue()})
+            ? absl::StrCat("QUEUE_NOT_FOUND: queue ", job.tenant(), "/",
+                           spec.queue(), " does not exist")
+            : absl::StrCat("QUEUE_STOPPED: queue ", job.tenant(), "/",
+                           spec.queue(), " admits no new work (stop policy)");
+    return e;
+  }
+  e.kind = JobEntry::Kind::kPending;
+  policy::PendingJob& p = e.pending;
+  p = policy::PendingJob{
+      .id = id,
+      .name = job.display_name(),
+      .queue = queue->second,
+      .priority_class = JobClass(job, true),
+      .submit_time = Micros(job.create_time()),
+      .workers = workers,
+      .worker = {.gpus = worker.gpus,
+                 .gpu_model = ModelId(spec.resources().gpu_model()),
+                 .cpu_millis = worker.cpu_millis,
+                 .memory_bytes = worker.memory_bytes},
+      .time_limit_micros =
+          spec.has_time_limit() ? Micros(spec.time_limit()) : 0,
+      .expected_runtime_micros =
+          spec.has_expected_runtime() ? Micros(spec.expected_runtime()) : 0,
+      .can_checkpoint = spec.checkpoint().resumable(),
+      .checkpoint_interval_micros = spec.checkpoint().has_interval()
+                                        ? Micros(spec.checkpoint().interval())
+                                        : 0};
+  switch (spec.topology().required_level()) {
+    case v1::TOPOLOGY_LEVEL_BLOCK:
+      p.required_topology = policy::TopologyLevel::kBlock;
+      break;
+    case v1::TOPOLOGY_LEVEL_RACK:
+      p.required_topology = policy::TopologyLevel::kRack;
+      break;
+    default:
+      break;
+  }
+  switch (spec.spot_policy()) {
+    case v1::SPOT_POLICY_NEVER:
+      p.spot_policy = policy::SpotPolicy::kNever;
+      break;
+    case v1::SPOT_POLICY_ALLOWED:
+      p.spot_policy = policy::SpotPolicy::kAllowed;
+      break;
+    case v1::SPOT_POLICY_PREFERRED:
+      p.spot_policy = policy::SpotPolicy::kPreferred;
+      break;
+    case v1::SPOT_POLICY_REQUIRED:
+      p.spot_policy = policy::SpotPolicy::kRequired;
+      break;
+    default:
+      // As the API documents: allowed for resumable jobs, never otherwise.
+      p.spot_policy = spec.checkpoint().resumable()
+                          ? policy::SpotPolicy::kAllowed
+                          : policy::SpotPolicy::kNever;
+      break;
+  }
+  return e;
+}
+
+void BuildSnapshot(const PlatformState& state, absl::Time now,
+                   policy::Snapshot* snapshot, SnapshotIndex* index,
+                   const DispatcherLiveness& liveness,
+                   SnapshotMapper* mapper_out) {
+  SnapshotMapper local;
+  SnapshotMapper& mapper = mapper_out != nullptr ? *mapper_out : local;
+  mapper = SnapshotMapper();
+  mapper.MapConfig(state, liveness, snapshot, index);
+  policy::Snapshot& s = *snapshot;
+  s.now = absl::ToUnixMicros(now);
+  for (const auto& [id, view] : state.jobs) {
+    JobEntry e = mapper.MapJob(id, view, now);
+    switch (e.kind) {
+      case JobEntry::Kind::kRunning:
+        for (size_t i = 0; i < e.running.placement.size(); ++i)
+          s.nodes[e.running.placement[i]].used +=
+              policy::WorkerShare(e.running, i);
+        s.running.push_back(std::move(e.running));
+        break;
+      case JobEntry::Kind::kPending:
+        s.pending.push_back(std::move(e.pending));
+        break;
+      case JobEntry::Kind::kExcluded:
+        index->excluded.emplace_back(id, std::move(e.excluded));
+        break;
+      case JobEntry::Kind::kNone:
+        break;
+    }
+  }
+  s.priority_classes = mapper.priority_classes();
+  s.gpu_model_names = mapper.gpu_model_names();
   // Node usage beyond capacity (e.g. a node shrank) would be refused by
   // ValidateSnapshot only if negative; keep it, the node just has no room.
 }

@@ -9,10 +9,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
@@ -91,9 +93,87 @@ struct DispatcherLiveness {
   absl::Time wall_now = absl::InfinitePast();
   absl::Duration timeout = absl::Minutes(2);
 };
+class SnapshotMapper;
+// `mapper`, if given, receives the mapper it used (to map later changes
+// against the same ids).
 void BuildSnapshot(const PlatformState& state, absl::Time now,
                    policy::Snapshot* snapshot, SnapshotIndex* index,
-                   const DispatcherLiveness& liveness = {});
+                   const DispatcherLiveness& liveness = {},
+                   SnapshotMapper* mapper = nullptr);
+
+// What one job is to the policy (SnapshotMapper::MapJob).
+struct JobEntry {
+  enum class Kind {
+    kNone,      // Terminal, or holds nothing the policy sees.
+    kRunning,   // ADMITTED … PREEMPTING: `running`.
+    kPending,   // QUEUED: `pending`.
+    kExcluded,  // QUEUED but left out: `excluded` says why.
+  };
+  Kind kind = Kind::kNone;
+  policy::RunningAttempt running;
+  policy::PendingJob pending;
+  // "<CODE>: <details>" (RETRY_BACKOFF, QUEUE_NOT_FOUND, QUEUE_STOPPED).
+  std::string excluded;
+  // For a retry backoff: when it ends (the job is mapped again then).
+  std::optional<absl::Time> excluded_until;
+};
+
+// The one mapping from platform objects to the policy's model, used whole by
+// BuildSnapshot and piece by piece by the scheduler service, which keeps an
+// incremental policy::Scheduler up to date with the jobs that changed.
+// Interned ids (GPU models, clusters, blocks, racks, priority classes) are
+// append-only: mapping the configuration again keeps the ids of the names it
+// knew, so jobs mapped before stay valid.
+class SnapshotMapper {
+ public:
+  // The configuration part of a snapshot (everything but `now`, running
+  // work, pending jobs and node use), and its index (without `excluded`).
+  void MapConfig(const PlatformState& state, const DispatcherLiveness& liveness,
+                 policy::Snapshot* snapshot, SnapshotIndex* index);
+  // What `view` (job `id`) is at `now`, against the configuration last
+  // mapped. May intern priority classes and GPU model names: priority_classes()
+  // and gpu_model_names() then grow.
+  JobEntry MapJob(int64_t id, const JobView& view, absl::Time now);
+  // Every priority class and GPU model name interned so far, by id.
+  const std::vector<policy::PriorityClass>& priority_classes() const {
+    return priority_classes_;
+  }
+  const std::vector<std::string>& gpu_model_names() const {
+    return gpu_model_names_;
+  }
+  // Whether jobs mapped by `other` map the same here: the same priority
+  // classes are configured (with the same preemptibility) and interned.
+  bool SameClassesAs(const SnapshotMapper& other) const {
+    return class_preemptible_ == other.class_preemptible_ &&
+           priority_classes_.size() == other.priority_classes_.size();
+  }
+
+ private:
+  policy::GpuModelId ModelId(const std::string& name);
+  policy::PriorityClassId ClassId(const std::string& name, int32_t value,
+                                  bool preemptible);
+  policy::PriorityClassId JobClass(const trainyard::v1::Job& job,
+                                   bool preemptible);
+
+  // Append-only interners.
+  absl::flat_hash_map<std::string, policy::GpuModelId> models_;
+  std::vector<std::string> gpu_model_names_;
+  absl::flat_hash_map<std::string, int32_t> clusters_, blocks_, racks_;
+  absl::flat_hash_map<std::pair<std::string, int32_t>, policy::PriorityClassId>
+      classes_;
+  std::vector<policy::PriorityClass> priority_classes_;
+  absl::flat_hash_map<std::tuple<std::string, int32_t, bool>,
+                      policy::PriorityClassId>
+      class_of_;
+  // Of the configuration last mapped.
+  absl::flat_hash_map<std::string, policy::FlavorId> flavor_ids_;
+  absl::flat_hash_map<std::string, policy::NodeId> node_ids_;
+  absl::flat_hash_map<std::pair<std::string, std::string>, policy::QueueId>
+      queue_ids_;
+  absl::flat_hash_set<std::pair<std::string, std::string>> known_queues_;
+  // Configured priority classes: name -> preemptible.
+  absl::flat_hash_map<std::string, bool> class_preemptible_;
+};
 
 // Whether the cluster's dispatcher counts as gone at liveness.wall_now.
 bool DispatcherGone(const trainyard::v1::Cluster& cluster,

@@ -1419,7 +1419,9 @@ class Engine final : public CycleRunner {
     return true;
   }
 
-  // Running attempts on f with a time limit: (end, index), by end.
+  // Running attempts on f with a time limit: (end, index), by end, then job
+  // id (not by index: decisions never depend on the order of
+  // Snapshot::running).
   const std::vector<std::pair<TimeMicros, int>>& EndsOf(FlavorId f) {
     if (!ends_built_) {
       ends_built_ = true;
@@ -1432,7 +1434,15 @@ class Engine final : public CycleRunner {
             std::max(s_->now, r.start_time + r.time_limit_micros),
             static_cast<int>(i));
       }
-      for (auto& ends : ends_of_flavor_) std::sort(ends.begin(), ends.end());
+      for (auto& ends : ends_of_flavor_) {
+        std::sort(ends.begin(), ends.end(),
+                  [&](const std::pair<TimeMicros, int>& a,
+                      const std::pair<TimeMicros, int>& b) {
+                    if (a.first != b.first) return a.first < b.first;
+                    return s_->running[a.second].job <
+                           s_->running[b.second].job;
+                  });
+      }
     }
     return ends_of_flavor_[f];
   }

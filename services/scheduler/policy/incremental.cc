@@ -86,33 +86,37 @@ void Scheduler::ErasePending(int index) {
   s_.pending.pop_back();
 }
 
-bool Scheduler::RemovePending(JobId id) {
-  int index = -1;
+int Scheduler::PendingIndex(JobId id) const {
   if (built_) {
     auto it = pending_index_.find(id);
-    if (it != pending_index_.end()) index = it->second;
-  } else {
-    for (size_t i = 0; i < s_.pending.size(); ++i) {
-      if (s_.pending[i].id == id) {
-        index = static_cast<int>(i);
-        break;
-      }
-    }
+    return it == pending_index_.end() ? -1 : it->second;
   }
+  for (size_t i = 0; i < s_.pending.size(); ++i) {
+    if (s_.pending[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Scheduler::RunningIndex(JobId id) const {
+  if (built_) {
+    auto it = running_index_.find(id);
+    return it == running_index_.end() ? -1 : it->second;
+  }
+  for (size_t i = 0; i < s_.running.size(); ++i) {
+    if (s_.running[i].job == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Scheduler::RemovePending(JobId id) {
+  const int index = PendingIndex(id);
   if (index < 0) return false;
   ErasePending(index);
   return true;
 }
 
 bool Scheduler::ApplyAdmission(const Admission& a) {
-  int index = -1;
-  for (size_t i = 0; !built_ && i < s_.pending.size(); ++i) {
-    if (s_.pending[i].id == a.job) index = static_cast<int>(i);
-  }
-  if (built_) {
-    auto it = pending_index_.find(a.job);
-    if (it != pending_index_.end()) index = it->second;
-  }
+  const int index = PendingIndex(a.job);
   if (index < 0) return false;
   const PendingJob& job = s_.pending[index];
   const Resources worker = job.worker.AsResources();
@@ -135,18 +139,10 @@ bool Scheduler::ApplyAdmission(const Admission& a) {
 }
 
 bool Scheduler::CompleteRunning(JobId id) {
-  int index = -1;
-  for (size_t i = 0; !built_ && i < s_.running.size(); ++i) {
-    if (s_.running[i].job == id) index = static_cast<int>(i);
-  }
-  if (built_) {
-    auto it = running_index_.find(id);
-    if (it != running_index_.end()) index = it->second;
-  }
+  const int index = RunningIndex(id);
   if (index < 0) return false;
   RunningAttempt& a = s_.running[index];
-  for (size_t i = 0; i < a.placement.size(); ++i)
-    s_.nodes[a.placement[i]].used -= WorkerShare(a, i);
+  ChargeNodes(a, -1);
   const int last = static_cast<int>(s_.running.size() - 1);
   if (built_) {
     Resources release = a.resources;
@@ -158,6 +154,98 @@ bool Scheduler::CompleteRunning(JobId id) {
   if (index != last) s_.running[index] = std::move(s_.running[last]);
   s_.running.pop_back();
   return true;
+}
+
+void Scheduler::ChargeNodes(const RunningAttempt& a, int64_t sign) {
+  for (size_t i = 0; i < a.placement.size(); ++i) {
+    const NodeId n = a.placement[i];
+    if (n >= 0 && static_cast<size_t>(n) < s_.nodes.size())
+      s_.nodes[n].used += WorkerShare(a, i) * sign;
+  }
+}
+
+bool Scheduler::RunningValid(const RunningAttempt& r) const {
+  auto in_range = [](int64_t id, size_t size) {
+    return id >= 0 && static_cast<size_t>(id) < size;
+  };
+  for (NodeId n : r.placement) {
+    if (!in_range(n, s_.nodes.size())) return false;
+  }
+  auto non_negative = [](const Resources& x) {
+    return x.gpus >= 0 && x.cpu_millis >= 0 && x.memory_bytes >= 0;
+  };
+  return in_range(r.queue, s_.queues.size()) &&
+         in_range(r.flavor, s_.flavors.size()) &&
+         in_range(r.priority_class, s_.priority_classes.size()) &&
+         non_negative(r.resources) && non_negative(r.worker_resources) &&
+         r.time_limit_micros >= 0;
+}
+
+bool Scheduler::AddRunning(RunningAttempt a) {
+  if (RunningIndex(a.job) >= 0) return false;
+  ChargeNodes(a, 1);
+  // An invalid attempt makes Cycle() explain the invalid snapshot, as
+  // Decide() would.
+  if (built_ && !RunningValid(a)) built_ = false;
+  if (built_) {
+    running_quota_->Add(a.queue, a.flavor, a.resources);
+    running_index_[a.job] = static_cast<int>(s_.running.size());
+  }
+  s_.running.push_back(std::move(a));
+  return true;
+}
+
+bool Scheduler::UpdateRunning(RunningAttempt attempt) {
+  if (!CompleteRunning(attempt.job)) return false;
+  return AddRunning(std::move(attempt));
+}
+
+bool Scheduler::SetLastCheckpoint(JobId id, std::optional<TimeMicros> time) {
+  const int index = RunningIndex(id);
+  if (index < 0) return false;
+  s_.running[index].last_checkpoint_time = time;
+  return true;
+}
+
+bool Scheduler::UpdatePending(PendingJob job) {
+  if (!RemovePending(job.id)) return false;
+  AddPending(std::move(job));
+  return true;
+}
+
+void Scheduler::SetNode(NodeId id, Node node) {
+  node.used = s_.nodes[id].used;
+  s_.nodes[id] = std::move(node);
+}
+
+void Scheduler::SetFlavor(FlavorId id, Flavor flavor) {
+  s_.flavors[id] = std::move(flavor);
+  built_ = false;
+}
+
+void Scheduler::SetQueue(QueueId id, Queue queue) {
+  s_.queues[id] = std::move(queue);
+  built_ = false;
+}
+
+void Scheduler::SetCohort(CohortId id, Cohort cohort) {
+  s_.cohorts[id] = std::move(cohort);
+  built_ = false;
+}
+
+void Scheduler::SetBudget(BudgetId id, Budget budget) {
+  s_.budgets[id] = std::move(budget);
+  built_ = false;
+}
+
+PriorityClassId Scheduler::AddPriorityClass(PriorityClass priority_class) {
+  s_.priority_classes.push_back(std::move(priority_class));
+  return static_cast<PriorityClassId>(s_.priority_classes.size() - 1);
+}
+
+GpuModelId Scheduler::AddGpuModelName(std::string name) {
+  s_.gpu_model_names.push_back(std::move(name));
+  return static_cast<GpuModelId>(s_.gpu_model_names.size() - 1);
 }
 
 Decisions Scheduler::Cycle() {

@@ -44,6 +44,38 @@ class Scheduler {
   // if there is none.
   bool CompleteRunning(JobId id);
 
+  // Running work that changes outside an admission of this scheduler (the
+  // scheduler service learns it from the database).
+  // Adds a running attempt: charges WorkerShare() of each placement entry to
+  // its node and its resources to its queue's quota. Returns false (nothing
+  // changed) if the job already runs here.
+  bool AddRunning(RunningAttempt attempt);
+  // Replaces the running attempt of attempt.job (CompleteRunning, then
+  // AddRunning): e.g. the job is being preempted now and holds no quota.
+  // Returns false if it does not run here.
+  bool UpdateRunning(RunningAttempt attempt);
+  // A new checkpoint of a running attempt (its lost work, for the choice of
+  // victims). Returns false if it does not run here.
+  bool SetLastCheckpoint(JobId id, std::optional<TimeMicros> time);
+  // Replaces the pending job with job.id (RemovePending, then AddPending).
+  // Returns false if no pending job has this id.
+  bool UpdatePending(PendingJob job);
+
+  // Configuration, replaced in place: ids stay what they are (a snapshot
+  // with more or fewer entities needs a new Scheduler). A node's `used` is
+  // kept as the running work charged it; the free-capacity indexes notice
+  // changed nodes by themselves. A flavor, queue, cohort or budget edit
+  // rebuilds the queue orders, classes and quota charges at the next cycle.
+  void SetNode(NodeId id, Node node);
+  void SetFlavor(FlavorId id, Flavor flavor);
+  void SetQueue(QueueId id, Queue queue);
+  void SetCohort(CohortId id, Cohort cohort);
+  void SetBudget(BudgetId id, Budget budget);
+  // Appends a priority class (jobs may then use its id).
+  PriorityClassId AddPriorityClass(PriorityClass priority_class);
+  // Appends a GPU model name (for explanations); returns its id.
+  GpuModelId AddGpuModelName(std::string name);
+
   // One scheduling cycle on the current snapshot; == Decide(snapshot()).
   Decisions Cycle();
   // The same, into `out` (its earlier contents replaced), reusing the memory
@@ -60,6 +92,12 @@ class Scheduler {
   // Removes s_.pending[index] (the last job moves into its slot).
   void ErasePending(int index);
   bool PendingJobValid(const PendingJob& job) const;
+  bool RunningValid(const RunningAttempt& attempt) const;
+  // Adds (sign 1) or releases (-1) what the attempt's workers hold on their
+  // nodes (those in range).
+  void ChargeNodes(const RunningAttempt& attempt, int64_t sign);
+  int RunningIndex(JobId id) const;
+  int PendingIndex(JobId id) const;
 
   Snapshot s_;
   PolicyConfig config_;

@@ -1,5 +1,6 @@
 #include "services/scheduler/policy/incremental.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -9,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/preemption.h"
 #include "services/scheduler/policy/snapshot.h"
 #include "services/scheduler/policy/synthetic.h"
 #include "services/scheduler/policy/test_util.h"
@@ -186,6 +188,257 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
       "admitted %d, preempted %d, reserved %d, backfilled %d, budget holds "
       "%d\n",
       admitted, preempted, reserved, backfilled, held);
+}
+
+// Every mutation the scheduler service applies between cycles — running
+// work that changes outside an admission (a job the database says runs, one
+// being preempted that holds its nodes but no quota, a new checkpoint), a
+// changed pending job, nodes going away and coming back or changing size,
+// queue, cohort, flavor and budget edits, new priority classes — on random
+// snapshots: every cycle equals Decide() on the scheduler's snapshot, with
+// and without the speed-ups.
+TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
+  std::mt19937_64 rng(20261125);
+  absl::flat_hash_map<std::string, int> applied;
+  int admitted = 0;
+  int preempted = 0;
+  for (int iteration = 0; iteration < 200; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Scheduler scheduler(RandomSnapshot(rng));
+    Decisions reused;
+    JobId next_id = 5000000 + iteration * 10000;
+    for (int cycle = 0; cycle < 6; ++cycle) {
+      SCOPED_TRACE("cycle " + std::to_string(cycle));
+      scheduler.Cycle(reused);
+      const Decisions want = Decide(scheduler.snapshot());
+      ExpectSame(want, reused);
+      if (::testing::Test::HasFatalFailure()) return;
+      ExpectSame(want, Decide(scheduler.snapshot(), kPlain));
+      if (::testing::Test::HasFatalFailure()) return;
+      admitted += static_cast<int>(want.admissions.size());
+      preempted += static_cast<int>(want.preemptions.size());
+      // Victims become PREEMPTING: they keep their nodes, give back their
+      // quota and may not be preempted again; some admissions run.
+      const Snapshot& s = scheduler.snapshot();
+      for (const Preemption& p : want.preemptions) {
+        const RunningAttempt* victim = nullptr;
+        for (const RunningAttempt& r : s.running) {
+          if (r.job == p.victim) victim = &r;
+        }
+        ASSERT_NE(victim, nullptr);
+        RunningAttempt stopping = *victim;
+        if (stopping.worker_resources == Resources{} &&
+            !stopping.placement.empty()) {
+          stopping.worker_resources = WorkerShare(stopping, 0);
+        }
+        stopping.resources = {};
+        PriorityClass pc = s.priority_classes[stopping.priority_class];
+        pc.name += " (preempting)";
+        pc.preemptible = false;
+        stopping.priority_class = scheduler.AddPriorityClass(pc);
+        ASSERT_TRUE(scheduler.UpdateRunning(stopping));
+        ++applied["UpdateRunning"];
+      }
+      for (const Admission& a : want.admissions) {
+        if (Uniform(rng, 0, 3) != 0) {
+          ASSERT_TRUE(scheduler.ApplyAdmission(a));
+        }
+      }
+      for (int k = 0, n = static_cast<int>(Uniform(rng, 0, 8)); k < n; ++k) {
+        switch (Uniform(rng, 0, 10)) {
+          case 0: {  // Running work the scheduler did not admit.
+            if (s.queues.empty() || s.nodes.empty()) break;
+            PendingJob job = MakeSyntheticJob(s, next_id++, rng);
+            RunningAttempt r{
+                .job = job.id,
+                .queue = job.queue,
+                .priority_class = job.priority_class,
+                .resources = job.worker.AsResources() * job.workers,
+                .start_time = s.now - Uniform(rng, 0, 7200) * int64_t{1000000},
+                .time_limit_micros = job.time_limit_micros};
+            const NodeId first = static_cast<NodeId>(
+                Uniform(rng, 0, static_cast<int64_t>(s.nodes.size()) - 1));
+            r.flavor = s.nodes[first].flavor;
+            for (int w = 0; w < job.workers; ++w) r.placement.push_back(first);
+            if (Uniform(rng, 0, 1) == 0)
+              r.worker_resources = job.worker.AsResources();
+            if (Uniform(rng, 0, 1) == 0)
+              r.last_checkpoint_time =
+                  r.start_time + Uniform(rng, 0, 60) * int64_t{1000000};
+            ASSERT_TRUE(scheduler.AddRunning(r));
+            ASSERT_FALSE(scheduler.AddRunning(r));
+            ++applied["AddRunning"];
+            break;
+          }
+          case 1: {  // A checkpoint.
+            if (s.running.empty()) break;
+            const RunningAttempt& r =
+                s.running[Uniform(rng, 0, s.running.size() - 1)];
+            ASSERT_TRUE(scheduler.SetLastCheckpoint(
+                r.job, s.now - Uniform(rng, 0, 600) * int64_t{1000000}));
+            ++applied["SetLastCheckpoint"];
+            break;
+          }
+          case 2: {  // A pending job changed (priority, shape).
+            if (s.pending.empty()) break;
+            PendingJob job = s.pending[Uniform(rng, 0, s.pending.size() - 1)];
+            job.priority_class = static_cast<PriorityClassId>(
+                Uniform(rng, 0, s.priority_classes.size() - 1));
+            job.worker.gpus = Uniform(rng, 0, 4);
+            ASSERT_TRUE(scheduler.UpdatePending(job));
+            ++applied["UpdatePending"];
+            break;
+          }
+          case 3:
+          case 4: {  // A node goes away, comes back, shrinks or grows.
+            if (s.nodes.empty()) break;
+            const NodeId id = static_cast<NodeId>(
+                Uniform(rng, 0, static_cast<int64_t>(s.nodes.size()) - 1));
+            Node node = s.nodes[id];
+            node.used = {};  // Ignored: kept as charged.
+            if (Uniform(rng, 0, 1) == 0) {
+              node.schedulable = !node.schedulable;
+            } else {
+              node.capacity.gpus = Uniform(rng, 0, 8);
+              node.capacity.cpu_millis = Uniform(rng, 1, 128) * 1000;
+            }
+            scheduler.SetNode(id, node);
+            ++applied["SetNode"];
+            break;
+          }
+          case 5: {  // A queue edit: quota, weight, strategy, preemption.
+            if (s.queues.empty()) break;
+            const QueueId id = static_cast<QueueId>(
+                Uniform(rng, 0, static_cast<int64_t>(s.queues.size()) - 1));
+            Queue q = s.queues[id];
+            for (FlavorQuota& fq : q.quotas) {
+              for (auto& rq : fq.resources) {
+                if (rq.has_value() && Uniform(rng, 0, 1) == 0)
+                  rq->nominal = Uniform(rng, 0, 64) * rq->nominal / 32;
+              }
+            }
+            q.weight = Uniform(rng, 1, 4) / 2.0;
+            if (Uniform(rng, 0, 3) == 0) {
+              q.strategy = q.strategy == QueueingStrategy::kStrictFifo
+                               ? QueueingStrategy::kBestEffortFifo
+                               : QueueingStrategy::kStrictFifo;
+            }
+            q.fair_share_preemption = Uniform(rng, 0, 1) == 1;
+            scheduler.SetQueue(id, q);
+            ++applied["SetQueue"];
+            break;
+          }
+          case 6: {  // A cohort edit.
+            if (s.cohorts.empty()) break;
+            const CohortId id = static_cast<CohortId>(
+                Uniform(rng, 0, static_cast<int64_t>(s.cohorts.size()) - 1));
+            Cohort c = s.cohorts[id];
+            if (!c.quotas.empty()) {
+              c.quotas.pop_back();
+            } else if (!s.flavors.empty()) {
+              FlavorQuota fq{.flavor = 0};
+              fq.resources[0] = ResourceQuota{.nominal = Uniform(rng, 0, 32)};
+              c.quotas.push_back(fq);
+            }
+            scheduler.SetCohort(id, c);
+            ++applied["SetCohort"];
+            break;
+          }
+          case 7: {  // A price change.
+            if (s.flavors.empty()) break;
+            const FlavorId id = static_cast<FlavorId>(
+                Uniform(rng, 0, static_cast<int64_t>(s.flavors.size()) - 1));
+            Flavor f = s.flavors[id];
+            f.price_micros_per_gpu_hour = Uniform(rng, 0, 8) * 1000000;
+            scheduler.SetFlavor(id, f);
+            ++applied["SetFlavor"];
+            break;
+          }
+          case 8: {  // A budget spent or topped up.
+            if (s.budgets.empty()) break;
+            const BudgetId id = static_cast<BudgetId>(
+                Uniform(rng, 0, static_cast<int64_t>(s.budgets.size()) - 1));
+            Budget b = s.budgets[id];
+            b.remaining_micros = Uniform(rng, -1, 3000) * 1000000;
+            scheduler.SetBudget(id, b);
+            ++applied["SetBudget"];
+            break;
+          }
+          case 9: {  // Work ends; a job arrives.
+            if (!s.running.empty()) {
+              ASSERT_TRUE(scheduler.CompleteRunning(
+                  s.running[Uniform(rng, 0, s.running.size() - 1)].job));
+            }
+            if (!s.queues.empty())
+              scheduler.AddPending(MakeSyntheticJob(s, next_id++, rng));
+            ++applied["CompleteAndArrive"];
+            break;
+          }
+          default: {  // A cancelled job.
+            if (s.pending.empty()) break;
+            ASSERT_TRUE(scheduler.RemovePending(
+                s.pending[Uniform(rng, 0, s.pending.size() - 1)].id));
+            ++applied["RemovePending"];
+            break;
+          }
+        }
+      }
+      scheduler.SetNow(s.now + Uniform(rng, 0, 300) * 1000 * 1000);
+    }
+  }
+  for (const char* kind :
+       {"AddRunning", "UpdateRunning", "SetLastCheckpoint", "UpdatePending",
+        "SetNode", "SetQueue", "SetCohort", "SetFlavor", "SetBudget",
+        "CompleteAndArrive", "RemovePending"}) {
+    EXPECT_GT(applied[kind], 20) << kind;
+  }
+  EXPECT_GT(admitted, 1000);
+  EXPECT_GT(preempted, 20);
+}
+
+// A running attempt's workers release on their nodes exactly what they were
+// charged, also when it holds no quota (a job being preempted).
+TEST(SchedulerTest, RunningWorkReleasesWhatItsWorkersHold) {
+  testing::SnapshotBuilder b;
+  const FlavorId f = b.AddFlavor("h100");
+  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
+  const QueueId q = b.AddQueue("research");
+  b.AddGpuQuota(q, f, 64);
+  Scheduler scheduler(b.Build());
+  RunningAttempt stopping{.job = 7,
+                          .queue = q,
+                          .flavor = f,
+                          .placement = {n, n},
+                          .resources = {},
+                          .worker_resources = {.gpus = 3}};
+  ASSERT_TRUE(scheduler.AddRunning(stopping));
+  EXPECT_EQ(scheduler.snapshot().nodes[n].used.gpus, 6);
+  ASSERT_TRUE(scheduler.CompleteRunning(7));
+  EXPECT_EQ(scheduler.snapshot().nodes[n].used.gpus, 0);
+  EXPECT_FALSE(scheduler.CompleteRunning(7));
+  EXPECT_FALSE(scheduler.SetLastCheckpoint(7, 0));
+  EXPECT_FALSE(scheduler.UpdateRunning(stopping));
+}
+
+// The scheduler service keeps running work and pending jobs in the order
+// they came, not in id order: decisions must not depend on the order of
+// Snapshot::running and Snapshot::pending.
+TEST(SchedulerTest, DecisionsDoNotDependOnTheOrderOfJobs) {
+  std::mt19937_64 rng(20261126);
+  int compared = 0;
+  for (int iteration = 0; iteration < 300; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Snapshot s = RandomSnapshot(rng);
+    const Decisions want = Decide(s);
+    std::shuffle(s.running.begin(), s.running.end(), rng);
+    std::shuffle(s.pending.begin(), s.pending.end(), rng);
+    ExpectSame(want, Decide(s));
+    if (::testing::Test::HasFatalFailure()) return;
+    compared +=
+        static_cast<int>(want.admissions.size() + want.reservations.size() +
+                         want.preemptions.size());
+  }
+  EXPECT_GT(compared, 1000);
 }
 
 TEST(SchedulerTest, InvalidJobDefersToDecide) {

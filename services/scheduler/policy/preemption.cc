@@ -81,6 +81,7 @@ double WeightedShare(const Snapshot& s, const QuotaTree& quota,
 }
 
 Resources WorkerShare(const RunningAttempt& r, size_t i) {
+  if (r.worker_resources != Resources{}) return r.worker_resources;
   const int64_t n = static_cast<int64_t>(r.placement.size());
   Resources share = {r.resources.gpus / n, r.resources.cpu_millis / n,
                      r.resources.memory_bytes / n};

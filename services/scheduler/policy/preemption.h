@@ -104,12 +104,13 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
                                              const CycleState& state,
                                              const PendingJob& job, FlavorId f);
 
-// What worker `i` of a running gang holds on its node: an even split of the
-// gang's resources, the remainder on worker 0.
+// What worker `i` of a running gang holds on its node: its worker_resources
+// where set, else an even split of the gang's resources, the remainder on
+// worker 0.
 Resources WorkerShare(const RunningAttempt& r, size_t i);
 
-// Releases a victim's quota and node resources (an equal share of its
-// resources per placement entry; the first entry takes any remainder).
+// Releases a victim's quota and node resources (WorkerShare() per placement
+// entry).
 void ReleaseAttempt(const RunningAttempt& r, QuotaTree& quota,
                     std::vector<Resources>& free);
 

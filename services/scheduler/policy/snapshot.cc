@@ -158,7 +158,7 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
             absl::StrCat("running[", i, "].placement: node out of range"));
       }
     }
-    if (!NonNegative(r.resources)) {
+    if (!NonNegative(r.resources) || !NonNegative(r.worker_resources)) {
       return Invalid(absl::StrCat("running[", i, "]: negative resources"));
     }
     if (r.time_limit_micros < 0) {

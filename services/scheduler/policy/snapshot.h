@@ -87,6 +87,7 @@ struct Flavor {
   int64_t price_micros_per_gpu_hour = 0;
   // Expected reclaims per hour (spot); 0 for on-demand/reserved.
   double reclaim_rate_per_hour = 0.0;
+  friend bool operator==(const Flavor&, const Flavor&) = default;
 };
 
 struct Node {
@@ -104,6 +105,7 @@ struct Node {
   // Resources already taken by running work (authoritative for capacity; the
   // running attempts below are used for quota accounting).
   Resources used;
+  friend bool operator==(const Node&, const Node&) = default;
 };
 
 // Quota for one resource of one flavor, of a queue or of a cohort (quota.h).
@@ -128,6 +130,7 @@ struct ResourceQuota {
 struct FlavorQuota {
   FlavorId flavor = 0;
   std::array<std::optional<ResourceQuota>, kNumResources> resources;
+  friend bool operator==(const FlavorQuota&, const FlavorQuota&) = default;
 };
 
 enum class QueueingStrategy { kStrictFifo, kBestEffortFifo };
@@ -156,6 +159,7 @@ struct Cohort {
   // it never lets a queue use a flavor, nor limits a resource, that the queue
   // itself has no quota entry for (quota.h). At most one entry per flavor.
   std::vector<FlavorQuota> quotas;
+  friend bool operator==(const Cohort&, const Cohort&) = default;
 };
 
 struct Queue {
@@ -176,6 +180,7 @@ struct Queue {
   bool fair_share_preemption = false;
   // The budget its jobs spend (usually the tenant's); none = unlimited.
   std::optional<BudgetId> budget;
+  friend bool operator==(const Queue&, const Queue&) = default;
 };
 
 // Money a tenant (or project) may still commit. A job is admitted on a flavor
@@ -186,6 +191,7 @@ struct Budget {
   std::string name;
   // Integer micros; may be negative (already overspent: everything waits).
   int64_t remaining_micros = 0;
+  friend bool operator==(const Budget&, const Budget&) = default;
 };
 
 struct PriorityClass {
@@ -209,6 +215,11 @@ struct RunningAttempt {
   // The attempt is stopped at start_time + time_limit_micros; 0 = no limit.
   // Backfill plans reservations around these ends.
   int64_t time_limit_micros = 0;
+  // What each worker holds on its node (capacity accounting), where it is not
+  // an equal share of `resources`: a job being preempted, or one whose queue
+  // is gone, holds its nodes but no quota. Zero = the equal share
+  // (WorkerShare() in preemption.h).
+  Resources worker_resources;
 };
 
 struct WorkerShape {

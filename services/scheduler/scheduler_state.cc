@@ -1,0 +1,182 @@
+#include "services/scheduler/scheduler_state.h"
+
+#include <utility>
+#include <vector>
+
+namespace trainyard::scheduler {
+
+std::set<std::string> SchedulerState::GoneClusters(
+    const PlatformState& state, const DispatcherLiveness& liveness) {
+  std::set<std::string> gone;
+  for (const auto& [id, cluster] : state.clusters) {
+    if (DispatcherGone(cluster, liveness)) gone.insert(id);
+  }
+  return gone;
+}
+
+void SchedulerState::Reset(const PlatformState& state, absl::Time now,
+                           const DispatcherLiveness& liveness) {
+  policy::Snapshot snapshot;
+  BuildSnapshot(state, now, &snapshot, &index_, liveness, &mapper_);
+  where_.clear();
+  excluded_.clear();
+  backoff_.clear();
+  backoff_until_.clear();
+  for (const policy::PendingJob& p : snapshot.pending)
+    where_[p.id] = Where::kPending;
+  for (const policy::RunningAttempt& r : snapshot.running)
+    where_[r.job] = Where::kRunning;
+  for (auto& [id, message] : index_.excluded) {
+    where_[id] = Where::kExcluded;
+    auto view = state.jobs.find(id);
+    std::optional<absl::Time> until = RetryNotBefore(view->second);
+    if (until.has_value() && *until > now) {
+      backoff_.emplace(*until, id);
+      backoff_until_[id] = *until;
+    }
+    excluded_[id] = std::move(message);
+  }
+  index_.excluded.clear();
+  gone_ = GoneClusters(state, liveness);
+  scheduler_ =
+      std::make_unique<policy::Scheduler>(std::move(snapshot), config_);
+}
+
+bool SchedulerState::ConfigChanged(const PlatformState& state, absl::Time now,
+                                   const DispatcherLiveness& liveness) {
+  if (!built()) {
+    Reset(state, now, liveness);
+    return true;
+  }
+  SnapshotMapper next = mapper_;
+  policy::Snapshot config;
+  SnapshotIndex index;
+  next.MapConfig(state, liveness, &config, &index);
+  const policy::Snapshot& s = scheduler_->snapshot();
+  bool same_ids = index.node_names == index_.node_names &&
+                  index.flavor_ids == index_.flavor_ids &&
+                  index.queue_keys == index_.queue_keys &&
+                  config.cohorts.size() == s.cohorts.size() &&
+                  config.budgets.size() == s.budgets.size() &&
+                  next.SameClassesAs(mapper_);
+  for (size_t c = 0; same_ids && c < config.cohorts.size(); ++c)
+    same_ids = config.cohorts[c].name == s.cohorts[c].name;
+  if (!same_ids) {
+    Reset(state, now, liveness);
+    return true;
+  }
+  mapper_ = std::move(next);
+  index_ = std::move(index);
+  SyncInterned();
+  for (size_t i = 0; i < config.flavors.size(); ++i) {
+    if (!(config.flavors[i] == s.flavors[i])) {
+      scheduler_->SetFlavor(static_cast<policy::FlavorId>(i),
+                            std::move(config.flavors[i]));
+    }
+  }
+  for (size_t i = 0; i < config.nodes.size(); ++i) {
+    config.nodes[i].used = s.nodes[i].used;
+    if (!(config.nodes[i] == s.nodes[i])) {
+      scheduler_->SetNode(static_cast<policy::NodeId>(i),
+                          std::move(config.nodes[i]));
+    }
+  }
+  for (size_t i = 0; i < config.cohorts.size(); ++i) {
+    if (!(config.cohorts[i] == s.cohorts[i])) {
+      scheduler_->SetCohort(static_cast<policy::CohortId>(i),
+                            std::move(config.cohorts[i]));
+    }
+  }
+  for (size_t i = 0; i < config.queues.size(); ++i) {
+    if (!(config.queues[i] == s.queues[i])) {
+      scheduler_->SetQueue(static_cast<policy::QueueId>(i),
+                           std::move(config.queues[i]));
+    }
+  }
+  gone_ = GoneClusters(state, liveness);
+  return false;
+}
+
+void SchedulerState::SyncInterned() {
+  const policy::Snapshot& s = scheduler_->snapshot();
+  for (size_t i = s.priority_classes.size();
+       i < mapper_.priority_classes().size(); ++i) {
+    scheduler_->AddPriorityClass(mapper_.priority_classes()[i]);
+  }
+  for (size_t i = s.gpu_model_names.size();
+       i < mapper_.gpu_model_names().size(); ++i) {
+    scheduler_->AddGpuModelName(mapper_.gpu_model_names()[i]);
+  }
+}
+
+void SchedulerState::Forget(int64_t id) {
+  auto it = where_.find(id);
+  if (it == where_.end()) return;
+  switch (it->second) {
+    case Where::kPending:
+      scheduler_->RemovePending(id);
+      break;
+    case Where::kRunning:
+      scheduler_->CompleteRunning(id);
+      break;
+    case Where::kExcluded:
+      excluded_.erase(id);
+      if (auto b = backoff_until_.find(id); b != backoff_until_.end()) {
+        backoff_.erase({b->second, id});
+        backoff_until_.erase(b);
+      }
+      break;
+  }
+  where_.erase(it);
+}
+
+void SchedulerState::Add(int64_t id, JobEntry e) {
+  SyncInterned();
+  switch (e.kind) {
+    case JobEntry::Kind::kRunning:
+      scheduler_->AddRunning(std::move(e.running));
+      where_[id] = Where::kRunning;
+      break;
+    case JobEntry::Kind::kPending:
+      scheduler_->AddPending(std::move(e.pending));
+      where_[id] = Where::kPending;
+      break;
+    case JobEntry::Kind::kExcluded:
+      excluded_[id] = std::move(e.excluded);
+      if (e.excluded_until.has_value()) {
+        backoff_.emplace(*e.excluded_until, id);
+        backoff_until_[id] = *e.excluded_until;
+      }
+      where_[id] = Where::kExcluded;
+      break;
+    case JobEntry::Kind::kNone:
+      break;
+  }
+}
+
+void SchedulerState::JobChanged(int64_t id, const JobView* view,
+                                absl::Time now) {
+  Forget(id);
+  if (view != nullptr) Add(id, mapper_.MapJob(id, *view, now));
+}
+
+void SchedulerState::Advance(const PlatformState& state, absl::Time now,
+                             const DispatcherLiveness& liveness) {
+  if (GoneClusters(state, liveness) != gone_) {
+    ConfigChanged(state, now, liveness);
+  }
+  scheduler_->SetNow(absl::ToUnixMicros(now));
+  // Backoffs that ended; the others' texts count down.
+  std::vector<int64_t> due;
+  for (const auto& [until, id] : backoff_) due.push_back(id);
+  for (int64_t id : due) {
+    auto view = state.jobs.find(id);
+    if (backoff_until_.at(id) <= now) {
+      JobChanged(id, view == state.jobs.end() ? nullptr : &view->second, now);
+    } else if (view != state.jobs.end()) {
+      excluded_[id] = mapper_.MapJob(id, view->second, now).excluded;
+    }
+  }
+}
+
+}  // namespace trainyard::scheduler

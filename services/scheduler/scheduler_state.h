@@ -1,0 +1,86 @@
+// The policy's picture of the platform, kept up to date between cycles: an
+// incremental policy::Scheduler (one engine, the same as Decide()) fed with
+// what changed — jobs named by outbox events, configuration edits, retry
+// backoffs that end, clusters whose dispatcher comes or goes — instead of a
+// snapshot rebuilt every cycle. Pure (no I/O, no clock): the scheduler
+// service reads PostgreSQL and calls it; scheduler_state_test.cc checks that
+// its decisions equal Decide() on a snapshot built afresh from the same
+// platform state, over random sequences of every kind of change.
+#ifndef TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_STATE_H_
+#define TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "services/scheduler/policy/incremental.h"
+#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/snapshot_builder.h"
+
+namespace trainyard::scheduler {
+
+class SchedulerState {
+ public:
+  explicit SchedulerState(policy::PolicyConfig config = {}) : config_(config) {}
+
+  // Maps everything anew (the first cycle, a leader takeover, a reload after
+  // a failure, a configuration change that adds or removes entities).
+  void Reset(const PlatformState& state, absl::Time now,
+             const DispatcherLiveness& liveness);
+  bool built() const { return scheduler_ != nullptr; }
+
+  // The configuration tables changed (state holds the new ones). Edits every
+  // flavor, node, queue and cohort in place while each keeps its id (the same
+  // names, the same queues stopped, the same priority classes); otherwise
+  // Reset(). Returns whether it reset.
+  bool ConfigChanged(const PlatformState& state, absl::Time now,
+                     const DispatcherLiveness& liveness);
+
+  // Job `id` changed: `view` is what it is now (nullptr: terminal or gone).
+  void JobChanged(int64_t id, const JobView* view, absl::Time now);
+
+  // Moves to `now`: jobs whose retry backoff has ended are mapped again (from
+  // state.jobs), and nodes of clusters whose dispatcher came or went (at
+  // liveness.wall_now) change schedulability.
+  void Advance(const PlatformState& state, absl::Time now,
+               const DispatcherLiveness& liveness);
+
+  // One cycle into `out` (its memory reused). Requires built().
+  void Cycle(policy::Decisions& out) { scheduler_->Cycle(out); }
+
+  const policy::Snapshot& snapshot() const { return scheduler_->snapshot(); }
+  // Names of the snapshot's ids (its `excluded` is unused: see excluded()).
+  const SnapshotIndex& index() const { return index_; }
+  // Pending jobs left out of the snapshot, with why ("<CODE>: ...").
+  const std::map<int64_t, std::string>& excluded() const { return excluded_; }
+
+ private:
+  enum class Where : uint8_t { kPending, kRunning, kExcluded };
+  void Forget(int64_t id);
+  void Add(int64_t id, JobEntry entry);
+  // Hands interned priority classes and GPU model names to the scheduler.
+  void SyncInterned();
+  static std::set<std::string> GoneClusters(const PlatformState& state,
+                                            const DispatcherLiveness& liveness);
+
+  const policy::PolicyConfig config_;
+  std::unique_ptr<policy::Scheduler> scheduler_;
+  SnapshotMapper mapper_;
+  SnapshotIndex index_;
+  absl::flat_hash_map<int64_t, Where> where_;
+  std::map<int64_t, std::string> excluded_;
+  // Jobs waiting out a retry backoff: (until, id).
+  std::set<std::pair<absl::Time, int64_t>> backoff_;
+  absl::flat_hash_map<int64_t, absl::Time> backoff_until_;
+  // Clusters whose dispatcher counted as gone at the last mapping.
+  std::set<std::string> gone_;
+};
+
+}  // namespace trainyard::scheduler
+
+#endif  // TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_STATE_H_
