@@ -1,4 +1,4 @@
-// The dispatcher service (issue 4 item 2): one active dispatcher per cluster
+// The dispatcher service: one active dispatcher per cluster
 // (a PostgreSQL session advisory lock keyed by the cluster), driving one
 // Adapter. Each pass:
 //   1. reports the backend's node inventory into the nodes table (only what

@@ -1,4 +1,4 @@
-// The scheduler service (issue 4 item 1): one active leader, elected with a
+// The scheduler service: one active leader, elected with a
 // PostgreSQL session advisory lock (a standby takes over within
 // `standby_poll` of the leader's death, when PostgreSQL drops its session).
 // Each cycle refreshes its picture of the platform incrementally (jobs named

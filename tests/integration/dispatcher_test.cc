@@ -1,8 +1,8 @@
 // A job's whole life through the real api, scheduler and dispatcher over
-// PostgreSQL and Redis, run by the sim backend on a virtual clock (issue 4
-// items 2-4): dispatch, checkpoints, success, node failure and recovery from
-// the last checkpoint, retries of user errors, preemption with a grace
-// period.
+// PostgreSQL and Redis, run by the sim backend on a virtual clock
+// (docs/dispatcher.md): dispatch, checkpoints, success, node failure and
+// recovery from the last checkpoint, retries of user errors, preemption with
+// a grace period.
 #include "services/dispatcher/dispatcher.h"
 
 #include <map>

@@ -1,5 +1,5 @@
 // The scheduler service over a real PostgreSQL and Redis, with jobs submitted
-// through the real api (issue 4 item 1).
+// through the real api (docs/scheduler.md).
 #include <memory>
 #include <string>
 #include <vector>
