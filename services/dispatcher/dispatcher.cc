@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(
                           .custom_plans = true});
   if (!db.ok()) return db.status();
   d->db_ = std::move(*db);
-  d->jobs_ = std::make_unique<pg::JobStore>(d->db_.get());
+  d->jobs_ = std::make_unique<pg::DispatcherStore>(d->db_.get());
+  d->api_jobs_ = std::make_unique<pg::JobStore>(d->db_.get());
   d->objects_ = std::make_unique<pg::ObjectStore>(d->db_.get());
   if (!d->options_.redis_addr.empty()) {
     absl::StatusOr<storage::redis::RedisOptions> redis =
@@ -502,7 +503,7 @@ absl::Status Dispatcher::RecordCheckpoints(const pg::ClusterAttempt& a,
   if (known < 0) {
     // First sight since this dispatcher became active: what is recorded.
     absl::StatusOr<pg::JobStore::CheckpointPage> page =
-        jobs_->ListCheckpoints(a.job.tenant(), id, 0, 1);
+        api_jobs_->ListCheckpoints(a.job.tenant(), id, 0, 1);
     if (!page.ok()) return page.status();
     known = page->checkpoints.empty() ? -1 : page->checkpoints[0].step();
   }
@@ -516,7 +517,7 @@ absl::Status Dispatcher::RecordCheckpoints(const pg::ClusterAttempt& a,
         google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
             absl::ToUnixMicros(c.time));
     absl::StatusOr<v1::Checkpoint> saved =
-        jobs_->ReportCheckpoint(a.job.tenant(), id, checkpoint);
+        api_jobs_->ReportCheckpoint(a.job.tenant(), id, checkpoint);
     if (!saved.ok()) return saved.status();
     known = c.step;
     ++report.checkpoints;
@@ -684,7 +685,7 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
   } else {
     // Attempts so far that count against the retry limit, this one included.
     absl::StatusOr<v1::Job> full =
-        jobs_->Get(a.job.tenant(), id, /*with_attempts=*/true);
+        api_jobs_->Get(a.job.tenant(), id, /*with_attempts=*/true);
     if (!full.ok()) return full.status();
     int32_t counted = CountsAgainstRetryLimit(status.failure) ? 1 : 0;
     for (const v1::Attempt& prior : full->attempts()) {

@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "services/common/job_token.h"
 #include "services/dispatcher/adapters/adapter.h"
+#include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
@@ -145,7 +146,9 @@ class Dispatcher {
   const DispatcherOptions options_;
   Adapter* const adapter_;
   std::unique_ptr<storage::postgres::Database> db_;
-  std::unique_ptr<storage::postgres::JobStore> jobs_;
+  std::unique_ptr<storage::postgres::DispatcherStore> jobs_;
+  // The api's store: Get, ListCheckpoints, ReportCheckpoint.
+  std::unique_ptr<storage::postgres::JobStore> api_jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
   std::unique_ptr<storage::redis::RedisClient> redis_;
 

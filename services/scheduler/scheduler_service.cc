@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
                           .custom_plans = true});
   if (!db.ok()) return db.status();
   s->db_ = std::move(*db);
-  s->jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
+  s->jobs_ = std::make_unique<pg::SchedulerStore>(s->db_.get());
+  s->api_jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
   s->objects_ = std::make_unique<pg::ObjectStore>(s->db_.get());
   s->writer_ = std::thread([p = s.get()] { p->WriteExplanationsLoop(); });
   if (!s->options_.redis_addr.empty()) {
@@ -271,7 +272,7 @@ absl::Status SchedulerService::LoadConfig() {
 absl::Status SchedulerService::Refresh() {
   if (!loaded_) {
     // The sequence first: a job that changes after it is read again next cycle.
-    absl::StatusOr<uint64_t> seq = jobs_->LastEventSequence();
+    absl::StatusOr<uint64_t> seq = api_jobs_->LastEventSequence();
     if (!seq.ok()) return seq.status();
     absl::StatusOr<std::vector<pg::ActiveJob>> all =
         jobs_->LoadActiveJobs(nullptr);
@@ -288,7 +289,7 @@ absl::Status SchedulerService::Refresh() {
     // Only the jobs that have events since the last cycle, read with their
     // events in one transaction.
     while (true) {
-      absl::StatusOr<pg::JobStore::Changes> changes =
+      absl::StatusOr<pg::SchedulerStore::Changes> changes =
           jobs_->LoadChanges(last_seq_, 10000);
       if (!changes.ok()) return changes.status();
       for (int64_t id : changes->ids) state_.jobs.erase(id);

@@ -31,6 +31,7 @@
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/postgres/scheduler_store.h"
 #include "storage/redis/redis_client.h"
 
 namespace trainyard::scheduler {
@@ -114,7 +115,9 @@ class SchedulerService {
 
   const SchedulerOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;
-  std::unique_ptr<storage::postgres::JobStore> jobs_;
+  std::unique_ptr<storage::postgres::SchedulerStore> jobs_;
+  // The api's store: LastEventSequence, where a full load starts.
+  std::unique_ptr<storage::postgres::JobStore> api_jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
   // Publishes dispatcher wake-ups (nullptr without Redis).
   std::unique_ptr<storage::redis::RedisClient> redis_;
