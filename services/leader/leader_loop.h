@@ -80,9 +80,9 @@ class LeaderLoop {
   LeaderLoop& operator=(const LeaderLoop&) = delete;
 
   // Runs the loop (above) in a background thread until Stop(). `db` must
-  // outlive it. `became_leader` and `round` run on that thread, never at the
-  // same time. Does nothing when already started; after Stop() the loop ends
-  // at once.
+  // outlive it. `round` is required, `became_leader` may be null; both run on
+  // that thread, never at the same time. Does nothing when already started;
+  // after Stop() the loop ends at once.
   void Start(storage::postgres::Database& db, LeaderLoopOptions options,
              std::function<void()> became_leader,
              std::function<NextRound()> round);
