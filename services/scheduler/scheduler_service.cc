@@ -14,7 +14,6 @@
 #include "services/common/metrics.h"
 #include "services/core/names.h"
 #include "services/scheduler/explanations.h"
-#include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -143,71 +142,47 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
 }
 
 void SchedulerService::Start() {
-  if (thread_.joinable()) return;
-  thread_ = std::thread([this] { Loop(); });
+  loop_.Start(
+      *db_,
+      {.name = "scheduler",
+       .lock_key = options_.leader_lock_key,
+       .standby_poll = options_.standby_poll,
+       .redis_addr = options_.redis_addr,
+       .wakeup_channels = {storage::redis::kSchedulerWakeupChannel},
+       .interval = options_.interval},
+      [this] { BecomeLeader(); }, [this] { return LeadRound(); });
 }
 
-void SchedulerService::Shutdown() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
-  if (thread_.joinable()) thread_.join();
+void SchedulerService::Shutdown() { loop_.Stop(); }
+
+void SchedulerService::BecomeLeader() {
+  absl::MutexLock l(&cycle_mu_);
+  loaded_ = false;
+  config_loaded_ = false;
+  explained_.clear();
 }
 
-void SchedulerService::Loop() {
-  pg::RunAsLeader(
-      *db_, options_.leader_lock_key, options_.standby_poll, stop_, leader_,
-      [&](absl::FunctionRef<bool()> alive) { Lead(alive); },
-      [](const absl::Status& s) {
-        Log(LogLevel::kWarning, "scheduler: leader election failed",
-            {{"error", s}});
-      });
-}
-
-void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
-  Log(LogLevel::kInfo, "scheduler: became the leader");
-  {
-    absl::MutexLock l(&cycle_mu_);
-    // A new leader trusts nothing it knew before.
-    loaded_ = false;
-    config_loaded_ = false;
-    explained_.clear();
+leader::NextRound SchedulerService::LeadRound() {
+  absl::StatusOr<CycleReport> report = CycleOnce();
+  if (!report.ok()) {
+    Log(LogLevel::kWarning, "scheduler: cycle failed",
+        {{"error", report.status()}});
+  } else if (report->admitted + report->preempted + report->dropped > 0) {
+    Log(LogLevel::kInfo, "scheduler: cycle",
+        {{"cycle", report->cycle},
+         {"pending", report->pending},
+         {"admitted", report->admitted},
+         {"preempted", report->preempted},
+         {"dropped", report->dropped},
+         {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
+                                           report->commit)},
+         {"load_seconds", absl::ToDoubleSeconds(report->load)},
+         {"refresh_seconds", absl::ToDoubleSeconds(report->refresh)},
+         {"decide_seconds", absl::ToDoubleSeconds(report->decide)},
+         {"commit_seconds", absl::ToDoubleSeconds(report->commit)},
+         {"explanations_written", report->explanations_written}});
   }
-  std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
-  if (!options_.redis_addr.empty()) {
-    absl::StatusOr<storage::redis::RedisOptions> redis =
-        storage::redis::ParseRedisAddress(options_.redis_addr);
-    if (redis.ok()) {
-      wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
-          *redis,
-          std::vector<std::string>{storage::redis::kSchedulerWakeupChannel});
-    }
-  }
-  while (!stop_.HasBeenNotified() && alive()) {
-    absl::StatusOr<CycleReport> report = CycleOnce();
-    if (!report.ok()) {
-      Log(LogLevel::kWarning, "scheduler: cycle failed",
-          {{"error", report.status()}});
-    } else if (report->admitted + report->preempted + report->dropped > 0) {
-      Log(LogLevel::kInfo, "scheduler: cycle",
-          {{"cycle", report->cycle},
-           {"pending", report->pending},
-           {"admitted", report->admitted},
-           {"preempted", report->preempted},
-           {"dropped", report->dropped},
-           {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
-                                             report->commit)},
-           {"load_seconds", absl::ToDoubleSeconds(report->load)},
-           {"refresh_seconds", absl::ToDoubleSeconds(report->refresh)},
-           {"decide_seconds", absl::ToDoubleSeconds(report->decide)},
-           {"commit_seconds", absl::ToDoubleSeconds(report->commit)},
-           {"explanations_written", report->explanations_written}});
-    }
-    if (wakeups != nullptr) {
-      wakeups->Wait(options_.interval);
-    } else {
-      stop_.WaitForNotificationWithTimeout(options_.interval);
-    }
-  }
-  Log(LogLevel::kInfo, "scheduler: no longer the leader");
+  return {};  // The interval, or a wake-up.
 }
 
 absl::Status SchedulerService::LoadConfig() {

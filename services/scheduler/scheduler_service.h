@@ -21,11 +21,10 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "services/leader/leader_loop.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/snapshot_builder.h"
 #include "storage/postgres/job_store.h"
@@ -95,7 +94,7 @@ class SchedulerService {
   // does not wait for them (see CycleOnce).
   absl::StatusOr<CycleReport> RunCycle();
 
-  bool is_leader() const { return leader_.load(); }
+  bool is_leader() const { return loop_.is_leader(); }
   int64_t cycles() const { return cycles_.load(); }
 
  private:
@@ -109,9 +108,10 @@ class SchedulerService {
   void WriteExplanationsLoop();
   absl::Status Refresh();
   absl::Status LoadConfig();
-  void Loop();
-  // The leader's work, until Shutdown() or `alive()` is false.
-  void Lead(absl::FunctionRef<bool()> alive);
+  // The leader loop's hooks: a new leader trusts nothing it knew before; a
+  // round is one cycle, logged.
+  void BecomeLeader();
+  leader::NextRound LeadRound();
 
   const SchedulerOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;
@@ -152,10 +152,9 @@ class SchedulerService {
   absl::Status write_failure_ ABSL_GUARDED_BY(writes_mu_);
   std::thread writer_;
 
-  std::atomic<bool> leader_{false};
   std::atomic<int64_t> cycles_{0};
-  absl::Notification stop_;
-  std::thread thread_;
+  // Last: stopped (by Shutdown()) before the rest goes.
+  leader::LeaderLoop loop_;
 };
 
 }  // namespace trainyard::scheduler
