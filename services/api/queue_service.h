@@ -13,10 +13,11 @@
 //                     tenant the caller sees.
 //   cohorts, priority classes
 //                     read: any authenticated caller; write: platform-admin.
-//   GetQueueStatus    viewer. Reports jobs per state; `usage` stays empty and
-//                     `weighted_share` 0 until the scheduler publishes quota
-//                     usage (the API does not compute it, so it reports nothing
-//                     rather than a guess).
+//   GetQueueStatus    viewer. Reports jobs per state and `usage`: per flavor
+//                     and resource, what the queue's ADMITTED, DISPATCHING and
+//                     RUNNING jobs hold, its nominal quota and what is
+//                     borrowed above it. `weighted_share` stays 0 (it depends
+//                     on the whole cohort; the scheduler does not publish it).
 //
 // Every mutation writes an audit row (in its own transaction when it succeeds,
 // separately when it is refused or fails) and invalidates the Directory cache.

@@ -4,8 +4,8 @@
 // States (trainyard.v1.JobState):
 //
 //   QUEUED       waiting in its queue for the scheduler.
-//   HELD         set aside by a budget or an administrator; not considered
-//                for scheduling until released.
+//   HELD         set aside by a user (JobService.Hold); not considered for
+//                scheduling until released.
 //   ADMITTED     the scheduler chose a placement and reserved quota; waiting
 //                for the dispatcher of the chosen cluster.
 //   DISPATCHING  the dispatcher is submitting the attempt to its cluster.
@@ -21,13 +21,13 @@
 // A job is created in QUEUED. Allowed transitions (anything else is refused):
 //
 //   QUEUED      → ADMITTED     the scheduler admits it with a placement
-//   QUEUED      → HELD         budget hold or administrator hold
+//   QUEUED      → HELD         held by a user (JobService.Hold)
 //   QUEUED      → CANCELLED    cancelled before it was admitted
 //   HELD        → QUEUED       hold released
 //   HELD        → CANCELLED    cancelled while held
 //   ADMITTED    → DISPATCHING  its dispatcher claims the attempt
-//   ADMITTED    → QUEUED       admission revoked (cluster gone or cordoned,
-//                              quota changed)
+//   ADMITTED    → QUEUED       admission revoked (preempted before its
+//                              dispatcher claimed it)
 //   ADMITTED    → CANCELLED    cancelled before dispatch
 //   DISPATCHING → RUNNING      the backend started it
 //   DISPATCHING → FAILED       the backend rejected it for good

@@ -15,7 +15,6 @@
 #include "services/common/metrics.h"
 #include "services/core/job_state.h"
 #include "services/core/names.h"
-#include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 
@@ -72,7 +71,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(
                           .custom_plans = true});
   if (!db.ok()) return db.status();
   d->db_ = std::move(*db);
-  d->jobs_ = std::make_unique<pg::JobStore>(d->db_.get());
+  d->jobs_ = std::make_unique<pg::DispatcherStore>(d->db_.get());
+  d->api_jobs_ = std::make_unique<pg::JobStore>(d->db_.get());
   d->objects_ = std::make_unique<pg::ObjectStore>(d->db_.get());
   if (!d->options_.redis_addr.empty()) {
     absl::StatusOr<storage::redis::RedisOptions> redis =
@@ -84,84 +84,66 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(
 }
 
 void Dispatcher::Start() {
-  if (thread_.joinable()) return;
-  thread_ = std::thread([this] { Loop(); });
-}
-
-void Dispatcher::Shutdown() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
-  if (thread_.joinable()) thread_.join();
-}
-
-void Dispatcher::Loop() {
-  pg::RunAsLeader(
-      *db_, LockKey(options_.cluster), options_.standby_poll, stop_, leader_,
-      [&](absl::FunctionRef<bool()> alive) { Lead(alive); },
-      [&](const absl::Status& s) {
-        Log(LogLevel::kWarning, "dispatcher: leader election failed",
-            {{"cluster", options_.cluster}, {"error", s}});
-      });
-}
-
-void Dispatcher::Lead(absl::FunctionRef<bool()> alive) {
-  Log(LogLevel::kInfo, "dispatcher: active", {{"cluster", options_.cluster}});
-  {
-    absl::MutexLock l(&mu_);
-    reported_nodes_.clear();
-    checkpoint_step_.clear();
-  }
   // The scheduler wakes this dispatcher when it admits or preempts work on
   // the cluster; the interval is the fallback.
-  std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
-  if (!options_.redis_addr.empty()) {
-    absl::StatusOr<storage::redis::RedisOptions> redis =
-        storage::redis::ParseRedisAddress(options_.redis_addr);
-    if (redis.ok()) {
-      wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
-          *redis,
-          std::vector<std::string>{
-              storage::redis::DispatcherWakeupChannel(options_.cluster)});
-    }
-  }
+  loop_.Start(
+      *db_,
+      {.name = "dispatcher",
+       .became_leader_log = "active",
+       .lost_leader_log = "inactive",
+       .log_key = "cluster",
+       .log_value = options_.cluster,
+       .lock_key = LockKey(options_.cluster),
+       .standby_poll = options_.standby_poll,
+       .redis_addr = options_.redis_addr,
+       .wakeup_channels = {storage::redis::DispatcherWakeupChannel(
+           options_.cluster)},
+       .interval = options_.interval},
+      [this] { BecomeActive(); }, [this] { return LeadRound(); });
+}
+
+void Dispatcher::Shutdown() { loop_.Stop(); }
+
+void Dispatcher::BecomeActive() {
+  failed_passes_ = 0;
+  absl::MutexLock l(&mu_);
+  reported_nodes_.clear();
+  checkpoint_step_.clear();
+}
+
+leader::NextRound Dispatcher::LeadRound() {
   // Failed passes (e.g. the backend is unreachable) are retried with
   // exponential backoff: interval × 2^n, at most 30 s (or the interval).
-  int failures = 0;
-  while (!stop_.HasBeenNotified() && alive()) {
-    absl::StatusOr<PassReport> r = RunPass();
-    if (!r.ok()) {
-      if (failures == 0 || failures % 10 == 0) {
-        Log(LogLevel::kWarning,
-            "dispatcher: pass failed; retrying with backoff",
-            {{"cluster", options_.cluster},
-             {"error", r.status()},
-             {"failures", failures + 1}});
-      }
-      ++failures;
-    } else if (failures > 0) {
-      Log(LogLevel::kInfo, "dispatcher: passes succeed again",
-          {{"cluster", options_.cluster}, {"failed_passes", failures}});
-      failures = 0;
+  int& failures = failed_passes_;
+  absl::StatusOr<PassReport> r = RunPass();
+  if (!r.ok()) {
+    if (failures == 0 || failures % 10 == 0) {
+      Log(LogLevel::kWarning, "dispatcher: pass failed; retrying with backoff",
+          {{"cluster", options_.cluster},
+           {"error", r.status()},
+           {"failures", failures + 1}});
     }
-    absl::Duration wait = options_.interval;
-    for (int i = 0; i < std::min(failures, 16); ++i) wait *= 2;
-    wait = std::min(wait, std::max(options_.interval, absl::Seconds(30)));
-    if (failures == 0) {
-      // Follow the backend's own changes as they happen (a sim attempt's
-      // end is known in advance): the scheduler learns of the freed
-      // capacity at once rather than up to an interval later.
-      if (std::optional<absl::Time> next = adapter_->NextChange()) {
-        wait = std::min(wait,
-                        std::max(options_.min_pass_gap,
-                                 *next - absl::Now() + absl::Milliseconds(1)));
-      }
-    }
-    if (wakeups != nullptr && failures == 0) {
-      wakeups->Wait(wait);
-    } else {
-      stop_.WaitForNotificationWithTimeout(wait);
+    ++failures;
+  } else if (failures > 0) {
+    Log(LogLevel::kInfo, "dispatcher: passes succeed again",
+        {{"cluster", options_.cluster}, {"failed_passes", failures}});
+    failures = 0;
+  }
+  absl::Duration wait = options_.interval;
+  for (int i = 0; i < std::min(failures, 16); ++i) wait *= 2;
+  wait = std::min(wait, std::max(options_.interval, absl::Seconds(30)));
+  if (failures == 0) {
+    // Follow the backend's own changes as they happen (a sim attempt's end
+    // is known in advance): the scheduler learns of the freed capacity at
+    // once rather than up to an interval later.
+    if (std::optional<absl::Time> next = adapter_->NextChange()) {
+      wait =
+          std::min(wait, std::max(options_.min_pass_gap,
+                                  *next - absl::Now() + absl::Milliseconds(1)));
     }
   }
-  Log(LogLevel::kInfo, "dispatcher: inactive", {{"cluster", options_.cluster}});
+  // A backing-off dispatcher is not woken early.
+  return {.wait = wait, .wakeable = failures == 0};
 }
 
 absl::Status Dispatcher::ReportInventory(
@@ -502,7 +484,7 @@ absl::Status Dispatcher::RecordCheckpoints(const pg::ClusterAttempt& a,
   if (known < 0) {
     // First sight since this dispatcher became active: what is recorded.
     absl::StatusOr<pg::JobStore::CheckpointPage> page =
-        jobs_->ListCheckpoints(a.job.tenant(), id, 0, 1);
+        api_jobs_->ListCheckpoints(a.job.tenant(), id, 0, 1);
     if (!page.ok()) return page.status();
     known = page->checkpoints.empty() ? -1 : page->checkpoints[0].step();
   }
@@ -516,7 +498,7 @@ absl::Status Dispatcher::RecordCheckpoints(const pg::ClusterAttempt& a,
         google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
             absl::ToUnixMicros(c.time));
     absl::StatusOr<v1::Checkpoint> saved =
-        jobs_->ReportCheckpoint(a.job.tenant(), id, checkpoint);
+        api_jobs_->ReportCheckpoint(a.job.tenant(), id, checkpoint);
     if (!saved.ok()) return saved.status();
     known = c.step;
     ++report.checkpoints;
@@ -684,7 +666,7 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
   } else {
     // Attempts so far that count against the retry limit, this one included.
     absl::StatusOr<v1::Job> full =
-        jobs_->Get(a.job.tenant(), id, /*with_attempts=*/true);
+        api_jobs_->Get(a.job.tenant(), id, /*with_attempts=*/true);
     if (!full.ok()) return full.status();
     int32_t counted = CountsAgainstRetryLimit(status.failure) ? 1 : 0;
     for (const v1::Attempt& prior : full->attempts()) {

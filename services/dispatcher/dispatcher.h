@@ -1,4 +1,4 @@
-// The dispatcher service (issue 4 item 2): one active dispatcher per cluster
+// The dispatcher service: one active dispatcher per cluster
 // (a PostgreSQL session advisory lock keyed by the cluster), driving one
 // Adapter. Each pass:
 //   1. reports the backend's node inventory into the nodes table (only what
@@ -21,21 +21,20 @@
 #ifndef TRAINYARD_SERVICES_DISPATCHER_DISPATCHER_H_
 #define TRAINYARD_SERVICES_DISPATCHER_DISPATCHER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "services/common/job_token.h"
 #include "services/dispatcher/adapters/adapter.h"
+#include "services/leader/leader_loop.h"
+#include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
@@ -110,7 +109,7 @@ class Dispatcher {
   // cluster).
   absl::StatusOr<PassReport> RunPass();
 
-  bool is_leader() const { return leader_.load(); }
+  bool is_leader() const { return loop_.is_leader(); }
 
  private:
   Dispatcher(DispatcherOptions options, Adapter* adapter);
@@ -138,14 +137,18 @@ class Dispatcher {
                                  PassReport& report);
   absl::Status End(const storage::postgres::ClusterAttempt& a,
                    const AttemptStatus& status, PassReport& report);
-  void Loop();
-  // The active dispatcher's passes, until Shutdown() or `alive()` is false.
-  void Lead(absl::FunctionRef<bool()> alive);
+  // The leader loop's hooks: a dispatcher that becomes active forgets what
+  // it reported before; a round is one pass, and how long to wait for the
+  // next (backing off while passes fail).
+  void BecomeActive();
+  leader::NextRound LeadRound();
 
   const DispatcherOptions options_;
   Adapter* const adapter_;
   std::unique_ptr<storage::postgres::Database> db_;
-  std::unique_ptr<storage::postgres::JobStore> jobs_;
+  std::unique_ptr<storage::postgres::DispatcherStore> jobs_;
+  // The api's store: Get, ListCheckpoints, ReportCheckpoint.
+  std::unique_ptr<storage::postgres::JobStore> api_jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
   std::unique_ptr<storage::redis::RedisClient> redis_;
 
@@ -171,10 +174,11 @@ class Dispatcher {
   // Changes of the running pass (only the leader's loop or a test's RunPass
   // touches it; passes never overlap).
   std::vector<Deferred> deferred_;
+  // Passes failed in a row while active (only the leader loop touches it).
+  int failed_passes_ = 0;
 
-  std::atomic<bool> leader_{false};
-  absl::Notification stop_;
-  std::thread thread_;
+  // Last: stopped (by Shutdown()) before the rest goes.
+  leader::LeaderLoop loop_;
 };
 
 }  // namespace trainyard::dispatcher

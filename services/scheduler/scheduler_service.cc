@@ -14,7 +14,6 @@
 #include "services/common/metrics.h"
 #include "services/core/names.h"
 #include "services/scheduler/explanations.h"
-#include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -129,7 +128,8 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
                           .custom_plans = true});
   if (!db.ok()) return db.status();
   s->db_ = std::move(*db);
-  s->jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
+  s->jobs_ = std::make_unique<pg::SchedulerStore>(s->db_.get());
+  s->api_jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
   s->objects_ = std::make_unique<pg::ObjectStore>(s->db_.get());
   s->writer_ = std::thread([p = s.get()] { p->WriteExplanationsLoop(); });
   if (!s->options_.redis_addr.empty()) {
@@ -142,71 +142,47 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
 }
 
 void SchedulerService::Start() {
-  if (thread_.joinable()) return;
-  thread_ = std::thread([this] { Loop(); });
+  loop_.Start(
+      *db_,
+      {.name = "scheduler",
+       .lock_key = options_.leader_lock_key,
+       .standby_poll = options_.standby_poll,
+       .redis_addr = options_.redis_addr,
+       .wakeup_channels = {storage::redis::kSchedulerWakeupChannel},
+       .interval = options_.interval},
+      [this] { BecomeLeader(); }, [this] { return LeadRound(); });
 }
 
-void SchedulerService::Shutdown() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
-  if (thread_.joinable()) thread_.join();
+void SchedulerService::Shutdown() { loop_.Stop(); }
+
+void SchedulerService::BecomeLeader() {
+  absl::MutexLock l(&cycle_mu_);
+  loaded_ = false;
+  config_loaded_ = false;
+  explained_.clear();
 }
 
-void SchedulerService::Loop() {
-  pg::RunAsLeader(
-      *db_, options_.leader_lock_key, options_.standby_poll, stop_, leader_,
-      [&](absl::FunctionRef<bool()> alive) { Lead(alive); },
-      [](const absl::Status& s) {
-        Log(LogLevel::kWarning, "scheduler: leader election failed",
-            {{"error", s}});
-      });
-}
-
-void SchedulerService::Lead(absl::FunctionRef<bool()> alive) {
-  Log(LogLevel::kInfo, "scheduler: became the leader");
-  {
-    absl::MutexLock l(&cycle_mu_);
-    // A new leader trusts nothing it knew before.
-    loaded_ = false;
-    config_loaded_ = false;
-    explained_.clear();
+leader::NextRound SchedulerService::LeadRound() {
+  absl::StatusOr<CycleReport> report = CycleOnce();
+  if (!report.ok()) {
+    Log(LogLevel::kWarning, "scheduler: cycle failed",
+        {{"error", report.status()}});
+  } else if (report->admitted + report->preempted + report->dropped > 0) {
+    Log(LogLevel::kInfo, "scheduler: cycle",
+        {{"cycle", report->cycle},
+         {"pending", report->pending},
+         {"admitted", report->admitted},
+         {"preempted", report->preempted},
+         {"dropped", report->dropped},
+         {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
+                                           report->commit)},
+         {"load_seconds", absl::ToDoubleSeconds(report->load)},
+         {"refresh_seconds", absl::ToDoubleSeconds(report->refresh)},
+         {"decide_seconds", absl::ToDoubleSeconds(report->decide)},
+         {"commit_seconds", absl::ToDoubleSeconds(report->commit)},
+         {"explanations_written", report->explanations_written}});
   }
-  std::unique_ptr<storage::redis::WakeupSubscriber> wakeups;
-  if (!options_.redis_addr.empty()) {
-    absl::StatusOr<storage::redis::RedisOptions> redis =
-        storage::redis::ParseRedisAddress(options_.redis_addr);
-    if (redis.ok()) {
-      wakeups = std::make_unique<storage::redis::WakeupSubscriber>(
-          *redis,
-          std::vector<std::string>{storage::redis::kSchedulerWakeupChannel});
-    }
-  }
-  while (!stop_.HasBeenNotified() && alive()) {
-    absl::StatusOr<CycleReport> report = CycleOnce();
-    if (!report.ok()) {
-      Log(LogLevel::kWarning, "scheduler: cycle failed",
-          {{"error", report.status()}});
-    } else if (report->admitted + report->preempted + report->dropped > 0) {
-      Log(LogLevel::kInfo, "scheduler: cycle",
-          {{"cycle", report->cycle},
-           {"pending", report->pending},
-           {"admitted", report->admitted},
-           {"preempted", report->preempted},
-           {"dropped", report->dropped},
-           {"seconds", absl::ToDoubleSeconds(report->load + report->decide +
-                                             report->commit)},
-           {"load_seconds", absl::ToDoubleSeconds(report->load)},
-           {"refresh_seconds", absl::ToDoubleSeconds(report->refresh)},
-           {"decide_seconds", absl::ToDoubleSeconds(report->decide)},
-           {"commit_seconds", absl::ToDoubleSeconds(report->commit)},
-           {"explanations_written", report->explanations_written}});
-    }
-    if (wakeups != nullptr) {
-      wakeups->Wait(options_.interval);
-    } else {
-      stop_.WaitForNotificationWithTimeout(options_.interval);
-    }
-  }
-  Log(LogLevel::kInfo, "scheduler: no longer the leader");
+  return {};  // The interval, or a wake-up.
 }
 
 absl::Status SchedulerService::LoadConfig() {
@@ -274,7 +250,7 @@ absl::Status SchedulerService::Refresh() {
   config_changed_ = false;
   if (!loaded_) {
     // The sequence first: a job that changes after it is read again next cycle.
-    absl::StatusOr<uint64_t> seq = jobs_->LastEventSequence();
+    absl::StatusOr<uint64_t> seq = api_jobs_->LastEventSequence();
     if (!seq.ok()) return seq.status();
     absl::StatusOr<std::vector<pg::ActiveJob>> all =
         jobs_->LoadActiveJobs(nullptr);
@@ -291,7 +267,7 @@ absl::Status SchedulerService::Refresh() {
     // Only the jobs that have events since the last cycle, read with their
     // events in one transaction.
     while (true) {
-      absl::StatusOr<pg::JobStore::Changes> changes =
+      absl::StatusOr<pg::SchedulerStore::Changes> changes =
           jobs_->LoadChanges(last_seq_, 10000);
       if (!changes.ok()) return changes.status();
       for (int64_t id : changes->ids) {

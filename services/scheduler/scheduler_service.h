@@ -1,4 +1,4 @@
-// The scheduler service (issue 4 item 1): one active leader, elected with a
+// The scheduler service: one active leader, elected with a
 // PostgreSQL session advisory lock (a standby takes over within
 // `standby_poll` of the leader's death, when PostgreSQL drops its session).
 // Each cycle refreshes its picture of the platform incrementally (jobs named
@@ -22,17 +22,17 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "services/leader/leader_loop.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/scheduler_state.h"
 #include "services/scheduler/snapshot_builder.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/postgres/scheduler_store.h"
 #include "storage/redis/redis_client.h"
 
 namespace trainyard::scheduler {
@@ -96,7 +96,7 @@ class SchedulerService {
   // does not wait for them (see CycleOnce).
   absl::StatusOr<CycleReport> RunCycle();
 
-  bool is_leader() const { return leader_.load(); }
+  bool is_leader() const { return loop_.is_leader(); }
   int64_t cycles() const { return cycles_.load(); }
 
  private:
@@ -110,13 +110,16 @@ class SchedulerService {
   void WriteExplanationsLoop();
   absl::Status Refresh();
   absl::Status LoadConfig();
-  void Loop();
-  // The leader's work, until Shutdown() or `alive()` is false.
-  void Lead(absl::FunctionRef<bool()> alive);
+  // The leader loop's hooks: a new leader trusts nothing it knew before; a
+  // round is one cycle, logged.
+  void BecomeLeader();
+  leader::NextRound LeadRound();
 
   const SchedulerOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;
-  std::unique_ptr<storage::postgres::JobStore> jobs_;
+  std::unique_ptr<storage::postgres::SchedulerStore> jobs_;
+  // The api's store: LastEventSequence, where a full load starts.
+  std::unique_ptr<storage::postgres::JobStore> api_jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
   // Publishes dispatcher wake-ups (nullptr without Redis).
   std::unique_ptr<storage::redis::RedisClient> redis_;
@@ -160,10 +163,9 @@ class SchedulerService {
   absl::Status write_failure_ ABSL_GUARDED_BY(writes_mu_);
   std::thread writer_;
 
-  std::atomic<bool> leader_{false};
   std::atomic<int64_t> cycles_{0};
-  absl::Notification stop_;
-  std::thread thread_;
+  // Last: stopped (by Shutdown()) before the rest goes.
+  leader::LeaderLoop loop_;
 };
 
 }  // namespace trainyard::scheduler

@@ -2,7 +2,7 @@
 //
 //   trainyard api         the api service (gRPC; /metrics, /healthz, /readyz)
 //   trainyard scheduler   the scheduler (one leader; others stand by)
-//   trainyard dispatcher  one cluster's dispatcher (today: the sim backend)
+//   trainyard dispatcher  one cluster's dispatcher (--backend: sim, slurm)
 //   trainyard sim-cluster a simulated cluster served over gRPC
 //   trainyard all         every service that exists, in one process
 //   trainyard migrate     apply the SQL migrations
@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -38,12 +40,12 @@
 #include "services/common/logging.h"
 #include "services/common/metrics.h"
 #include "services/core/validation.h"
+#include "services/dispatcher/adapters/all.h"
 #include "services/dispatcher/adapters/clock.h"
+#include "services/dispatcher/adapters/registry.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/dispatcher/adapters/sim/sim_remote.h"
-#include "services/dispatcher/adapters/slurm/slurm_adapter.h"
-#include "services/dispatcher/adapters/slurm/slurm_settings.h"
 #include "services/dispatcher/dispatcher.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/trainyard/apply.h"
@@ -156,8 +158,7 @@ constexpr char kUsage[] =
 Usage:
   trainyard api      [--config=FILE] [--grpc_listen=..] [--tls_cert=PEM --tls_key=PEM] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
-  trainyard dispatcher --sim_config=FILE | --sim_target=HOST:PORT [--config=FILE] [--http_listen=..] [--postgres_url=..]
-  trainyard dispatcher --backend=slurm --slurm_config=FILE [--slurm_cluster=slurm] [--config=FILE] [--http_listen=..] [--postgres_url=..]
+  trainyard dispatcher [--backend=NAME] BACKEND_FLAGS [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
   trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
   Job tokens (api, dispatcher, all): [--job_token_key_file=FILE] [--api_advertise_addr=HOST:PORT]
@@ -167,6 +168,21 @@ Usage:
   trainyard apply -f FILE [--target=127.0.0.1:50051] [--token=TOKEN]
   trainyard version
 )";
+
+// kUsage, then the dispatcher's backends (the adapter registry's) with their
+// flags.
+std::string Usage() {
+  std::string usage =
+      absl::StrCat(kUsage, "\nDispatcher backends (--backend=NAME; default ",
+                   trainyard::dispatcher::kDefaultAdapter, "):\n");
+  for (const std::string& name : trainyard::dispatcher::AdapterNames()) {
+    auto factory = trainyard::dispatcher::FindAdapterFactory(name);
+    if (!factory.ok()) continue;
+    absl::StrAppend(&usage,
+                    absl::StrFormat("  %-7s %s\n", name, factory->usage));
+  }
+  return usage;
+}
 
 int Migrate() {
   auto result =
@@ -350,7 +366,8 @@ struct BackendDispatcher {
 // database, Redis and pass interval).
 absl::StatusOr<BackendDispatcher> StartDispatcher(
     std::unique_ptr<trainyard::dispatcher::Adapter> adapter,
-    const std::string& cluster, const char* backend, const ApiAccess& api) {
+    const std::string& cluster, const std::string& backend,
+    const ApiAccess& api) {
   BackendDispatcher out;
   out.adapter = std::move(adapter);
   auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
@@ -382,67 +399,62 @@ absl::StatusOr<BackendDispatcher> StartDispatcher(
   return out;
 }
 
-// A dispatcher with the sim backend: the cluster `--sim_config` names, run in
-// this process on the real clock, or the `trainyard sim-cluster` at
-// `--sim_target`.
-absl::StatusOr<BackendDispatcher> StartSimDispatcher(const ApiAccess& api) {
-  std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
-  std::string cluster;
-  if (!absl::GetFlag(FLAGS_sim_target).empty()) {
-    auto client =
-        std::make_unique<trainyard::dispatcher::sim::SimClusterClient>(
-            trainyard::dispatcher::sim::SimClusterClientOptions{
-                .target = absl::GetFlag(FLAGS_sim_target)});
-    // The cluster's name comes from the sim cluster itself; wait a while for
-    // it to come up (both are often started together).
-    auto info = client->Info(absl::Seconds(30));
-    if (!info.ok()) return info.status();
-    cluster = info->cluster();
-    adapter = std::move(client);
-  } else {
-    auto config = trainyard::dispatcher::sim::LoadSimConfig(
-        absl::GetFlag(FLAGS_sim_config));
-    if (!config.ok()) return config.status();
-    auto sim = trainyard::dispatcher::sim::SimAdapter::Create(
-        *config, &trainyard::dispatcher::RealClock::Get());
-    if (!sim.ok()) return sim.status();
-    cluster = config->cluster();
-    adapter = std::move(*sim);
-  }
-  return StartDispatcher(
-      std::move(adapter), cluster,
-      absl::GetFlag(FLAGS_sim_target).empty() ? "sim" : "sim-remote", api);
-}
+// The dispatcher backend `--backend` names (the default when it is empty), and
+// its settings: the current values of the flags it reads.
+struct Backend {
+  std::string name;
+  trainyard::dispatcher::AdapterFactory factory;
+  trainyard::dispatcher::AdapterSettings settings;
+};
 
-// A dispatcher with the Slurm backend (docs/slurm.md): the adapter settings
-// of `--slurm_config`, for the cluster `--slurm_cluster`.
-absl::StatusOr<BackendDispatcher> StartSlurmDispatcher(const ApiAccess& api) {
-  auto settings = trainyard::dispatcher::slurm::LoadSlurmSettings(
-      absl::GetFlag(FLAGS_slurm_config));
-  if (!settings.ok()) return settings.status();
-  auto adapter =
-      trainyard::dispatcher::slurm::SlurmAdapter::Create(*std::move(settings));
-  if (!adapter.ok()) return adapter.status();
-  return StartDispatcher(std::move(*adapter),
-                         absl::GetFlag(FLAGS_slurm_cluster), "slurm", api);
-}
-
-// The dispatcher `--backend` selects; INVALID_ARGUMENT naming the flag when
-// its settings are missing.
-absl::StatusOr<BackendDispatcher> StartBackendDispatcher(const ApiAccess& api) {
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend == "slurm") {
-    if (absl::GetFlag(FLAGS_slurm_config).empty()) {
-      return absl::InvalidArgumentError(
-          "--slurm_config: required with --backend=slurm");
+// INVALID_ARGUMENT naming the known backends when `--backend` is not one.
+absl::StatusOr<Backend> SelectedBackend() {
+  Backend backend{.name = absl::GetFlag(FLAGS_backend)};
+  if (backend.name.empty())
+    backend.name = trainyard::dispatcher::kDefaultAdapter;
+  auto factory = trainyard::dispatcher::FindAdapterFactory(backend.name);
+  if (!factory.ok()) return factory.status();
+  backend.factory = *std::move(factory);
+  for (const std::string& flag : backend.factory.flags) {
+    const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+    if (f == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "backend \"", backend.name, "\" reads an undefined flag --", flag));
     }
-    return StartSlurmDispatcher(api);
+    backend.settings.values[flag] = f->CurrentValue();
   }
-  if (!backend.empty() && backend != "sim") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend: \"", backend, "\" is not one of sim, slurm"));
-  }
-  return StartSimDispatcher(api);
+  return backend;
+}
+
+// The backend's usage check; without --backend its message also points to
+// the other backends.
+absl::Status CheckBackend(const Backend& backend) {
+  if (!backend.factory.check) return absl::OkStatus();
+  absl::Status s = backend.factory.check(backend.settings);
+  if (s.ok() || !absl::GetFlag(FLAGS_backend).empty()) return s;
+  return absl::Status(
+      s.code(),
+      absl::StrCat(s.message(), ", or choose a backend with --backend (",
+                   absl::StrJoin(trainyard::dispatcher::AdapterNames(), ", "),
+                   "; see --help)"));
+}
+
+// Whether `trainyard all` runs a dispatcher of the backend (sim: given
+// --sim_config; slurm: always).
+bool RunsInAll(const Backend& backend) {
+  return !backend.factory.runs_in_all ||
+         backend.factory.runs_in_all(backend.settings);
+}
+
+// Starts the dispatcher of the backend (INVALID_ARGUMENT naming the flag when
+// its settings are missing).
+absl::StatusOr<BackendDispatcher> StartBackendDispatcher(const Backend& backend,
+                                                         const ApiAccess& api) {
+  auto created =
+      trainyard::dispatcher::CreateAdapter(backend.name, backend.settings);
+  if (!created.ok()) return created.status();
+  return StartDispatcher(std::move(created->adapter), created->cluster,
+                         created->label, api);
 }
 
 // `trainyard sim-cluster`: the cluster `--sim_config` describes, on the real
@@ -496,17 +508,10 @@ int ServeSimCluster() {
 // /readyz.
 int ServeDispatcher() {
   sigset_t signals = BlockStopSignals();
-  if (absl::GetFlag(FLAGS_backend) == "slurm") {
-    if (absl::GetFlag(FLAGS_slurm_config).empty()) {
-      std::cerr << "dispatcher: --backend=slurm needs --slurm_config=FILE\n";
-      return 2;
-    }
-  } else if (absl::GetFlag(FLAGS_sim_config).empty() ==
-             absl::GetFlag(FLAGS_sim_target).empty()) {
-    std::cerr << "dispatcher: give one of --sim_config=FILE or "
-                 "--sim_target=HOST:PORT, or --backend=slurm "
-                 "--slurm_config=FILE (the Kubernetes backend arrives with "
-                 "its issue)\n";
+  absl::StatusOr<Backend> backend = SelectedBackend();
+  absl::Status usage = backend.ok() ? CheckBackend(*backend) : backend.status();
+  if (!usage.ok()) {
+    std::cerr << "dispatcher: " << usage.message() << "\n";
     return 2;
   }
   auto migrated =
@@ -523,6 +528,7 @@ int ServeDispatcher() {
     return 1;
   }
   absl::StatusOr<BackendDispatcher> sim = StartBackendDispatcher(
+      *backend,
       {.addr = ApiAdvertiseAddr(/*default_to_listen=*/false), .keys = *keys});
   if (!sim.ok()) {
     Log(LogLevel::kError, "dispatcher failed to start",
@@ -591,6 +597,16 @@ int Serve(bool with_scheduler) {
   // SIGINT/SIGTERM end the process cleanly; block them before threads start so
   // that only the waiter below receives them.
   sigset_t signals = BlockStopSignals();
+  // `all` runs a dispatcher when its backend's settings ask for one.
+  std::optional<Backend> backend;
+  if (with_scheduler) {
+    absl::StatusOr<Backend> selected = SelectedBackend();
+    if (!selected.ok()) {
+      std::cerr << "all: " << selected.status().message() << "\n";
+      return 2;
+    }
+    if (RunsInAll(*selected)) backend = *std::move(selected);
+  }
 
   trainyard::api::ApiServerOptions options;
   options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
@@ -631,12 +647,12 @@ int Serve(bool with_scheduler) {
     scheduler = std::move(*created);
     scheduler->Start();
   }
-  // ... and, given --sim_config (or --backend=slurm --slurm_config), a
-  // dispatcher for that cluster.
+  // ... and, when its backend asks for one (sim: --sim_config; slurm:
+  // --backend=slurm), a dispatcher for that cluster.
   std::optional<BackendDispatcher> sim;
-  if (with_scheduler && (!absl::GetFlag(FLAGS_sim_config).empty() ||
-                         absl::GetFlag(FLAGS_backend) == "slurm")) {
+  if (backend.has_value()) {
     absl::StatusOr<BackendDispatcher> started = StartBackendDispatcher(
+        *backend,
         {.addr = ApiAdvertiseAddr(/*default_to_listen=*/true), .keys = *keys});
     if (!started.ok()) {
       Log(LogLevel::kError, "dispatcher failed to start",
@@ -663,7 +679,13 @@ int Serve(bool with_scheduler) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  if (absl::Status s = trainyard::dispatcher::RegisterBuiltinAdapters();
+      !s.ok()) {
+    std::cerr << "dispatcher backends: " << s << "\n";
+    return 1;
+  }
+  const std::string usage = Usage();
+  absl::SetProgramUsageMessage(usage);
   // Debian's Abseil is built with mutex deadlock detection on, which updates a
   // global lock graph on every acquisition; production servers do not pay for
   // that.
@@ -676,7 +698,7 @@ int main(int argc, char** argv) {
   }
   trainyard::common::SetMinLogLevel(*level);
   if (args.size() < 2) {
-    std::cerr << kUsage;
+    std::cerr << usage;
     return 2;
   }
   const std::string command = args[1];
@@ -710,6 +732,6 @@ int main(int argc, char** argv) {
     return trainyard::RunApply(absl::GetFlag(FLAGS_f),
                                absl::GetFlag(FLAGS_target), token);
   }
-  std::cerr << "unknown command \"" << command << "\"\n" << kUsage;
+  std::cerr << "unknown command \"" << command << "\"\n" << usage;
   return 2;
 }

@@ -12,11 +12,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/postgres/auth_store.h"
+#include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/errors.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/migrate.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/postgres/scheduler_store.h"
 #include "tests/fixtures/local_postgres.h"
 #include "trainyard/v1/queue.pb.h"
 
@@ -38,6 +40,8 @@ class PostgresTest : public ::testing::Test {
     db_ = *std::move(db);
     objects_ = std::make_unique<ObjectStore>(db_.get());
     jobs_ = std::make_unique<JobStore>(db_.get());
+    scheduler_ = std::make_unique<SchedulerStore>(db_.get());
+    dispatcher_ = std::make_unique<DispatcherStore>(db_.get());
     auth_ = std::make_unique<AuthStore>(db_.get());
   }
 
@@ -71,6 +75,8 @@ class PostgresTest : public ::testing::Test {
   std::unique_ptr<Database> db_;
   std::unique_ptr<ObjectStore> objects_;
   std::unique_ptr<JobStore> jobs_;
+  std::unique_ptr<SchedulerStore> scheduler_;
+  std::unique_ptr<DispatcherStore> dispatcher_;
   std::unique_ptr<AuthStore> auth_;
 };
 
@@ -257,7 +263,7 @@ TEST_F(PostgresTest, BatchLookupsUseTheIndexAfterTheTableGrows) {
   auto one =
       Database::Open({.url = url_, .pool_size = 1, .custom_plans = true});
   ASSERT_TRUE(one.ok()) << one.status();
-  JobStore store(one->get());
+  SchedulerStore store(one->get());
   // JobSaves' statement (every batch of state changes), with the seed job's
   // own state: the job is queued (1) with no attempts. Executed through
   // libpqxx first (which prepares it on the connection), then explained.
@@ -388,7 +394,7 @@ TEST_F(PostgresTest, ChangeAttemptsAppliesEachChangeOnItsOwn) {
     a.attempt.set_flavor("flavors/f");
     admissions.push_back(a);
   }
-  auto admitted = jobs_->ApplyDecisions({}, admissions);
+  auto admitted = scheduler_->ApplyDecisions({}, admissions);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   ASSERT_EQ(admitted->admitted.size(), 3u);
   const int64_t a = ids[0], b = ids[1], c = ids[2];
@@ -400,7 +406,7 @@ TEST_F(PostgresTest, ChangeAttemptsAppliesEachChangeOnItsOwn) {
                          .reason = "R",
                          .message = "m"};
   };
-  auto results = jobs_->ChangeAttempts(
+  auto results = dispatcher_->ChangeAttempts(
       {change(a, 2, trainyard::v1::JOB_STATE_DISPATCHING),
        change(b, 1, trainyard::v1::JOB_STATE_DISPATCHING),  // stale
        change(b, 0, trainyard::v1::JOB_STATE_DISPATCHING),  // follows it

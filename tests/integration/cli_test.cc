@@ -1,4 +1,4 @@
-// End-to-end tests of the `trainyard` binary as the README documents it:
+// End-to-end tests of the `trainyard` binary as docs/cli.md documents it:
 // version, migrate, token create, all (with a config file), apply, /healthz
 // /readyz /metrics, clean shutdown on SIGTERM, and clear errors for bad
 // arguments. Runs the real binary against a real PostgreSQL and Redis.

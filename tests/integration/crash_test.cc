@@ -1,4 +1,4 @@
-// Crash safety (issue 4 item 5): 1,000 jobs flow through the real services —
+// Crash safety: 1,000 jobs flow through the real services —
 // `trainyard api`, `trainyard scheduler` and `trainyard dispatcher`, each its
 // own process, dispatching to a `trainyard sim-cluster` on the real clock with
 // random spot reclaims and node failures — while a chaos loop kills -9 a

@@ -1,8 +1,8 @@
 // A job's whole life through the real api, scheduler and dispatcher over
-// PostgreSQL and Redis, run by the sim backend on a virtual clock (issue 4
-// items 2-4): dispatch, checkpoints, success, node failure and recovery from
-// the last checkpoint, retries of user errors, preemption with a grace
-// period.
+// PostgreSQL and Redis, run by the sim backend on a virtual clock
+// (docs/dispatcher.md): dispatch, checkpoints, success, node failure and
+// recovery from the last checkpoint, retries of user errors, preemption with
+// a grace period.
 #include "services/dispatcher/dispatcher.h"
 
 #include <map>
@@ -19,7 +19,7 @@
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/scheduler/scheduler_service.h"
-#include "storage/postgres/job_store.h"
+#include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/pool.h"
 #include "tests/integration/api_test_harness.h"
 
@@ -382,7 +382,7 @@ TEST_F(DispatcherTest, FinishesARequeueADeadDispatcherLeftHalfDone) {
   absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
       storage::postgres::Database::Open({.url = harness_->database_url()});
   ASSERT_TRUE(db.ok()) << db.status();
-  storage::postgres::JobStore store(db->get());
+  storage::postgres::DispatcherStore store(db->get());
   absl::StatusOr<v1::Job> half =
       store.ChangeAttempt({.tenant = "acme",
                            .job_id = id,

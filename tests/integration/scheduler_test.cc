@@ -1,5 +1,5 @@
 // The scheduler service over a real PostgreSQL and Redis, with jobs submitted
-// through the real api (issue 4 item 1).
+// through the real api (docs/scheduler.md).
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,9 +9,9 @@
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/scheduler_service.h"
-#include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/postgres/scheduler_store.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {
@@ -217,7 +217,7 @@ TEST_F(SchedulerTest, DecisionsAreGuardedByTheJobVersion) {
       storage::postgres::Database::Open(
           {.url = harness_->database_url(), .pool_size = 2});
   ASSERT_TRUE(db.ok()) << db.status();
-  storage::postgres::JobStore store(db->get());
+  storage::postgres::SchedulerStore store(db->get());
   const v1::Job job = Get(a);
   storage::postgres::AdmitDecision admit{
       .tenant = "acme",

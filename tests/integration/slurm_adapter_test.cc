@@ -1,5 +1,5 @@
 // The Slurm adapter against a real slurmctld + slurmd + slurmrestd
-// (tests/fixtures/local_slurm.h; issue 5 item 6): jobs that really run a
+// (tests/fixtures/local_slurm.h): jobs that really run a
 // script on one node and as a 2-node gang, cancel, a time-limit kill, user
 // errors (non-zero exit, out of memory), a signalled stop with a grace
 // period, inventory with node states, a slurmd killed under a running job,

@@ -1,5 +1,5 @@
 // The real api, scheduler and dispatcher over PostgreSQL driving a real Slurm
-// cluster through the Slurm adapter (issue 5 item 6): a checkpointing gang
+// cluster through the Slurm adapter (docs/slurm.md): a checkpointing gang
 // preempted by Trainyard with a signal checkpoints in its grace period and
 // its next attempt resumes from that checkpoint with no step lost; a
 // dispatcher that dies between "submitted" and "recorded" leaves one Slurm

@@ -1,6 +1,6 @@
 // The `trainyard` services as separate processes against a real Slurm
 // cluster (tests/fixtures/local_slurm.h), over their own PostgreSQL and
-// Redis (issue 5 items 1 and 6):
+// Redis (docs/slurm.md, "Tests"):
 //
 //   - QuickStartRunsAJobOnSlurm: docs/slurm.md's quick start on Slurm, step
 //     by step — a cluster started with the quick start's flavors, `trainyard

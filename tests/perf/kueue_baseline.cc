@@ -1,6 +1,6 @@
 // kueue_baseline: Kueue's own scheduler performance test
 // (test/performance/scheduler/configs/baseline in kubernetes-sigs/kueue),
-// reproduced end to end on Trainyard (issue 4 item 6): 5 cohorts × 6 queues,
+// reproduced end to end on Trainyard: 5 cohorts × 6 queues,
 // nominal quota 20 CPU and borrowing limit 100 CPU per queue, reclaim within
 // the cohort Any, within-queue preemption LowerPriority; per queue 350 small
 // jobs (1 CPU, 200 ms, priority 50, one every 100 ms), 100 medium (5 CPU,

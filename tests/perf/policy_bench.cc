@@ -1,6 +1,7 @@
-// Benchmarks of the scheduling policy (issue 3, item 10) on a seeded synthetic
-// snapshot: 10,000 nodes x 8 GPUs, 1,000 queues in 100 cohorts, 100,000
-// pending jobs. `--small` shrinks everything 100x (the CTest smoke run).
+// Benchmarks of the scheduling policy (docs/scheduling.md) on a seeded
+// synthetic snapshot: 10,000 nodes x 8 GPUs, 1,000 queues in 100 cohorts,
+// 100,000 pending jobs. `--small` shrinks everything 100x (the CTest smoke
+// run).
 //   policy_bench --benchmark_out=perf-results/policy_bench.json
 //       --benchmark_out_format=json
 // It reports times and byte counts; it never asserts them.

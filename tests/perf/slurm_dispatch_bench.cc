@@ -1,4 +1,4 @@
-// Dispatch throughput into a real Slurm (issue 5 item 7), on one private
+// Dispatch throughput into a real Slurm (docs/slurm.md), on one private
 // cluster (tests/fixtures/local_slurm.h), three ways, N jobs each:
 //   dispatcher  admitted → accepted by slurmctld: N jobs admitted by the
 //               scheduler (api + PostgreSQL), then one dispatcher pass claims

@@ -1,14 +1,15 @@
 // The dispatcher's adapter interface: the one seam between Trainyard and the
-// engines that run jobs (ARCHITECTURE.md §5). Implemented by
+// engines that run jobs (docs/architecture.md). Implemented by
 //
-//   slurm       slurmrestd (JWT): a batch job named after the attempt
-//               (`--job-name=ty-<job>-<attempt>`), `scancel --signal`,
-//               states PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT,
-//               NODE_FAIL, PREEMPTED, CANCELLED (+ sacct for ended jobs);
-//   kubernetes  the API server: an Indexed Job (or JobSet) named after the
-//               attempt with a label marking it Trainyard's, pods pinned to
-//               the placed nodes, node inventory from Node objects and labels;
-//   sim         a virtual cluster running jobs on a clock (adapters/sim).
+//   slurm       slurmrestd's REST API (JWT): a batch job named after the
+//               attempt (ty-<job>-<attempt>), stopped by a signal and then a
+//               kill once the grace period ends (adapters/slurm,
+//               docs/slurm.md);
+//   sim         a virtual cluster running jobs on a clock (adapters/sim,
+//               docs/sim.md).
+//
+// A Kubernetes backend (an Indexed Job named after the attempt, pods pinned
+// to the placed nodes, inventory from Node objects) is planned, not built.
 //
 // Names. An attempt is addressed by its deterministic backend name
 // "ty-<job id>-<attempt>" (BackendJobName), never by the backend's own id, so

@@ -1,4 +1,5 @@
-// Backfill and reservations (issue 3 item 7).
+// Backfill and reservations (docs/scheduling.md, "Backfill and reservations"),
+// and budgets (BUDGET_HOLD).
 #include <algorithm>
 #include <cstdint>
 #include <limits>

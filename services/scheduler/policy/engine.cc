@@ -890,7 +890,7 @@ class Engine final : public CycleRunner {
   }
 
   // A preemption lowered queue q's usage, and so its share: its head moves
-  // up in the order (issue 3 item 6, fair share) at once, not at its next
+  // up in the fair-share order at once, not at its next
   // turn. Called while the preemptor's queue is the root of heads_.
   void RefreshHead(QueueId q) {
     if (cursor_[q] >= (*jobs_of_queue_)[q].size()) return;

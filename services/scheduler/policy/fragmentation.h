@@ -1,5 +1,5 @@
-// Fragmentation of free GPU capacity (issue 3: placement "bin-packs to keep
-// whole nodes free for large gangs"). A pure function of a snapshot and,
+// Fragmentation of free GPU capacity: how well placement's best fit keeps
+// whole nodes free for large gangs. A pure function of a snapshot and,
 // optionally, one cycle's admissions; it does not change placement. See
 // docs/scheduling.md, "Fragmentation".
 //

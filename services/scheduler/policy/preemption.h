@@ -1,4 +1,4 @@
-// Preemption (issue 3 item 6): when a pending job fits no flavor, find running
+// Preemption: when a pending job fits no flavor, find running
 // attempts whose removal lets it fit, under its queue's policies (Kueue's
 // ClusterQueue.preemption), in this order of rules:
 //   1. within its queue (Queue::within_queue_preemption): lower priority, or

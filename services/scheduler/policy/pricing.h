@@ -1,4 +1,4 @@
-// Expected-cost flavor choice (issue 3 item 5). A flavor's expected cost for a
+// Expected-cost flavor choice. A flavor's expected cost for a
 // job is price per GPU-hour x GPUs x expected runtime, where the expected
 // runtime is the job's runtime inflated by the expected number of reclaims
 // (reclaim rate per hour x runtime in hours) times the work lost per reclaim

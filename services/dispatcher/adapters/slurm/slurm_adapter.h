@@ -1,4 +1,4 @@
-// The `slurm` backend (issue 5): drives a Slurm cluster through slurmrestd's
+// The `slurm` backend: drives a Slurm cluster through slurmrestd's
 // REST API (docs/slurm.md).
 //
 //   Launch   POST job/submit: a batch job named "ty-<job>-<attempt>" whose

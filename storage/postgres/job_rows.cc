@@ -1,0 +1,178 @@
+#include "storage/postgres/job_rows.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace trainyard::storage::postgres {
+namespace {
+
+using trainyard::v1::Job;
+using trainyard::v1::JobEvent;
+using trainyard::v1::JobState;
+
+// Key of the transaction-scoped advisory lock that orders event sequence
+// numbers.
+constexpr int64_t kOutboxLockKey = 0x74796f7574626f78;  // "tyoutbox"
+
+void ParseLabels(const std::string& json, Job* job) {
+  if (json == "{}" || json.empty()) return;
+  Job parsed;
+  if (google::protobuf::util::JsonStringToMessage(
+          absl::StrCat("{\"labels\":", json, "}"), &parsed)
+          .ok()) {
+    *job->mutable_labels() = parsed.labels();
+  }
+}
+
+}  // namespace
+
+void PrepareJobRowStatements(Database* db) {
+  db->Prepare("outbox_lock", absl::StrCat("SELECT pg_advisory_xact_lock(",
+                                          kOutboxLockKey, ")"));
+  db->Prepare(
+      "events_insert",
+      "INSERT INTO job_events (seq, tenant, job_id, queue, job_set, body) "
+      "SELECT nextval('job_event_seq'), t.tenant, t.job_id, t.queue, "
+      "t.job_set, t.body "
+      "FROM (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], "
+      "$4::text[], "
+      "$5::bytea[]) WITH ORDINALITY AS u(tenant, job_id, queue, job_set, body, "
+      "ord) "
+      "ORDER BY ord) t");
+  db->Prepare("events_notify",
+              absl::StrCat("SELECT pg_notify('", kEventChannel, "', '')"));
+  db->Prepare("attempt_latest_lock",
+              "SELECT idx, body FROM attempts WHERE job_id = $1 ORDER BY idx "
+              "DESC LIMIT 1 "
+              "FOR UPDATE");
+  db->Prepare(
+      "attempt_update",
+      absl::StrCat(
+          "UPDATE attempts SET body = $3, start_time = CASE WHEN $4::bigint IS "
+          "NULL THEN start_time ELSE to_timestamp($4::bigint / 1e6) END, "
+          "end_time = CASE WHEN $5::bigint IS NULL THEN end_time ELSE "
+          "to_timestamp($5::bigint / 1e6) END WHERE job_id = $1 AND idx = $2"));
+}
+
+void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events) {
+  if (events.empty()) return;
+  ArrayLiteral tenants, job_ids, queues, job_sets, bodies;
+  for (const PendingEvent& p : events) {
+    tenants.Text(p.tenant);
+    job_ids.Int(p.job_id);
+    queues.Text(p.event.queue());
+    job_sets.Text(p.event.job_set());
+    bodies.Bytes(p.event.SerializeAsString());
+  }
+  txn.exec_prepared("outbox_lock");
+  txn.exec_prepared("events_insert", tenants.str(), job_ids.str(), queues.str(),
+                    job_sets.str(), bodies.str());
+  txn.exec_prepared("events_notify");
+}
+
+std::string IdArray(const std::vector<int64_t>& ids) {
+  ArrayLiteral a;
+  for (int64_t id : ids) a.Int(id);
+  return a.str();
+}
+
+std::string LabelsJson(const Job& job) {
+  if (job.labels().empty()) return "{}";
+  Job only_labels;
+  *only_labels.mutable_labels() = job.labels();
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(only_labels, &json);
+  // {"labels":{...}} → {...}
+  constexpr std::string_view kPrefix = "{\"labels\":";
+  return json.substr(kPrefix.size(), json.size() - kPrefix.size() - 1);
+}
+
+std::string JobName(const std::string& tenant, int64_t id) {
+  return absl::StrCat("tenants/", tenant, "/jobs/", id);
+}
+
+const std::string& JobColumns() {
+  static const auto* columns = new std::string(
+      absl::StrCat("id, tenant, queue, project, state, priority, "
+                   "client_request_id, job_set, display_name, "
+                   "creator, labels::text, spec, state_reason, state_message, "
+                   "attempt_count, resume_from, "
+                   "cancel_requested, version, ",
+                   EpochMicros("create_time"), ", ", EpochMicros("update_time"),
+                   ", ", EpochMicros("end_time")));
+  return *columns;
+}
+
+Job RowToJob(const pqxx::row& row) {
+  Job job;
+  const int64_t id = row[0].as<int64_t>();
+  const std::string tenant = row[1].c_str();
+  job.set_name(JobName(tenant, id));
+  job.set_tenant(tenant);
+  job.set_state(static_cast<JobState>(row[4].as<int>()));
+  job.set_priority(row[5].as<int>());
+  job.set_client_request_id(row[6].c_str());
+  job.set_display_name(row[8].c_str());
+  job.set_creator(row[9].c_str());
+  ParseLabels(row[10].c_str(), &job);
+  job.mutable_spec()->ParseFromString(BytesOf(row[11]));
+  job.set_state_reason(row[12].c_str());
+  job.set_state_message(row[13].c_str());
+  job.set_attempt_count(row[14].as<int>());
+  job.set_resume_from(row[15].c_str());
+  job.set_cancel_requested(row[16].as<bool>());
+  job.set_version(row[17].as<int64_t>());
+  *job.mutable_create_time() = ToTimestamp(TimeOf(row[18]));
+  *job.mutable_update_time() = ToTimestamp(TimeOf(row[19]));
+  if (!row[20].is_null())
+    *job.mutable_end_time() = ToTimestamp(TimeOf(row[20]));
+  return job;
+}
+
+JobEvent MakeEvent(const Job& job, trainyard::v1::JobEventType type,
+                   JobState from, JobState to, const std::string& reason,
+                   const std::string& message) {
+  JobEvent e;
+  e.set_type(type);
+  e.set_job(job.name());
+  e.set_tenant(job.tenant());
+  e.set_queue(job.spec().queue());
+  e.set_job_set(job.spec().job_set());
+  e.set_from_state(from);
+  e.set_to_state(to);
+  e.set_reason(reason);
+  e.set_message(message);
+  e.set_attempt(job.attempt_count());
+  *e.mutable_time() = ToTimestamp(absl::Now());
+  return e;
+}
+
+PendingEvent Pending(const Job& job, int64_t id, JobEvent event) {
+  return PendingEvent{job.tenant(), id, std::move(event)};
+}
+
+// Ends the latest attempt of a job that never reached its backend (cancelled
+// or preempted while ADMITTED), so that every attempt row has an end: body
+// end_time, failure class and message, and the end_time column.
+void CloseUndispatchedAttempt(pqxx::work& txn, int64_t job_id, absl::Time now,
+                              trainyard::v1::FailureClass failure,
+                              const std::string& message) {
+  pqxx::result a = txn.exec_prepared("attempt_latest_lock", job_id);
+  if (a.empty()) return;
+  const int idx = a[0][0].as<int>();
+  trainyard::v1::Attempt attempt;
+  attempt.ParseFromString(BytesOf(a[0][1]));
+  if (attempt.has_end_time()) return;
+  *attempt.mutable_end_time() = ToTimestamp(now);
+  attempt.set_failure_class(failure);
+  attempt.set_message(message);
+  std::optional<int64_t> start;
+  txn.exec_prepared("attempt_update", job_id, idx,
+                    Bytea(attempt.SerializeAsString()), start,
+                    absl::ToUnixMicros(now));
+}
+
+}  // namespace trainyard::storage::postgres

@@ -1,0 +1,128 @@
+// Row codecs and write helpers shared by the job stores: JobStore (the api's,
+// job_store.h), SchedulerStore (scheduler_store.h) and DispatcherStore
+// (dispatcher_store.h). A job, attempt, checkpoint or event row read into its
+// proto, the jobs table's column list, the array literals the batch
+// statements take, and the job-event outbox every writer of job state appends
+// to. docs/storage.md lists which file prepares which statement.
+#ifndef TRAINYARD_STORAGE_POSTGRES_JOB_ROWS_H_
+#define TRAINYARD_STORAGE_POSTGRES_JOB_ROWS_H_
+
+#include <cstdint>
+#include <pqxx/pqxx>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "google/protobuf/util/time_util.h"
+#include "storage/postgres/pool.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard::storage::postgres {
+
+// Name of the PostgreSQL notification channel raised when events commit.
+inline constexpr char kEventChannel[] = "ty_events";
+
+// Why a pending job waits, as the scheduler last explained it (a row of
+// pending_explanations): SchedulerStore::WriteExplanations writes it,
+// JobStore::GetExplanation reads it.
+struct Explanation {
+  int64_t job_id = 0;
+  std::string reason;
+  std::string message;
+  int64_t position = 0;
+};
+
+// Event rows to append in a transaction (helper shared by every writer of job
+// state).
+struct PendingEvent {
+  std::string tenant;
+  int64_t job_id = 0;
+  trainyard::v1::JobEvent event;  // sequence is assigned on insert
+};
+
+// Appends events in order under the outbox lock (sequence order = commit order)
+// and notifies the relay (NOTIFY ty_events) at commit. Must be the last
+// statement group of the transaction that made the changes, to hold the lock
+// briefly.
+void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events);
+
+// --- For the job stores' own .cc files ---
+
+// Registers the statements of AppendEvents (outbox_lock, events_insert,
+// events_notify) and CloseUndispatchedAttempt (attempt_latest_lock,
+// attempt_update). Every job store's constructor calls it (registering a
+// statement twice is a no-op).
+void PrepareJobRowStatements(Database* db);
+
+inline google::protobuf::Timestamp ToTimestamp(absl::Time t) {
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+      absl::ToUnixMicros(t));
+}
+
+// Text form of a PostgreSQL array literal, built element by element.
+class ArrayLiteral {
+ public:
+  void Text(std::string_view value) {
+    std::string quoted = "\"";
+    for (char c : value) {
+      if (c == '"' || c == '\\') quoted.push_back('\\');
+      quoted.push_back(c);
+    }
+    quoted.push_back('"');
+    elements_.push_back(std::move(quoted));
+  }
+  void Bytes(const std::string& bytes) {
+    elements_.push_back(
+        absl::StrCat("\"\\\\x", absl::BytesToHexString(bytes), "\""));
+  }
+  void Int(int64_t value) { elements_.push_back(absl::StrCat(value)); }
+  void Bool(bool value) { elements_.push_back(value ? "t" : "f"); }
+  void Null() { elements_.push_back("NULL"); }
+  std::string str() const {
+    return absl::StrCat("{", absl::StrJoin(elements_, ","), "}");
+  }
+
+ private:
+  std::vector<std::string> elements_;
+};
+
+// `ids` as a bigint[] literal.
+std::string IdArray(const std::vector<int64_t>& ids);
+
+// The job's labels as the jsonb text of the labels column ("{}" if none).
+std::string LabelsJson(const trainyard::v1::Job& job);
+
+// "tenants/<tenant>/jobs/<id>".
+std::string JobName(const std::string& tenant, int64_t id);
+
+// The jobs table's columns as RowToJob reads them (21 columns: a statement
+// that selects more puts them after these).
+const std::string& JobColumns();
+trainyard::v1::Job RowToJob(const pqxx::row& row);
+
+// An event of `job` (its name, tenant, queue, job set and attempt), now.
+trainyard::v1::JobEvent MakeEvent(const trainyard::v1::Job& job,
+                                  trainyard::v1::JobEventType type,
+                                  trainyard::v1::JobState from,
+                                  trainyard::v1::JobState to,
+                                  const std::string& reason,
+                                  const std::string& message);
+PendingEvent Pending(const trainyard::v1::Job& job, int64_t id,
+                     trainyard::v1::JobEvent event);
+
+// Ends the latest attempt of a job that never reached its backend (cancelled
+// or preempted while ADMITTED), so that every attempt row has an end: body
+// end_time, failure class and message, and the end_time column.
+void CloseUndispatchedAttempt(pqxx::work& txn, int64_t job_id, absl::Time now,
+                              trainyard::v1::FailureClass failure,
+                              const std::string& message);
+
+}  // namespace trainyard::storage::postgres
+
+#endif  // TRAINYARD_STORAGE_POSTGRES_JOB_ROWS_H_

@@ -1,0 +1,257 @@
+#include "storage/postgres/scheduler_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "services/core/job_state.h"
+#include "services/core/names.h"
+#include "storage/postgres/job_batch.h"
+
+namespace trainyard::storage::postgres {
+
+using trainyard::v1::Job;
+using trainyard::v1::JobState;
+
+SchedulerStore::SchedulerStore(Database* db) : db_(db) {
+  PrepareJobRowStatements(db_);
+  PrepareJobBatchStatements(db_);
+  db_->Prepare("jobs_active",
+               absl::StrCat("SELECT ", JobColumns(),
+                            " FROM jobs WHERE state NOT IN (5, 6, 7)"));
+  // A join that drives primary-key lookups: `id = ANY($1) AND state NOT IN
+  // (...)` got a generic plan scanning every active job (all the queued ones)
+  // on each cycle.
+  db_->Prepare("jobs_active_ids",
+               absl::StrCat("SELECT ", JobColumns(),
+                            " FROM unnest($1::bigint[]) AS wanted(id) JOIN "
+                            "jobs USING (id) WHERE state NOT IN (5, 6, 7)"));
+  db_->Prepare("attempts_latest_active",
+               "SELECT DISTINCT ON (a.job_id) a.job_id, a.body FROM attempts a "
+               "JOIN jobs j ON j.id = a.job_id WHERE j.state NOT IN (5, 6, 7) "
+               "ORDER BY a.job_id, a.idx DESC");
+  db_->Prepare("attempts_latest_ids",
+               "SELECT DISTINCT ON (job_id) job_id, body FROM attempts "
+               "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, idx DESC");
+  db_->Prepare(
+      "checkpoints_latest_active",
+      absl::StrCat("SELECT c.job_id, ", EpochMicros("max(c.report_time)"),
+                   " FROM checkpoints c JOIN jobs j ON j.id = c.job_id "
+                   "WHERE j.state NOT IN (5, 6, 7) GROUP BY c.job_id"));
+  db_->Prepare(
+      "checkpoints_latest_ids",
+      absl::StrCat("SELECT job_id, ", EpochMicros("max(report_time)"),
+                   " FROM checkpoints WHERE job_id = ANY($1::bigint[]) "
+                   "GROUP BY job_id"));
+  db_->Prepare("events_changed",
+               "SELECT seq, job_id FROM job_events WHERE seq > $1 ORDER BY seq "
+               "LIMIT $2");
+  db_->Prepare("attempts_insert",
+               "INSERT INTO attempts (job_id, idx, cluster, flavor, body) "
+               "SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], "
+               "$4::text[], $5::bytea[])");
+  db_->Prepare(
+      "explanations_upsert",
+      "INSERT INTO pending_explanations (job_id, reason, message, position) "
+      "SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], "
+      "$4::bigint[]) "
+      "ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason, "
+      "message = excluded.message, position = excluded.position, update_time = "
+      "now()");
+  db_->Prepare(
+      "explanations_delete",
+      "DELETE FROM pending_explanations WHERE job_id = ANY($1::bigint[])");
+}
+
+namespace {
+
+// Non-terminal jobs (ids == nullptr: all of them) with their newest attempt
+// and checkpoint time, in the caller's transaction.
+std::vector<ActiveJob> ReadActiveJobs(pqxx::transaction_base& txn,
+                                      const std::vector<int64_t>* ids) {
+  std::vector<ActiveJob> out;
+  if (ids != nullptr && ids->empty()) return out;
+  const std::string array = ids != nullptr ? IdArray(*ids) : std::string();
+  pqxx::result jobs = ids != nullptr
+                          ? txn.exec_prepared("jobs_active_ids", array)
+                          : txn.exec_prepared("jobs_active");
+  absl::flat_hash_map<int64_t, size_t> slot;
+  out.reserve(jobs.size());
+  for (const pqxx::row& row : jobs) {
+    slot[row[0].as<int64_t>()] = out.size();
+    out.push_back(ActiveJob{.job = RowToJob(row)});
+  }
+  pqxx::result attempts = ids != nullptr
+                              ? txn.exec_prepared("attempts_latest_ids", array)
+                              : txn.exec_prepared("attempts_latest_active");
+  for (const pqxx::row& row : attempts) {
+    auto it = slot.find(row[0].as<int64_t>());
+    if (it == slot.end()) continue;
+    trainyard::v1::Attempt a;
+    a.ParseFromString(BytesOf(row[1]));
+    out[it->second].attempt = std::move(a);
+  }
+  pqxx::result checkpoints =
+      ids != nullptr ? txn.exec_prepared("checkpoints_latest_ids", array)
+                     : txn.exec_prepared("checkpoints_latest_active");
+  for (const pqxx::row& row : checkpoints) {
+    auto it = slot.find(row[0].as<int64_t>());
+    if (it == slot.end()) continue;
+    out[it->second].last_checkpoint = TimeOf(row[1]);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ActiveJob>> SchedulerStore::LoadActiveJobs(
+    const std::vector<int64_t>* ids) {
+  std::vector<ActiveJob> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out = ReadActiveJobs(txn, ids);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<SchedulerStore::Changes> SchedulerStore::LoadChanges(
+    uint64_t after, int limit) {
+  Changes out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out = Changes{.last_seq = after};
+    absl::flat_hash_set<int64_t> seen;
+    int events = 0;
+    for (const pqxx::row& row :
+         txn.exec_prepared("events_changed", after, limit)) {
+      ++events;
+      out.last_seq = row[0].as<uint64_t>();
+      const int64_t id = row[1].as<int64_t>();
+      if (seen.insert(id).second) out.ids.push_back(id);
+    }
+    out.more = events >= limit;
+    // Read after the events: a job that changes in between is read in its
+    // newer state now and again at the next call (its event is after
+    // last_seq).
+    out.active = ReadActiveJobs(txn, &out.ids);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
+    const std::vector<PreemptDecision>& preemptions,
+    const std::vector<AdmitDecision>& admissions) {
+  DecisionOutcome out;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    out = DecisionOutcome{};
+    JobSaves saves;
+    absl::flat_hash_set<int64_t> not_preempted;
+    std::vector<int64_t> ids;
+    for (const PreemptDecision& p : preemptions) ids.push_back(p.job_id);
+    for (const AdmitDecision& a : admissions) ids.push_back(a.job_id);
+    LockedJobs locked(txn, std::move(ids));
+    for (const PreemptDecision& p : preemptions) {
+      absl::StatusOr<Job> job = locked.Get(p.tenant, p.job_id);
+      JobState to = trainyard::v1::JOB_STATE_UNSPECIFIED;
+      if (job.ok() && job->version() == p.expected_version) {
+        if (job->state() == trainyard::v1::JOB_STATE_RUNNING) {
+          to = trainyard::v1::JOB_STATE_PREEMPTING;
+        } else if (job->state() == trainyard::v1::JOB_STATE_ADMITTED) {
+          to = trainyard::v1::JOB_STATE_QUEUED;
+        }
+      }
+      if (to == trainyard::v1::JOB_STATE_UNSPECIFIED ||
+          !core::CheckTransition(job->state(), to).ok()) {
+        out.dropped.push_back(p.job_id);
+        not_preempted.insert(p.job_id);
+        continue;
+      }
+      const JobState from = job->state();
+      if (from == trainyard::v1::JOB_STATE_ADMITTED) {
+        CloseUndispatchedAttempt(
+            txn, p.job_id, absl::Now(), trainyard::v1::FAILURE_CLASS_PREEMPTION,
+            absl::StrCat("preempted before dispatch: ", p.message));
+      }
+      job->set_state(to);
+      job->set_state_reason(p.reason);
+      job->set_state_message(p.message);
+      saves.Add(p.job_id, *job, from);
+      out.preempted.push_back(p.job_id);
+    }
+    const absl::Time now = absl::Now();
+    ArrayLiteral new_job_ids, new_indexes, new_clusters, new_flavors,
+        new_bodies;
+    for (const AdmitDecision& a : admissions) {
+      bool blocked = false;
+      for (int64_t v : a.victims) blocked |= not_preempted.contains(v);
+      absl::StatusOr<Job> job = blocked ? absl::AbortedError("victim")
+                                        : locked.Get(a.tenant, a.job_id);
+      if (!job.ok() || job->version() != a.expected_version ||
+          job->state() != trainyard::v1::JOB_STATE_QUEUED ||
+          job->cancel_requested()) {
+        out.dropped.push_back(a.job_id);
+        continue;
+      }
+      const int32_t index = job->attempt_count() + 1;
+      trainyard::v1::Attempt attempt = a.attempt;
+      attempt.set_index(index);
+      attempt.set_backend_job_name(absl::StrCat("ty-", a.job_id, "-", index));
+      attempt.set_resumed_from(job->resume_from());
+      *attempt.mutable_admit_time() = ToTimestamp(now);
+      // Inserted together after the loop (one statement).
+      new_job_ids.Int(a.job_id);
+      new_indexes.Int(index);
+      new_clusters.Text(core::NameId(attempt.cluster()));
+      new_flavors.Text(core::NameId(attempt.flavor()));
+      new_bodies.Bytes(attempt.SerializeAsString());
+      job->set_attempt_count(index);
+      job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
+      job->set_state_reason("ADMITTED");
+      job->set_state_message(a.message);
+      saves.Add(a.job_id, *job, trainyard::v1::JOB_STATE_QUEUED);
+      out.admitted.push_back(a.job_id);
+    }
+    if (!out.admitted.empty()) {
+      txn.exec_prepared("attempts_insert", new_job_ids.str(), new_indexes.str(),
+                        new_clusters.str(), new_flavors.str(),
+                        new_bodies.str());
+    }
+    saves.Flush(txn);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status SchedulerStore::WriteExplanations(
+    const std::vector<Explanation>& upserts, const std::vector<int64_t>& done) {
+  if (upserts.empty() && done.empty()) return absl::OkStatus();
+  return db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    // Explanations are advice the scheduler rewrites from its own state: no
+    // need to wait for the WAL flush (a database crash may lose the last
+    // ones; the scheduler rewrites everything after any failed cycle).
+    txn.exec0("SET LOCAL synchronous_commit = off");
+    if (!done.empty()) txn.exec_prepared("explanations_delete", IdArray(done));
+    // In chunks, so that one statement stays small.
+    constexpr size_t kChunk = 2000;
+    for (size_t begin = 0; begin < upserts.size(); begin += kChunk) {
+      ArrayLiteral ids, reasons, messages, positions;
+      for (size_t i = begin; i < std::min(upserts.size(), begin + kChunk);
+           ++i) {
+        ids.Int(upserts[i].job_id);
+        reasons.Text(upserts[i].reason);
+        messages.Text(upserts[i].message);
+        positions.Int(upserts[i].position);
+      }
+      txn.exec_prepared("explanations_upsert", ids.str(), reasons.str(),
+                        messages.str(), positions.str());
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace trainyard::storage::postgres
