@@ -6,22 +6,21 @@
 // It starts a private PostgreSQL, Redis and api server (tests/integration's
 // ApiHarness) and loads, through the api (gRPC; the very code paths and rows
 // a deployment writes):
-//   - the platform of policy_bench's synthetic snapshot
-//   (MakeSyntheticSnapshot):
-//     four flavors, --nodes sim nodes of 8 GPUs in racks of 16 and blocks of
-//     up to 128 (one flavor per block), split by block over --clusters sim
-//     clusters, 0.5 % of them draining; --queues queues (200 tenants at most)
-//     in --cohorts cohorts (every tenth a root), each with GPU quota for 2-3
-//     flavors, some with borrowing or lending limits; priority classes low,
-//     default and high (high not preemptible);
+//   - the platform of policy_bench's synthetic snapshot (the synthetic.h
+//     generator): four flavors, --nodes sim nodes of 8 GPUs in racks of 16
+//     and blocks of up to 128 (one flavor per block), split by block over
+//     --clusters sim clusters, 0.5 % of them draining; --queues queues (200
+//     tenants at most) in --cohorts cohorts (every tenth a root), each with GPU
+//     quota for 2-3 flavors, some with borrowing or lending limits; priority
+//     classes low, default and high (high not preemptible);
 //   - --jobs pending jobs (SubmitBatch, 250 a call, several clients), shaped
 //     as MakeSyntheticJob makes them (gangs of 1-64 GPUs, some pinned to a
 //     GPU model, some needing one rack or block, all spot policies), 3 % of
-//     them in the quarter of the queues that are "light" (they stay at or
-//     under their nominal quota and lend it; they reclaim it from borrowers
-//     when their own jobs come, ReclaimWithinCohort Any), the rest in "heavy"
-//     queues that borrow (every fourth of them preempts lower priorities
-//     within itself);
+//     them in the quarter of the queues that are "light" (little demand for
+//     their nominal quota, which they lend, and reclaim from borrowers when
+//     their own jobs come: ReclaimWithinCohort Any), the rest in "heavy"
+//     queues that want more than their nominal quota and borrow (a third of
+//     them, every fourth queue, preempt lower priorities within themselves);
 //   - each cluster's dispatcher heartbeat (Cluster.heartbeat_time, written
 //     as the dispatcher's ReportHealth writes it, again every
 //     --heartbeat_interval).
@@ -457,6 +456,17 @@ absl::Status Grpc(const grpc::Status& s, std::string_view what) {
                       absl::StrCat(std::string(what), ": ", s.error_message()));
 }
 
+// One call of the api as `token`; the response is dropped.
+template <typename Stub, typename Request, typename Response>
+absl::Status Call(Stub& stub,
+                  grpc::Status (Stub::*rpc)(grpc::ClientContext*,
+                                            const Request&, Response*),
+                  const std::string& token, const Request& req,
+                  std::string_view what) {
+  Response out;
+  return Grpc((stub.*rpc)(ApiHarness::Context(token).get(), req, &out), what);
+}
+
 struct Platform {
   policy::Snapshot snapshot;  // Platform only: no jobs.
   int tenants = 0;
@@ -503,7 +513,12 @@ absl::Status CreatePlatform(ApiHarness& h, const Platform& p) {
   const std::string& admin = h.admin_token();
   auto clusters = h.clusters();
   auto queues = h.queues();
-  auto ctx = [&] { return ApiHarness::Context(admin); };
+  // The first failure stops the calls that follow.
+  absl::Status status;
+  auto call = [&](auto& stub, auto rpc, const auto& req,
+                  std::string_view what) {
+    if (status.ok()) status = Call(stub, rpc, admin, req, what);
+  };
   const policy::Snapshot& s = p.snapshot;
   for (const policy::Flavor& f : s.flavors) {
     v1::CreateFlavorRequest req;
@@ -517,34 +532,19 @@ absl::Status CreatePlatform(ApiHarness& h, const Platform& p) {
     flavor->mutable_gpu_hour_price()->set_currency_code("USD");
     flavor->mutable_gpu_hour_price()->set_micros(f.price_micros_per_gpu_hour);
     flavor->set_reclaim_rate_per_hour(f.reclaim_rate_per_hour);
-    v1::Flavor created;
-    if (absl::Status st =
-            Grpc(clusters->CreateFlavor(ctx().get(), req, &created), f.name);
-        !st.ok()) {
-      return st;
-    }
+    call(*clusters, &v1::ClusterService::Stub::CreateFlavor, req, f.name);
   }
   for (const std::string& c : p.clusters) {
     v1::CreateClusterRequest req;
     req.set_cluster_id(c);
     req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SIM);
-    v1::Cluster created;
-    if (absl::Status st =
-            Grpc(clusters->CreateCluster(ctx().get(), req, &created), c);
-        !st.ok()) {
-      return st;
-    }
+    call(*clusters, &v1::ClusterService::Stub::CreateCluster, req, c);
     for (const policy::Flavor& f : s.flavors) {
       v1::CreatePoolRequest pool;
       pool.set_parent(absl::StrCat("clusters/", c));
       pool.set_pool_id(f.name);
       pool.mutable_pool()->set_flavor(f.name);
-      v1::Pool out;
-      if (absl::Status st =
-              Grpc(clusters->CreatePool(ctx().get(), pool, &out), f.name);
-          !st.ok()) {
-        return st;
-      }
+      call(*clusters, &v1::ClusterService::Stub::CreatePool, pool, f.name);
     }
   }
   for (const policy::PriorityClass& pc : s.priority_classes) {
@@ -552,43 +552,23 @@ absl::Status CreatePlatform(ApiHarness& h, const Platform& p) {
     req.set_priority_class_id(pc.name);
     req.mutable_priority_class()->set_value(static_cast<int32_t>(pc.value));
     req.mutable_priority_class()->set_preemptible(pc.preemptible);
-    v1::PriorityClass out;
-    if (absl::Status st =
-            Grpc(queues->CreatePriorityClass(ctx().get(), req, &out), pc.name);
-        !st.ok()) {
-      return st;
-    }
+    call(*queues, &v1::QueueService::Stub::CreatePriorityClass, req, pc.name);
   }
   for (int t = 0; t < p.tenants; ++t) {
     v1::CreateTenantRequest req;
     req.set_tenant_id(absl::StrCat("tenant-", t));
-    v1::Tenant tenant;
-    if (absl::Status st = Grpc(queues->CreateTenant(ctx().get(), req, &tenant),
-                               req.tenant_id());
-        !st.ok()) {
-      return st;
-    }
+    call(*queues, &v1::QueueService::Stub::CreateTenant, req, req.tenant_id());
     v1::CreateProjectRequest project;
     project.set_parent(absl::StrCat("tenants/", req.tenant_id()));
     project.set_project_id("default");
-    v1::Project out;
-    if (absl::Status st =
-            Grpc(queues->CreateProject(ctx().get(), project, &out), "project");
-        !st.ok()) {
-      return st;
-    }
+    call(*queues, &v1::QueueService::Stub::CreateProject, project, "project");
   }
   for (const policy::Cohort& c : s.cohorts) {
     v1::CreateCohortRequest req;
     req.set_cohort_id(c.name);
     if (c.parent.has_value())
       req.mutable_cohort()->set_parent(s.cohorts[*c.parent].name);
-    v1::Cohort out;
-    if (absl::Status st =
-            Grpc(queues->CreateCohort(ctx().get(), req, &out), c.name);
-        !st.ok()) {
-      return st;
-    }
+    call(*queues, &v1::QueueService::Stub::CreateCohort, req, c.name);
   }
   for (size_t q = 0; q < s.queues.size(); ++q) {
     const policy::Queue& queue = s.queues[q];
@@ -624,14 +604,9 @@ absl::Status CreatePlatform(ApiHarness& h, const Platform& p) {
       out->mutable_preemption()->set_within_queue(
           v1::WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY);
     }
-    v1::Queue created;
-    if (absl::Status st =
-            Grpc(queues->CreateQueue(ctx().get(), req, &created), queue.name);
-        !st.ok()) {
-      return st;
-    }
+    call(*queues, &v1::QueueService::Stub::CreateQueue, req, queue.name);
   }
-  return absl::OkStatus();
+  return status;
 }
 
 // The nodes, as a dispatcher's inventory reports them (ReportNodes, 1,000 a
@@ -731,20 +706,12 @@ class JobFactory {
     spec->set_image("registry.example.com/train:latest");
     spec->add_command("python");
     spec->add_command("train.py");
-    switch (job.spot_policy) {
-      case policy::SpotPolicy::kNever:
-        spec->set_spot_policy(v1::SPOT_POLICY_NEVER);
-        break;
-      case policy::SpotPolicy::kAllowed:
-        spec->set_spot_policy(v1::SPOT_POLICY_ALLOWED);
-        break;
-      case policy::SpotPolicy::kPreferred:
-        spec->set_spot_policy(v1::SPOT_POLICY_PREFERRED);
-        break;
-      case policy::SpotPolicy::kRequired:
-        spec->set_spot_policy(v1::SPOT_POLICY_REQUIRED);
-        break;
-    }
+    using Spot = policy::SpotPolicy;
+    spec->set_spot_policy(
+        job.spot_policy == Spot::kNever       ? v1::SPOT_POLICY_NEVER
+        : job.spot_policy == Spot::kAllowed   ? v1::SPOT_POLICY_ALLOWED
+        : job.spot_policy == Spot::kPreferred ? v1::SPOT_POLICY_PREFERRED
+                                              : v1::SPOT_POLICY_REQUIRED);
     if (job.required_topology == policy::TopologyLevel::kRack)
       spec->mutable_topology()->set_required_level(v1::TOPOLOGY_LEVEL_RACK);
     if (job.required_topology == policy::TopologyLevel::kBlock)
