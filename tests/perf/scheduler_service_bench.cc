@@ -60,6 +60,7 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -1391,6 +1392,9 @@ int Bench() {
   }
   absl::StrAppend(&json, "\n  ]\n}\n");
   std::cout << json;
+  // The scheduler processes' samples and logs are kept only on failure.
+  std::error_code ignored;
+  std::filesystem::remove_all(*dir, ignored);
   const std::string path = absl::GetFlag(FLAGS_out);
   if (!path.empty()) {
     std::ofstream out(path);
