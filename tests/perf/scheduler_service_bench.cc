@@ -26,7 +26,7 @@
 //     --heartbeat_interval).
 // Then it primes the running set: a scheduler cycle admits what fits (in
 // this process) and the dispatcher's writes follow (ADMITTED -> DISPATCHING
-// -> RUNNING through JobStore::ChangeAttempts, as a dispatcher records
+// -> RUNNING through DispatcherStore::ChangeAttempts, as a dispatcher records
 // them), until a cycle admits nothing (at most --prime_cycles).
 //
 // Measured: the scheduler runs as a separate process (this binary with
@@ -86,7 +86,9 @@
 #include "google/protobuf/util/time_util.h"
 #include "services/scheduler/policy/synthetic.h"
 #include "services/scheduler/scheduler_service.h"
+#include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
+#include "storage/postgres/scheduler_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
 #include "tests/fixtures/subprocess.h"
@@ -776,7 +778,7 @@ class Submitter {
 
 // --- The dispatchers' writes -----------------------------------------------
 
-// What the dispatchers of the sim clusters record, through the JobStore as
+// What the dispatchers of the sim clusters record, through the DispatcherStore as
 // they record it: the claim (ADMITTED -> DISPATCHING) and start (RUNNING) of
 // every admission, the end of every preempted attempt (PREEMPTING ->
 // QUEUED), completions (RUNNING -> SUCCEEDED), and each cluster's heartbeat.
@@ -800,7 +802,7 @@ class Dispatchers {
       absl::MutexLock l(&d->mu_);
       d->rng_.seed(seed);
     }
-    absl::StatusOr<uint64_t> seq = d->jobs_.LastEventSequence();
+    absl::StatusOr<uint64_t> seq = d->events_.LastEventSequence();
     if (!seq.ok()) return seq.status();
     d->after_ = *seq;
     return d;
@@ -838,7 +840,7 @@ class Dispatchers {
     absl::flat_hash_set<int64_t> seen;
     while (true) {
       absl::StatusOr<std::vector<v1::JobEvent>> events =
-          jobs_.ReadEvents(after_, {}, 10000);
+          events_.ReadEvents(after_, {}, 10000);
       if (!events.ok()) return events.status();
       for (const v1::JobEvent& e : *events) {
         after_ = e.sequence();
@@ -854,7 +856,7 @@ class Dispatchers {
     }
     if (ids.empty()) return absl::OkStatus();
     absl::StatusOr<std::vector<pg::ActiveJob>> active =
-        jobs_.LoadActiveJobs(&ids);
+        active_.LoadActiveJobs(&ids);
     if (!active.ok()) return active.status();
     const absl::Time now = absl::Now();
     std::vector<pg::AttemptChange> requeues, claims;
@@ -1013,7 +1015,11 @@ class Dispatchers {
   };
 
   explicit Dispatchers(std::unique_ptr<pg::Database> db)
-      : db_(std::move(db)), jobs_(db_.get()), objects_(db_.get()) {}
+      : db_(std::move(db)),
+        jobs_(db_.get()),
+        events_(db_.get()),
+        active_(db_.get()),
+        objects_(db_.get()) {}
 
   static int64_t IdOf(const v1::Job& job) {
     return std::stoll(job.name().substr(job.name().rfind('/') + 1));
@@ -1057,7 +1063,11 @@ class Dispatchers {
   }
 
   std::unique_ptr<pg::Database> db_;
-  pg::JobStore jobs_;
+  pg::DispatcherStore jobs_;
+  // Events (the outbox), read as the api's Watch reads them.
+  pg::JobStore events_;
+  // Active jobs with their attempts, as the scheduler reads them.
+  pg::SchedulerStore active_;
   pg::ObjectStore objects_;
   std::vector<std::string> clusters_;
   uint64_t after_ = 0;  // Follow()'s alone.
