@@ -8,9 +8,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
+#include "services/api/handler.h"
+#include "services/api/resource_handler.h"
 #include "services/api/resource_util.h"
 #include "services/core/errors.h"
 #include "services/core/names.h"
+#include "services/core/status_macros.h"
 #include "services/core/string_view.h"
 #include "services/core/validation.h"
 
@@ -28,19 +31,40 @@ std::string Method(std::string_view rpc) {
   return core::Cat("/trainyard.v1.AdminService/", rpc);
 }
 
-// The single key part of a page token as an int64 id (INVALID_ARGUMENT on
-// page_token).
-absl::StatusOr<int64_t> IdFromPageToken(const std::string& token) {
-  if (token.empty()) return 0;
-  absl::StatusOr<std::vector<std::string>> key = pg::DecodePageToken(token);
+// API tokens and role bindings live in the AuthStore, not an ObjectStore
+// table: only their names go through ResourceKind (MutateResource); their
+// writes, and who may make them, are the methods' own.
+constexpr ResourceKind<v1::ApiToken> kApiTokens = {
+    .plural = "API tokens",
+    .parse_name = &ParseKey<&core::ParseApiTokenName>,
+    .name_of = &KeyName<&core::ApiTokenName>,
+};
+constexpr ResourceKind<v1::RoleBinding> kRoleBindings = {
+    .plural = "role bindings",
+    .parse_name = &ParseKey<&core::ParseRoleBindingName>,
+    .name_of = &KeyName<&core::RoleBindingName>,
+};
+
+// A page request of a listing keyed by int64 ids: its size, and the id of the
+// token's single key part (0 without a token; INVALID_ARGUMENT on page_token
+// when malformed).
+struct IdPage {
+  int limit = 0;
   int64_t id = 0;
-  if (!key.ok() || key->size() != 1 || !absl::SimpleAtoi((*key)[0], &id) ||
-      id <= 0) {
+};
+absl::StatusOr<IdPage> ParseIdPage(int32_t page_size,
+                                   const std::string& token) {
+  IdPage page;
+  TY_ASSIGN_OR_RETURN(page.limit, PageSize(page_size));
+  if (token.empty()) return page;
+  absl::StatusOr<std::vector<std::string>> key = pg::DecodePageToken(token);
+  if (!key.ok() || key->size() != 1 || !absl::SimpleAtoi((*key)[0], &page.id) ||
+      page.id <= 0) {
     return core::FieldError(
         "page_token", core::reason::kInvalidValue,
         "malformed; pass the next_page_token of the previous page");
   }
-  return id;
+  return page;
 }
 
 // The numeric id of "roleBindings/{id}" (0 if it is not a number the store can
@@ -50,6 +74,47 @@ int64_t BindingId(const std::string& name) {
   int64_t out = 0;
   if (!id.ok() || !absl::SimpleAtoi(*id, &out) || out <= 0) return 0;
   return out;
+}
+
+absl::Status NotFound(std::string_view name) {
+  return absl::NotFoundError(core::Cat(name, " not found"));
+}
+
+// The lifetime a CreateApiToken request asks for.
+absl::StatusOr<absl::Duration> TokenTtl(
+    const v1::CreateApiTokenRequest& request) {
+  if (!request.has_ttl()) return kDefaultTokenTtl;
+  TY_ASSIGN_OR_RETURN(const absl::Duration ttl,
+                      core::ToDuration(request.ttl(), "ttl"));
+  if (ttl <= absl::ZeroDuration() || ttl > kMaxTokenTtl) {
+    return core::FieldError(
+        "ttl", core::reason::kOutOfRange,
+        core::Cat("must be more than 0 and at most 365 days, got ",
+                  absl::FormatDuration(ttl)));
+  }
+  return ttl;
+}
+
+// An optional time filter of a request (`field` when set).
+absl::StatusOr<std::optional<absl::Time>> OptionalTime(
+    bool set, const google::protobuf::Timestamp& time, std::string_view field) {
+  if (!set) return std::nullopt;
+  TY_ASSIGN_OR_RETURN(const absl::Time t, core::ToTime(time, field));
+  return t;
+}
+
+// A change of tokens or role bindings committed with its audit row: takes
+// effect at once on this replica (the authentication cache is flushed).
+absl::Status AuthChanged(ApiContext& ctx, MutationAudit& audit) {
+  audit.committed = true;
+  ctx.auth->InvalidateAll();
+  return absl::OkStatus();
+}
+
+// A listing's optional `tenant` filter: empty, or a valid tenant id.
+absl::Status CheckTenantFilter(const std::string& tenant) {
+  if (tenant.empty()) return absl::OkStatus();
+  return CheckNewId("tenant", tenant);
 }
 
 absl::Status CheckPrincipal(std::string_view field,
@@ -129,19 +194,7 @@ grpc::Status AdminServiceImpl::CreateApiToken(
           TY_RETURN_IF_ERROR(
               CheckTokenAuthority(ctx_->auth_store, caller, principal));
         }
-        absl::Duration ttl = kDefaultTokenTtl;
-        if (request->has_ttl()) {
-          absl::StatusOr<absl::Duration> given =
-              core::ToDuration(request->ttl(), "ttl");
-          if (!given.ok()) return given.status();
-          if (*given <= absl::ZeroDuration() || *given > kMaxTokenTtl) {
-            return core::FieldError(
-                "ttl", core::reason::kOutOfRange,
-                core::Cat("must be more than 0 and at most 365 days, got ",
-                          absl::FormatDuration(*given)));
-          }
-          ttl = *given;
-        }
+        TY_ASSIGN_OR_RETURN(const absl::Duration ttl, TokenTtl(*request));
         if (request->description().size() > core::kMaxDescriptionChars) {
           return core::FieldError(
               "description", core::reason::kTooLarge,
@@ -150,12 +203,12 @@ grpc::Status AdminServiceImpl::CreateApiToken(
         }
         NewToken token = GenerateToken();
         audit.record.resource = core::ApiTokenName(token.id);
-        absl::StatusOr<v1::ApiToken> created = ctx_->auth_store->CreateToken(
-            token.id, principal, token.hash, request->description(),
-            caller.principal, absl::Now() + ttl, &audit.record);
-        if (!created.ok()) return created.status();
-        audit.committed = true;
-        *response->mutable_token() = *std::move(created);
+        TY_ASSIGN_OR_RETURN(
+            *response->mutable_token(),
+            Committed(audit, ctx_->auth_store->CreateToken(
+                                 token.id, principal, token.hash,
+                                 request->description(), caller.principal,
+                                 absl::Now() + ttl, &audit.record)));
         response->set_secret(token.secret);
         return absl::OkStatus();
       });
@@ -164,7 +217,7 @@ grpc::Status AdminServiceImpl::CreateApiToken(
 grpc::Status AdminServiceImpl::ListApiTokens(
     grpc::ServerContext* context, const v1::ListApiTokensRequest* request,
     v1::ListApiTokensResponse* response) {
-  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
     std::string principal = request->principal();
     if (principal.empty()) {
       principal = caller.principal;
@@ -177,8 +230,7 @@ grpc::Status AdminServiceImpl::ListApiTokens(
       TY_RETURN_IF_ERROR(
           RequirePlatformAdmin(caller, "list another principal's tokens"));
     }
-    absl::StatusOr<int> limit = PageSize(request->page_size());
-    if (!limit.ok()) return limit.status();
+    TY_ASSIGN_OR_RETURN(const int limit, PageSize(request->page_size()));
     std::string after_id;
     if (!request->page_token().empty()) {
       absl::StatusOr<std::vector<std::string>> key =
@@ -192,10 +244,10 @@ grpc::Status AdminServiceImpl::ListApiTokens(
       after_id = (*key)[0];
     }
     bool more = false;
-    absl::StatusOr<std::vector<v1::ApiToken>> tokens =
-        ctx_->auth_store->ListTokens(principal, after_id, *limit, &more);
-    if (!tokens.ok()) return tokens.status();
-    for (v1::ApiToken& token : *tokens) {
+    TY_ASSIGN_OR_RETURN(
+        std::vector<v1::ApiToken> tokens,
+        ctx_->auth_store->ListTokens(principal, after_id, limit, &more));
+    for (v1::ApiToken& token : tokens) {
       *response->add_tokens() = std::move(token);
     }
     if (more && response->tokens_size() > 0) {
@@ -211,29 +263,27 @@ grpc::Status AdminServiceImpl::ListApiTokens(
 grpc::Status AdminServiceImpl::RevokeApiToken(
     grpc::ServerContext* context, const v1::RevokeApiTokenRequest* request,
     v1::ApiToken* response) {
-  return RunMutation(
-      ctx_, context, Method("RevokeApiToken"), *request, request->name(),
-      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
-        absl::StatusOr<std::string> id =
-            core::ParseApiTokenName(request->name(), "name");
-        if (!id.ok()) return id.status();
-        const std::string name = core::ApiTokenName(*id);
-        audit.record.resource = name;
-        absl::StatusOr<pg::TokenRecord> record =
-            ctx_->auth_store->GetToken(*id);
-        if (!record.ok()) return ExplainStorageError(record.status(), name);
+  return MutateResource(
+      ctx_, context, Method("RevokeApiToken"), *request, kApiTokens,
+      request->name(), "name",
+      [&](const Caller& caller, MutationAudit& audit,
+          const NamedObject& token) -> absl::Status {
+        const std::string& id = token.key[0];
+        absl::StatusOr<pg::TokenRecord> record = ctx_->auth_store->GetToken(id);
+        if (!record.ok())
+          return ExplainStorageError(record.status(), token.name);
         if (record->token.principal() != caller.principal &&
             !caller.platform_admin) {
           // Other principals' tokens are not visible.
-          return absl::NotFoundError(core::Cat(name, " not found"));
+          return NotFound(token.name);
         }
         absl::StatusOr<v1::ApiToken> revoked =
-            ctx_->auth_store->RevokeToken(*id, &audit.record);
-        if (!revoked.ok()) return ExplainStorageError(revoked.status(), name);
-        audit.committed = true;
-        ctx_->auth->InvalidateAll();
+            ctx_->auth_store->RevokeToken(id, &audit.record);
+        if (!revoked.ok()) {
+          return ExplainStorageError(revoked.status(), token.name);
+        }
         *response = *std::move(revoked);
-        return absl::OkStatus();
+        return AuthChanged(*ctx_, audit);
       });
 }
 
@@ -257,40 +307,46 @@ grpc::Status AdminServiceImpl::CreateRoleBinding(
                                        reason::kUnknownTenant);
         }
         if (!created.ok()) return created.status();
-        audit.committed = true;
-        ctx_->auth->InvalidateAll();
         *response = *std::move(created);
-        return absl::OkStatus();
+        return AuthChanged(*ctx_, audit);
       });
 }
 
 grpc::Status AdminServiceImpl::ListRoleBindings(
     grpc::ServerContext* context, const v1::ListRoleBindingsRequest* request,
     v1::ListRoleBindingsResponse* response) {
-  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
     const std::string& tenant = request->tenant();
     const std::string& principal = request->principal();
-    if (!tenant.empty()) TY_RETURN_IF_ERROR(CheckNewId("tenant", tenant));
+    TY_RETURN_IF_ERROR(CheckTenantFilter(tenant));
     if (!principal.empty()) {
       TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
     }
-    absl::StatusOr<int> limit = PageSize(request->page_size());
-    if (!limit.ok()) return limit.status();
-    absl::StatusOr<int64_t> after_id = IdFromPageToken(request->page_token());
-    if (!after_id.ok()) return after_id.status();
+    TY_ASSIGN_OR_RETURN(const IdPage page, ParseIdPage(request->page_size(),
+                                                       request->page_token()));
 
     std::vector<v1::RoleBinding> bindings;
     bool more = false;
+    // Appends the first page.limit bindings of `who` (any: "") after page.id,
+    // in `tenants` when set.
+    auto add = [&](const std::string& who,
+                   const std::optional<std::vector<std::string>>& tenants)
+        -> absl::Status {
+      bool part_more = false;
+      TY_ASSIGN_OR_RETURN(
+          std::vector<v1::RoleBinding> part,
+          ctx_->auth_store->ListRoleBindings(tenant, who, tenants, page.id,
+                                             page.limit, &part_more));
+      more = more || part_more;
+      for (v1::RoleBinding& b : part) bindings.push_back(std::move(b));
+      return absl::OkStatus();
+    };
     if (caller.platform_admin) {
-      absl::StatusOr<std::vector<v1::RoleBinding>> all =
-          ctx_->auth_store->ListRoleBindings(tenant, principal, std::nullopt,
-                                             *after_id, *limit, &more);
-      if (!all.ok()) return all.status();
-      bindings = *std::move(all);
+      TY_RETURN_IF_ERROR(add(principal, std::nullopt));
     } else {
       // The bindings of the tenants the caller administers, plus the caller's
-      // own: two keyset queries merged by id (each returns the first `limit`
-      // after `after_id`, so the first `limit` of their union are among them).
+      // own: two keyset queries merged by id (each returns the first page.limit
+      // after page.id, so the first page.limit of their union are among them).
       std::vector<std::string> administered;
       for (const std::string& t : caller.VisibleTenants()) {
         if ((tenant.empty() || t == tenant) &&
@@ -299,24 +355,10 @@ grpc::Status AdminServiceImpl::ListRoleBindings(
         }
       }
       if (!administered.empty()) {
-        bool more_administered = false;
-        absl::StatusOr<std::vector<v1::RoleBinding>> part =
-            ctx_->auth_store->ListRoleBindings(tenant, principal, administered,
-                                               *after_id, *limit,
-                                               &more_administered);
-        if (!part.ok()) return part.status();
-        more = more || more_administered;
-        for (v1::RoleBinding& b : *part) bindings.push_back(std::move(b));
+        TY_RETURN_IF_ERROR(add(principal, administered));
       }
       if (principal.empty() || principal == caller.principal) {
-        bool more_own = false;
-        absl::StatusOr<std::vector<v1::RoleBinding>> part =
-            ctx_->auth_store->ListRoleBindings(tenant, caller.principal,
-                                               std::nullopt, *after_id, *limit,
-                                               &more_own);
-        if (!part.ok()) return part.status();
-        more = more || more_own;
-        for (v1::RoleBinding& b : *part) bindings.push_back(std::move(b));
+        TY_RETURN_IF_ERROR(add(caller.principal, std::nullopt));
       }
       std::sort(bindings.begin(), bindings.end(),
                 [](const v1::RoleBinding& a, const v1::RoleBinding& b) {
@@ -328,8 +370,8 @@ grpc::Status AdminServiceImpl::ListRoleBindings(
                         return a.name() == b.name();
                       }),
           bindings.end());
-      if (bindings.size() > static_cast<size_t>(*limit)) {
-        bindings.resize(*limit);
+      if (bindings.size() > static_cast<size_t>(page.limit)) {
+        bindings.resize(page.limit);
         more = true;
       }
     }
@@ -348,41 +390,35 @@ grpc::Status AdminServiceImpl::ListRoleBindings(
 grpc::Status AdminServiceImpl::DeleteRoleBinding(
     grpc::ServerContext* context, const v1::DeleteRoleBindingRequest* request,
     google::protobuf::Empty*) {
-  return RunMutation(
-      ctx_, context, Method("DeleteRoleBinding"), *request, request->name(),
-      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
-        absl::StatusOr<std::string> parsed =
-            core::ParseRoleBindingName(request->name(), "name");
-        if (!parsed.ok()) return parsed.status();
-        const std::string name = core::RoleBindingName(*parsed);
-        audit.record.resource = name;
+  return MutateResource(
+      ctx_, context, Method("DeleteRoleBinding"), *request, kRoleBindings,
+      request->name(), "name",
+      [&](const Caller& caller, MutationAudit& audit,
+          const NamedObject& binding_name) -> absl::Status {
+        const std::string& name = binding_name.name;
         const int64_t id = BindingId(name);
-        if (id == 0) return absl::NotFoundError(core::Cat(name, " not found"));
+        if (id == 0) return NotFound(name);
         absl::StatusOr<v1::RoleBinding> binding =
             ctx_->auth_store->GetRoleBinding(id);
         if (!binding.ok()) return ExplainStorageError(binding.status(), name);
         audit.record.tenant = binding->tenant();
         absl::Status allowed = CheckBindingAuthority(
             caller, binding->role(), binding->tenant(), "delete");
-        if (absl::IsNotFound(allowed)) {
-          return absl::NotFoundError(core::Cat(name, " not found"));
-        }
+        if (absl::IsNotFound(allowed)) return NotFound(name);
         TY_RETURN_IF_ERROR(allowed);
         absl::Status deleted =
             ctx_->auth_store->DeleteRoleBinding(id, &audit.record);
         if (!deleted.ok()) return ExplainStorageError(deleted, name);
-        audit.committed = true;
-        ctx_->auth->InvalidateAll();
-        return absl::OkStatus();
+        return AuthChanged(*ctx_, audit);
       });
 }
 
 grpc::Status AdminServiceImpl::ListAuditLog(
     grpc::ServerContext* context, const v1::ListAuditLogRequest* request,
     v1::ListAuditLogResponse* response) {
-  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
     const std::string& tenant = request->tenant();
-    if (!tenant.empty()) TY_RETURN_IF_ERROR(CheckNewId("tenant", tenant));
+    TY_RETURN_IF_ERROR(CheckTenantFilter(tenant));
     if (!caller.platform_admin) {
       if (tenant.empty()) {
         return absl::PermissionDeniedError(
@@ -394,30 +430,20 @@ grpc::Status AdminServiceImpl::ListAuditLog(
       TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kAdminTenant,
                                  core::TenantName(tenant)));
     }
-    std::optional<absl::Time> start;
-    std::optional<absl::Time> end;
-    if (request->has_start_time()) {
-      absl::StatusOr<absl::Time> t =
-          core::ToTime(request->start_time(), "start_time");
-      if (!t.ok()) return t.status();
-      start = *t;
-    }
-    if (request->has_end_time()) {
-      absl::StatusOr<absl::Time> t =
-          core::ToTime(request->end_time(), "end_time");
-      if (!t.ok()) return t.status();
-      end = *t;
-    }
-    absl::StatusOr<int> limit = PageSize(request->page_size());
-    if (!limit.ok()) return limit.status();
-    absl::StatusOr<int64_t> before_id = IdFromPageToken(request->page_token());
-    if (!before_id.ok()) return before_id.status();
+    TY_ASSIGN_OR_RETURN(const std::optional<absl::Time> start,
+                        OptionalTime(request->has_start_time(),
+                                     request->start_time(), "start_time"));
+    TY_ASSIGN_OR_RETURN(
+        const std::optional<absl::Time> end,
+        OptionalTime(request->has_end_time(), request->end_time(), "end_time"));
+    TY_ASSIGN_OR_RETURN(const IdPage page, ParseIdPage(request->page_size(),
+                                                       request->page_token()));
     bool more = false;
-    absl::StatusOr<std::vector<v1::AuditEntry>> entries =
+    TY_ASSIGN_OR_RETURN(
+        std::vector<v1::AuditEntry> entries,
         ctx_->auth_store->ListAudit(tenant, request->principal(), start, end,
-                                    *before_id, *limit, &more);
-    if (!entries.ok()) return entries.status();
-    for (v1::AuditEntry& e : *entries) *response->add_entries() = std::move(e);
+                                    page.id, page.limit, &more));
+    for (v1::AuditEntry& e : entries) *response->add_entries() = std::move(e);
     if (more && response->entries_size() > 0) {
       response->set_next_page_token(pg::EncodePageToken(
           {core::Cat(response->entries(response->entries_size() - 1).id())}));
@@ -429,12 +455,11 @@ grpc::Status AdminServiceImpl::ListAuditLog(
 grpc::Status AdminServiceImpl::WhoAmI(grpc::ServerContext* context,
                                       const v1::WhoAmIRequest*,
                                       v1::Caller* response) {
-  return RunRead(ctx_, context, [&](const Caller& caller) -> absl::Status {
-    absl::StatusOr<std::vector<v1::RoleBinding>> bindings =
-        ctx_->auth_store->BindingsOf(caller.principal);
-    if (!bindings.ok()) return bindings.status();
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(std::vector<v1::RoleBinding> bindings,
+                        ctx_->auth_store->BindingsOf(caller.principal));
     response->set_principal(caller.principal);
-    for (v1::RoleBinding& b : *bindings) {
+    for (v1::RoleBinding& b : bindings) {
       *response->add_bindings() = std::move(b);
     }
     return absl::OkStatus();

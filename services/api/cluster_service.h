@@ -93,8 +93,6 @@ class ClusterServiceImpl final : public trainyard::v1::ClusterService::Service {
                            trainyard::v1::CapacitySummary* response) override;
 
  private:
-  void Invalidate();
-
   ApiContext* ctx_;
 };
 

@@ -8,6 +8,7 @@
 #include "services/common/logging.h"
 #include "services/core/errors.h"
 #include "services/core/names.h"
+#include "services/core/string_view.h"
 
 namespace trainyard::api {
 
@@ -44,53 +45,56 @@ absl::StatusOr<bool> Directory::Exists(const ObjectKind& kind,
   return true;
 }
 
+absl::Status Directory::CheckInTenant(
+    const ObjectKind& kind, const std::string& tenant, const std::string& id,
+    const std::string& field, std::string_view reason, std::string_view what) {
+  absl::StatusOr<bool> ok = Exists(kind, {tenant, id});
+  if (!ok.ok()) return ok.status();
+  if (*ok) return absl::OkStatus();
+  return core::FieldError(field, reason,
+                          absl::StrCat(core::AbslView(what), " \"", id,
+                                       "\" does not exist in tenant ", tenant));
+}
+
 absl::Status Directory::CheckQueue(const std::string& tenant,
                                    const std::string& queue,
                                    const std::string& field) {
-  absl::StatusOr<bool> ok =
-      Exists(storage::postgres::QueueKind(), {tenant, queue});
-  if (!ok.ok()) return ok.status();
-  if (!*ok) {
-    return core::FieldError(
-        field, core::reason::kUnknownQueue,
-        absl::StrCat("queue \"", queue, "\" does not exist in tenant ",
-                     tenant));
-  }
-  return absl::OkStatus();
+  return CheckInTenant(storage::postgres::QueueKind(), tenant, queue, field,
+                       core::reason::kUnknownQueue, "queue");
 }
 
 absl::Status Directory::CheckProject(const std::string& tenant,
                                      const std::string& project,
                                      const std::string& field) {
-  absl::StatusOr<bool> ok =
-      Exists(storage::postgres::ProjectKind(), {tenant, project});
-  if (!ok.ok()) return ok.status();
-  if (!*ok) {
-    return core::FieldError(
-        field, "UNKNOWN_PROJECT",
-        absl::StrCat("project \"", project, "\" does not exist in tenant ",
-                     tenant));
+  return CheckInTenant(storage::postgres::ProjectKind(), tenant, project, field,
+                       "UNKNOWN_PROJECT", "project");
+}
+
+template <typename T>
+absl::StatusOr<T> Directory::ReadThrough(
+    absl::flat_hash_map<std::string, Cached<T>>& cache, const ObjectKind& kind,
+    const std::string& id, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache.find(id);
+    if (it != cache.end() && now - it->second.fetched < ttl_) {
+      return it->second.value;
+    }
   }
-  return absl::OkStatus();
+  absl::StatusOr<storage::postgres::StoredObject> got =
+      objects_->Get(kind, {id});
+  if (!got.ok()) return got.status();
+  T value;
+  value.ParseFromString(got->body);
+  absl::MutexLock lock(&mu_);
+  cache[id] = {value, now};
+  return value;
 }
 
 absl::StatusOr<trainyard::v1::Tenant> Directory::GetTenant(
     const std::string& tenant) {
-  const absl::Time now = absl::Now();
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = tenants_.find(tenant);
-    if (it != tenants_.end() && now - it->second.fetched < ttl_)
-      return it->second.value;
-  }
-  absl::StatusOr<storage::postgres::StoredObject> got =
-      objects_->Get(storage::postgres::TenantKind(), {tenant});
-  if (!got.ok()) return got.status();
-  trainyard::v1::Tenant t;
-  t.ParseFromString(got->body);
-  absl::MutexLock lock(&mu_);
-  tenants_[tenant] = {t, now};
-  return t;
+  return ReadThrough(tenants_, storage::postgres::TenantKind(), tenant,
+                     absl::Now());
 }
 
 absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
@@ -101,37 +105,25 @@ absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
   const bool implicit = id.empty();
   if (implicit) id = "default";
   const absl::Time now = absl::Now();
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = classes_.find(id);
-    if (it != classes_.end() && now - it->second.fetched < ttl_)
-      return it->second.value;
+  absl::StatusOr<trainyard::v1::PriorityClass> stored =
+      ReadThrough(classes_, storage::postgres::PriorityClassKind(), id, now);
+  if (!absl::IsNotFound(stored.status())) return stored;
+  if (!implicit && !name.empty()) {
+    return core::FieldError(
+        field, "UNKNOWN_PRIORITY_CLASS",
+        absl::StrCat("priority class \"", id, "\" does not exist"));
   }
-  absl::StatusOr<storage::postgres::StoredObject> got =
-      objects_->Get(storage::postgres::PriorityClassKind(), {id});
+  if (!implicit) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tenant's default priority class \"", id, "\" does not exist"));
+  }
+  // No "default" class defined: priority 0, preemptible. Cached like a stored
+  // class (a "default" created later replaces it on invalidation or after the
+  // TTL).
   trainyard::v1::PriorityClass pc;
-  if (absl::IsNotFound(got.status())) {
-    if (!implicit && !name.empty()) {
-      return core::FieldError(
-          field, "UNKNOWN_PRIORITY_CLASS",
-          absl::StrCat("priority class \"", id, "\" does not exist"));
-    }
-    if (!implicit) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tenant's default priority class \"", id, "\" does not exist"));
-    }
-    // No "default" class defined: priority 0, preemptible. Cached like a stored
-    // class (a "default" created later replaces it on invalidation or after the
-    // TTL).
-    pc.set_name("priorityClasses/default");
-    pc.set_value(0);
-    pc.set_preemptible(true);
-    absl::MutexLock lock(&mu_);
-    classes_[id] = {pc, now};
-    return pc;
-  }
-  if (!got.ok()) return got.status();
-  pc.ParseFromString(got->body);
+  pc.set_name("priorityClasses/default");
+  pc.set_value(0);
+  pc.set_preemptible(true);
   absl::MutexLock lock(&mu_);
   classes_[id] = {pc, now};
   return pc;

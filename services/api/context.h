@@ -3,6 +3,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -55,8 +57,22 @@ class Directory {
     T value;
     absl::Time fetched;
   };
+  // The object {id} of `kind` through `cache`: the cached value while younger
+  // than ttl at `now`, else read from the store (errors as they are) and
+  // cached.
+  template <typename T>
+  absl::StatusOr<T> ReadThrough(
+      absl::flat_hash_map<std::string, Cached<T>>& cache,
+      const storage::postgres::ObjectKind& kind, const std::string& id,
+      absl::Time now);
   absl::StatusOr<bool> Exists(const storage::postgres::ObjectKind& kind,
                               const std::vector<std::string>& key);
+  // OK if `kind` has the object {tenant, id}, else FieldError(field, reason,
+  // "<what> \"<id>\" does not exist in tenant <tenant>").
+  absl::Status CheckInTenant(const storage::postgres::ObjectKind& kind,
+                             const std::string& tenant, const std::string& id,
+                             const std::string& field, std::string_view reason,
+                             std::string_view what);
 
   storage::postgres::ObjectStore* objects_;
   const absl::Duration ttl_;

@@ -1,5 +1,7 @@
 #include "services/api/job_service.h"
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,12 +12,14 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/api/events.h"
+#include "services/api/handler.h"
 #include "services/api/status.h"
 #include "services/api/submit_batcher.h"
 #include "services/common/crypto.h"
 #include "services/core/errors.h"
 #include "services/core/job_state.h"
 #include "services/core/names.h"
+#include "services/core/status_macros.h"
 #include "services/core/validation.h"
 
 namespace trainyard::api {
@@ -57,6 +61,25 @@ bool Matches(const trainyard::v1::JobEvent& e,
   return true;
 }
 
+// The tenant of a submission's `parent`, which the caller may submit to.
+absl::StatusOr<std::string> SubmitTenant(const Caller& caller,
+                                         const std::string& parent) {
+  TY_ASSIGN_OR_RETURN(std::string tenant,
+                      core::ParseTenantName(parent, "parent"));
+  TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kWriteJobs, parent));
+  return tenant;
+}
+
+// The id a page of a newest-first listing starts below: 0 (the newest) for an
+// empty token.
+absl::StatusOr<int64_t> BeforeIdFromPageToken(const std::string& token) {
+  int64_t before = 0;
+  if (!token.empty() && (!absl::SimpleAtoi(token, &before) || before <= 0)) {
+    return core::FieldError("page_token", "INVALID", "malformed page token");
+  }
+  return before;
+}
+
 }  // namespace
 
 absl::Status JobServiceImpl::CheckRate(const std::string& tenant, double cost) {
@@ -79,40 +102,27 @@ absl::Status JobServiceImpl::CheckRate(const std::string& tenant, double cost) {
 absl::StatusOr<NewJob> JobServiceImpl::Prepare(
     const Caller& caller, const std::string& tenant,
     const trainyard::v1::SubmitJobRequest& req) {
-  if (absl::Status s = core::ValidateClientRequestId(req.client_request_id());
-      !s.ok())
-    return s;
+  TY_RETURN_IF_ERROR(core::ValidateClientRequestId(req.client_request_id()));
   if (!req.has_job()) return core::FieldError("job", "REQUIRED", "must be set");
-  if (absl::Status s = core::ValidateJob(req.job(), ctx_->limits); !s.ok()) {
-    return core::PrefixField(s, "job");
-  }
+  TY_RETURN_IF_ERROR(
+      core::PrefixField(core::ValidateJob(req.job(), ctx_->limits), "job"));
   const trainyard::v1::JobSpec& spec = req.job().spec();
-  if (absl::Status s =
-          ctx_->directory->CheckQueue(tenant, spec.queue(), "job.spec.queue");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ctx_->directory->CheckProject(tenant, spec.project(),
-                                                     "job.spec.project");
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<trainyard::v1::Tenant> t = ctx_->directory->GetTenant(tenant);
-  if (!t.ok()) return t.status();
-  if (t->suspended()) {
+  TY_RETURN_IF_ERROR(
+      ctx_->directory->CheckQueue(tenant, spec.queue(), "job.spec.queue"));
+  TY_RETURN_IF_ERROR(ctx_->directory->CheckProject(tenant, spec.project(),
+                                                   "job.spec.project"));
+  TY_ASSIGN_OR_RETURN(const trainyard::v1::Tenant t,
+                      ctx_->directory->GetTenant(tenant));
+  if (t.suspended()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tenant ", tenant, " is suspended and cannot submit jobs"));
   }
-  absl::StatusOr<trainyard::v1::PriorityClass> pc =
-      ctx_->directory->ResolvePriorityClass(*t, spec.priority_class(),
-                                            "job.spec.priority_class");
-  if (!pc.ok()) return pc.status();
-  absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> capacity =
-      ctx_->directory->Capacity();
-  if (!capacity.ok()) return capacity.status();
-  if (absl::Status s = (*capacity)->CheckFits(spec); !s.ok()) {
-    return core::PrefixField(s, "job");
-  }
+  TY_ASSIGN_OR_RETURN(const trainyard::v1::PriorityClass pc,
+                      ctx_->directory->ResolvePriorityClass(
+                          t, spec.priority_class(), "job.spec.priority_class"));
+  TY_ASSIGN_OR_RETURN(const std::shared_ptr<const core::CapacityIndex> capacity,
+                      ctx_->directory->Capacity());
+  TY_RETURN_IF_ERROR(core::PrefixField(capacity->CheckFits(spec), "job"));
 
   NewJob n;
   n.tenant = tenant;
@@ -122,7 +132,7 @@ absl::StatusOr<NewJob> JobServiceImpl::Prepare(
   *n.job.mutable_labels() = req.job().labels();
   *n.job.mutable_spec() = spec;
   n.job.set_creator(caller.principal);
-  n.job.set_priority(pc->value());
+  n.job.set_priority(pc.value());
   return n;
 }
 
@@ -131,25 +141,21 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     const trainyard::v1::SubmitJobRequest* request,
     trainyard::v1::SubmitJobResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto fail = [&](const absl::Status& s) {
-    reactor->Finish(Reply(context, s));
+  NewJob job;
+  grpc::Status checked =
+      Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
+        TY_ASSIGN_OR_RETURN(const std::string tenant,
+                            SubmitTenant(caller, request->parent()));
+        TY_RETURN_IF_ERROR(CheckRate(tenant, 1));
+        TY_ASSIGN_OR_RETURN(job, Prepare(caller, tenant, *request));
+        return absl::OkStatus();
+      });
+  if (!checked.ok()) {
+    reactor->Finish(checked);
     return reactor;
-  };
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return fail(caller.status());
-  absl::StatusOr<std::string> tenant =
-      core::ParseTenantName(request->parent(), "parent");
-  if (!tenant.ok()) return fail(tenant.status());
-  if (absl::Status s =
-          Require(*caller, *tenant, Permission::kWriteJobs, request->parent());
-      !s.ok()) {
-    return fail(s);
   }
-  if (absl::Status s = CheckRate(*tenant, 1); !s.ok()) return fail(s);
-  absl::StatusOr<NewJob> job = Prepare(*caller, *tenant, *request);
-  if (!job.ok()) return fail(job.status());
   ctx_->batcher->SubmitAsync(
-      *std::move(job),
+      std::move(job),
       [context, reactor, response](storage::postgres::SubmitOutcome outcome) {
         if (!outcome.status.ok()) {
           reactor->Finish(Reply(context, outcome.status));
@@ -166,206 +172,184 @@ grpc::Status JobServiceImpl::SubmitBatch(
     grpc::ServerContext* context,
     const trainyard::v1::SubmitJobBatchRequest* request,
     trainyard::v1::SubmitJobBatchResponse* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<std::string> tenant =
-      core::ParseTenantName(request->parent(), "parent");
-  if (!tenant.ok()) return Reply(context, tenant.status());
-  if (absl::Status s =
-          Require(*caller, *tenant, Permission::kWriteJobs, request->parent());
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  if (request->requests().empty()) {
-    return Reply(context,
-                 core::FieldError("requests", "REQUIRED", "must not be empty"));
-  }
-  if (static_cast<size_t>(request->requests_size()) > kMaxBatch) {
-    return Reply(context, core::FieldError(
-                              "requests", "TOO_LARGE",
-                              absl::StrCat("at most ", kMaxBatch, " jobs, got ",
-                                           request->requests_size())));
-  }
-  if (absl::Status s = CheckRate(*tenant, request->requests_size()); !s.ok()) {
-    return Reply(context, s);
-  }
-  std::vector<NewJob> jobs;
-  jobs.reserve(request->requests_size());
-  for (int i = 0; i < request->requests_size(); ++i) {
-    const auto& item = request->requests(i);
-    const std::string prefix = core::IndexField("requests", i);
-    if (!item.parent().empty() && item.parent() != request->parent()) {
-      return Reply(
-          context,
-          core::FieldError(core::JoinField(prefix, "parent"), "INCONSISTENT",
-                           "must be empty or equal to the batch's parent"));
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(const std::string tenant,
+                        SubmitTenant(caller, request->parent()));
+    if (request->requests().empty()) {
+      return core::FieldError("requests", "REQUIRED", "must not be empty");
     }
-    absl::StatusOr<NewJob> job = Prepare(*caller, *tenant, item);
-    if (!job.ok())
-      return Reply(context, core::PrefixField(job.status(), prefix));
-    jobs.push_back(*std::move(job));
-  }
-  absl::StatusOr<std::vector<storage::postgres::SubmitOutcome>> outcomes =
-      ctx_->jobs->SubmitMany(jobs, /*atomic=*/true);
-  if (!outcomes.ok()) return Reply(context, outcomes.status());
-  for (auto& o : *outcomes) {
-    auto* r = response->add_responses();
-    *r->mutable_job() = std::move(o.job);
-    r->set_deduplicated(o.deduplicated);
-  }
-  if (ctx_->redis != nullptr)
-    (void)ctx_->redis->Notify(kSchedulerWakeup, "submit");
-  return grpc::Status::OK;
+    if (static_cast<size_t>(request->requests_size()) > kMaxBatch) {
+      return core::FieldError("requests", "TOO_LARGE",
+                              absl::StrCat("at most ", kMaxBatch, " jobs, got ",
+                                           request->requests_size()));
+    }
+    TY_RETURN_IF_ERROR(CheckRate(tenant, request->requests_size()));
+    std::vector<NewJob> jobs;
+    jobs.reserve(request->requests_size());
+    for (int i = 0; i < request->requests_size(); ++i) {
+      const auto& item = request->requests(i);
+      const std::string prefix = core::IndexField("requests", i);
+      if (!item.parent().empty() && item.parent() != request->parent()) {
+        return core::FieldError(core::JoinField(prefix, "parent"),
+                                "INCONSISTENT",
+                                "must be empty or equal to the batch's parent");
+      }
+      absl::StatusOr<NewJob> job = Prepare(caller, tenant, item);
+      if (!job.ok()) return core::PrefixField(job.status(), prefix);
+      jobs.push_back(*std::move(job));
+    }
+    TY_ASSIGN_OR_RETURN(std::vector<storage::postgres::SubmitOutcome> outcomes,
+                        ctx_->jobs->SubmitMany(jobs, /*atomic=*/true));
+    for (auto& o : outcomes) {
+      auto* r = response->add_responses();
+      *r->mutable_job() = std::move(o.job);
+      r->set_deduplicated(o.deduplicated);
+    }
+    if (ctx_->redis != nullptr) {
+      (void)ctx_->redis->Notify(kSchedulerWakeup, "submit");
+    }
+    return absl::OkStatus();
+  });
 }
 
 grpc::Status JobServiceImpl::Get(grpc::ServerContext* context,
                                  const trainyard::v1::GetJobRequest* request,
                                  trainyard::v1::Job* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<core::JobName> name =
-      core::ParseJobName(request->name(), "name");
-  if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
-                                  Permission::kRead, request->name());
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  absl::StatusOr<Job> job =
-      ctx_->jobs->Get(name->tenant, name->job_id,
-                      request->view() == trainyard::v1::JOB_VIEW_FULL);
-  if (!job.ok()) return Reply(context, job.status());
-  *response = *std::move(job);
-  return grpc::Status::OK;
+  return RunOnJob(
+      context, request->name(), "name", Permission::kRead, JobTokens::kOwnJob,
+      [&](const Caller&, const core::JobName& name) -> absl::Status {
+        TY_ASSIGN_OR_RETURN(
+            *response,
+            ctx_->jobs->Get(name.tenant, name.job_id,
+                            request->view() == trainyard::v1::JOB_VIEW_FULL));
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
                                   const trainyard::v1::ListJobsRequest* request,
                                   trainyard::v1::ListJobsResponse* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  if (absl::Status s = RejectJobToken(*caller, "list jobs"); !s.ok()) {
-    return Reply(context, s);
-  }
-  absl::StatusOr<std::string> tenant =
-      core::ParseTenantParent(request->parent(), "parent");
-  if (!tenant.ok()) return Reply(context, tenant.status());
-  storage::postgres::JobQuery query;
-  if (*tenant == core::kAllId) {
-    if (caller->platform_admin) {
-      absl::StatusOr<storage::postgres::ListPage> all = ctx_->objects->List(
-          storage::postgres::TenantKind(), {.limit = 100000});
-      if (!all.ok()) return Reply(context, all.status());
-      for (const auto& t : all->objects) query.tenants.push_back(t.key[0]);
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    TY_RETURN_IF_ERROR(RejectJobToken(caller, "list jobs"));
+    TY_ASSIGN_OR_RETURN(const std::string tenant,
+                        core::ParseTenantParent(request->parent(), "parent"));
+    storage::postgres::JobQuery query;
+    if (tenant != core::kAllId) {
+      TY_RETURN_IF_ERROR(
+          Require(caller, tenant, Permission::kRead, request->parent()));
+      query.tenants = {tenant};
+    } else if (caller.platform_admin) {
+      TY_ASSIGN_OR_RETURN(const storage::postgres::ListPage all,
+                          ctx_->objects->List(storage::postgres::TenantKind(),
+                                              {.limit = 100000}));
+      for (const auto& t : all.objects) query.tenants.push_back(t.key[0]);
     } else {
-      query.tenants = caller->VisibleTenants();
+      query.tenants = caller.VisibleTenants();
     }
-  } else {
-    if (absl::Status s =
-            Require(*caller, *tenant, Permission::kRead, request->parent());
-        !s.ok()) {
-      return Reply(context, s);
+    TY_ASSIGN_OR_RETURN(query.limit, PageSize(request->page_size()));
+    if (!request->project().empty() && !core::IsValidId(request->project())) {
+      return core::FieldError("project", "INVALID_NAME",
+                              "not a valid project id");
     }
-    query.tenants = {*tenant};
-  }
-  absl::StatusOr<int> size = PageSize(request->page_size());
-  if (!size.ok()) return Reply(context, size.status());
-  query.limit = *size;
-  if (!request->project().empty() && !core::IsValidId(request->project())) {
-    return Reply(context, core::FieldError("project", "INVALID_NAME",
-                                           "not a valid project id"));
-  }
-  if (!request->queue().empty() && !core::IsValidId(request->queue())) {
-    return Reply(context, core::FieldError("queue", "INVALID_NAME",
-                                           "not a valid queue id"));
-  }
-  query.project = request->project();
-  query.queue = request->queue();
-  query.job_set = request->job_set();
-  for (int i = 0; i < request->states_size(); ++i) {
-    auto st = static_cast<trainyard::v1::JobState>(request->states(i));
-    if (!trainyard::v1::JobState_IsValid(st) ||
-        st == trainyard::v1::JOB_STATE_UNSPECIFIED) {
-      return Reply(context,
-                   core::FieldError(core::IndexField("states", i),
-                                    "INVALID_ENUM", "unknown job state"));
+    if (!request->queue().empty() && !core::IsValidId(request->queue())) {
+      return core::FieldError("queue", "INVALID_NAME", "not a valid queue id");
     }
-    query.states.push_back(st);
-  }
-  for (const auto& [k, v] : request->labels()) query.labels.emplace_back(k, v);
-  if (absl::Status s =
-          core::ValidateLabels(request->labels(), ctx_->limits, "labels");
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  if (!request->page_token().empty()) {
-    int64_t before = 0;
-    if (!absl::SimpleAtoi(request->page_token(), &before) || before <= 0) {
-      return Reply(context, core::FieldError("page_token", "INVALID",
-                                             "malformed page token"));
+    query.project = request->project();
+    query.queue = request->queue();
+    query.job_set = request->job_set();
+    for (int i = 0; i < request->states_size(); ++i) {
+      auto st = static_cast<trainyard::v1::JobState>(request->states(i));
+      if (!trainyard::v1::JobState_IsValid(st) ||
+          st == trainyard::v1::JOB_STATE_UNSPECIFIED) {
+        return core::FieldError(core::IndexField("states", i), "INVALID_ENUM",
+                                "unknown job state");
+      }
+      query.states.push_back(st);
     }
-    query.before_id = before;
-  }
-  query.with_attempts = request->view() == trainyard::v1::JOB_VIEW_FULL;
-  absl::StatusOr<storage::postgres::JobPage> page = ctx_->jobs->List(query);
-  if (!page.ok()) return Reply(context, page.status());
-  for (auto& job : page->jobs) *response->add_jobs() = std::move(job);
-  if (page->next_before_id > 0)
-    response->set_next_page_token(absl::StrCat(page->next_before_id));
-  return grpc::Status::OK;
+    for (const auto& [k, v] : request->labels()) {
+      query.labels.emplace_back(k, v);
+    }
+    TY_RETURN_IF_ERROR(
+        core::ValidateLabels(request->labels(), ctx_->limits, "labels"));
+    TY_ASSIGN_OR_RETURN(query.before_id,
+                        BeforeIdFromPageToken(request->page_token()));
+    query.with_attempts = request->view() == trainyard::v1::JOB_VIEW_FULL;
+    TY_ASSIGN_OR_RETURN(storage::postgres::JobPage page,
+                        ctx_->jobs->List(query));
+    for (auto& job : page.jobs) *response->add_jobs() = std::move(job);
+    if (page.next_before_id > 0) {
+      response->set_next_page_token(absl::StrCat(page.next_before_id));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status JobServiceImpl::RunOnJob(
+    grpc::ServerContext* context, const std::string& job,
+    std::string_view field, Permission permission, JobTokens tokens,
+    absl::FunctionRef<absl::Status(const Caller&, const core::JobName&)> fn) {
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    TY_ASSIGN_OR_RETURN(const core::JobName name,
+                        core::ParseJobName(job, field));
+    TY_RETURN_IF_ERROR(
+        tokens == JobTokens::kOwnJob
+            ? RequireJob(caller, name.tenant, name.job_id, permission, job)
+            : Require(caller, name.tenant, permission, job));
+    return fn(caller, name);
+  });
+}
+
+grpc::Status JobServiceImpl::ChangeJob(
+    grpc::ServerContext* context, const std::string& job,
+    const std::string& reason,
+    absl::FunctionRef<absl::StatusOr<trainyard::v1::Job>(
+        const core::JobName& name, const Caller& caller)>
+        change,
+    trainyard::v1::Job* response) {
+  return RunOnJob(
+      context, job, "name", Permission::kWriteJobs, JobTokens::kRefused,
+      [&](const Caller& caller, const core::JobName& name) -> absl::Status {
+        if (reason.size() > 1024) {
+          return core::FieldError("reason", "TOO_LARGE",
+                                  "at most 1024 characters");
+        }
+        TY_ASSIGN_OR_RETURN(*response, change(name, caller));
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status JobServiceImpl::Cancel(
     grpc::ServerContext* context,
     const trainyard::v1::CancelJobRequest* request,
     trainyard::v1::Job* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<core::JobName> name =
-      core::ParseJobName(request->name(), "name");
-  if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s = Require(*caller, name->tenant, Permission::kWriteJobs,
-                               request->name());
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  if (request->reason().size() > 1024) {
-    return Reply(context, core::FieldError("reason", "TOO_LARGE",
-                                           "at most 1024 characters"));
-  }
-  absl::StatusOr<Job> job = ctx_->jobs->Cancel(
-      name->tenant, name->job_id, request->reason(), caller->principal);
-  if (!job.ok()) return Reply(context, job.status());
-  *response = *std::move(job);
-  return grpc::Status::OK;
+  return ChangeJob(
+      context, request->name(), request->reason(),
+      [&](const core::JobName& name, const Caller& caller) {
+        return ctx_->jobs->Cancel(name.tenant, name.job_id, request->reason(),
+                                  caller.principal);
+      },
+      response);
 }
 
 grpc::Status JobServiceImpl::SetHold(grpc::ServerContext* context,
                                      const std::string& job,
                                      const std::string& reason, bool hold,
                                      trainyard::v1::Job* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<core::JobName> name = core::ParseJobName(job, "name");
-  if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s =
-          Require(*caller, name->tenant, Permission::kWriteJobs, job);
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  if (reason.size() > 1024) {
-    return Reply(context, core::FieldError("reason", "TOO_LARGE",
-                                           "at most 1024 characters"));
-  }
-  absl::StatusOr<Job> held = ctx_->jobs->SetHold(
-      name->tenant, name->job_id, hold, reason, caller->principal);
-  if (!held.ok()) return Reply(context, held.status());
-  // A released job is schedulable again: the scheduler need not wait for
-  // its timer. (A hint only; it reads the outbox.)
-  if (!hold && ctx_->redis != nullptr)
-    (void)ctx_->redis->Notify(kSchedulerWakeup, "release");
-  *response = *std::move(held);
-  return grpc::Status::OK;
+  return ChangeJob(
+      context, job, reason,
+      [&](const core::JobName& name,
+          const Caller& caller) -> absl::StatusOr<Job> {
+        TY_ASSIGN_OR_RETURN(Job held,
+                            ctx_->jobs->SetHold(name.tenant, name.job_id, hold,
+                                                reason, caller.principal));
+        // A released job is schedulable again: the scheduler need not wait
+        // for its timer. (A hint only; it reads the outbox.)
+        if (!hold && ctx_->redis != nullptr) {
+          (void)ctx_->redis->Notify(kSchedulerWakeup, "release");
+        }
+        return held;
+      },
+      response);
 }
 
 grpc::Status JobServiceImpl::Hold(grpc::ServerContext* context,
@@ -383,250 +367,207 @@ grpc::Status JobServiceImpl::Release(
                  response);
 }
 
+absl::Status JobServiceImpl::WatchFilter(
+    const Caller& caller, const trainyard::v1::WatchJobsRequest& request,
+    storage::postgres::EventFilter* filter, std::string* job_name) {
+  TY_ASSIGN_OR_RETURN(const std::string tenant,
+                      core::ParseTenantParent(request.parent(), "parent"));
+  if (caller.job_scoped()) {
+    // A job token watches its own job only.
+    if (request.job().empty()) {
+      return RejectJobToken(caller, "watch without a job filter");
+    }
+  } else if (tenant == core::kAllId) {
+    if (!caller.platform_admin) {
+      filter->tenants = caller.VisibleTenants();
+      if (filter->tenants.empty()) {
+        return absl::PermissionDeniedError(
+            absl::StrCat(caller.principal, " has no role in any tenant"));
+      }
+    }
+  } else {
+    TY_RETURN_IF_ERROR(
+        Require(caller, tenant, Permission::kRead, request.parent()));
+    filter->tenants = {tenant};
+  }
+  if (!request.job().empty()) {
+    TY_ASSIGN_OR_RETURN(const core::JobName name,
+                        core::ParseJobName(request.job(), "job"));
+    if (tenant != core::kAllId && name.tenant != tenant) {
+      return core::FieldError("job", "INCONSISTENT", "job is not under parent");
+    }
+    TY_RETURN_IF_ERROR(RequireJob(caller, name.tenant, name.job_id,
+                                  Permission::kRead, request.job()));
+    if (caller.job_scoped()) filter->tenants = {name.tenant};
+    filter->job_id = name.job_id;
+    *job_name = name.ToString();
+  }
+  filter->queue = request.queue();
+  filter->job_set = request.job_set();
+  return absl::OkStatus();
+}
+
 grpc::Status JobServiceImpl::Watch(
     grpc::ServerContext* context,
     const trainyard::v1::WatchJobsRequest* request,
     grpc::ServerWriter<trainyard::v1::WatchJobsResponse>* writer) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<std::string> tenant =
-      core::ParseTenantParent(request->parent(), "parent");
-  if (!tenant.ok()) return Reply(context, tenant.status());
-  storage::postgres::EventFilter filter;
-  std::string job_name;
-  if (caller->job_scoped()) {
-    // A job token watches its own job only.
-    if (request->job().empty()) {
-      return Reply(context,
-                   RejectJobToken(*caller, "watch without a job filter"));
+  return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
+    storage::postgres::EventFilter filter;
+    std::string job_name;
+    TY_RETURN_IF_ERROR(WatchFilter(caller, *request, &filter, &job_name));
+    uint64_t cursor = request->after_sequence();
+    if (cursor == 0 && !request->from_start()) {
+      TY_ASSIGN_OR_RETURN(cursor, ctx_->jobs->LastEventSequence());
     }
-    absl::StatusOr<core::JobName> name =
-        core::ParseJobName(request->job(), "job");
-    if (!name.ok()) return Reply(context, name.status());
-    if (*tenant != core::kAllId && name->tenant != *tenant) {
-      return Reply(context, core::FieldError("job", "INCONSISTENT",
-                                             "job is not under parent"));
-    }
-    if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
-                                    Permission::kRead, request->job());
-        !s.ok()) {
-      return Reply(context, s);
-    }
-    filter.tenants = {name->tenant};
-    filter.job_id = name->job_id;
-    job_name = name->ToString();
-  } else if (*tenant == core::kAllId) {
-    if (!caller->platform_admin) {
-      filter.tenants = caller->VisibleTenants();
-      if (filter.tenants.empty()) {
-        return Reply(context,
-                     absl::PermissionDeniedError(absl::StrCat(
-                         caller->principal, " has no role in any tenant")));
-      }
-    }
-  } else {
-    if (absl::Status s =
-            Require(*caller, *tenant, Permission::kRead, request->parent());
-        !s.ok()) {
-      return Reply(context, s);
-    }
-    filter.tenants = {*tenant};
-  }
-  if (!request->job().empty() && !caller->job_scoped()) {
-    absl::StatusOr<core::JobName> name =
-        core::ParseJobName(request->job(), "job");
-    if (!name.ok()) return Reply(context, name.status());
-    if (*tenant != core::kAllId && name->tenant != *tenant) {
-      return Reply(context, core::FieldError("job", "INCONSISTENT",
-                                             "job is not under parent"));
-    }
-    if (absl::Status s =
-            Require(*caller, name->tenant, Permission::kRead, request->job());
-        !s.ok()) {
-      return Reply(context, s);
-    }
-    filter.job_id = name->job_id;
-    job_name = name->ToString();
-  }
-  filter.queue = request->queue();
-  filter.job_set = request->job_set();
+    // Headers go out at once so the client knows the stream is established.
+    writer->SendInitialMetadata();
 
-  uint64_t cursor = request->after_sequence();
-  if (cursor == 0 && !request->from_start()) {
-    absl::StatusOr<uint64_t> last = ctx_->jobs->LastEventSequence();
-    if (!last.ok()) return Reply(context, last.status());
-    cursor = *last;
-  }
-  // Headers go out at once so the client knows the stream is established.
-  writer->SendInitialMetadata();
-
-  auto send = [&](const trainyard::v1::JobEvent& e) {
-    trainyard::v1::WatchJobsResponse r;
-    *r.mutable_event() = e;
-    return writer->Write(r);
-  };
-  while (!context->IsCancelled()) {
-    EventHub::Read read = ctx_->hub->Wait(cursor, absl::Milliseconds(500));
-    const bool gap =
-        !read.events.empty() && read.events.front().sequence() > cursor + 1;
-    if (read.behind || gap) {
-      // Catch up from the outbox (the truth), then go back to the hub.
-      absl::StatusOr<std::vector<trainyard::v1::JobEvent>> events =
-          ctx_->jobs->ReadEvents(cursor, filter, 1000);
-      if (!events.ok()) {
-        absl::SleepFor(absl::Milliseconds(200));
+    auto send = [&](const trainyard::v1::JobEvent& e) {
+      trainyard::v1::WatchJobsResponse r;
+      *r.mutable_event() = e;
+      return writer->Write(r);
+    };
+    while (!context->IsCancelled()) {
+      EventHub::Read read = ctx_->hub->Wait(cursor, absl::Milliseconds(500));
+      const bool gap =
+          !read.events.empty() && read.events.front().sequence() > cursor + 1;
+      if (read.behind || gap) {
+        // Catch up from the outbox (the truth), then go back to the hub.
+        absl::StatusOr<std::vector<trainyard::v1::JobEvent>> events =
+            ctx_->jobs->ReadEvents(cursor, filter, 1000);
+        if (!events.ok()) {
+          absl::SleepFor(absl::Milliseconds(200));
+          continue;
+        }
+        for (const auto& e : *events) {
+          if (!send(e)) return absl::OkStatus();
+          cursor = e.sequence();
+        }
+        if (events->empty() && gap) {
+          // Nothing committed between: the gap is a rolled-back sequence
+          // number.
+          cursor = read.events.front().sequence() - 1;
+        } else if (events->empty() && read.behind) {
+          cursor = std::max(cursor, ctx_->hub->last());
+        }
         continue;
       }
-      for (const auto& e : *events) {
-        if (!send(e)) return grpc::Status::OK;
+      for (const auto& e : read.events) {
+        if (Matches(e, filter.tenants, filter, job_name) && !send(e)) {
+          return absl::OkStatus();
+        }
         cursor = e.sequence();
       }
-      if (events->empty() && gap) {
-        // Nothing committed between: the gap is a rolled-back sequence number.
-        cursor = read.events.front().sequence() - 1;
-      } else if (events->empty() && read.behind) {
-        cursor = std::max(cursor, ctx_->hub->last());
-      }
-      continue;
     }
-    for (const auto& e : read.events) {
-      if (Matches(e, filter.tenants, filter, job_name) && !send(e))
-        return grpc::Status::OK;
-      cursor = e.sequence();
-    }
-  }
-  return grpc::Status::OK;
+    return absl::OkStatus();
+  });
 }
 
 grpc::Status JobServiceImpl::ReportCheckpoint(
     grpc::ServerContext* context,
     const trainyard::v1::ReportCheckpointRequest* request,
     trainyard::v1::Checkpoint* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<core::JobName> name =
-      core::ParseJobName(request->job(), "job");
-  if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
-                                  Permission::kWriteJobs, request->job());
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  if (!request->has_checkpoint()) {
-    return Reply(context,
-                 core::FieldError("checkpoint", "REQUIRED", "must be set"));
-  }
-  if (absl::Status s =
-          core::ValidateCheckpoint(request->checkpoint(), absl::Now());
-      !s.ok()) {
-    return Reply(context, core::PrefixField(s, "checkpoint"));
-  }
-  absl::StatusOr<trainyard::v1::Checkpoint> saved =
-      ctx_->jobs->ReportCheckpoint(name->tenant, name->job_id,
-                                   request->checkpoint());
-  if (!saved.ok()) return Reply(context, saved.status());
-  *response = *std::move(saved);
-  return grpc::Status::OK;
+  return RunOnJob(
+      context, request->job(), "job", Permission::kWriteJobs,
+      JobTokens::kOwnJob,
+      [&](const Caller&, const core::JobName& name) -> absl::Status {
+        if (!request->has_checkpoint()) {
+          return core::FieldError("checkpoint", "REQUIRED", "must be set");
+        }
+        TY_RETURN_IF_ERROR(core::PrefixField(
+            core::ValidateCheckpoint(request->checkpoint(), absl::Now()),
+            "checkpoint"));
+        TY_ASSIGN_OR_RETURN(
+            *response, ctx_->jobs->ReportCheckpoint(name.tenant, name.job_id,
+                                                    request->checkpoint()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status JobServiceImpl::ListCheckpoints(
     grpc::ServerContext* context,
     const trainyard::v1::ListCheckpointsRequest* request,
     trainyard::v1::ListCheckpointsResponse* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<core::JobName> name =
-      core::ParseJobName(request->job(), "job");
-  if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
-                                  Permission::kRead, request->job());
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  absl::StatusOr<int> size = PageSize(request->page_size());
-  if (!size.ok()) return Reply(context, size.status());
-  int64_t before = 0;
-  if (!request->page_token().empty() &&
-      (!absl::SimpleAtoi(request->page_token(), &before) || before <= 0)) {
-    return Reply(context, core::FieldError("page_token", "INVALID",
-                                           "malformed page token"));
-  }
-  auto page =
-      ctx_->jobs->ListCheckpoints(name->tenant, name->job_id, before, *size);
-  if (!page.ok()) return Reply(context, page.status());
-  for (auto& c : page->checkpoints) *response->add_checkpoints() = std::move(c);
-  if (page->next_before_id > 0)
-    response->set_next_page_token(absl::StrCat(page->next_before_id));
-  return grpc::Status::OK;
+  return RunOnJob(
+      context, request->job(), "job", Permission::kRead, JobTokens::kOwnJob,
+      [&](const Caller&, const core::JobName& name) -> absl::Status {
+        TY_ASSIGN_OR_RETURN(const int size, PageSize(request->page_size()));
+        TY_ASSIGN_OR_RETURN(const int64_t before,
+                            BeforeIdFromPageToken(request->page_token()));
+        TY_ASSIGN_OR_RETURN(
+            auto page, ctx_->jobs->ListCheckpoints(name.tenant, name.job_id,
+                                                   before, size));
+        for (auto& c : page.checkpoints) {
+          *response->add_checkpoints() = std::move(c);
+        }
+        if (page.next_before_id > 0) {
+          response->set_next_page_token(absl::StrCat(page.next_before_id));
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status JobServiceImpl::ExplainPending(
     grpc::ServerContext* context,
     const trainyard::v1::ExplainPendingRequest* request,
     trainyard::v1::ExplainPendingResponse* response) {
-  absl::StatusOr<Caller> caller = ctx_->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<core::JobName> name =
-      core::ParseJobName(request->name(), "name");
-  if (!name.ok()) return Reply(context, name.status());
-  if (absl::Status s = RequireJob(*caller, name->tenant, name->job_id,
-                                  Permission::kRead, request->name());
-      !s.ok()) {
-    return Reply(context, s);
-  }
-  absl::StatusOr<storage::postgres::PendingPosition> pos =
-      ctx_->jobs->Position(name->tenant, name->job_id);
-  if (!pos.ok()) return Reply(context, pos.status());
-  response->set_state(pos->state);
-  response->set_queue_length(pos->queue_length);
-  if (!core::IsPending(pos->state)) {
+  return RunOnJob(context, request->name(), "name", Permission::kRead,
+                  JobTokens::kOwnJob,
+                  [&](const Caller&, const core::JobName& name) {
+                    return Explain(name, response);
+                  });
+}
+
+absl::Status JobServiceImpl::Explain(
+    const core::JobName& name,
+    trainyard::v1::ExplainPendingResponse* response) {
+  TY_ASSIGN_OR_RETURN(const storage::postgres::PendingPosition pos,
+                      ctx_->jobs->Position(name.tenant, name.job_id));
+  response->set_state(pos.state);
+  response->set_queue_length(pos.queue_length);
+  if (!core::IsPending(pos.state)) {
     response->set_reason("NOT_PENDING");
     response->set_message(absl::StrCat("the job is ",
-                                       std::string(core::StateName(pos->state)),
+                                       std::string(core::StateName(pos.state)),
                                        ", not pending"));
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
-  response->set_position_in_queue(pos->position);
+  response->set_position_in_queue(pos.position);
   // The scheduler's own reason once it has evaluated the job
   // (services/scheduler writes one for every job it leaves pending); the
-  // position stays the live one above, in the policy's order (priority, then
-  // submission).
-
-  if (pos->state == trainyard::v1::JOB_STATE_QUEUED) {
-    absl::StatusOr<std::optional<storage::postgres::Explanation>> e =
-        ctx_->jobs->GetExplanation(name->job_id);
-    if (!e.ok()) return Reply(context, e.status());
-    if (e->has_value()) {
-      response->set_reason((*e)->reason);
-      response->set_message((*e)->message);
-      return grpc::Status::OK;
+  // position stays the live one above, in the policy's order (priority,
+  // then submission).
+  if (pos.state == trainyard::v1::JOB_STATE_QUEUED) {
+    TY_ASSIGN_OR_RETURN(
+        const std::optional<storage::postgres::Explanation> explanation,
+        ctx_->jobs->GetExplanation(name.job_id));
+    if (explanation.has_value()) {
+      response->set_reason(explanation->reason);
+      response->set_message(explanation->message);
+      return absl::OkStatus();
     }
   }
-  if (pos->state == trainyard::v1::JOB_STATE_HELD) {
+  if (pos.state == trainyard::v1::JOB_STATE_HELD) {
     // Never considered by the scheduler until released; the position is the
     // place it goes back to.
-    absl::StatusOr<Job> job =
-        ctx_->jobs->Get(name->tenant, name->job_id, /*with_attempts=*/false);
-    if (!job.ok()) return Reply(context, job.status());
+    TY_ASSIGN_OR_RETURN(
+        const Job job,
+        ctx_->jobs->Get(name.tenant, name.job_id, /*with_attempts=*/false));
     response->set_reason("HELD");
     response->set_message(absl::StrCat(
-        job->state_message().empty() ? "held" : job->state_message(),
+        job.state_message().empty() ? "held" : job.state_message(),
         "; not considered for scheduling until released; position ",
-        pos->position, " of ", pos->queue_length, " pending in its queue"));
-    return grpc::Status::OK;
+        pos.position, " of ", pos.queue_length, " pending in its queue"));
+    return absl::OkStatus();
   }
-  // Until a scheduler has evaluated the job, its reason is that it awaits one;
-  // the position is its place in the queue's order (priority, then submission).
-  response->set_reason(pos->state == trainyard::v1::JOB_STATE_HELD
-                           ? "HELD"
-                           : "AWAITING_SCHEDULER");
+  // Until a scheduler has evaluated the job, its reason is that it awaits
+  // one; the position is its place in the queue's order (priority, then
+  // submission).
+  response->set_reason("AWAITING_SCHEDULER");
   response->set_message(
-      absl::StrCat(pos->state == trainyard::v1::JOB_STATE_HELD
-                       ? "held; "
-                       : "no scheduler has evaluated it yet; ",
-                   "position ", pos->position, " of ", pos->queue_length,
-                   " pending in its queue"));
-  return grpc::Status::OK;
+      absl::StrCat("no scheduler has evaluated it yet; position ", pos.position,
+                   " of ", pos.queue_length, " pending in its queue"));
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard::api

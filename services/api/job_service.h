@@ -1,7 +1,13 @@
 #ifndef TRAINYARD_SERVICES_API_JOB_SERVICE_H_
 #define TRAINYARD_SERVICES_API_JOB_SERVICE_H_
 
+#include <string>
+#include <string_view>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "services/api/context.h"
+#include "services/core/names.h"
 #include "trainyard/v1/job.grpc.pb.h"
 
 namespace trainyard::api {
@@ -11,7 +17,9 @@ namespace trainyard::api {
 // and pending explanations. Submit uses gRPC's callback API: the request thread
 // hands the job to the group-commit batcher and returns, and the committer
 // finishes the RPC, so thousands of submits can wait for one fsync without
-// holding a thread each. The other methods are synchronous.
+// holding a thread each. The other methods are synchronous. Every method runs
+// on services/api/handler.h's path (authenticate, run, reply); none writes an
+// audit row (a job's changes are recorded in its own history).
 class JobServiceImpl final
     : public trainyard::v1::JobService::WithCallbackMethod_Submit<
           trainyard::v1::JobService::Service> {
@@ -65,10 +73,36 @@ class JobServiceImpl final
       const Caller& caller, const std::string& tenant,
       const trainyard::v1::SubmitJobRequest& req);
   absl::Status CheckRate(const std::string& tenant, double cost);
+  // Who may act on one job: job tokens for their own job (RequireJob), or
+  // never (Require).
+  enum class JobTokens { kOwnJob, kRefused };
+  // Runs a handler on the job that `job` (the request field `field`) names,
+  // on which the caller needs `permission`.
+  grpc::Status RunOnJob(
+      grpc::ServerContext* context, const std::string& job,
+      std::string_view field, Permission permission, JobTokens tokens,
+      absl::FunctionRef<absl::Status(const Caller&, const core::JobName&)> fn);
+  // Cancel, Hold and Release: the job named `job`, which the caller may write
+  // (job tokens may not), a reason of at most 1024 characters, and `change`.
+  grpc::Status ChangeJob(grpc::ServerContext* context, const std::string& job,
+                         const std::string& reason,
+                         absl::FunctionRef<absl::StatusOr<trainyard::v1::Job>(
+                             const core::JobName& name, const Caller& caller)>
+                             change,
+                         trainyard::v1::Job* response);
   // Hold (hold = true) or Release.
   grpc::Status SetHold(grpc::ServerContext* context, const std::string& job,
                        const std::string& reason, bool hold,
                        trainyard::v1::Job* response);
+  // ExplainPending of the job `name`.
+  absl::Status Explain(const core::JobName& name,
+                       trainyard::v1::ExplainPendingResponse* response);
+  // The events a Watch request selects, for the caller: its tenants, job and
+  // filters (`job_name`: the job's name when it names one).
+  absl::Status WatchFilter(const Caller& caller,
+                           const trainyard::v1::WatchJobsRequest& request,
+                           storage::postgres::EventFilter* filter,
+                           std::string* job_name);
 
   ApiContext* ctx_;
 };

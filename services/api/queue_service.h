@@ -128,8 +128,6 @@ class QueueServiceImpl final : public trainyard::v1::QueueService::Service {
       google::protobuf::Empty* response) override;
 
  private:
-  void Invalidate();
-
   ApiContext* ctx_;
 };
 

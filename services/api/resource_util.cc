@@ -11,7 +11,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/field_mask_util.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/api/status.h"
+#include "services/api/context.h"
 #include "services/core/errors.h"
 #include "services/core/names.h"
 #include "services/core/string_view.h"
@@ -63,19 +63,14 @@ void ClearIfPresent(Message* message, std::string_view name) {
   if (field != nullptr) message->GetReflection()->ClearField(message, field);
 }
 
-std::optional<std::string> OptionalId(const std::string& id) {
-  if (id.empty()) return std::nullopt;
-  return id;
-}
-
 std::string_view TopLevel(std::string_view path) {
   size_t dot = path.find('.');
   return dot == std::string_view::npos ? path : path.substr(0, dot);
 }
 
 bool IsUpdatable(const UpdatableFields& updatable, std::string_view field) {
-  return std::find(updatable.fields.begin(), updatable.fields.end(), field) !=
-         updatable.fields.end();
+  return std::find(updatable.begin(), updatable.end(), field) !=
+         updatable.end();
 }
 
 absl::Status PageTokenError() {
@@ -86,27 +81,6 @@ absl::Status PageTokenError() {
 }
 
 }  // namespace
-
-grpc::Status RunMutation(
-    ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
-    const google::protobuf::Message& request, std::string resource,
-    absl::FunctionRef<absl::Status(const Caller&, MutationAudit&)> fn) {
-  absl::StatusOr<Caller> caller = ctx->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  MutationAudit audit{MakeAudit(*caller, method, resource, "", request)};
-  absl::Status status = fn(*caller, audit);
-  if (!status.ok() && !audit.committed) {
-    AuditFailure(*ctx, audit.record, status);
-  }
-  return Reply(context, status);
-}
-
-grpc::Status RunRead(ApiContext* ctx, grpc::ServerContext* context,
-                     absl::FunctionRef<absl::Status(const Caller&)> fn) {
-  absl::StatusOr<Caller> caller = ctx->auth->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, caller.status());
-  return Reply(context, fn(*caller));
-}
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t) {
   return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
@@ -148,41 +122,9 @@ absl::Status DecodeStored(const storage::postgres::StoredObject& row,
   return absl::OkStatus();
 }
 
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Tenant&) {
-  return {};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Project&) {
-  return {};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Queue& queue) {
-  return {OptionalId(queue.cohort())};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Cohort& cohort) {
-  return {OptionalId(cohort.parent())};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::PriorityClass& pc) {
-  return {core::Cat(pc.value())};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Flavor&) {
-  return {};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Cluster&) {
-  return {};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Pool& pool) {
-  return {pool.flavor()};
-}
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Node& node) {
-  return {node.pool(), core::Cat(static_cast<int>(node.state()))};
+std::optional<std::string> NullIfEmpty(const std::string& id) {
+  if (id.empty()) return std::nullopt;
+  return id;
 }
 
 std::string Quoted(std::string_view s) {
@@ -250,8 +192,8 @@ void ApplyUpdateMask(const google::protobuf::Message& patch,
                      google::protobuf::Message* target) {
   FieldMask effective = mask;
   if (effective.paths().empty()) {
-    for (const std::string& field : updatable.fields) {
-      effective.add_paths(field);
+    for (std::string_view field : updatable) {
+      effective.add_paths(std::string(field));
     }
   }
   FieldMaskUtil::MergeOptions options;
@@ -337,6 +279,17 @@ absl::Status ExplainStorageError(
   }
 }
 
+ConstraintMessage UnknownReference(std::string constraint, std::string field,
+                                   std::string_view reason_code,
+                                   std::string_view what, std::string_view id) {
+  return {std::move(constraint), std::move(field), reason_code,
+          core::Cat(what, " ", Quoted(id), " does not exist")};
+}
+
+ConstraintMessage InUse(std::string constraint, std::string message) {
+  return {std::move(constraint), "", reason::kInUse, std::move(message)};
+}
+
 absl::Status MissingReference(std::string_view field,
                               std::string_view reason_code,
                               std::string_view what, std::string_view id) {
@@ -369,17 +322,6 @@ absl::Status EtagMismatch(std::string_view name, std::string_view etag) {
   return absl::AbortedError(core::Cat("etag mismatch: ", name,
                                       " has changed since etag \"", etag,
                                       "\"; read it again and retry"));
-}
-
-absl::Status DeleteObject(storage::postgres::ObjectStore* objects,
-                          const storage::postgres::ObjectKind& kind,
-                          const std::vector<std::string>& key,
-                          std::string_view name, MutationAudit& audit,
-                          const std::vector<ConstraintMessage>& messages) {
-  absl::Status status = objects->Delete(kind, key, &audit.record);
-  if (!status.ok()) return ExplainStorageError(status, name, messages);
-  audit.committed = true;
-  return absl::OkStatus();
 }
 
 trainyard::v1::CapacitySummary SumReadyCapacity(

@@ -1,46 +1,32 @@
 // Helpers shared by the administrative services (QueueService, ClusterService,
-// AdminService): the plumbing between a gRPC handler and the generic
-// ObjectStore — authentication and audit around a handler, server-set fields of
-// stored objects, update masks, etags, page tokens, and the translation of
-// storage errors into sentences a client can act on.
+// AdminService): the plumbing between a handler and the generic ObjectStore —
+// server-set fields of stored objects, update masks, etags, page tokens, and
+// the translation of storage errors into sentences a client can act on. The
+// handlers themselves run on services/api/handler.h, the CRUD methods on
+// services/api/resource_handler.h.
 //
 // No business rules live here: validation is services/core, authorization
 // services/api/auth.h.
 #ifndef TRAINYARD_SERVICES_API_RESOURCE_UTIL_H_
 #define TRAINYARD_SERVICES_API_RESOURCE_UTIL_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "google/protobuf/field_mask.pb.h"
 #include "google/protobuf/message.h"
-#include "google/protobuf/repeated_ptr_field.h"
 #include "google/protobuf/timestamp.pb.h"
-#include "services/api/auth.h"
-#include "services/api/context.h"
 #include "storage/postgres/object_store.h"
 #include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/queue.pb.h"
-
-// Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#ifndef TY_RETURN_IF_ERROR
-#define TY_RETURN_IF_ERROR(expr)                \
-  do {                                          \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                               \
-    }                                           \
-  } while (false)
-#endif
 
 namespace trainyard::api {
 
@@ -60,30 +46,6 @@ inline constexpr std::string_view kInUse = "IN_USE";
 // An update_mask path names no field, or a field that cannot be updated.
 inline constexpr std::string_view kBadUpdateMask = "INVALID_UPDATE_MASK";
 }  // namespace reason
-
-// --- Running handlers ---
-
-// The audit row of one mutation. Handlers fill in `record.resource` and
-// `record.tenant` once they know them, pass &record to the storage call (which
-// commits it with the change), and set `committed` when that call succeeded.
-struct MutationAudit {
-  storage::postgres::AuditRecord record;
-  bool committed = false;
-};
-
-// Runs a mutating handler: authenticates the caller, builds its audit record
-// (MakeAudit(caller, method, resource, "", request)), runs `fn`, and when `fn`
-// fails before its change committed writes the failure's audit row
-// (AuditFailure). Returns Reply(context, ...). Unauthenticated calls are
-// refused without an audit row (there is no principal to record).
-grpc::Status RunMutation(
-    ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
-    const google::protobuf::Message& request, std::string resource,
-    absl::FunctionRef<absl::Status(const Caller&, MutationAudit&)> fn);
-
-// Runs a reading handler: authenticates the caller and runs `fn`.
-grpc::Status RunRead(ApiContext* ctx, grpc::ServerContext* context,
-                     absl::FunctionRef<absl::Status(const Caller&)> fn);
 
 // --- Stored objects ---
 
@@ -111,25 +73,8 @@ absl::StatusOr<T> Decode(const storage::postgres::StoredObject& row,
   return message;
 }
 
-// Values of a kind's extra columns (object_store.h) for an object.
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Tenant& tenant);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Project& project);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Queue& queue);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Cohort& cohort);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::PriorityClass& pc);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Flavor& flavor);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Cluster& cluster);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Pool& pool);
-std::vector<std::optional<std::string>> ExtraColumns(
-    const trainyard::v1::Node& node);
+// An extra column holding an optional id: NULL when `id` is empty.
+std::optional<std::string> NullIfEmpty(const std::string& id);
 
 // `s` in double quotes, C-escaped and cut at 200 bytes, for messages that echo
 // input.
@@ -150,9 +95,7 @@ absl::StatusOr<int64_t> ExpectedVersion(std::string_view etag,
 
 // The top-level fields an Update may change; every other field of the message
 // is immutable or output only.
-struct UpdatableFields {
-  std::vector<std::string> fields;
-};
+using UpdatableFields = std::span<const std::string_view>;
 
 // Checks update_mask paths against the message type: a path must name a field
 // (nested paths through singular message fields allowed) whose top-level field
@@ -214,6 +157,15 @@ absl::Status ExplainStorageError(
     absl::Status status, std::string_view resource,
     const std::vector<ConstraintMessage>& messages = {});
 
+// The wording of a foreign key that a write violates by naming a missing
+// object: "<field>: <what> \"<id>\" does not exist".
+ConstraintMessage UnknownReference(std::string constraint, std::string field,
+                                   std::string_view reason_code,
+                                   std::string_view what, std::string_view id);
+// The wording of a foreign key that keeps an object from being deleted while
+// others reference it (reason IN_USE, no field).
+ConstraintMessage InUse(std::string constraint, std::string message);
+
 // A FieldError (INVALID_ARGUMENT) for a field naming a missing object:
 // "<field>: <what> \"<id>\" does not exist".
 absl::Status MissingReference(std::string_view field,
@@ -228,40 +180,6 @@ absl::Status CheckExists(storage::postgres::ObjectStore* objects,
                          std::string_view field, std::string_view reason_code,
                          std::string_view what);
 
-// --- Generic CRUD over ObjectStore kinds ---
-//
-// `name` is the canonical resource name of the object (used in messages and set
-// on the result); `messages` word the constraints the operation may violate
-// (ExplainStorageError).
-
-// Reads one object.
-template <typename T>
-absl::StatusOr<T> GetObject(storage::postgres::ObjectStore* objects,
-                            const storage::postgres::ObjectKind& kind,
-                            const std::vector<std::string>& key,
-                            std::string_view name) {
-  absl::StatusOr<storage::postgres::StoredObject> row = objects->Get(kind, key);
-  if (!row.ok()) return ExplainStorageError(row.status(), name);
-  return Decode<T>(*row, name);
-}
-
-// Inserts `object` (its server fields cleared) with the audit row, and returns
-// it as stored.
-template <typename T>
-absl::StatusOr<T> CreateObject(
-    storage::postgres::ObjectStore* objects,
-    const storage::postgres::ObjectKind& kind,
-    const std::vector<std::string>& key, std::string_view name, T object,
-    MutationAudit& audit, const std::vector<ConstraintMessage>& messages = {}) {
-  ClearServerFields(&object);
-  absl::StatusOr<storage::postgres::StoredObject> row =
-      objects->Create(kind, key, ExtraColumns(object),
-                      object.SerializeAsString(), &audit.record);
-  if (!row.ok()) return ExplainStorageError(row.status(), name, messages);
-  audit.committed = true;
-  return Decode<T>(*row, name);
-}
-
 // Whether an Update failed because the stored version differs from the expected
 // one.
 bool IsEtagMismatch(const absl::Status& status);
@@ -270,67 +188,6 @@ std::string StoredBodyError(std::string_view name);
 
 // The ABORTED status of an Update whose etag no longer matches.
 absl::Status EtagMismatch(std::string_view name, std::string_view etag);
-
-// Read-modify-write of one object: checks the mask, compares the etag of
-// `patch` (ABORTED on a mismatch), merges the masked fields of `patch` into the
-// stored object, runs `validate` on the merged object (which must report
-// request-relative fields), and writes it with the audit row.
-template <typename T>
-absl::StatusOr<T> UpdateObject(
-    storage::postgres::ObjectStore* objects,
-    const storage::postgres::ObjectKind& kind,
-    const std::vector<std::string>& key, std::string_view name, const T& patch,
-    const google::protobuf::FieldMask& mask, const UpdatableFields& updatable,
-    absl::FunctionRef<absl::Status(const T&)> validate, MutationAudit& audit,
-    const std::vector<ConstraintMessage>& messages = {}) {
-  if (absl::Status s = CheckUpdateMask(mask, T::descriptor(), updatable);
-      !s.ok())
-    return s;
-  absl::StatusOr<int64_t> expected = ExpectedVersion(patch.etag(), name);
-  if (!expected.ok()) return expected.status();
-  absl::StatusOr<storage::postgres::StoredObject> row = objects->Update(
-      kind, key, *expected,
-      [&](const storage::postgres::StoredObject& current)
-          -> absl::StatusOr<storage::postgres::ObjectStore::Mutation> {
-        T merged;
-        if (!merged.ParseFromString(current.body)) {
-          return absl::InternalError(StoredBodyError(name));
-        }
-        ApplyUpdateMask(patch, mask, updatable, &merged);
-        ClearServerFields(&merged);
-        if (absl::Status s = validate(merged); !s.ok()) return s;
-        return storage::postgres::ObjectStore::Mutation{
-            merged.SerializeAsString(), ExtraColumns(merged)};
-      },
-      &audit.record);
-  if (!row.ok()) {
-    if (IsEtagMismatch(row.status())) return EtagMismatch(name, patch.etag());
-    return ExplainStorageError(row.status(), name, messages);
-  }
-  audit.committed = true;
-  return Decode<T>(*row, name);
-}
-
-// Deletes one object with the audit row.
-absl::Status DeleteObject(storage::postgres::ObjectStore* objects,
-                          const storage::postgres::ObjectKind& kind,
-                          const std::vector<std::string>& key,
-                          std::string_view name, MutationAudit& audit,
-                          const std::vector<ConstraintMessage>& messages = {});
-
-// Decodes a page of objects, naming each from its key.
-template <typename T>
-absl::Status DecodePage(
-    const storage::postgres::ListPage& page,
-    absl::FunctionRef<std::string(const std::vector<std::string>&)> name_of,
-    google::protobuf::RepeatedPtrField<T>* out) {
-  for (const storage::postgres::StoredObject& row : page.objects) {
-    if (absl::Status s = DecodeStored(row, name_of(row.key), out->Add());
-        !s.ok())
-      return s;
-  }
-  return absl::OkStatus();
-}
 
 // --- Capacity ---
 

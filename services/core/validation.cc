@@ -13,6 +13,7 @@
 #include "services/core/errors.h"
 #include "services/core/money.h"
 #include "services/core/names.h"
+#include "services/core/status_macros.h"
 #include "services/core/string_view.h"
 
 namespace trainyard::core {
@@ -149,13 +150,6 @@ absl::Status CheckNonNegativeFinite(std::string_view field, double value) {
   }
   return absl::OkStatus();
 }
-
-#define TY_RETURN_IF_ERROR(expr)                \
-  do {                                          \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                               \
-    }                                           \
-  } while (false)
 
 // --- JobSpec parts ---
 

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "services/scheduler/policy/fragmentation.h"
 #include "services/scheduler/policy/incremental.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
-#include "services/scheduler/policy/synthetic.h"
+#include "tests/support/policy/fragmentation.h"
+#include "tests/support/policy/synthetic.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

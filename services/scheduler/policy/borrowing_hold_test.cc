@@ -8,9 +8,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/scheduler/policy/churn_test_util.h"
 #include "services/scheduler/policy/policy.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/churn_test_util.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

@@ -1,4 +1,4 @@
-#include "services/scheduler/policy/fragmentation.h"
+#include "tests/support/policy/fragmentation.h"
 
 #include <cstdint>
 #include <random>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

@@ -12,8 +12,8 @@
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/preemption.h"
 #include "services/scheduler/policy/snapshot.h"
-#include "services/scheduler/policy/synthetic.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/synthetic.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

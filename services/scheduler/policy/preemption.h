@@ -39,8 +39,9 @@
 #include <optional>
 #include <vector>
 
+#include "services/scheduler/policy/decisions.h"
 #include "services/scheduler/policy/placement.h"
-#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/policy_config.h"
 #include "services/scheduler/policy/quota.h"
 #include "services/scheduler/policy/snapshot.h"
 

@@ -11,7 +11,7 @@
 #include "services/scheduler/policy/incremental.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

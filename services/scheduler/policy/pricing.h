@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/policy_config.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy {

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/snapshot.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

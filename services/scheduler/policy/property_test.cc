@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/pricing.h"
-#include "services/scheduler/policy/test_util.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {

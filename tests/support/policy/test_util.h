@@ -1,6 +1,6 @@
 // Test helpers: a small builder for snapshots.
-#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
-#define TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
+#ifndef TRAINYARD_TESTS_SUPPORT_POLICY_TEST_UTIL_H_
+#define TRAINYARD_TESTS_SUPPORT_POLICY_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -125,4 +125,4 @@ inline std::vector<JobId> SortedAdmitted(const Decisions& d) {
 
 }  // namespace trainyard::scheduler::policy::testing
 
-#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_TEST_UTIL_H_
+#endif  // TRAINYARD_TESTS_SUPPORT_POLICY_TEST_UTIL_H_

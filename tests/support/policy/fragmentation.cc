@@ -1,4 +1,4 @@
-#include "services/scheduler/policy/fragmentation.h"
+#include "tests/support/policy/fragmentation.h"
 
 #include <algorithm>
 #include <cstdint>

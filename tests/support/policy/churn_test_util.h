@@ -1,6 +1,6 @@
 // Test helper: the incremental Scheduler through cycles of churn.
-#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_CHURN_TEST_UTIL_H_
-#define TRAINYARD_SERVICES_SCHEDULER_POLICY_CHURN_TEST_UTIL_H_
+#ifndef TRAINYARD_TESTS_SUPPORT_POLICY_CHURN_TEST_UTIL_H_
+#define TRAINYARD_TESTS_SUPPORT_POLICY_CHURN_TEST_UTIL_H_
 
 #include <functional>
 #include <random>
@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/incremental.h"
 #include "services/scheduler/policy/policy.h"
-#include "services/scheduler/policy/synthetic.h"
+#include "tests/support/policy/synthetic.h"
 
 namespace trainyard::scheduler::policy::testing {
 
@@ -64,4 +64,4 @@ inline void CheckIncrementalUnderChurn(
 
 }  // namespace trainyard::scheduler::policy::testing
 
-#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_CHURN_TEST_UTIL_H_
+#endif  // TRAINYARD_TESTS_SUPPORT_POLICY_CHURN_TEST_UTIL_H_

@@ -1,7 +1,8 @@
-// Fragmentation of free GPU capacity: how well placement's best fit keeps
+// Fragmentation of free GPU capacity: how well placement's bin-packing keeps
 // whole nodes free for large gangs. A pure function of a snapshot and,
-// optionally, one cycle's admissions; it does not change placement. See
-// docs/scheduling.md, "Fragmentation".
+// optionally, one cycle's admissions; it does not change placement, and the
+// policy does not use it (tests and benchmarks do). See docs/scheduling.md,
+// "Fragmentation".
 //
 // Only schedulable nodes with at least one GPU count. A node's free GPUs are
 // capacity - used - the GPUs of the admitted workers placed on it (never below
@@ -9,13 +10,13 @@
 // not looked at). A "full-node worker" of a flavor asks for the flavor's node
 // size in GPUs (the largest GPU capacity among its counted nodes) and nothing
 // else; a node holds one when its free GPUs reach that size.
-#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_FRAGMENTATION_H_
-#define TRAINYARD_SERVICES_SCHEDULER_POLICY_FRAGMENTATION_H_
+#ifndef TRAINYARD_TESTS_SUPPORT_POLICY_FRAGMENTATION_H_
+#define TRAINYARD_TESTS_SUPPORT_POLICY_FRAGMENTATION_H_
 
 #include <cstdint>
 #include <vector>
 
-#include "services/scheduler/policy/policy.h"
+#include "services/scheduler/policy/decisions.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy {
@@ -87,4 +88,4 @@ FragmentationReport MeasureFragmentation(
 
 }  // namespace trainyard::scheduler::policy
 
-#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_FRAGMENTATION_H_
+#endif  // TRAINYARD_TESTS_SUPPORT_POLICY_FRAGMENTATION_H_

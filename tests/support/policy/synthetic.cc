@@ -1,4 +1,4 @@
-#include "services/scheduler/policy/synthetic.h"
+#include "tests/support/policy/synthetic.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // A deterministic, seeded generator of realistic scheduler snapshots, for
 // benchmarks and equivalence tests (not used by the policy itself).
-#ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_SYNTHETIC_H_
-#define TRAINYARD_SERVICES_SCHEDULER_POLICY_SYNTHETIC_H_
+#ifndef TRAINYARD_TESTS_SUPPORT_POLICY_SYNTHETIC_H_
+#define TRAINYARD_TESTS_SUPPORT_POLICY_SYNTHETIC_H_
 
 #include <cstdint>
 #include <random>
@@ -34,4 +34,4 @@ PendingJob MakeSyntheticJob(const Snapshot& snapshot, JobId id,
 
 }  // namespace trainyard::scheduler::policy
 
-#endif  // TRAINYARD_SERVICES_SCHEDULER_POLICY_SYNTHETIC_H_
+#endif  // TRAINYARD_TESTS_SUPPORT_POLICY_SYNTHETIC_H_

@@ -1,0 +1,64 @@
+// The one path every API handler takes (JobService, QueueService,
+// ClusterService, AdminService): authenticate the caller, run the handler's
+// body (which authorizes and does the work, and reports through an
+// absl::Status), write the audit row of a refused or failed mutation, and turn
+// the status into the gRPC reply (Reply: the ErrorInfo trailer; INTERNAL
+// details are logged, not returned).
+//
+// Unauthenticated calls are refused before the body runs, without an audit row
+// (there is no principal to record).
+#ifndef TRAINYARD_SERVICES_API_HANDLER_H_
+#define TRAINYARD_SERVICES_API_HANDLER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+#include <string_view>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "services/api/auth.h"
+#include "services/api/context.h"
+#include "services/core/status_macros.h"
+#include "storage/postgres/object_store.h"
+
+namespace trainyard::api {
+
+// The audit row of one mutation. Handlers fill in `record.resource` and
+// `record.tenant` once they know them, pass &record to the storage call (which
+// commits it with the change), and mark it `committed` when that call
+// succeeded (Committed).
+struct MutationAudit {
+  storage::postgres::AuditRecord record;
+  bool committed = false;
+};
+
+// Runs a handler that writes no audit row (reads; JobService, whose changes
+// the job's own history records): authenticates the caller, runs `fn`, and
+// returns Reply(context, status).
+grpc::Status Run(ApiContext* ctx, grpc::ServerContextBase* context,
+                 absl::FunctionRef<absl::Status(const Caller&)> fn);
+
+// Runs an audited mutation: authenticates the caller, builds its audit record
+// (MakeAudit(caller, method, resource, "", request)), runs `fn`, and when `fn`
+// fails before its change committed writes the failure's audit row
+// (AuditFailure). Returns Reply(context, status).
+grpc::Status RunMutation(
+    ApiContext* ctx, grpc::ServerContextBase* context, std::string_view method,
+    const google::protobuf::Message& request, std::string resource,
+    absl::FunctionRef<absl::Status(const Caller&, MutationAudit&)> fn);
+
+// `result` of a storage call that carried `audit.record`; marks the record
+// committed when the call succeeded.
+template <typename T>
+absl::StatusOr<T> Committed(MutationAudit& audit, absl::StatusOr<T> result) {
+  if (result.ok()) audit.committed = true;
+  return result;
+}
+absl::Status Committed(MutationAudit& audit, absl::Status result);
+
+}  // namespace trainyard::api
+
+#endif  // TRAINYARD_SERVICES_API_HANDLER_H_
