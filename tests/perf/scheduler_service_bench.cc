@@ -84,7 +84,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/scheduler/policy/synthetic.h"
+#include "tests/support/policy/synthetic.h"
 #include "services/scheduler/scheduler_service.h"
 #include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
