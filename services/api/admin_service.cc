@@ -11,11 +11,11 @@
 #include "services/api/handler.h"
 #include "services/api/resource_handler.h"
 #include "services/api/resource_util.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/status_macros.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::api {
 namespace {
@@ -28,7 +28,7 @@ constexpr absl::Duration kDefaultTokenTtl = absl::Hours(24 * 90);
 constexpr absl::Duration kMaxTokenTtl = absl::Hours(24 * 365);
 
 std::string Method(std::string_view rpc) {
-  return core::Cat("/trainyard.v1.AdminService/", rpc);
+  return domain::Cat("/trainyard.v1.AdminService/", rpc);
 }
 
 // API tokens and role bindings live in the AuthStore, not an ObjectStore
@@ -36,13 +36,13 @@ std::string Method(std::string_view rpc) {
 // writes, and who may make them, are the methods' own.
 constexpr ResourceKind<v1::ApiToken> kApiTokens = {
     .plural = "API tokens",
-    .parse_name = &ParseKey<&core::ParseApiTokenName>,
-    .name_of = &KeyName<&core::ApiTokenName>,
+    .parse_name = &ParseKey<&domain::ParseApiTokenName>,
+    .name_of = &KeyName<&domain::ApiTokenName>,
 };
 constexpr ResourceKind<v1::RoleBinding> kRoleBindings = {
     .plural = "role bindings",
-    .parse_name = &ParseKey<&core::ParseRoleBindingName>,
-    .name_of = &KeyName<&core::RoleBindingName>,
+    .parse_name = &ParseKey<&domain::ParseRoleBindingName>,
+    .name_of = &KeyName<&domain::RoleBindingName>,
 };
 
 // A page request of a listing keyed by int64 ids: its size, and the id of the
@@ -60,8 +60,8 @@ absl::StatusOr<IdPage> ParseIdPage(int32_t page_size,
   absl::StatusOr<std::vector<std::string>> key = pg::DecodePageToken(token);
   if (!key.ok() || key->size() != 1 || !absl::SimpleAtoi((*key)[0], &page.id) ||
       page.id <= 0) {
-    return core::FieldError(
-        "page_token", core::reason::kInvalidValue,
+    return domain::FieldError(
+        "page_token", domain::reason::kInvalidValue,
         "malformed; pass the next_page_token of the previous page");
   }
   return page;
@@ -70,14 +70,14 @@ absl::StatusOr<IdPage> ParseIdPage(int32_t page_size,
 // The numeric id of "roleBindings/{id}" (0 if it is not a number the store can
 // hold).
 int64_t BindingId(const std::string& name) {
-  absl::StatusOr<std::string> id = core::ParseRoleBindingName(name, "name");
+  absl::StatusOr<std::string> id = domain::ParseRoleBindingName(name, "name");
   int64_t out = 0;
   if (!id.ok() || !absl::SimpleAtoi(*id, &out) || out <= 0) return 0;
   return out;
 }
 
 absl::Status NotFound(std::string_view name) {
-  return absl::NotFoundError(core::Cat(name, " not found"));
+  return absl::NotFoundError(domain::Cat(name, " not found"));
 }
 
 // The lifetime a CreateApiToken request asks for.
@@ -85,11 +85,11 @@ absl::StatusOr<absl::Duration> TokenTtl(
     const v1::CreateApiTokenRequest& request) {
   if (!request.has_ttl()) return kDefaultTokenTtl;
   TY_ASSIGN_OR_RETURN(const absl::Duration ttl,
-                      core::ToDuration(request.ttl(), "ttl"));
+                      domain::ToDuration(request.ttl(), "ttl"));
   if (ttl <= absl::ZeroDuration() || ttl > kMaxTokenTtl) {
-    return core::FieldError(
-        "ttl", core::reason::kOutOfRange,
-        core::Cat("must be more than 0 and at most 365 days, got ",
+    return domain::FieldError(
+        "ttl", domain::reason::kOutOfRange,
+        domain::Cat("must be more than 0 and at most 365 days, got ",
                   absl::FormatDuration(ttl)));
   }
   return ttl;
@@ -99,7 +99,7 @@ absl::StatusOr<absl::Duration> TokenTtl(
 absl::StatusOr<std::optional<absl::Time>> OptionalTime(
     bool set, const google::protobuf::Timestamp& time, std::string_view field) {
   if (!set) return std::nullopt;
-  TY_ASSIGN_OR_RETURN(const absl::Time t, core::ToTime(time, field));
+  TY_ASSIGN_OR_RETURN(const absl::Time t, domain::ToTime(time, field));
   return t;
 }
 
@@ -119,10 +119,10 @@ absl::Status CheckTenantFilter(const std::string& tenant) {
 
 absl::Status CheckPrincipal(std::string_view field,
                             const std::string& principal) {
-  if (core::IsValidPrincipal(principal)) return absl::OkStatus();
-  return core::FieldError(
-      field, core::reason::kInvalidName,
-      core::Cat("must be users/{id} or serviceAccounts/{id} with 1..128 "
+  if (domain::IsValidPrincipal(principal)) return absl::OkStatus();
+  return domain::FieldError(
+      field, domain::reason::kInvalidName,
+      domain::Cat("must be users/{id} or serviceAccounts/{id} with 1..128 "
                 "characters of [a-zA-Z0-9._@+-], got ",
                 Quoted(principal)));
 }
@@ -137,26 +137,26 @@ absl::Status CheckTokenAuthority(pg::AuthStore* store, const Caller& caller,
       store->BindingsOf(principal);
   if (!bindings.ok()) return bindings.status();
   if (bindings->empty()) {
-    return absl::PermissionDeniedError(core::Cat(
+    return absl::PermissionDeniedError(domain::Cat(
         caller.principal, " needs role platform-admin to create tokens for ",
         principal, ", which holds no role bindings"));
   }
   for (const v1::RoleBinding& b : *bindings) {
     if (b.role() == v1::ROLE_PLATFORM_ADMIN) {
-      return absl::PermissionDeniedError(core::Cat(
+      return absl::PermissionDeniedError(domain::Cat(
           caller.principal, " needs role platform-admin to create tokens for ",
           principal, ", a platform-admin"));
     }
     if (!caller.Can(b.tenant(), Permission::kAdminTenant)) {
       // Name the tenant only to a caller who can see it.
       if (!caller.Sees(b.tenant())) {
-        return absl::PermissionDeniedError(core::Cat(
+        return absl::PermissionDeniedError(domain::Cat(
             caller.principal, " needs role tenant-admin in every tenant where ",
             principal,
             " holds a role (or platform-admin) to create tokens for them"));
       }
       return absl::PermissionDeniedError(
-          core::Cat(caller.principal, " needs role tenant-admin in tenant ",
+          domain::Cat(caller.principal, " needs role tenant-admin in tenant ",
                     b.tenant(), " (or platform-admin) to create tokens for ",
                     principal, ", who holds a role there"));
     }
@@ -171,11 +171,11 @@ absl::Status CheckBindingAuthority(const Caller& caller, v1::Role role,
   if (caller.platform_admin) return absl::OkStatus();
   if (role == v1::ROLE_PLATFORM_ADMIN || tenant.empty()) {
     return absl::PermissionDeniedError(
-        core::Cat(caller.principal, " needs role platform-admin to ", verb,
+        domain::Cat(caller.principal, " needs role platform-admin to ", verb,
                   " ROLE_PLATFORM_ADMIN bindings"));
   }
   return Require(caller, tenant, Permission::kAdminTenant,
-                 core::TenantName(tenant));
+                 domain::TenantName(tenant));
 }
 
 }  // namespace
@@ -195,14 +195,14 @@ grpc::Status AdminServiceImpl::CreateApiToken(
               CheckTokenAuthority(ctx_->auth_store, caller, principal));
         }
         TY_ASSIGN_OR_RETURN(const absl::Duration ttl, TokenTtl(*request));
-        if (request->description().size() > core::kMaxDescriptionChars) {
-          return core::FieldError(
-              "description", core::reason::kTooLarge,
-              core::Cat("must be at most ", core::kMaxDescriptionChars,
+        if (request->description().size() > domain::kMaxDescriptionChars) {
+          return domain::FieldError(
+              "description", domain::reason::kTooLarge,
+              domain::Cat("must be at most ", domain::kMaxDescriptionChars,
                         " bytes, got ", request->description().size()));
         }
         NewToken token = GenerateToken();
-        audit.record.resource = core::ApiTokenName(token.id);
+        audit.record.resource = domain::ApiTokenName(token.id);
         TY_ASSIGN_OR_RETURN(
             *response->mutable_token(),
             Committed(audit, ctx_->auth_store->CreateToken(
@@ -221,7 +221,7 @@ grpc::Status AdminServiceImpl::ListApiTokens(
     std::string principal = request->principal();
     if (principal.empty()) {
       principal = caller.principal;
-    } else if (principal == core::kAllId) {
+    } else if (principal == domain::kAllId) {
       TY_RETURN_IF_ERROR(
           RequirePlatformAdmin(caller, "list every principal's tokens"));
       principal.clear();
@@ -236,9 +236,9 @@ grpc::Status AdminServiceImpl::ListApiTokens(
       absl::StatusOr<std::vector<std::string>> key =
           pg::DecodePageToken(request->page_token());
       if (!key.ok() || key->size() != 1 ||
-          !core::IsValidGeneratedId((*key)[0])) {
-        return core::FieldError(
-            "page_token", core::reason::kInvalidValue,
+          !domain::IsValidGeneratedId((*key)[0])) {
+        return domain::FieldError(
+            "page_token", domain::reason::kInvalidValue,
             "malformed; pass the next_page_token of the previous page");
       }
       after_id = (*key)[0];
@@ -251,7 +251,7 @@ grpc::Status AdminServiceImpl::ListApiTokens(
       *response->add_tokens() = std::move(token);
     }
     if (more && response->tokens_size() > 0) {
-      absl::StatusOr<std::string> last = core::ParseApiTokenName(
+      absl::StatusOr<std::string> last = domain::ParseApiTokenName(
           response->tokens(response->tokens_size() - 1).name(), "name");
       if (!last.ok()) return absl::InternalError(last.status().message());
       response->set_next_page_token(pg::EncodePageToken({*last}));
@@ -294,7 +294,7 @@ grpc::Status AdminServiceImpl::CreateRoleBinding(
       ctx_, context, Method("CreateRoleBinding"), *request, "roleBindings",
       [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
         const v1::RoleBinding& binding = request->role_binding();
-        TY_RETURN_IF_ERROR(core::PrefixField(core::ValidateRoleBinding(binding),
+        TY_RETURN_IF_ERROR(domain::PrefixField(domain::ValidateRoleBinding(binding),
                                              "role_binding"));
         audit.record.tenant = binding.tenant();
         TY_RETURN_IF_ERROR(CheckBindingAuthority(caller, binding.role(),
@@ -303,7 +303,7 @@ grpc::Status AdminServiceImpl::CreateRoleBinding(
             ctx_->auth_store->CreateRoleBinding(binding, caller.principal,
                                                 &audit.record);
         if (absl::IsFailedPrecondition(created.status())) {
-          return core::AttachErrorInfo(created.status(), "role_binding.tenant",
+          return domain::AttachErrorInfo(created.status(), "role_binding.tenant",
                                        reason::kUnknownTenant);
         }
         if (!created.ok()) return created.status();
@@ -381,7 +381,7 @@ grpc::Status AdminServiceImpl::ListRoleBindings(
     if (more && response->role_bindings_size() > 0) {
       const int64_t last = BindingId(
           response->role_bindings(response->role_bindings_size() - 1).name());
-      response->set_next_page_token(pg::EncodePageToken({core::Cat(last)}));
+      response->set_next_page_token(pg::EncodePageToken({domain::Cat(last)}));
     }
     return absl::OkStatus();
   });
@@ -422,13 +422,13 @@ grpc::Status AdminServiceImpl::ListAuditLog(
     if (!caller.platform_admin) {
       if (tenant.empty()) {
         return absl::PermissionDeniedError(
-            core::Cat(caller.principal,
+            domain::Cat(caller.principal,
                       " needs role platform-admin to read the whole audit log; "
                       "set tenant to a "
                       "tenant it administers"));
       }
       TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kAdminTenant,
-                                 core::TenantName(tenant)));
+                                 domain::TenantName(tenant)));
     }
     TY_ASSIGN_OR_RETURN(const std::optional<absl::Time> start,
                         OptionalTime(request->has_start_time(),
@@ -446,7 +446,7 @@ grpc::Status AdminServiceImpl::ListAuditLog(
     for (v1::AuditEntry& e : entries) *response->add_entries() = std::move(e);
     if (more && response->entries_size() > 0) {
       response->set_next_page_token(pg::EncodePageToken(
-          {core::Cat(response->entries(response->entries_size() - 1).id())}));
+          {domain::Cat(response->entries(response->entries_size() - 1).id())}));
     }
     return absl::OkStatus();
   });

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/common/crypto.h"
-#include "services/core/string_view.h"
+#include "services/lib/runtime/crypto.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::api {
 namespace {
@@ -129,15 +129,15 @@ absl::Status RequirePlatformAdminIn(const Caller& caller,
 
 NewToken GenerateToken() {
   NewToken t;
-  t.id = absl::StrCat("t", absl::BytesToHexString(common::RandomBytes(8)));
-  t.secret = absl::StrCat("ty_", t.id, "_", common::RandomToken(32));
-  t.hash = common::Sha256Hex(t.secret);
+  t.id = absl::StrCat("t", absl::BytesToHexString(runtime::RandomBytes(8)));
+  t.secret = absl::StrCat("ty_", t.id, "_", runtime::RandomToken(32));
+  t.hash = runtime::Sha256Hex(t.secret);
   return t;
 }
 
 absl::StatusOr<std::string> TokenId(std::string_view token) {
   std::vector<absl::string_view> parts =
-      absl::StrSplit(core::AbslView(token), absl::MaxSplits('_', 2));
+      absl::StrSplit(domain::AbslView(token), absl::MaxSplits('_', 2));
   if (parts.size() != 3 || parts[0] != "ty" || parts[1].empty() ||
       parts[2].empty()) {
     return absl::UnauthenticatedError("malformed API token");
@@ -147,7 +147,7 @@ absl::StatusOr<std::string> TokenId(std::string_view token) {
 
 Authenticator::Authenticator(
     storage::postgres::AuthStore* store, absl::Duration cache_ttl,
-    std::shared_ptr<const common::JobTokenKeys> job_tokens)
+    std::shared_ptr<const runtime::JobTokenKeys> job_tokens)
     : store_(store), ttl_(cache_ttl), job_tokens_(std::move(job_tokens)) {}
 
 void Authenticator::InvalidateAll() {
@@ -164,7 +164,7 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
         "missing credentials: send metadata \"authorization: Bearer <token>\"");
   }
   std::string_view value(it->second.data(), it->second.size());
-  if (!absl::StartsWithIgnoreCase(core::AbslView(value), "bearer ")) {
+  if (!absl::StartsWithIgnoreCase(domain::AbslView(value), "bearer ")) {
     return absl::UnauthenticatedError(
         "authorization metadata must be \"Bearer <token>\"");
   }
@@ -173,14 +173,14 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
 
 absl::StatusOr<Caller> Authenticator::AuthenticateToken(
     std::string_view token) {
-  if (common::IsJobToken(token)) {
+  if (runtime::IsJobToken(token)) {
     // Verified by its signature alone: no database round trip, no cache.
     if (job_tokens_ == nullptr) {
       return absl::UnauthenticatedError(
           "job tokens are not accepted: the api has no job token key "
           "(--job_token_key_file)");
     }
-    absl::StatusOr<common::JobTokenClaims> claims =
+    absl::StatusOr<runtime::JobTokenClaims> claims =
         job_tokens_->Verify(token, absl::Now());
     if (!claims.ok()) return claims.status();
     Caller caller;
@@ -190,7 +190,7 @@ absl::StatusOr<Caller> Authenticator::AuthenticateToken(
     caller.job_id = claims->job_id;
     return caller;
   }
-  const std::string hash = common::Sha256Hex(token);
+  const std::string hash = runtime::Sha256Hex(token);
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
@@ -206,7 +206,7 @@ absl::StatusOr<Caller> Authenticator::AuthenticateToken(
   if (absl::IsNotFound(record.status()))
     return absl::UnauthenticatedError("unknown API token");
   if (!record.ok()) return record.status();
-  if (!common::ConstantTimeEquals(record->secret_hash, hash)) {
+  if (!runtime::ConstantTimeEquals(record->secret_hash, hash)) {
     return absl::UnauthenticatedError("unknown API token");
   }
   if (record->token.has_revoke_time()) {

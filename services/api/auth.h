@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "services/common/job_token.h"
+#include "services/lib/runtime/job_token.h"
 #include "storage/postgres/auth_store.h"
 #include "trainyard/v1/admin.pb.h"
 
@@ -100,7 +100,7 @@ class Authenticator {
   // are refused (UNAUTHENTICATED).
   Authenticator(
       storage::postgres::AuthStore* store, absl::Duration cache_ttl,
-      std::shared_ptr<const common::JobTokenKeys> job_tokens = nullptr);
+      std::shared_ptr<const runtime::JobTokenKeys> job_tokens = nullptr);
 
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context);
   absl::StatusOr<Caller> AuthenticateToken(std::string_view token);
@@ -114,7 +114,7 @@ class Authenticator {
   };
   storage::postgres::AuthStore* store_;
   const absl::Duration ttl_;
-  const std::shared_ptr<const common::JobTokenKeys> job_tokens_;
+  const std::shared_ptr<const runtime::JobTokenKeys> job_tokens_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> cache_
       ABSL_GUARDED_BY(mu_);  // by token hash

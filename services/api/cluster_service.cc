@@ -10,11 +10,11 @@
 #include "services/api/handler.h"
 #include "services/api/resource_handler.h"
 #include "services/api/resource_util.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/status_macros.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::api {
 namespace {
@@ -25,7 +25,7 @@ namespace v1 = trainyard::v1;
 using google::protobuf::FieldMask;
 
 std::string Method(std::string_view rpc) {
-  return core::Cat("/trainyard.v1.ClusterService/", rpc);
+  return domain::Cat("/trainyard.v1.ClusterService/", rpc);
 }
 
 absl::Status CheckClusterExists(pg::ObjectStore* objects,
@@ -45,15 +45,15 @@ constexpr std::string_view kClusterFields[] = {
 constexpr ResourceKind<v1::Cluster> kClusters = {
     .field = "cluster",
     .plural = "clusters",
-    .parse_name = &ParseKey<&core::ParseClusterName>,
-    .name_of = &KeyName<&core::ClusterName>,
+    .parse_name = &ParseKey<&domain::ParseClusterName>,
+    .name_of = &KeyName<&domain::ClusterName>,
     .access = kPlatformObjects,
     .store = &pg::ClusterKind,
     .updatable = kClusterFields,
     .validate =
         [](const ApiContext& ctx, const ResourceKey&,
            const v1::Cluster& cluster) {
-          return core::ValidateCluster(cluster, ctx.limits);
+          return domain::ValidateCluster(cluster, ctx.limits);
         },
     .clear_output_only =
         [](v1::Cluster* cluster) {
@@ -75,22 +75,22 @@ constexpr std::string_view kFlavorFields[] = {"kind",
 constexpr ResourceKind<v1::Flavor> kFlavors = {
     .field = "flavor",
     .plural = "flavors",
-    .parse_name = &ParseKey<&core::ParseFlavorName>,
-    .name_of = &KeyName<&core::FlavorName>,
+    .parse_name = &ParseKey<&domain::ParseFlavorName>,
+    .name_of = &KeyName<&domain::FlavorName>,
     .access = kPlatformObjects,
     .store = &pg::FlavorKind,
     .updatable = kFlavorFields,
     .validate =
         [](const ApiContext&, const ResourceKey&, const v1::Flavor& flavor) {
-          return core::ValidateFlavor(flavor);
+          return domain::ValidateFlavor(flavor);
         },
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
       return {
           InUse("pools_flavor_fkey",
-                core::Cat("flavor ", key[0], " is used by a pool")),
+                domain::Cat("flavor ", key[0], " is used by a pool")),
           InUse("queue_flavors_flavor_fkey",
-                core::Cat("flavor ", key[0], " is used by a queue's quotas"))};
+                domain::Cat("flavor ", key[0], " is used by a queue's quotas"))};
     },
 };
 
@@ -108,17 +108,17 @@ constexpr ResourceKind<v1::Pool> kPools = {
     .field = "pool",
     .plural = "pools",
     .collection = "pools",
-    .parse_name = &ParseKey<&core::ParsePoolName>,
-    .name_of = &KeyName<&core::PoolName>,
-    .parse_parent = &core::ParseClusterName,
-    .parent_name = &core::ClusterName,
+    .parse_name = &ParseKey<&domain::ParsePoolName>,
+    .name_of = &KeyName<&domain::PoolName>,
+    .parse_parent = &domain::ParseClusterName,
+    .parent_name = &domain::ClusterName,
     .access = kPlatformObjects,
     .store = &pg::PoolKind,
     .extra_columns = [](const v1::Pool& pool)
         -> std::vector<std::optional<std::string>> { return {pool.flavor()}; },
     .validate =
         [](const ApiContext& ctx, const ResourceKey&, const v1::Pool& pool) {
-          return core::ValidatePool(pool, ctx.limits);
+          return domain::ValidatePool(pool, ctx.limits);
         },
     .check_references = &CheckPoolReferences,
     .write_conflicts = [](const ResourceKey& key, const v1::Pool& pool)
@@ -132,7 +132,7 @@ constexpr ResourceKind<v1::Pool> kPools = {
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
       return {InUse("nodes_cluster_pool_fkey",
-                    core::Cat("pool ", key[1], " still has nodes"))};
+                    domain::Cat("pool ", key[1], " still has nodes"))};
     },
 };
 
@@ -140,13 +140,13 @@ constexpr ResourceKind<v1::Pool> kPools = {
 
 constexpr ResourceKind<v1::Node> kNodes = {
     .plural = "nodes",
-    .parse_name = &ParseKey<&core::ParseNodeName>,
-    .name_of = &KeyName<&core::NodeName>,
+    .parse_name = &ParseKey<&domain::ParseNodeName>,
+    .name_of = &KeyName<&domain::NodeName>,
     .access = kPlatformObjects,
     .store = &pg::NodeKind,
     .extra_columns =
         [](const v1::Node& node) -> std::vector<std::optional<std::string>> {
-      return {node.pool(), core::Cat(static_cast<int>(node.state()))};
+      return {node.pool(), domain::Cat(static_cast<int>(node.state()))};
     },
 };
 
@@ -171,23 +171,23 @@ absl::StatusOr<NodeReport> CheckReport(ApiContext& ctx,
   absl::flat_hash_map<std::string, int> pools;
   for (int i = 0; i < request.nodes_size(); ++i) {
     const v1::Node& node = request.nodes(i);
-    const std::string at = core::IndexField("nodes", i);
+    const std::string at = domain::IndexField("nodes", i);
     TY_ASSIGN_OR_RETURN(
-        const core::ClusterChildName id,
-        core::ParseNodeName(node.name(), core::JoinField(at, "name")));
+        const domain::ClusterChildName id,
+        domain::ParseNodeName(node.name(), domain::JoinField(at, "name")));
     if (id.cluster != cluster) {
-      return core::FieldError(
-          core::JoinField(at, "name"), core::reason::kInconsistent,
-          core::Cat("node ", node.name(), " is not under parent ",
+      return domain::FieldError(
+          domain::JoinField(at, "name"), domain::reason::kInconsistent,
+          domain::Cat("node ", node.name(), " is not under parent ",
                     request.parent()));
     }
     if (!listed.insert(id.id).second) {
-      return core::FieldError(
-          core::JoinField(at, "name"), core::reason::kDuplicate,
-          core::Cat("node ", node.name(), " is listed twice"));
+      return domain::FieldError(
+          domain::JoinField(at, "name"), domain::reason::kDuplicate,
+          domain::Cat("node ", node.name(), " is listed twice"));
     }
     TY_RETURN_IF_ERROR(
-        core::PrefixField(core::ValidateNode(node, ctx.limits), at));
+        domain::PrefixField(domain::ValidateNode(node, ctx.limits), at));
     pools.emplace(node.pool(), i);
     report.writes.push_back(NodeReport::Write{id.id, i});
   }
@@ -195,7 +195,7 @@ absl::StatusOr<NodeReport> CheckReport(ApiContext& ctx,
   for (const auto& [pool, index] : pools) {
     TY_RETURN_IF_ERROR(
         CheckExists(ctx.objects, pg::PoolKind(), {cluster, pool},
-                    core::JoinField(core::IndexField("nodes", index), "pool"),
+                    domain::JoinField(domain::IndexField("nodes", index), "pool"),
                     reason::kUnknownPool, "pool"));
   }
   if (request.complete()) {
@@ -310,9 +310,9 @@ grpc::Status ClusterServiceImpl::ListPools(grpc::ServerContext* context,
       [&](const Caller&) -> absl::StatusOr<pg::ListQuery> {
         TY_ASSIGN_OR_RETURN(
             std::string cluster,
-            core::ParseClusterParent(request->parent(), "parent"));
+            domain::ParseClusterParent(request->parent(), "parent"));
         TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kPools, *request));
-        if (cluster != core::kAllId) {
+        if (cluster != domain::kAllId) {
           query.equals.emplace_back("cluster", cluster);
         }
         return query;
@@ -343,22 +343,22 @@ grpc::Status ClusterServiceImpl::ListNodes(grpc::ServerContext* context,
       [&](const Caller&) -> absl::StatusOr<pg::ListQuery> {
         TY_ASSIGN_OR_RETURN(
             std::string cluster,
-            core::ParseClusterParent(request->parent(), "parent"));
+            domain::ParseClusterParent(request->parent(), "parent"));
         const std::string& pool = request->pool();
         if (!pool.empty()) TY_RETURN_IF_ERROR(CheckNewId("pool", pool));
         if (!v1::NodeState_IsValid(request->state())) {
-          return core::FieldError(
-              "state", core::reason::kInvalidValue,
-              core::Cat("unknown value ", static_cast<int>(request->state())));
+          return domain::FieldError(
+              "state", domain::reason::kInvalidValue,
+              domain::Cat("unknown value ", static_cast<int>(request->state())));
         }
         TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kNodes, *request));
-        if (cluster != core::kAllId) {
+        if (cluster != domain::kAllId) {
           query.equals.emplace_back("cluster", cluster);
         }
         if (!pool.empty()) query.equals.emplace_back("pool", pool);
         if (request->state() != v1::NODE_STATE_UNSPECIFIED) {
           query.equals.emplace_back(
-              "state", core::Cat(static_cast<int>(request->state())));
+              "state", domain::Cat(static_cast<int>(request->state())));
         }
         return query;
       },
@@ -373,8 +373,8 @@ grpc::Status ClusterServiceImpl::ReportNodes(
       [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
         TY_ASSIGN_OR_RETURN(
             const std::string cluster,
-            core::ParseClusterName(request->parent(), "parent"));
-        audit.record.resource = core::ClusterName(cluster);
+            domain::ParseClusterName(request->parent(), "parent"));
+        audit.record.resource = domain::ClusterName(cluster);
         TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "report nodes"));
         TY_ASSIGN_OR_RETURN(const NodeReport report,
                             CheckReport(*ctx_, *request, cluster));
@@ -397,11 +397,11 @@ grpc::Status ClusterServiceImpl::ReportNodes(
           if (!row.ok()) {
             if (upserted > 0) InvalidateCaches(*ctx_);
             const std::string pool_field =
-                core::JoinField(core::IndexField("nodes", w.index), "pool");
+                domain::JoinField(domain::IndexField("nodes", w.index), "pool");
             return ExplainStorageError(
-                row.status(), core::NodeName(cluster, w.id),
+                row.status(), domain::NodeName(cluster, w.id),
                 {{"nodes_cluster_pool_fkey", pool_field, reason::kUnknownPool,
-                  core::Cat("pool ", Quoted(node.pool()), " of cluster ",
+                  domain::Cat("pool ", Quoted(node.pool()), " of cluster ",
                             cluster, " does not exist")},
                  UnknownReference("nodes_cluster_fkey", "parent",
                                   reason::kUnknownCluster, "cluster",
@@ -448,14 +448,14 @@ grpc::Status ClusterServiceImpl::SetNodeState(
         TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "set node states"));
         if (request->state() != v1::NODE_STATE_READY &&
             request->state() != v1::NODE_STATE_DRAINING) {
-          return core::FieldError(
-              "state", core::reason::kInvalidValue,
+          return domain::FieldError(
+              "state", domain::reason::kInvalidValue,
               "must be NODE_STATE_READY or NODE_STATE_DRAINING");
         }
-        if (request->reason().size() > core::kMaxDescriptionChars) {
-          return core::FieldError(
-              "reason", core::reason::kTooLarge,
-              core::Cat("must be at most ", core::kMaxDescriptionChars,
+        if (request->reason().size() > domain::kMaxDescriptionChars) {
+          return domain::FieldError(
+              "reason", domain::reason::kTooLarge,
+              domain::Cat("must be at most ", domain::kMaxDescriptionChars,
                         " bytes, got ", request->reason().size()));
         }
         absl::StatusOr<pg::StoredObject> row = ctx_->objects->Update(
@@ -493,12 +493,12 @@ grpc::Status ClusterServiceImpl::GetCapacity(grpc::ServerContext* context,
     for (const pg::StoredObject& row : pool_rows) {
       TY_ASSIGN_OR_RETURN(const v1::Pool pool,
                           Decode<v1::Pool>(row, kPools.name_of(row.key)));
-      pool_flavor.emplace_back(core::Cat(row.key[0], "/", row.key[1]),
+      pool_flavor.emplace_back(domain::Cat(row.key[0], "/", row.key[1]),
                                pool.flavor());
     }
     pg::ListQuery ready;
     ready.equals.emplace_back(
-        "state", core::Cat(static_cast<int>(v1::NODE_STATE_READY)));
+        "state", domain::Cat(static_cast<int>(v1::NODE_STATE_READY)));
     TY_ASSIGN_OR_RETURN(const std::vector<v1::Node> nodes,
                         ReadAll(*ctx_, kNodes, ready));
     *response = SumReadyCapacity(flavors, pool_flavor, nodes);

@@ -5,10 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
-#include "services/common/logging.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/string_view.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::api {
 
@@ -51,8 +51,8 @@ absl::Status Directory::CheckInTenant(
   absl::StatusOr<bool> ok = Exists(kind, {tenant, id});
   if (!ok.ok()) return ok.status();
   if (*ok) return absl::OkStatus();
-  return core::FieldError(field, reason,
-                          absl::StrCat(core::AbslView(what), " \"", id,
+  return domain::FieldError(field, reason,
+                          absl::StrCat(domain::AbslView(what), " \"", id,
                                        "\" does not exist in tenant ", tenant));
 }
 
@@ -60,7 +60,7 @@ absl::Status Directory::CheckQueue(const std::string& tenant,
                                    const std::string& queue,
                                    const std::string& field) {
   return CheckInTenant(storage::postgres::QueueKind(), tenant, queue, field,
-                       core::reason::kUnknownQueue, "queue");
+                       domain::reason::kUnknownQueue, "queue");
 }
 
 absl::Status Directory::CheckProject(const std::string& tenant,
@@ -109,7 +109,7 @@ absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
       ReadThrough(classes_, storage::postgres::PriorityClassKind(), id, now);
   if (!absl::IsNotFound(stored.status())) return stored;
   if (!implicit && !name.empty()) {
-    return core::FieldError(
+    return domain::FieldError(
         field, "UNKNOWN_PRIORITY_CLASS",
         absl::StrCat("priority class \"", id, "\" does not exist"));
   }
@@ -129,7 +129,7 @@ absl::StatusOr<trainyard::v1::PriorityClass> Directory::ResolvePriorityClass(
   return pc;
 }
 
-absl::StatusOr<std::shared_ptr<const core::CapacityIndex>>
+absl::StatusOr<std::shared_ptr<const domain::CapacityIndex>>
 Directory::Capacity() {
   const absl::Time now = absl::Now();
   {
@@ -149,7 +149,7 @@ Directory::Capacity() {
       trainyard::v1::Node& node = nodes.emplace_back();
       node.ParseFromString(o.body);
       // Stored bodies carry no name; it is the row's key.
-      node.set_name(core::NodeName(o.key[0], o.key[1]));
+      node.set_name(domain::NodeName(o.key[0], o.key[1]));
     }
     if (!page->more) break;
     query.after_key = page->objects.back().key;
@@ -162,8 +162,8 @@ Directory::Capacity() {
     c.ParseFromString(o.body);
     backends[o.key[0]] = c.backend();
   }
-  auto index = std::make_shared<const core::CapacityIndex>(
-      core::CapacityIndex::Build(nodes, backends));
+  auto index = std::make_shared<const domain::CapacityIndex>(
+      domain::CapacityIndex::Build(nodes, backends));
   absl::MutexLock lock(&mu_);
   capacity_ = index;
   capacity_fetched_ = now;
@@ -189,7 +189,7 @@ void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
                   const absl::Status& status) {
   audit.result = std::string(absl::StatusCodeToString(status.code()));
   if (absl::Status s = ctx.auth_store->WriteAudit(audit); !s.ok()) {
-    common::Log(common::LogLevel::kWarning, "could not write audit row",
+    runtime::Log(runtime::LogLevel::kWarning, "could not write audit row",
                 {{"method", audit.method}, {"error", s}});
   }
 }
@@ -197,7 +197,7 @@ void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
 absl::StatusOr<int> PageSize(int32_t requested, std::string_view field) {
   if (requested == 0) return 100;
   if (requested < 0 || requested > 1000) {
-    return core::FieldError(
+    return domain::FieldError(
         field, "OUT_OF_RANGE",
         absl::StrCat("must be between 1 and 1000, got ", requested));
   }

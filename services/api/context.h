@@ -12,8 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "services/api/auth.h"
-#include "services/core/capacity.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/capacity.h"
+#include "services/lib/domain/validation.h"
 #include "storage/postgres/auth_store.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
@@ -47,7 +47,7 @@ class Directory {
   absl::StatusOr<trainyard::v1::Tenant> GetTenant(const std::string& tenant);
   // Capacity of the known clusters (rebuilt from the nodes table at most every
   // ttl).
-  absl::StatusOr<std::shared_ptr<const core::CapacityIndex>> Capacity();
+  absl::StatusOr<std::shared_ptr<const domain::CapacityIndex>> Capacity();
 
   void Invalidate();
 
@@ -82,7 +82,7 @@ class Directory {
       classes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Cached<trainyard::v1::Tenant>> tenants_
       ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const core::CapacityIndex> capacity_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const domain::CapacityIndex> capacity_ ABSL_GUARDED_BY(mu_);
   absl::Time capacity_fetched_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
@@ -99,7 +99,7 @@ struct ApiContext {
   Directory* directory = nullptr;
   SubmitBatcher* batcher = nullptr;
   EventHub* hub = nullptr;
-  core::Limits limits;
+  domain::Limits limits;
 };
 
 // Audit record for a mutation by `caller`: `method` is the full RPC name

@@ -5,13 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/logging.h"
+#include "services/lib/runtime/logging.h"
 
 namespace trainyard::api {
 namespace {
 
-using common::Log;
-using common::LogLevel;
+using runtime::Log;
+using runtime::LogLevel;
 
 // Receives the outbox NOTIFY on a dedicated connection.
 class Listener : public pqxx::notification_receiver {

@@ -21,7 +21,7 @@
 #include "google/protobuf/message.h"
 #include "services/api/auth.h"
 #include "services/api/context.h"
-#include "services/core/status_macros.h"
+#include "services/lib/domain/status_macros.h"
 #include "storage/postgres/object_store.h"
 
 namespace trainyard::api {

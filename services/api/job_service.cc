@@ -15,12 +15,12 @@
 #include "services/api/handler.h"
 #include "services/api/status.h"
 #include "services/api/submit_batcher.h"
-#include "services/common/crypto.h"
-#include "services/core/errors.h"
-#include "services/core/job_state.h"
-#include "services/core/names.h"
-#include "services/core/status_macros.h"
-#include "services/core/validation.h"
+#include "services/lib/runtime/crypto.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/job_state.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::api {
 namespace {
@@ -44,7 +44,7 @@ std::string RequestHash(const Job& job) {
     coded.SetSerializationDeterministic(true);
     content.SerializeToCodedStream(&coded);
   }
-  return common::Sha256Hex(bytes);
+  return runtime::Sha256Hex(bytes);
 }
 
 bool Matches(const trainyard::v1::JobEvent& e,
@@ -65,7 +65,7 @@ bool Matches(const trainyard::v1::JobEvent& e,
 absl::StatusOr<std::string> SubmitTenant(const Caller& caller,
                                          const std::string& parent) {
   TY_ASSIGN_OR_RETURN(std::string tenant,
-                      core::ParseTenantName(parent, "parent"));
+                      domain::ParseTenantName(parent, "parent"));
   TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kWriteJobs, parent));
   return tenant;
 }
@@ -75,7 +75,7 @@ absl::StatusOr<std::string> SubmitTenant(const Caller& caller,
 absl::StatusOr<int64_t> BeforeIdFromPageToken(const std::string& token) {
   int64_t before = 0;
   if (!token.empty() && (!absl::SimpleAtoi(token, &before) || before <= 0)) {
-    return core::FieldError("page_token", "INVALID", "malformed page token");
+    return domain::FieldError("page_token", "INVALID", "malformed page token");
   }
   return before;
 }
@@ -102,10 +102,10 @@ absl::Status JobServiceImpl::CheckRate(const std::string& tenant, double cost) {
 absl::StatusOr<NewJob> JobServiceImpl::Prepare(
     const Caller& caller, const std::string& tenant,
     const trainyard::v1::SubmitJobRequest& req) {
-  TY_RETURN_IF_ERROR(core::ValidateClientRequestId(req.client_request_id()));
-  if (!req.has_job()) return core::FieldError("job", "REQUIRED", "must be set");
+  TY_RETURN_IF_ERROR(domain::ValidateClientRequestId(req.client_request_id()));
+  if (!req.has_job()) return domain::FieldError("job", "REQUIRED", "must be set");
   TY_RETURN_IF_ERROR(
-      core::PrefixField(core::ValidateJob(req.job(), ctx_->limits), "job"));
+      domain::PrefixField(domain::ValidateJob(req.job(), ctx_->limits), "job"));
   const trainyard::v1::JobSpec& spec = req.job().spec();
   TY_RETURN_IF_ERROR(
       ctx_->directory->CheckQueue(tenant, spec.queue(), "job.spec.queue"));
@@ -120,9 +120,9 @@ absl::StatusOr<NewJob> JobServiceImpl::Prepare(
   TY_ASSIGN_OR_RETURN(const trainyard::v1::PriorityClass pc,
                       ctx_->directory->ResolvePriorityClass(
                           t, spec.priority_class(), "job.spec.priority_class"));
-  TY_ASSIGN_OR_RETURN(const std::shared_ptr<const core::CapacityIndex> capacity,
+  TY_ASSIGN_OR_RETURN(const std::shared_ptr<const domain::CapacityIndex> capacity,
                       ctx_->directory->Capacity());
-  TY_RETURN_IF_ERROR(core::PrefixField(capacity->CheckFits(spec), "job"));
+  TY_RETURN_IF_ERROR(domain::PrefixField(capacity->CheckFits(spec), "job"));
 
   NewJob n;
   n.tenant = tenant;
@@ -176,10 +176,10 @@ grpc::Status JobServiceImpl::SubmitBatch(
     TY_ASSIGN_OR_RETURN(const std::string tenant,
                         SubmitTenant(caller, request->parent()));
     if (request->requests().empty()) {
-      return core::FieldError("requests", "REQUIRED", "must not be empty");
+      return domain::FieldError("requests", "REQUIRED", "must not be empty");
     }
     if (static_cast<size_t>(request->requests_size()) > kMaxBatch) {
-      return core::FieldError("requests", "TOO_LARGE",
+      return domain::FieldError("requests", "TOO_LARGE",
                               absl::StrCat("at most ", kMaxBatch, " jobs, got ",
                                            request->requests_size()));
     }
@@ -188,14 +188,14 @@ grpc::Status JobServiceImpl::SubmitBatch(
     jobs.reserve(request->requests_size());
     for (int i = 0; i < request->requests_size(); ++i) {
       const auto& item = request->requests(i);
-      const std::string prefix = core::IndexField("requests", i);
+      const std::string prefix = domain::IndexField("requests", i);
       if (!item.parent().empty() && item.parent() != request->parent()) {
-        return core::FieldError(core::JoinField(prefix, "parent"),
+        return domain::FieldError(domain::JoinField(prefix, "parent"),
                                 "INCONSISTENT",
                                 "must be empty or equal to the batch's parent");
       }
       absl::StatusOr<NewJob> job = Prepare(caller, tenant, item);
-      if (!job.ok()) return core::PrefixField(job.status(), prefix);
+      if (!job.ok()) return domain::PrefixField(job.status(), prefix);
       jobs.push_back(*std::move(job));
     }
     TY_ASSIGN_OR_RETURN(std::vector<storage::postgres::SubmitOutcome> outcomes,
@@ -217,7 +217,7 @@ grpc::Status JobServiceImpl::Get(grpc::ServerContext* context,
                                  trainyard::v1::Job* response) {
   return RunOnJob(
       context, request->name(), "name", Permission::kRead, JobTokens::kOwnJob,
-      [&](const Caller&, const core::JobName& name) -> absl::Status {
+      [&](const Caller&, const domain::JobName& name) -> absl::Status {
         TY_ASSIGN_OR_RETURN(
             *response,
             ctx_->jobs->Get(name.tenant, name.job_id,
@@ -232,9 +232,9 @@ grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
   return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
     TY_RETURN_IF_ERROR(RejectJobToken(caller, "list jobs"));
     TY_ASSIGN_OR_RETURN(const std::string tenant,
-                        core::ParseTenantParent(request->parent(), "parent"));
+                        domain::ParseTenantParent(request->parent(), "parent"));
     storage::postgres::JobQuery query;
-    if (tenant != core::kAllId) {
+    if (tenant != domain::kAllId) {
       TY_RETURN_IF_ERROR(
           Require(caller, tenant, Permission::kRead, request->parent()));
       query.tenants = {tenant};
@@ -247,12 +247,12 @@ grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
       query.tenants = caller.VisibleTenants();
     }
     TY_ASSIGN_OR_RETURN(query.limit, PageSize(request->page_size()));
-    if (!request->project().empty() && !core::IsValidId(request->project())) {
-      return core::FieldError("project", "INVALID_NAME",
+    if (!request->project().empty() && !domain::IsValidId(request->project())) {
+      return domain::FieldError("project", "INVALID_NAME",
                               "not a valid project id");
     }
-    if (!request->queue().empty() && !core::IsValidId(request->queue())) {
-      return core::FieldError("queue", "INVALID_NAME", "not a valid queue id");
+    if (!request->queue().empty() && !domain::IsValidId(request->queue())) {
+      return domain::FieldError("queue", "INVALID_NAME", "not a valid queue id");
     }
     query.project = request->project();
     query.queue = request->queue();
@@ -261,7 +261,7 @@ grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
       auto st = static_cast<trainyard::v1::JobState>(request->states(i));
       if (!trainyard::v1::JobState_IsValid(st) ||
           st == trainyard::v1::JOB_STATE_UNSPECIFIED) {
-        return core::FieldError(core::IndexField("states", i), "INVALID_ENUM",
+        return domain::FieldError(domain::IndexField("states", i), "INVALID_ENUM",
                                 "unknown job state");
       }
       query.states.push_back(st);
@@ -270,7 +270,7 @@ grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
       query.labels.emplace_back(k, v);
     }
     TY_RETURN_IF_ERROR(
-        core::ValidateLabels(request->labels(), ctx_->limits, "labels"));
+        domain::ValidateLabels(request->labels(), ctx_->limits, "labels"));
     TY_ASSIGN_OR_RETURN(query.before_id,
                         BeforeIdFromPageToken(request->page_token()));
     query.with_attempts = request->view() == trainyard::v1::JOB_VIEW_FULL;
@@ -287,10 +287,10 @@ grpc::Status JobServiceImpl::List(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::RunOnJob(
     grpc::ServerContext* context, const std::string& job,
     std::string_view field, Permission permission, JobTokens tokens,
-    absl::FunctionRef<absl::Status(const Caller&, const core::JobName&)> fn) {
+    absl::FunctionRef<absl::Status(const Caller&, const domain::JobName&)> fn) {
   return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-    TY_ASSIGN_OR_RETURN(const core::JobName name,
-                        core::ParseJobName(job, field));
+    TY_ASSIGN_OR_RETURN(const domain::JobName name,
+                        domain::ParseJobName(job, field));
     TY_RETURN_IF_ERROR(
         tokens == JobTokens::kOwnJob
             ? RequireJob(caller, name.tenant, name.job_id, permission, job)
@@ -303,14 +303,14 @@ grpc::Status JobServiceImpl::ChangeJob(
     grpc::ServerContext* context, const std::string& job,
     const std::string& reason,
     absl::FunctionRef<absl::StatusOr<trainyard::v1::Job>(
-        const core::JobName& name, const Caller& caller)>
+        const domain::JobName& name, const Caller& caller)>
         change,
     trainyard::v1::Job* response) {
   return RunOnJob(
       context, job, "name", Permission::kWriteJobs, JobTokens::kRefused,
-      [&](const Caller& caller, const core::JobName& name) -> absl::Status {
+      [&](const Caller& caller, const domain::JobName& name) -> absl::Status {
         if (reason.size() > 1024) {
-          return core::FieldError("reason", "TOO_LARGE",
+          return domain::FieldError("reason", "TOO_LARGE",
                                   "at most 1024 characters");
         }
         TY_ASSIGN_OR_RETURN(*response, change(name, caller));
@@ -324,7 +324,7 @@ grpc::Status JobServiceImpl::Cancel(
     trainyard::v1::Job* response) {
   return ChangeJob(
       context, request->name(), request->reason(),
-      [&](const core::JobName& name, const Caller& caller) {
+      [&](const domain::JobName& name, const Caller& caller) {
         return ctx_->jobs->Cancel(name.tenant, name.job_id, request->reason(),
                                   caller.principal);
       },
@@ -337,7 +337,7 @@ grpc::Status JobServiceImpl::SetHold(grpc::ServerContext* context,
                                      trainyard::v1::Job* response) {
   return ChangeJob(
       context, job, reason,
-      [&](const core::JobName& name,
+      [&](const domain::JobName& name,
           const Caller& caller) -> absl::StatusOr<Job> {
         TY_ASSIGN_OR_RETURN(Job held,
                             ctx_->jobs->SetHold(name.tenant, name.job_id, hold,
@@ -371,13 +371,13 @@ absl::Status JobServiceImpl::WatchFilter(
     const Caller& caller, const trainyard::v1::WatchJobsRequest& request,
     storage::postgres::EventFilter* filter, std::string* job_name) {
   TY_ASSIGN_OR_RETURN(const std::string tenant,
-                      core::ParseTenantParent(request.parent(), "parent"));
+                      domain::ParseTenantParent(request.parent(), "parent"));
   if (caller.job_scoped()) {
     // A job token watches its own job only.
     if (request.job().empty()) {
       return RejectJobToken(caller, "watch without a job filter");
     }
-  } else if (tenant == core::kAllId) {
+  } else if (tenant == domain::kAllId) {
     if (!caller.platform_admin) {
       filter->tenants = caller.VisibleTenants();
       if (filter->tenants.empty()) {
@@ -391,10 +391,10 @@ absl::Status JobServiceImpl::WatchFilter(
     filter->tenants = {tenant};
   }
   if (!request.job().empty()) {
-    TY_ASSIGN_OR_RETURN(const core::JobName name,
-                        core::ParseJobName(request.job(), "job"));
-    if (tenant != core::kAllId && name.tenant != tenant) {
-      return core::FieldError("job", "INCONSISTENT", "job is not under parent");
+    TY_ASSIGN_OR_RETURN(const domain::JobName name,
+                        domain::ParseJobName(request.job(), "job"));
+    if (tenant != domain::kAllId && name.tenant != tenant) {
+      return domain::FieldError("job", "INCONSISTENT", "job is not under parent");
     }
     TY_RETURN_IF_ERROR(RequireJob(caller, name.tenant, name.job_id,
                                   Permission::kRead, request.job()));
@@ -470,12 +470,12 @@ grpc::Status JobServiceImpl::ReportCheckpoint(
   return RunOnJob(
       context, request->job(), "job", Permission::kWriteJobs,
       JobTokens::kOwnJob,
-      [&](const Caller&, const core::JobName& name) -> absl::Status {
+      [&](const Caller&, const domain::JobName& name) -> absl::Status {
         if (!request->has_checkpoint()) {
-          return core::FieldError("checkpoint", "REQUIRED", "must be set");
+          return domain::FieldError("checkpoint", "REQUIRED", "must be set");
         }
-        TY_RETURN_IF_ERROR(core::PrefixField(
-            core::ValidateCheckpoint(request->checkpoint(), absl::Now()),
+        TY_RETURN_IF_ERROR(domain::PrefixField(
+            domain::ValidateCheckpoint(request->checkpoint(), absl::Now()),
             "checkpoint"));
         TY_ASSIGN_OR_RETURN(
             *response, ctx_->jobs->ReportCheckpoint(name.tenant, name.job_id,
@@ -490,7 +490,7 @@ grpc::Status JobServiceImpl::ListCheckpoints(
     trainyard::v1::ListCheckpointsResponse* response) {
   return RunOnJob(
       context, request->job(), "job", Permission::kRead, JobTokens::kOwnJob,
-      [&](const Caller&, const core::JobName& name) -> absl::Status {
+      [&](const Caller&, const domain::JobName& name) -> absl::Status {
         TY_ASSIGN_OR_RETURN(const int size, PageSize(request->page_size()));
         TY_ASSIGN_OR_RETURN(const int64_t before,
                             BeforeIdFromPageToken(request->page_token()));
@@ -513,22 +513,22 @@ grpc::Status JobServiceImpl::ExplainPending(
     trainyard::v1::ExplainPendingResponse* response) {
   return RunOnJob(context, request->name(), "name", Permission::kRead,
                   JobTokens::kOwnJob,
-                  [&](const Caller&, const core::JobName& name) {
+                  [&](const Caller&, const domain::JobName& name) {
                     return Explain(name, response);
                   });
 }
 
 absl::Status JobServiceImpl::Explain(
-    const core::JobName& name,
+    const domain::JobName& name,
     trainyard::v1::ExplainPendingResponse* response) {
   TY_ASSIGN_OR_RETURN(const storage::postgres::PendingPosition pos,
                       ctx_->jobs->Position(name.tenant, name.job_id));
   response->set_state(pos.state);
   response->set_queue_length(pos.queue_length);
-  if (!core::IsPending(pos.state)) {
+  if (!domain::IsPending(pos.state)) {
     response->set_reason("NOT_PENDING");
     response->set_message(absl::StrCat("the job is ",
-                                       std::string(core::StateName(pos.state)),
+                                       std::string(domain::StateName(pos.state)),
                                        ", not pending"));
     return absl::OkStatus();
   }

@@ -7,7 +7,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "services/api/context.h"
-#include "services/core/names.h"
+#include "services/lib/domain/names.h"
 #include "trainyard/v1/job.grpc.pb.h"
 
 namespace trainyard::api {
@@ -81,13 +81,13 @@ class JobServiceImpl final
   grpc::Status RunOnJob(
       grpc::ServerContext* context, const std::string& job,
       std::string_view field, Permission permission, JobTokens tokens,
-      absl::FunctionRef<absl::Status(const Caller&, const core::JobName&)> fn);
+      absl::FunctionRef<absl::Status(const Caller&, const domain::JobName&)> fn);
   // Cancel, Hold and Release: the job named `job`, which the caller may write
   // (job tokens may not), a reason of at most 1024 characters, and `change`.
   grpc::Status ChangeJob(grpc::ServerContext* context, const std::string& job,
                          const std::string& reason,
                          absl::FunctionRef<absl::StatusOr<trainyard::v1::Job>(
-                             const core::JobName& name, const Caller& caller)>
+                             const domain::JobName& name, const Caller& caller)>
                              change,
                          trainyard::v1::Job* response);
   // Hold (hold = true) or Release.
@@ -95,7 +95,7 @@ class JobServiceImpl final
                        const std::string& reason, bool hold,
                        trainyard::v1::Job* response);
   // ExplainPending of the job `name`.
-  absl::Status Explain(const core::JobName& name,
+  absl::Status Explain(const domain::JobName& name,
                        trainyard::v1::ExplainPendingResponse* response);
   // The events a Watch request selects, for the caller: its tenants, job and
   // filters (`job_name`: the job's name when it names one).

@@ -13,12 +13,12 @@
 #include "services/api/handler.h"
 #include "services/api/resource_handler.h"
 #include "services/api/resource_util.h"
-#include "services/core/errors.h"
-#include "services/core/job_state.h"
-#include "services/core/names.h"
-#include "services/core/status_macros.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/job_state.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::api {
 namespace {
@@ -29,7 +29,7 @@ namespace v1 = trainyard::v1;
 using google::protobuf::FieldMask;
 
 std::string Method(std::string_view rpc) {
-  return core::Cat("/trainyard.v1.QueueService/", rpc);
+  return domain::Cat("/trainyard.v1.QueueService/", rpc);
 }
 
 // Every flavor named in quotas exists ("<field>[i].flavor"); ids that are not
@@ -40,10 +40,10 @@ absl::Status CheckQuotaFlavors(
     std::string_view field) {
   for (int i = 0; i < quotas.size(); ++i) {
     const std::string& flavor = quotas.Get(i).flavor();
-    if (!core::IsValidId(flavor)) continue;
+    if (!domain::IsValidId(flavor)) continue;
     TY_RETURN_IF_ERROR(
         CheckExists(objects, pg::FlavorKind(), {flavor},
-                    core::JoinField(core::IndexField(field, i), "flavor"),
+                    domain::JoinField(domain::IndexField(field, i), "flavor"),
                     reason::kUnknownFlavor, "flavor"));
   }
   return absl::OkStatus();
@@ -58,9 +58,9 @@ absl::Status CheckCohortAncestry(pg::ObjectStore* objects,
   std::string current = parent;
   while (!current.empty()) {
     if (current == cohort) {
-      return core::FieldError(
-          "cohort.parent", core::reason::kInconsistent,
-          core::Cat("cohort ", Quoted(parent), " is ", cohort,
+      return domain::FieldError(
+          "cohort.parent", domain::reason::kInconsistent,
+          domain::Cat("cohort ", Quoted(parent), " is ", cohort,
                     " or one of its descendants; cohorts cannot form a cycle"));
     }
     // A loop that does not involve `cohort` (it cannot be made by this API).
@@ -74,7 +74,7 @@ absl::Status CheckCohortAncestry(pg::ObjectStore* objects,
     if (!row.ok()) return row.status();
     v1::Cohort stored;
     if (!stored.ParseFromString(row->body)) {
-      return absl::InternalError(StoredBodyError(core::CohortName(current)));
+      return absl::InternalError(StoredBodyError(domain::CohortName(current)));
     }
     current = stored.parent();
   }
@@ -94,7 +94,7 @@ absl::Status CheckDefaultPriorityClass(const ApiContext& ctx,
                                        const FieldMask* mask) {
   const std::string& pc = tenant.default_priority_class();
   if (!Changes(mask, "default_priority_class") || pc.empty() ||
-      !core::IsValidId(pc)) {
+      !domain::IsValidId(pc)) {
     return absl::OkStatus();
   }
   return CheckExists(ctx.objects, pg::PriorityClassKind(), {pc},
@@ -104,11 +104,11 @@ absl::Status CheckDefaultPriorityClass(const ApiContext& ctx,
 
 std::vector<ConstraintMessage> TenantInUse(const ResourceKey& key) {
   auto still_has = [&](std::string_view what) {
-    return core::Cat("tenant ", key[0], " still has ", what,
+    return domain::Cat("tenant ", key[0], " still has ", what,
                      "; delete them first");
   };
   return {InUse("jobs_tenant_fkey",
-                core::Cat("tenant ", key[0], " still has jobs")),
+                domain::Cat("tenant ", key[0], " still has jobs")),
           InUse("projects_tenant_fkey", still_has("projects")),
           InUse("queues_tenant_fkey", still_has("queues"))};
 }
@@ -117,8 +117,8 @@ std::vector<ConstraintMessage> TenantInUse(const ResourceKey& key) {
 constexpr ResourceKind<v1::Tenant> kTenants = {
     .field = "tenant",
     .plural = "tenants",
-    .parse_name = &ParseKey<&core::ParseTenantName>,
-    .name_of = &KeyName<&core::TenantName>,
+    .parse_name = &ParseKey<&domain::ParseTenantName>,
+    .name_of = &KeyName<&domain::TenantName>,
     .in_tenant = true,
     .access = {.create = {.rule = Access::Rule::kPlatformAdmin},
                .read = {.rule = Access::Rule::kTenantRole},
@@ -129,7 +129,7 @@ constexpr ResourceKind<v1::Tenant> kTenants = {
     .validate =
         [](const ApiContext& ctx, const ResourceKey&,
            const v1::Tenant& tenant) {
-          return core::ValidateTenant(tenant, ctx.limits);
+          return domain::ValidateTenant(tenant, ctx.limits);
         },
     .check_references = &CheckDefaultPriorityClass,
     .delete_conflicts = &TenantInUse,
@@ -148,10 +148,10 @@ constexpr ResourceKind<v1::Project> kProjects = {
     .field = "project",
     .plural = "projects",
     .collection = "projects",
-    .parse_name = &ParseKey<&core::ParseProjectName>,
-    .name_of = &KeyName<&core::ProjectName>,
-    .parse_parent = &core::ParseTenantName,
-    .parent_name = &core::TenantName,
+    .parse_name = &ParseKey<&domain::ParseProjectName>,
+    .name_of = &KeyName<&domain::ProjectName>,
+    .parse_parent = &domain::ParseTenantName,
+    .parent_name = &domain::TenantName,
     .in_tenant = true,
     .access = {.create = kTenantAdmin,
                .read = {.rule = Access::Rule::kTenantRole},
@@ -162,7 +162,7 @@ constexpr ResourceKind<v1::Project> kProjects = {
     .validate =
         [](const ApiContext& ctx, const ResourceKey&,
            const v1::Project& project) {
-          return core::ValidateProject(project, ctx.limits);
+          return domain::ValidateProject(project, ctx.limits);
         },
     .write_conflicts = [](const ResourceKey& key, const v1::Project&)
         -> std::vector<ConstraintMessage> {
@@ -172,7 +172,7 @@ constexpr ResourceKind<v1::Project> kProjects = {
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
       return {InUse("jobs_tenant_project_fkey",
-                    core::Cat("project ", key[1], " still has jobs"))};
+                    domain::Cat("project ", key[1], " still has jobs"))};
     },
 };
 
@@ -206,10 +206,10 @@ constexpr ResourceKind<v1::Queue> kQueues = {
     .field = "queue",
     .plural = "queues",
     .collection = "queues",
-    .parse_name = &ParseKey<&core::ParseQueueName>,
-    .name_of = &KeyName<&core::QueueName>,
-    .parse_parent = &core::ParseTenantName,
-    .parent_name = &core::TenantName,
+    .parse_name = &ParseKey<&domain::ParseQueueName>,
+    .name_of = &KeyName<&domain::QueueName>,
+    .parse_parent = &domain::ParseTenantName,
+    .parent_name = &domain::TenantName,
     .in_tenant = true,
     .access = {.create = kQuotaGrant,
                .read = {.rule = Access::Rule::kTenantRole},
@@ -223,7 +223,7 @@ constexpr ResourceKind<v1::Queue> kQueues = {
     .updatable = kQueueFields,
     .validate =
         [](const ApiContext& ctx, const ResourceKey&, const v1::Queue& queue) {
-          return core::ValidateQueue(queue, ctx.limits);
+          return domain::ValidateQueue(queue, ctx.limits);
         },
     .check_references =
         [](const ApiContext& ctx, const ResourceKey&, const v1::Queue& queue,
@@ -235,7 +235,7 @@ constexpr ResourceKind<v1::Queue> kQueues = {
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
       return {InUse("jobs_tenant_queue_fkey",
-                    core::Cat("queue ", key[1], " still has jobs"))};
+                    domain::Cat("queue ", key[1], " still has jobs"))};
     },
 };
 
@@ -251,7 +251,7 @@ absl::Status CheckCohortReferences(const ApiContext& ctx,
                                    const v1::Cohort& cohort,
                                    const FieldMask* mask) {
   if (mask != nullptr && MaskCovers(*mask, "parent") &&
-      core::IsValidId(cohort.parent())) {
+      domain::IsValidId(cohort.parent())) {
     TY_RETURN_IF_ERROR(
         CheckCohortAncestry(ctx.objects, key[0], cohort.parent()));
   }
@@ -262,8 +262,8 @@ absl::Status CheckCohortReferences(const ApiContext& ctx,
 constexpr ResourceKind<v1::Cohort> kCohorts = {
     .field = "cohort",
     .plural = "cohorts",
-    .parse_name = &ParseKey<&core::ParseCohortName>,
-    .name_of = &KeyName<&core::CohortName>,
+    .parse_name = &ParseKey<&domain::ParseCohortName>,
+    .name_of = &KeyName<&domain::CohortName>,
     .access = kPlatformObjects,
     .store = &pg::CohortKind,
     .extra_columns = [](const v1::Cohort& cohort)
@@ -274,7 +274,7 @@ constexpr ResourceKind<v1::Cohort> kCohorts = {
     .validate =
         [](const ApiContext&, const ResourceKey& key,
            const v1::Cohort& cohort) {
-          return core::ValidateCohort(cohort, key[0]);
+          return domain::ValidateCohort(cohort, key[0]);
         },
     .check_references = &CheckCohortReferences,
     .write_conflicts = [](const ResourceKey&, const v1::Cohort& cohort)
@@ -286,9 +286,9 @@ constexpr ResourceKind<v1::Cohort> kCohorts = {
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
       return {InUse("queues_cohort_fkey",
-                    core::Cat("cohort ", key[0], " still has queues")),
+                    domain::Cat("cohort ", key[0], " still has queues")),
               InUse("cohorts_parent_fkey",
-                    core::Cat("cohort ", key[0], " still has child cohorts"))};
+                    domain::Cat("cohort ", key[0], " still has child cohorts"))};
     },
 };
 
@@ -300,18 +300,18 @@ constexpr std::string_view kPriorityClassFields[] = {"value", "preemptible",
 constexpr ResourceKind<v1::PriorityClass> kPriorityClasses = {
     .field = "priority_class",
     .plural = "priority classes",
-    .parse_name = &ParseKey<&core::ParsePriorityClassName>,
-    .name_of = &KeyName<&core::PriorityClassName>,
+    .parse_name = &ParseKey<&domain::ParsePriorityClassName>,
+    .name_of = &KeyName<&domain::PriorityClassName>,
     .access = kPlatformObjects,
     .store = &pg::PriorityClassKind,
     .extra_columns = [](const v1::PriorityClass& pc)
         -> std::vector<std::optional<std::string>> {
-      return {core::Cat(pc.value())};
+      return {domain::Cat(pc.value())};
     },
     .updatable = kPriorityClassFields,
     .validate =
         [](const ApiContext&, const ResourceKey&, const v1::PriorityClass& pc) {
-          return core::ValidatePriorityClass(pc);
+          return domain::ValidatePriorityClass(pc);
         },
 };
 
@@ -326,8 +326,8 @@ absl::Status PriorityClassPage(pg::ObjectStore* objects,
   int32_t after_value = 0;
   const bool resume = !request_query.after_key.empty();
   if (resume && !absl::SimpleAtoi(request_query.after_key[0], &after_value)) {
-    return core::FieldError(
-        "page_token", core::reason::kInvalidValue,
+    return domain::FieldError(
+        "page_token", domain::reason::kInvalidValue,
         "malformed; pass the next_page_token of the previous page");
   }
   struct Entry {
@@ -342,7 +342,7 @@ absl::Status PriorityClassPage(pg::ObjectStore* objects,
     v1::PriorityClass pc;
     if (!pc.ParseFromString(row.body)) {
       return absl::InternalError(
-          StoredBodyError(core::PriorityClassName(row.key[0])));
+          StoredBodyError(domain::PriorityClassName(row.key[0])));
     }
     all.push_back(Entry{pc.value(), row.key[0], std::move(row)});
   }
@@ -365,12 +365,12 @@ absl::Status PriorityClassPage(pg::ObjectStore* objects,
       std::min(all.size(), i + static_cast<size_t>(request_query.limit));
   for (; i < end; ++i) {
     TY_RETURN_IF_ERROR(DecodeStored(all[i].row,
-                                    core::PriorityClassName(all[i].id),
+                                    domain::PriorityClassName(all[i].id),
                                     response->add_priority_classes()));
   }
   if (end < all.size() && end > 0) {
     response->set_next_page_token(
-        pg::EncodePageToken({core::Cat(all[end - 1].value), all[end - 1].id}));
+        pg::EncodePageToken({domain::Cat(all[end - 1].value), all[end - 1].id}));
   }
   return absl::OkStatus();
 }
@@ -484,9 +484,9 @@ grpc::Status QueueServiceImpl::ListProjects(
       ctx_, context, kProjects,
       [&](const Caller& caller) -> absl::StatusOr<pg::ListQuery> {
         TY_ASSIGN_OR_RETURN(std::string tenant,
-                            core::ParseTenantName(request->parent(), "parent"));
+                            domain::ParseTenantName(request->parent(), "parent"));
         TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kRead,
-                                   core::TenantName(tenant)));
+                                   domain::TenantName(tenant)));
         TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kProjects, *request));
         query.equals.emplace_back("tenant", tenant);
         return query;
@@ -533,13 +533,13 @@ grpc::Status QueueServiceImpl::ListQueues(grpc::ServerContext* context,
       [&](const Caller& caller) -> absl::StatusOr<pg::ListQuery> {
         TY_ASSIGN_OR_RETURN(
             std::string tenant,
-            core::ParseTenantParent(request->parent(), "parent"));
+            domain::ParseTenantParent(request->parent(), "parent"));
         const std::string& cohort = request->cohort();
         if (!cohort.empty()) TY_RETURN_IF_ERROR(CheckNewId("cohort", cohort));
         TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kQueues, *request));
-        if (tenant != core::kAllId) {
+        if (tenant != domain::kAllId) {
           TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kRead,
-                                     core::TenantName(tenant)));
+                                     domain::TenantName(tenant)));
           query.equals.emplace_back("tenant", tenant);
         } else if (!caller.platform_admin) {
           query.in.emplace("tenant", caller.VisibleTenants());
@@ -580,7 +580,7 @@ grpc::Status QueueServiceImpl::GetQueueStatus(
         response->set_queue(queue.name);
         for (const auto& [state, count] : counts) {
           (*response->mutable_jobs_by_state())[std::string(
-              core::StateName(state))] += count;
+              domain::StateName(state))] += count;
         }
         // weighted_share stays the scheduler's (it depends on the whole
         // cohort).
@@ -588,7 +588,7 @@ grpc::Status QueueServiceImpl::GetQueueStatus(
                             ctx_->jobs->QueueUsage(tenant, id));
         v1::Queue stored;
         if (!stored.ParseFromString(row->body)) {
-          return absl::DataLossError(core::Cat(queue.name, ": unreadable"));
+          return absl::DataLossError(domain::Cat(queue.name, ": unreadable"));
         }
         AddUsage(stored, held, response);
         return absl::OkStatus();

@@ -12,10 +12,10 @@ absl::Status Authorize(const Caller& caller, const Access& access,
       return Require(caller, tenant, access.permission, resource);
     case Access::Rule::kPlatformAdmin:
       return RequirePlatformAdmin(caller,
-                                  core::Cat(verb, " ", plural, access.why));
+                                  domain::Cat(verb, " ", plural, access.why));
     case Access::Rule::kPlatformAdminIn:
       return RequirePlatformAdminIn(
-          caller, tenant, core::Cat(verb, " ", plural, access.why), resource);
+          caller, tenant, domain::Cat(verb, " ", plural, access.why), resource);
   }
   return absl::InternalError("unknown access rule");
 }

@@ -48,10 +48,10 @@
 #include "services/api/context.h"
 #include "services/api/handler.h"
 #include "services/api/resource_util.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/status_macros.h"
-#include "services/core/string_view.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/string_view.h"
 #include "storage/postgres/object_store.h"
 
 namespace trainyard::api {
@@ -163,13 +163,13 @@ struct ResourceKind {
 
 // Adapters from core's name functions (names.h) to keys, for
 // ResourceKind::parse_name and name_of:
-//   .parse_name = &ParseKey<&core::ParseQueueName>,
-//   .name_of = &KeyName<&core::QueueName>,
+//   .parse_name = &ParseKey<&domain::ParseQueueName>,
+//   .name_of = &KeyName<&domain::QueueName>,
 inline ResourceKey ToKey(std::string id) { return {std::move(id)}; }
-inline ResourceKey ToKey(core::TenantChildName name) {
+inline ResourceKey ToKey(domain::TenantChildName name) {
   return {std::move(name.tenant), std::move(name.id)};
 }
-inline ResourceKey ToKey(core::ClusterChildName name) {
+inline ResourceKey ToKey(domain::ClusterChildName name) {
   return {std::move(name.cluster), std::move(name.id)};
 }
 template <auto Parse>
@@ -285,7 +285,7 @@ absl::StatusOr<T> UpdateObject(ApiContext& ctx, const ResourceKind<T>& kind,
         ApplyUpdateMask(patch, mask, kind.updatable, &merged);
         ClearServerFields(&merged);
         TY_RETURN_IF_ERROR(
-            core::PrefixField(kind.validate(ctx, key, merged), kind.field));
+            domain::PrefixField(kind.validate(ctx, key, merged), kind.field));
         return Stored(kind, std::move(merged));
       },
       &audit.record);
@@ -322,7 +322,7 @@ grpc::Status CreateResource(ApiContext* ctx, grpc::ServerContext* context,
                             const T& object, T* response) {
   const bool child = kind.parse_parent != nullptr;
   std::string resource = child
-                             ? core::Cat(parent, "/", kind.collection, "/", id)
+                             ? domain::Cat(parent, "/", kind.collection, "/", id)
                              : kind.name_of({id});
   return RunMutation(
       ctx, context, method, request, std::move(resource),
@@ -339,7 +339,7 @@ grpc::Status CreateResource(ApiContext* ctx, grpc::ServerContext* context,
         TY_RETURN_IF_ERROR(Authorize(caller, kind.access.create, "create",
                                      kind.plural, TenantOf(kind, key),
                                      parent_name));
-        TY_RETURN_IF_ERROR(CheckNewId(core::Cat(kind.field, "_id"), id));
+        TY_RETURN_IF_ERROR(CheckNewId(domain::Cat(kind.field, "_id"), id));
         key.push_back(id);
         const std::string name = kind.name_of(key);
         audit.record.resource = name;
@@ -347,7 +347,7 @@ grpc::Status CreateResource(ApiContext* ctx, grpc::ServerContext* context,
         T created = object;
         if (kind.clear_output_only != nullptr) kind.clear_output_only(&created);
         TY_RETURN_IF_ERROR(
-            core::PrefixField(kind.validate(*ctx, key, created), kind.field));
+            domain::PrefixField(kind.validate(*ctx, key, created), kind.field));
         if (kind.check_references != nullptr) {
           TY_RETURN_IF_ERROR(
               kind.check_references(*ctx, key, created, /*mask=*/nullptr));
@@ -459,7 +459,7 @@ grpc::Status UpdateResource(ApiContext* ctx, grpc::ServerContext* context,
                             T* response) {
   return MutateResource(
       ctx, context, method, request, kind, patch.name(),
-      core::JoinField(kind.field, "name"),
+      domain::JoinField(kind.field, "name"),
       [&](const Caller& caller, MutationAudit& audit,
           const NamedObject& object) -> absl::Status {
         const ResourceKey& key = object.key;

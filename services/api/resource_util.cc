@@ -12,10 +12,10 @@
 #include "google/protobuf/util/field_mask_util.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/api/context.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 #include "storage/postgres/errors.h"
 
 namespace trainyard::api {
@@ -74,8 +74,8 @@ bool IsUpdatable(const UpdatableFields& updatable, std::string_view field) {
 }
 
 absl::Status PageTokenError() {
-  return core::FieldError(
-      "page_token", core::reason::kInvalidValue,
+  return domain::FieldError(
+      "page_token", domain::reason::kInvalidValue,
       "malformed; pass the next_page_token of the previous page of the "
       "same listing");
 }
@@ -97,7 +97,7 @@ void SetServerFields(const storage::postgres::StoredObject& row,
   }
   if (const FieldDescriptor* f =
           SingularField(*message, "etag", FieldDescriptor::CPPTYPE_STRING)) {
-    reflection->SetString(message, f, core::Cat(row.version));
+    reflection->SetString(message, f, domain::Cat(row.version));
   }
   SetTime(message, "create_time", row.create_time);
   SetTime(message, "update_time", row.update_time);
@@ -115,7 +115,7 @@ absl::Status DecodeStored(const storage::postgres::StoredObject& row,
                           std::string_view name,
                           google::protobuf::Message* message) {
   if (!message->ParseFromString(row.body)) {
-    return absl::InternalError(core::Cat(
+    return absl::InternalError(domain::Cat(
         "stored body of ", name, " is not a valid ", message->GetTypeName()));
   }
   SetServerFields(row, name, message);
@@ -130,7 +130,7 @@ std::optional<std::string> NullIfEmpty(const std::string& id) {
 std::string Quoted(std::string_view s) {
   constexpr size_t kMaxEcho = 200;
   std::string out =
-      core::Cat("\"", absl::CHexEscape(core::AbslView(s.substr(0, kMaxEcho))));
+      domain::Cat("\"", absl::CHexEscape(domain::AbslView(s.substr(0, kMaxEcho))));
   if (s.size() > kMaxEcho) out += "...";
   out += "\"";
   return out;
@@ -145,13 +145,13 @@ absl::Status CheckNewId(std::string_view field, std::string_view id,
       "must be 1..253 characters of [a-z0-9.-], starting and ending with a "
       "letter or digit";
   if (id.empty()) {
-    return core::FieldError(field, core::reason::kRequired, "required");
+    return domain::FieldError(field, domain::reason::kRequired, "required");
   }
-  if (valid == nullptr) valid = &core::IsValidId;
+  if (valid == nullptr) valid = &domain::IsValidId;
   if (!valid(id)) {
-    const char* rule = valid == &core::IsValidId ? kIdRule : kOtherRule;
-    return core::FieldError(field, core::reason::kInvalidName,
-                            core::Cat(rule, "; got ", Quoted(id)));
+    const char* rule = valid == &domain::IsValidId ? kIdRule : kOtherRule;
+    return domain::FieldError(field, domain::reason::kInvalidName,
+                            domain::Cat(rule, "; got ", Quoted(id)));
   }
   return absl::OkStatus();
 }
@@ -160,8 +160,8 @@ absl::StatusOr<int64_t> ExpectedVersion(std::string_view etag,
                                         std::string_view resource) {
   if (etag.empty()) return 0;
   int64_t version = 0;
-  if (!absl::SimpleAtoi(core::AbslView(etag), &version) || version <= 0) {
-    return absl::AbortedError(core::Cat("etag mismatch: \"", etag,
+  if (!absl::SimpleAtoi(domain::AbslView(etag), &version) || version <= 0) {
+    return absl::AbortedError(domain::Cat("etag mismatch: \"", etag,
                                         "\" is not an etag of ", resource,
                                         "; read it again and retry"));
   }
@@ -175,13 +175,13 @@ absl::Status CheckUpdateMask(const FieldMask& mask,
     const std::string top(TopLevel(path));
     if (path.empty() || descriptor->FindFieldByName(top) == nullptr ||
         !FieldMaskUtil::GetFieldDescriptors(descriptor, path, nullptr)) {
-      return core::FieldError("update_mask", reason::kBadUpdateMask,
-                              core::Cat("unknown field \"", path, "\""));
+      return domain::FieldError("update_mask", reason::kBadUpdateMask,
+                              domain::Cat("unknown field \"", path, "\""));
     }
     if (!IsUpdatable(updatable, top)) {
-      return core::FieldError(
+      return domain::FieldError(
           "update_mask", reason::kBadUpdateMask,
-          core::Cat("field \"", path, "\" cannot be updated"));
+          domain::Cat("field \"", path, "\" cannot be updated"));
     }
   }
   return absl::OkStatus();
@@ -230,7 +230,7 @@ absl::StatusOr<std::vector<storage::postgres::StoredObject>> ListAll(
     const storage::postgres::ObjectKind& kind,
     storage::postgres::ListQuery query) {
   std::vector<storage::postgres::StoredObject> out;
-  query.limit = core::kMaxPageSize;
+  query.limit = domain::kMaxPageSize;
   query.after_key.clear();
   while (true) {
     absl::StatusOr<storage::postgres::ListPage> page =
@@ -254,7 +254,7 @@ absl::Status ExplainStorageError(
     const std::vector<ConstraintMessage>& messages) {
   switch (status.code()) {
     case absl::StatusCode::kNotFound:
-      return absl::NotFoundError(core::Cat(resource, " not found"));
+      return absl::NotFoundError(domain::Cat(resource, " not found"));
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kFailedPrecondition: {
       const std::string constraint =
@@ -263,15 +263,15 @@ absl::Status ExplainStorageError(
         if (m.constraint != constraint) continue;
         absl::Status out(
             status.code(),
-            m.field.empty() ? m.message : core::Cat(m.field, ": ", m.message));
-        return core::AttachErrorInfo(out, m.field, m.reason);
+            m.field.empty() ? m.message : domain::Cat(m.field, ": ", m.message));
+        return domain::AttachErrorInfo(out, m.field, m.reason);
       }
       if (status.code() == absl::StatusCode::kAlreadyExists) {
-        return absl::AlreadyExistsError(core::Cat(resource, " already exists"));
+        return absl::AlreadyExistsError(domain::Cat(resource, " already exists"));
       }
       if (constraint.empty()) return status;
       return absl::FailedPreconditionError(
-          core::Cat(resource, " conflicts with other objects (constraint ",
+          domain::Cat(resource, " conflicts with other objects (constraint ",
                     constraint, ")"));
     }
     default:
@@ -283,7 +283,7 @@ ConstraintMessage UnknownReference(std::string constraint, std::string field,
                                    std::string_view reason_code,
                                    std::string_view what, std::string_view id) {
   return {std::move(constraint), std::move(field), reason_code,
-          core::Cat(what, " ", Quoted(id), " does not exist")};
+          domain::Cat(what, " ", Quoted(id), " does not exist")};
 }
 
 ConstraintMessage InUse(std::string constraint, std::string message) {
@@ -293,8 +293,8 @@ ConstraintMessage InUse(std::string constraint, std::string message) {
 absl::Status MissingReference(std::string_view field,
                               std::string_view reason_code,
                               std::string_view what, std::string_view id) {
-  return core::FieldError(field, reason_code,
-                          core::Cat(what, " ", Quoted(id), " does not exist"));
+  return domain::FieldError(field, reason_code,
+                          domain::Cat(what, " ", Quoted(id), " does not exist"));
 }
 
 absl::Status CheckExists(storage::postgres::ObjectStore* objects,
@@ -315,11 +315,11 @@ bool IsEtagMismatch(const absl::Status& status) {
 }
 
 std::string StoredBodyError(std::string_view name) {
-  return core::Cat("stored body of ", name, " does not parse");
+  return domain::Cat("stored body of ", name, " does not parse");
 }
 
 absl::Status EtagMismatch(std::string_view name, std::string_view etag) {
-  return absl::AbortedError(core::Cat("etag mismatch: ", name,
+  return absl::AbortedError(domain::Cat("etag mismatch: ", name,
                                       " has changed since etag \"", etag,
                                       "\"; read it again and retry"));
 }
@@ -331,7 +331,7 @@ trainyard::v1::CapacitySummary SumReadyCapacity(
   std::map<std::string, trainyard::v1::FlavorCapacity> rows;
   for (const trainyard::v1::Flavor& flavor : flavors) {
     absl::StatusOr<std::string> id =
-        core::ParseFlavorName(flavor.name(), "name");
+        domain::ParseFlavorName(flavor.name(), "name");
     if (!id.ok()) continue;
     trainyard::v1::FlavorCapacity& row = rows[*id];
     row.set_flavor(*id);
@@ -341,10 +341,10 @@ trainyard::v1::CapacitySummary SumReadyCapacity(
                                                           pool_flavor.end());
   for (const trainyard::v1::Node& node : nodes) {
     if (node.state() != trainyard::v1::NODE_STATE_READY) continue;
-    absl::StatusOr<core::ClusterChildName> name =
-        core::ParseNodeName(node.name(), "name");
+    absl::StatusOr<domain::ClusterChildName> name =
+        domain::ParseNodeName(node.name(), "name");
     if (!name.ok()) continue;
-    auto it = flavor_of.find(core::Cat(name->cluster, "/", node.pool()));
+    auto it = flavor_of.find(domain::Cat(name->cluster, "/", node.pool()));
     if (it == flavor_of.end()) continue;
     auto row = rows.find(it->second);
     if (row == rows.end()) continue;

@@ -5,7 +5,7 @@
 // handlers themselves run on services/api/handler.h, the CRUD methods on
 // services/api/resource_handler.h.
 //
-// No business rules live here: validation is services/core, authorization
+// No business rules live here: validation is services/lib/domain, authorization
 // services/api/auth.h.
 #ifndef TRAINYARD_SERVICES_API_RESOURCE_UTIL_H_
 #define TRAINYARD_SERVICES_API_RESOURCE_UTIL_H_
@@ -81,7 +81,7 @@ std::optional<std::string> NullIfEmpty(const std::string& id);
 std::string Quoted(std::string_view s);
 
 // The id of a Create request ("queue_id"): REQUIRED when empty, INVALID_NAME
-// unless `valid` (default core::IsValidId) accepts it.
+// unless `valid` (default domain::IsValidId) accepts it.
 absl::Status CheckNewId(std::string_view field, std::string_view id,
                         bool (*valid)(std::string_view) = nullptr);
 

@@ -9,18 +9,18 @@
 #include "services/api/job_service.h"
 #include "services/api/queue_service.h"
 #include "services/api/submit_batcher.h"
-#include "services/common/grpc_server.h"
-#include "services/common/health.h"
-#include "services/common/http_server.h"
-#include "services/common/logging.h"
-#include "services/common/metrics.h"
+#include "services/lib/runtime/grpc_server.h"
+#include "services/lib/runtime/health.h"
+#include "services/lib/runtime/http_server.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
 #include "storage/postgres/migrate.h"
 #include "storage/redis/tenant_rate_limiter.h"
 
 namespace trainyard::api {
 
-using common::Log;
-using common::LogLevel;
+using runtime::Log;
+using runtime::LogLevel;
 
 struct ApiServer::Impl {
   ApiServerOptions options;
@@ -40,9 +40,9 @@ struct ApiServer::Impl {
   std::unique_ptr<QueueServiceImpl> queue_service;
   std::unique_ptr<ClusterServiceImpl> cluster_service;
   std::unique_ptr<AdminServiceImpl> admin_service;
-  std::unique_ptr<common::GrpcServerRunner> grpc;
-  common::Health health;
-  std::unique_ptr<common::HttpServer> http;
+  std::unique_ptr<runtime::GrpcServerRunner> grpc;
+  runtime::Health health;
+  std::unique_ptr<runtime::HttpServer> http;
   bool shut_down = false;
 };
 
@@ -125,8 +125,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   impl->relay->Start();
   impl->hub->Start();
 
-  impl->grpc = std::make_unique<common::GrpcServerRunner>(
-      common::GrpcServerOptions{.listen_address = options.grpc_listen,
+  impl->grpc = std::make_unique<runtime::GrpcServerRunner>(
+      runtime::GrpcServerOptions{.listen_address = options.grpc_listen,
                                 .tls_cert_file = options.tls_cert_file,
                                 .tls_key_file = options.tls_key_file});
   impl->grpc->AddService(impl->job_service.get());
@@ -138,20 +138,20 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   storage::postgres::Database* database = impl->db.get();
   impl->health.AddReadinessCheck("postgres",
                                  [database] { return database->Ping(); });
-  common::MetricsRegistry& metrics = common::DefaultMetrics();
-  common::Gauge& redis_up = metrics.GetGauge(
+  runtime::MetricsRegistry& metrics = runtime::DefaultMetrics();
+  runtime::Gauge& redis_up = metrics.GetGauge(
       "trainyard_redis_up", "Whether Redis answered the last ping (1) or not.");
-  common::Gauge& relayed = metrics.GetGauge(
+  runtime::Gauge& relayed = metrics.GetGauge(
       "trainyard_events_relayed",
       "Job events this process relayed from the outbox to Redis.");
   EventRelay* relay = impl->relay.get();
   metrics.AddCollector(
-      [redis, relay, &redis_up, &relayed](common::MetricsRegistry&) {
+      [redis, relay, &redis_up, &relayed](runtime::MetricsRegistry&) {
         redis_up.Set(redis->Ping().ok() ? 1 : 0);
         relayed.Set(static_cast<double>(relay->published()));
       });
   if (!options.http_listen.empty()) {
-    impl->http = std::make_unique<common::HttpServer>(options.http_listen);
+    impl->http = std::make_unique<runtime::HttpServer>(options.http_listen);
     impl->health.Register(*impl->http, metrics);
     if (absl::Status s = impl->http->Start(); !s.ok()) return s;
   }

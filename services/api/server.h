@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "services/api/context.h"
-#include "services/common/job_token.h"
+#include "services/lib/runtime/job_token.h"
 
 namespace trainyard::api {
 
@@ -15,7 +15,7 @@ struct ApiServerOptions {
   // gRPC listen address; port 0 picks a free port.
   std::string grpc_listen = "127.0.0.1:50051";
   // TLS for the gRPC port: PEM certificate chain and key files (both or
-  // neither; see common::GrpcServerOptions).
+  // neither; see runtime::GrpcServerOptions).
   std::string tls_cert_file;
   std::string tls_key_file;
   // HTTP listen address for /metrics, /healthz, /readyz; empty disables it.
@@ -32,7 +32,7 @@ struct ApiServerOptions {
   absl::Duration cache_ttl = absl::Seconds(2);
   // Keys that verify job-scoped tokens (the dispatcher signs them with the
   // same keys); null = job tokens are refused.
-  std::shared_ptr<const common::JobTokenKeys> job_tokens;
+  std::shared_ptr<const runtime::JobTokenKeys> job_tokens;
   // Group commit settings of Submit.
   int submit_batch = 256;
   int submit_committers = 2;

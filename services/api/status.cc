@@ -5,8 +5,8 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "services/common/logging.h"
-#include "services/core/errors.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/domain/errors.h"
 #include "trainyard/v1/common.pb.h"
 
 namespace trainyard::api {
@@ -27,11 +27,11 @@ grpc::Status Reply(grpc::ServerContextBase* context,
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
   if (status.code() == absl::StatusCode::kInternal) {
-    common::Log(common::LogLevel::kError, "internal error",
+    runtime::Log(runtime::LogLevel::kError, "internal error",
                 {{"error", message}});
     message = "internal error (details in the server log)";
   }
-  trainyard::v1::ErrorInfo info = core::ToErrorInfo(status);
+  trainyard::v1::ErrorInfo info = domain::ToErrorInfo(status);
   if (auto delay = status.GetPayload(kRetryPayload)) {
     int64_t ms = 0;
     if (absl::SimpleAtoi(std::string(*delay), &ms)) {

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "services/common/metrics.h"
+#include "services/lib/runtime/metrics.h"
 
 namespace trainyard::api {
 
@@ -53,12 +53,12 @@ SubmitOutcome SubmitBatcher::Submit(NewJob job) {
 }
 
 void SubmitBatcher::CommitLoop() {
-  static common::Histogram& batch_size = common::DefaultMetrics().GetHistogram(
+  static runtime::Histogram& batch_size = runtime::DefaultMetrics().GetHistogram(
       "trainyard_submit_batch_size",
       "Submits written per group-commit transaction.", {},
       {1, 2, 4, 8, 16, 32, 64, 128, 256, 512});
-  static common::Histogram& commit_seconds =
-      common::DefaultMetrics().GetHistogram(
+  static runtime::Histogram& commit_seconds =
+      runtime::DefaultMetrics().GetHistogram(
           "trainyard_submit_commit_seconds",
           "Duration of one group-commit transaction.");
   while (true) {

@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/common/logging.h"
-#include "services/common/metrics.h"
-#include "services/core/job_state.h"
-#include "services/core/names.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
+#include "services/lib/domain/job_state.h"
+#include "services/lib/domain/names.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 
@@ -23,11 +23,11 @@ namespace {
 
 namespace v1 = ::trainyard::v1;
 namespace pg = ::trainyard::storage::postgres;
-using common::Log;
-using common::LogLevel;
+using runtime::Log;
+using runtime::LogLevel;
 
 int64_t JobIdOf(const v1::Job& job) {
-  return std::stoll(std::string(core::NameId(job.name())));
+  return std::stoll(std::string(domain::NameId(job.name())));
 }
 
 absl::Time TimeOf(const google::protobuf::Timestamp& t) {
@@ -45,8 +45,8 @@ int64_t LockKey(const std::string& cluster) {
   return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 
-common::Counter& Transitions(const char* to) {
-  return common::DefaultMetrics().GetCounter(
+runtime::Counter& Transitions(const char* to) {
+  return runtime::DefaultMetrics().GetCounter(
       "trainyard_dispatcher_transitions_total",
       "Job transitions made by dispatchers, by target.", {{"to", to}});
 }
@@ -189,7 +189,7 @@ absl::Status Dispatcher::ReportInventory(
 void Dispatcher::ReportHealth(const absl::Status& backend) {
   const v1::ClusterHealth health =
       backend.ok() ? v1::CLUSTER_HEALTH_HEALTHY : v1::CLUSTER_HEALTH_UNHEALTHY;
-  common::DefaultMetrics()
+  runtime::DefaultMetrics()
       .GetGauge("trainyard_dispatcher_backend_up",
                 "1 when the cluster's backend answered the last pass.",
                 {{"cluster", options_.cluster}})
@@ -429,10 +429,10 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
                         .attempt = a.attempt.index(),
                         .tenant = a.job.tenant(),
                         .spec = a.job.spec(),
-                        .flavor = std::string(core::NameId(a.attempt.flavor())),
+                        .flavor = std::string(domain::NameId(a.attempt.flavor())),
                         .resume_from = a.attempt.resumed_from()};
   for (const v1::WorkerPlacement& p : a.attempt.placements())
-    request.worker_nodes.push_back(std::string(core::NameId(p.node())));
+    request.worker_nodes.push_back(std::string(domain::NameId(p.node())));
   request.env = ApiEnv(options_, a.job.tenant(), JobIdOf(a.job), a.job.spec(),
                        absl::Now());
   absl::StatusOr<AttemptStatus> launched = adapter_->Launch(request);
@@ -745,12 +745,12 @@ absl::Status Dispatcher::Flush(PassReport& report) {
         Log(LogLevel::kWarning, "dispatcher: change not recorded",
             {{"job", absl::StrCat("tenants/", d.change.tenant, "/jobs/",
                                   d.change.job_id)},
-             {"to", std::string(core::StateName(d.change.to))},
+             {"to", std::string(domain::StateName(d.change.to))},
              {"error", job.status()}});
       }
       continue;
     }
-    Transitions(std::string(core::StateName(d.change.to)).c_str()).Increment();
+    Transitions(std::string(domain::StateName(d.change.to)).c_str()).Increment();
     if (d.counter != nullptr) ++(report.*d.counter);
     if (d.forget.empty()) continue;
     {

@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "services/common/job_token.h"
+#include "services/lib/runtime/job_token.h"
 #include "services/dispatcher/adapters/adapter.h"
 #include "services/leader/leader_loop.h"
 #include "storage/postgres/dispatcher_store.h"
@@ -69,7 +69,7 @@ struct DispatcherOptions {
   //                    job_token_margin from launch, or job_token_ttl when
   //                    the job has no time limit.
   std::string api_advertise_addr;
-  std::shared_ptr<const common::JobTokenKeys> job_tokens;
+  std::shared_ptr<const runtime::JobTokenKeys> job_tokens;
   absl::Duration job_token_ttl = absl::Hours(24 * 7);
   absl::Duration job_token_margin = absl::Hours(1);
 };

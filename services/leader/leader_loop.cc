@@ -5,15 +5,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "services/common/logging.h"
+#include "services/lib/runtime/logging.h"
 #include "storage/postgres/leader.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 
 namespace trainyard::leader {
 
-using common::Log;
-using common::LogLevel;
+using runtime::Log;
+using runtime::LogLevel;
 
 LeaderLoop::~LeaderLoop() { Stop(); }
 

@@ -10,9 +10,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "services/common/logging.h"
-#include "services/common/metrics.h"
-#include "services/core/names.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
+#include "services/lib/domain/names.h"
 #include "services/scheduler/explanations.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
@@ -24,8 +24,8 @@ namespace {
 
 namespace v1 = ::trainyard::v1;
 namespace pg = ::trainyard::storage::postgres;
-using common::Log;
-using common::LogLevel;
+using runtime::Log;
+using runtime::LogLevel;
 
 // Every object of a kind, page by page.
 template <typename Proto, typename Fn>
@@ -46,14 +46,14 @@ absl::Status ForEachObject(pg::ObjectStore& store, const pg::ObjectKind& kind,
   }
 }
 
-common::Histogram& CycleSeconds() {
-  static common::Histogram& h = common::DefaultMetrics().GetHistogram(
+runtime::Histogram& CycleSeconds() {
+  static runtime::Histogram& h = runtime::DefaultMetrics().GetHistogram(
       "trainyard_scheduler_cycle_seconds",
       "Duration of a scheduling cycle (load, decide, commit).");
   return h;
 }
-common::Counter& Decided(const char* kind) {
-  return common::DefaultMetrics().GetCounter(
+runtime::Counter& Decided(const char* kind) {
+  return runtime::DefaultMetrics().GetCounter(
       "trainyard_scheduler_decisions_total", "Decisions committed, by kind.",
       {{"kind", kind}});
 }
@@ -257,7 +257,7 @@ absl::Status SchedulerService::Refresh() {
     if (!all.ok()) return all.status();
     state_.jobs.clear();
     for (pg::ActiveJob& a : *all) {
-      const int64_t id = std::stoll(std::string(core::NameId(a.job.name())));
+      const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
       state_.jobs[id] =
           JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
     }
@@ -275,7 +275,7 @@ absl::Status SchedulerService::Refresh() {
         changed_.push_back(id);
       }
       for (pg::ActiveJob& a : changes->active) {
-        const int64_t id = std::stoll(std::string(core::NameId(a.job.name())));
+        const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
         state_.jobs[id] =
             JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
       }
@@ -453,13 +453,13 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     if (redis_ != nullptr && report.admitted + report.preempted > 0) {
       std::set<std::string> clusters;
       for (const pg::AdmitDecision& a : admissions) {
-        clusters.insert(std::string(core::NameId(a.attempt.cluster())));
+        clusters.insert(std::string(domain::NameId(a.attempt.cluster())));
       }
       for (const pg::PreemptDecision& p : preemptions) {
         auto it = state_.jobs.find(p.job_id);
         if (it != state_.jobs.end() && it->second.attempt.has_value()) {
           clusters.insert(
-              std::string(core::NameId(it->second.attempt->cluster())));
+              std::string(domain::NameId(it->second.attempt->cluster())));
         }
       }
       for (const std::string& c : clusters) {

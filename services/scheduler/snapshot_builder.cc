@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/core/names.h"
+#include "services/lib/domain/names.h"
 #include "services/scheduler/policy/preemption.h"
 
 namespace trainyard::scheduler {
@@ -40,7 +40,7 @@ std::vector<policy::FlavorQuota> QuotasOf(
     const absl::flat_hash_map<std::string, policy::FlavorId>& flavor_ids) {
   std::vector<policy::FlavorQuota> out;
   for (const v1::FlavorQuotas& fq : quotas) {
-    auto f = flavor_ids.find(std::string(core::NameId(fq.flavor())));
+    auto f = flavor_ids.find(std::string(domain::NameId(fq.flavor())));
     if (f == flavor_ids.end()) continue;
     policy::FlavorQuota q{.flavor = f->second};
     for (const v1::ResourceQuota& rq : fq.resources()) {
@@ -125,7 +125,7 @@ policy::PriorityClassId SnapshotMapper::JobClass(const v1::Job& job,
   auto [it, inserted] = class_of_.try_emplace(
       {job.spec().priority_class(), job.priority(), preemptible}, 0);
   if (inserted) {
-    std::string name = std::string(core::NameId(job.spec().priority_class()));
+    std::string name = std::string(domain::NameId(job.spec().priority_class()));
     auto configured = class_preemptible_.find(name);
     if (name.empty()) name = "default";
     const bool class_preemptible =
@@ -177,7 +177,7 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     auto pool = state.pools.find({cluster_id, node.pool()});
     if (pool == state.pools.end()) continue;
     auto flavor =
-        flavor_ids_.find(std::string(core::NameId(pool->second.flavor())));
+        flavor_ids_.find(std::string(domain::NameId(pool->second.flavor())));
     if (flavor == flavor_ids_.end()) continue;
     auto cluster = state.clusters.find(cluster_id);
     const bool cordoned =
@@ -192,7 +192,7 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     std::string gpu_model = node.capacity().gpu_model();
     if (gpu_model.empty())
       gpu_model =
-          state.flavors.at(std::string(core::NameId(pool->second.flavor())))
+          state.flavors.at(std::string(domain::NameId(pool->second.flavor())))
               .gpu_model();
     policy::Node n{
         .name = std::move(name),
@@ -224,7 +224,7 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
   }
   for (const auto& [id, c] : state.cohorts) {
     policy::Cohort& cohort = s.cohorts[cohort_ids[id]];
-    auto parent = cohort_ids.find(std::string(core::NameId(c.parent())));
+    auto parent = cohort_ids.find(std::string(domain::NameId(c.parent())));
     if (!c.parent().empty() && parent != cohort_ids.end())
       cohort.parent = parent->second;
     cohort.quotas = QuotasOf(c.quotas(), flavor_ids_);
@@ -257,7 +257,7 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
         .strategy = q.queueing_strategy() == v1::QUEUEING_STRATEGY_STRICT_FIFO
                         ? policy::QueueingStrategy::kStrictFifo
                         : policy::QueueingStrategy::kBestEffortFifo};
-    auto cohort = cohort_ids.find(std::string(core::NameId(q.cohort())));
+    auto cohort = cohort_ids.find(std::string(domain::NameId(q.cohort())));
     if (!q.cohort().empty() && cohort != cohort_ids.end())
       queue.cohort = cohort->second;
     queue.quotas = QuotasOf(q.quotas(), flavor_ids_);
@@ -318,7 +318,7 @@ JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
   if (HoldsResources(job.state())) {
     if (!view.attempt.has_value()) return e;
     const v1::Attempt& a = *view.attempt;
-    auto flavor = flavor_ids_.find(std::string(core::NameId(a.flavor())));
+    auto flavor = flavor_ids_.find(std::string(domain::NameId(a.flavor())));
     if (flavor == flavor_ids_.end()) return e;
     // Running work of a queue that no longer exists (or is stopped) holds
     // its nodes, but no quota (with no queue at all there is nothing to

@@ -5,7 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "services/core/job_state.h"
+#include "services/lib/domain/job_state.h"
 #include "storage/postgres/job_batch.h"
 
 namespace trainyard::storage::postgres {
@@ -104,7 +104,7 @@ DispatcherStore::ChangeAttempts(const std::vector<AttemptChange>& changes) {
             absl::StrCat(job->name(), " changed: version ", job->version(),
                          ", expected ", c.expected_version));
       } else {
-        item = core::CheckTransition(job->state(), c.to);
+        item = domain::CheckTransition(job->state(), c.to);
       }
       auto newest = latest.find(c.job_id);
       if (item.ok() && newest == latest.end()) {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "services/core/job_state.h"
+#include "services/lib/domain/job_state.h"
 
 namespace trainyard::storage::postgres {
 
@@ -90,7 +90,7 @@ void JobSaves::Add(int64_t job_id, const Job& job, JobState from) {
   attempt_counts_.Int(job.attempt_count());
   resumes_.Text(job.resume_from());
   cancels_.Bool(job.cancel_requested());
-  terminals_.Bool(core::IsTerminal(job.state()));
+  terminals_.Bool(domain::IsTerminal(job.state()));
   changes_.push_back(
       {job_id, from, job.state(), job.state_reason(), job.state_message()});
   job_ids_.insert(job_id);

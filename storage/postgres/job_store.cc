@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/core/job_state.h"
+#include "services/lib/domain/job_state.h"
 #include "storage/postgres/errors.h"
 
 namespace trainyard::storage::postgres {
@@ -31,7 +31,7 @@ Job SaveJobState(pqxx::work& txn, int64_t job_id, const Job& job) {
   pqxx::result r = txn.exec_prepared(
       "job_save", job_id, static_cast<int>(job.state()), job.state_reason(),
       job.state_message(), job.attempt_count(), job.resume_from(),
-      job.cancel_requested(), core::IsTerminal(job.state()));
+      job.cancel_requested(), domain::IsTerminal(job.state()));
   return RowToJob(r[0]);
 }
 
@@ -342,11 +342,11 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
     const std::string message =
         reason.empty() ? absl::StrCat("cancelled by ", principal)
                        : absl::StrCat("cancelled by ", principal, ": ", reason);
-    switch (core::CancelActionFor(job->state())) {
-      case core::CancelAction::kNone:
+    switch (domain::CancelActionFor(job->state())) {
+      case domain::CancelAction::kNone:
         out = *job;
         return absl::OkStatus();
-      case core::CancelAction::kEndNow: {
+      case domain::CancelAction::kEndNow: {
         const JobState from = job->state();
         if (from == trainyard::v1::JOB_STATE_ADMITTED) {
           CloseUndispatchedAttempt(txn, job_id, absl::Now(),
@@ -365,7 +365,7 @@ absl::StatusOr<Job> JobStore::Cancel(const std::string& tenant, int64_t job_id,
                           from, out.state(), "CANCELLED_BY_USER", message))});
         return absl::OkStatus();
       }
-      case core::CancelAction::kRequestStop: {
+      case domain::CancelAction::kRequestStop: {
         if (job->cancel_requested()) {
           out = *job;
           return absl::OkStatus();
@@ -427,7 +427,7 @@ absl::StatusOr<Job> JobStore::SetHold(const std::string& tenant, int64_t job_id,
     }
     if (from != source) {
       return absl::FailedPreconditionError(
-          absl::StrCat(job->name(), " is ", std::string(core::StateName(from)),
+          absl::StrCat(job->name(), " is ", std::string(domain::StateName(from)),
                        hold ? "; only a QUEUED job can be held"
                             : "; only a HELD job can be released"));
     }
@@ -457,7 +457,7 @@ absl::StatusOr<Job> JobStore::Transition(const std::string& tenant,
                                              job->version(), ", expected ",
                                              expected_version));
     }
-    if (absl::Status t = core::CheckTransition(job->state(), to); !t.ok())
+    if (absl::Status t = domain::CheckTransition(job->state(), to); !t.ok())
       return t;
     out = SaveTransition(txn, job_id, *job, to, reason, message);
     return absl::OkStatus();
@@ -472,9 +472,9 @@ absl::StatusOr<Checkpoint> JobStore::ReportCheckpoint(
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     absl::StatusOr<Job> job = LockJob(txn, tenant, job_id);
     if (!job.ok()) return job.status();
-    if (core::IsTerminal(job->state())) {
+    if (domain::IsTerminal(job->state())) {
       return absl::FailedPreconditionError(absl::StrCat(
-          job->name(), " is ", std::string(core::StateName(job->state())),
+          job->name(), " is ", std::string(domain::StateName(job->state())),
           "; checkpoints can no longer be reported"));
     }
     out = checkpoint;
@@ -548,7 +548,7 @@ absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant,
     pqxx::result r = txn.exec_prepared(
         "job_position", tenant, job.spec().queue(), job.priority(), job_id);
     out.queue_length = r[0][1].as<int64_t>();
-    if (core::IsPending(job.state())) out.position = r[0][0].as<int64_t>() + 1;
+    if (domain::IsPending(job.state())) out.position = r[0][0].as<int64_t>() + 1;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

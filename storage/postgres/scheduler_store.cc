@@ -6,8 +6,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "services/core/job_state.h"
-#include "services/core/names.h"
+#include "services/lib/domain/job_state.h"
+#include "services/lib/domain/names.h"
 #include "storage/postgres/job_batch.h"
 
 namespace trainyard::storage::postgres {
@@ -165,7 +165,7 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
         }
       }
       if (to == trainyard::v1::JOB_STATE_UNSPECIFIED ||
-          !core::CheckTransition(job->state(), to).ok()) {
+          !domain::CheckTransition(job->state(), to).ok()) {
         out.dropped.push_back(p.job_id);
         not_preempted.insert(p.job_id);
         continue;
@@ -205,8 +205,8 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
       // Inserted together after the loop (one statement).
       new_job_ids.Int(a.job_id);
       new_indexes.Int(index);
-      new_clusters.Text(core::NameId(attempt.cluster()));
-      new_flavors.Text(core::NameId(attempt.flavor()));
+      new_clusters.Text(domain::NameId(attempt.cluster()));
+      new_flavors.Text(domain::NameId(attempt.flavor()));
       new_bodies.Bytes(attempt.SerializeAsString());
       job->set_attempt_count(index);
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);

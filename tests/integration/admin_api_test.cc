@@ -18,7 +18,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
-#include "services/trainyard/apply.h"
+#include "services/cmd/trainyard/apply.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {

@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "services/common/http_server.h"
+#include "services/lib/runtime/http_server.h"
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/ports.h"
@@ -81,7 +81,7 @@ class CliTest : public ::testing::Test {
 // GET 127.0.0.1:port/path; returns {status code, body}, {0, ""} when nothing
 // answered.
 std::pair<int, std::string> HttpGet(int port, const std::string& path) {
-  auto r = common::HttpGet(absl::StrCat("127.0.0.1:", port), path);
+  auto r = runtime::HttpGet(absl::StrCat("127.0.0.1:", port), path);
   if (!r.ok()) return {0, ""};
   return {r->status, r->body};
 }

@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
-#include "services/common/job_token.h"
+#include "services/lib/runtime/job_token.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -96,7 +96,7 @@ class DispatcherTest : public ::testing::Test {
   void SetUp() override {
     // The api and the dispatcher share the job token keys, as `trainyard all`
     // does.
-    keys_ = common::JobTokenKeys::Random();
+    keys_ = runtime::JobTokenKeys::Random();
     ApiHarness::Options options;
     options.server.job_tokens = keys_;
     absl::StatusOr<std::unique_ptr<ApiHarness>> h =
@@ -179,7 +179,7 @@ class DispatcherTest : public ::testing::Test {
 
   // Starts now: the scheduler compares attempt start times with its own clock.
   VirtualClock clock_{absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()))};
-  std::shared_ptr<const common::JobTokenKeys> keys_;
+  std::shared_ptr<const runtime::JobTokenKeys> keys_;
   std::unique_ptr<ApiHarness> harness_;
   std::string token_;
   std::unique_ptr<SimAdapter> sim_;
@@ -292,7 +292,7 @@ TEST_F(DispatcherTest, AttemptsGetTheApiAddressAndATokenScopedToTheirJob) {
   const std::string token = (*env)["TRAINYARD_TOKEN"];
   EXPECT_THAT(token, ::testing::StartsWith(absl::StrCat("tyj.acme.", id, ".")));
   // Valid for the time limit + the default 60 s grace + the 1 h margin.
-  absl::StatusOr<common::JobTokenClaims> claims =
+  absl::StatusOr<runtime::JobTokenClaims> claims =
       keys_->Verify(token, absl::Now());
   ASSERT_TRUE(claims.ok()) << claims.status();
   const absl::Duration left = claims->expires - absl::Now();

@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
-#include "services/common/job_token.h"
+#include "services/lib/runtime/job_token.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {
@@ -819,8 +819,8 @@ TEST_F(JobApiTest, HoldingOrReleasingANonPendingJobNamesItsState) {
 class JobTokenTest : public JobApiTest {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::shared_ptr<const common::JobTokenKeys>> keys =
-        common::JobTokenKeys::FromKeys(
+    absl::StatusOr<std::shared_ptr<const runtime::JobTokenKeys>> keys =
+        runtime::JobTokenKeys::FromKeys(
             {std::string(40, 'n'), std::string(40, 'o')});
     ASSERT_TRUE(keys.ok()) << keys.status();
     keys_ = *keys;
@@ -858,7 +858,7 @@ class JobTokenTest : public JobApiTest {
                                    &saved);
   }
 
-  std::shared_ptr<const common::JobTokenKeys> keys_;
+  std::shared_ptr<const runtime::JobTokenKeys> keys_;
   std::vector<std::string> names_;  // mine, sibling (acme)
   int64_t other_ = 0;               // a job of tenant "other"
   std::string token_;               // scoped to names_[0]
@@ -899,8 +899,8 @@ TEST_F(JobTokenTest, ReportsCheckpointsAndReadsItsOwnJob) {
               trainyard::v1::JOB_EVENT_TYPE_CHECKPOINT_REPORTED);
   }
   // A token signed with the second (older) key still verifies: rotation.
-  absl::StatusOr<std::shared_ptr<const common::JobTokenKeys>> old =
-      common::JobTokenKeys::FromKeys({std::string(40, 'o')});
+  absl::StatusOr<std::shared_ptr<const runtime::JobTokenKeys>> old =
+      runtime::JobTokenKeys::FromKeys({std::string(40, 'o')});
   ASSERT_TRUE(old.ok());
   const std::string old_token =
       (*old)->Mint({.tenant = "acme",
@@ -988,8 +988,8 @@ TEST_F(JobTokenTest, ExpiredForgedOrUnknownTokensAreUnauthenticated) {
   forged.replace(forged.find(sibling_id), sibling_id.size(),
                  absl::StrCat(".", IdOf(names_[0]), "."));
   expect_unauthenticated(forged, "signature does not match");
-  absl::StatusOr<std::shared_ptr<const common::JobTokenKeys>> stranger =
-      common::JobTokenKeys::FromKeys({std::string(40, 'z')});
+  absl::StatusOr<std::shared_ptr<const runtime::JobTokenKeys>> stranger =
+      runtime::JobTokenKeys::FromKeys({std::string(40, 'z')});
   ASSERT_TRUE(stranger.ok());
   expect_unauthenticated(
       (*stranger)->Mint({.tenant = "acme",
@@ -1002,8 +1002,8 @@ TEST_F(JobTokenTest, ExpiredForgedOrUnknownTokensAreUnauthenticated) {
 TEST_F(JobApiTest, JobTokensAreRefusedWithoutAKey) {
   SubmitJobResponse resp;
   ASSERT_TRUE(Submit(MinimalSubmit("acme", "nokey"), &resp).ok());
-  std::shared_ptr<const common::JobTokenKeys> keys =
-      common::JobTokenKeys::Random();
+  std::shared_ptr<const runtime::JobTokenKeys> keys =
+      runtime::JobTokenKeys::Random();
   trainyard::v1::GetJobRequest get;
   get.set_name(resp.job().name());
   Job job;

@@ -40,7 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/common/metrics.h"
+#include "services/lib/runtime/metrics.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -555,7 +555,7 @@ int main(int argc, char** argv) {
   std::cout << json;
   // Where the time went: the scheduler's cycle histogram.
   for (const auto& line :
-       absl::StrSplit(trainyard::common::DefaultMetrics().Render(), '\n')) {
+       absl::StrSplit(trainyard::runtime::DefaultMetrics().Render(), '\n')) {
     if (absl::StartsWith(line, "trainyard_scheduler_cycle_seconds_sum") ||
         absl::StartsWith(line, "trainyard_scheduler_cycle_seconds_count") ||
         absl::StartsWith(line, "trainyard_scheduler_decisions_total")) {

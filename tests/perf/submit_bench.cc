@@ -40,7 +40,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "services/common/http_server.h"
+#include "services/lib/runtime/http_server.h"
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/ports.h"
@@ -236,7 +236,7 @@ struct SelfHosted {
   }
 
   absl::StatusOr<std::string> Get(const std::string& path) {
-    auto r = trainyard::common::HttpGet(absl::StrCat("127.0.0.1:", http_port), path);
+    auto r = trainyard::runtime::HttpGet(absl::StrCat("127.0.0.1:", http_port), path);
     if (!r.ok()) return r.status();
     if (r->status != 200) return absl::UnavailableError(absl::StrCat(path, ": HTTP ", r->status));
     return r->body;

@@ -5,17 +5,17 @@
 #include <limits>
 
 #include "absl/strings/numbers.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::dispatcher {
 namespace {
 
-using ::trainyard::core::Cat;
-using ::trainyard::core::FieldError;
-namespace reason = ::trainyard::core::reason;
+using ::trainyard::domain::Cat;
+using ::trainyard::domain::FieldError;
+namespace reason = ::trainyard::domain::reason;
 
 constexpr int32_t kDefaultMaxAttempts = 3;
 
@@ -66,8 +66,8 @@ absl::StatusOr<BackendJobRef> ParseBackendJobName(std::string_view name,
   const std::string_view attempt = rest.substr(dash + 1);
   if (!IsCanonicalDecimal(job) || !IsCanonicalDecimal(attempt)) return bad();
   BackendJobRef ref;
-  if (!absl::SimpleAtoi(core::AbslView(job), &ref.job_id) ||
-      !absl::SimpleAtoi(core::AbslView(attempt), &ref.attempt) ||
+  if (!absl::SimpleAtoi(domain::AbslView(job), &ref.job_id) ||
+      !absl::SimpleAtoi(domain::AbslView(attempt), &ref.attempt) ||
       ref.job_id <= 0 || ref.attempt <= 0) {
     return bad();
   }
@@ -77,7 +77,7 @@ absl::StatusOr<BackendJobRef> ParseBackendJobName(std::string_view name,
 std::map<std::string, std::string> AttemptEnv(const LaunchRequest& request) {
   std::map<std::string, std::string> env(request.spec.env().begin(),
                                          request.spec.env().end());
-  env["TRAINYARD_JOB"] = core::JobResourceName(request.tenant, request.job_id);
+  env["TRAINYARD_JOB"] = domain::JobResourceName(request.tenant, request.job_id);
   env["TRAINYARD_TENANT"] = request.tenant;
   env["TRAINYARD_JOB_ID"] = Cat(request.job_id);
   env["TRAINYARD_ATTEMPT"] = Cat(request.attempt);
@@ -110,7 +110,7 @@ absl::Status ValidateLaunchRequest(const LaunchRequest& request) {
         Cat("must be ", Quoted(expected), " for job ", request.job_id,
             " attempt ", request.attempt, ", got ", Quoted(request.name)));
   }
-  if (!core::IsValidId(request.tenant)) {
+  if (!domain::IsValidId(request.tenant)) {
     return FieldError("tenant", reason::kInvalidName,
                       Cat("invalid tenant id ", Quoted(request.tenant)));
   }
@@ -141,23 +141,23 @@ absl::Status ValidateLaunchRequest(const LaunchRequest& request) {
     const std::string& node = request.worker_nodes[i];
     const std::string field = Cat("worker_nodes[", i, "]");
     if (node.empty()) return FieldError(field, reason::kRequired, "required");
-    if (!core::IsValidNodeId(node)) {
+    if (!domain::IsValidNodeId(node)) {
       return FieldError(field, reason::kInvalidName,
                         Cat("invalid node id ", Quoted(node)));
     }
   }
-  if (!request.flavor.empty() && !core::IsValidId(request.flavor)) {
+  if (!request.flavor.empty() && !domain::IsValidId(request.flavor)) {
     return FieldError("flavor", reason::kInvalidName,
                       Cat("invalid flavor id ", Quoted(request.flavor)));
   }
   for (const auto& [key, value] : request.spec.env()) {
-    if (!core::IsValidEnvName(key)) {
+    if (!domain::IsValidEnvName(key)) {
       return FieldError(Cat("spec.env[", Quoted(key), "]"),
                         reason::kInvalidName, "invalid environment name");
     }
   }
   for (const auto& [key, value] : request.env) {
-    if (!core::IsValidEnvName(key)) {
+    if (!domain::IsValidEnvName(key)) {
       return FieldError(Cat("env[", Quoted(key), "]"), reason::kInvalidName,
                         "invalid environment name");
     }
@@ -280,7 +280,7 @@ bool ShouldRetry(FailureKind kind, std::optional<int> exit_code,
 trainyard::v1::Node ToNodeProto(const NodeInventory& node,
                                 std::string_view cluster) {
   trainyard::v1::Node out;
-  out.set_name(core::NodeName(cluster, node.name));
+  out.set_name(domain::NodeName(cluster, node.name));
   out.set_pool(node.pool);
   trainyard::v1::Resources* capacity = out.mutable_capacity();
   capacity->set_gpus(static_cast<int32_t>(

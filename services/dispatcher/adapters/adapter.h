@@ -23,7 +23,7 @@
 // Errors. Every method is thread-safe and never crashes on bad input:
 //   INVALID_ARGUMENT     a malformed request; the message starts with the
 //                        field at fault ("worker_nodes[2]: required") and the
-//                        status carries core::FieldError payloads;
+//                        status carries domain::FieldError payloads;
 //   NOT_FOUND            no attempt of that name in the backend;
 //   FAILED_PRECONDITION  a well-formed request the backend's current state
 //                        refuses (unknown or full node, signalling an ended
@@ -80,7 +80,7 @@ struct LaunchRequest {
   int64_t job_id = 0;
   // 1-based attempt number.
   int32_t attempt = 0;
-  // Tenant id of the job (a valid id, core::IsValidId).
+  // Tenant id of the job (a valid id, domain::IsValidId).
   std::string tenant;
   // The job's spec as submitted: workers, per-worker resources, command,
   // image, env, working_dir, time_limit, checkpoint policy ... Adapters read
@@ -99,7 +99,7 @@ struct LaunchRequest {
   // a fresh start.
   std::string resume_from;
   // Extra environment the dispatcher adds for every worker (API endpoint,
-  // token ...). Names must be valid env names (core::IsValidEnvName); they
+  // token ...). Names must be valid env names (domain::IsValidEnvName); they
   // override spec.env and the variables AttemptEnv sets.
   std::map<std::string, std::string> env;
 };

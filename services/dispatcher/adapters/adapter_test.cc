@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "services/core/errors.h"
+#include "services/lib/domain/errors.h"
 #include "services/dispatcher/adapters/clock.h"
 
 namespace trainyard::dispatcher {
@@ -43,7 +43,7 @@ TEST(BackendJobNameTest, RejectsMalformedNames) {
     absl::StatusOr<BackendJobRef> ref = ParseBackendJobName(bad, "attempt");
     ASSERT_FALSE(ref.ok()) << bad;
     EXPECT_EQ(ref.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_EQ(core::ErrorField(ref.status()), "attempt") << bad;
+    EXPECT_EQ(domain::ErrorField(ref.status()), "attempt") << bad;
   }
 }
 
@@ -115,7 +115,7 @@ TEST(ValidateLaunchRequestTest, NamesTheFieldAtFault) {
     c.mutate(r);
     const absl::Status s = ValidateLaunchRequest(r);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
-    EXPECT_EQ(core::ErrorField(s), c.field) << s;
+    EXPECT_EQ(domain::ErrorField(s), c.field) << s;
     EXPECT_THAT(std::string(s.message()), StartsWith(c.field + ": ")) << s;
   }
 }

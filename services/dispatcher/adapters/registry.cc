@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "services/core/string_view.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher {
 namespace {
@@ -25,7 +25,7 @@ Registry& GetRegistry() {
 }  // namespace
 
 std::string AdapterSettings::Get(std::string_view name) const {
-  auto it = values.find(core::AbslView(name));
+  auto it = values.find(domain::AbslView(name));
   return it == values.end() ? std::string() : it->second;
 }
 
@@ -61,7 +61,7 @@ absl::StatusOr<AdapterFactory> FindAdapterFactory(std::string_view name) {
     if (it != r.factories.end()) return it->second;
   }
   const std::vector<std::string> names = AdapterNames();
-  return absl::InvalidArgumentError(core::Cat(
+  return absl::InvalidArgumentError(domain::Cat(
       "--backend: unknown backend \"", name,
       "\" (known: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
 }
@@ -77,7 +77,7 @@ absl::StatusOr<BackendAdapter> CreateAdapter(std::string_view name,
   if (!created.ok()) return created.status();
   if (created->adapter == nullptr) {
     return absl::InternalError(
-        core::Cat("backend \"", name, "\" created no adapter"));
+        domain::Cat("backend \"", name, "\" created no adapter"));
   }
   if (created->label.empty()) created->label = std::string(name);
   return created;

@@ -11,19 +11,19 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "services/core/capacity.h"
-#include "services/core/errors.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/capacity.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
 
 namespace trainyard::dispatcher::sim {
 namespace {
 
-using ::trainyard::core::AttachErrorInfo;
-using ::trainyard::core::Cat;
-using ::trainyard::core::FieldError;
-namespace reason = ::trainyard::core::reason;
+using ::trainyard::domain::AttachErrorInfo;
+using ::trainyard::domain::Cat;
+using ::trainyard::domain::FieldError;
+namespace reason = ::trainyard::domain::reason;
 namespace v1 = ::trainyard::v1;
 
 // Reason codes of Launch's FAILED_PRECONDITION errors.
@@ -147,7 +147,7 @@ absl::StatusOr<JobBehaviour> ParseBehaviour(const LaunchRequest& request,
     }
     b.checkpoint_every = d;
   } else if (request.spec.checkpoint().has_interval()) {
-    absl::StatusOr<absl::Duration> d = core::ToDuration(
+    absl::StatusOr<absl::Duration> d = domain::ToDuration(
         request.spec.checkpoint().interval(), "spec.checkpoint.interval");
     if (!d.ok()) return d.status();
     if (*d > absl::ZeroDuration()) {
@@ -156,7 +156,7 @@ absl::StatusOr<JobBehaviour> ParseBehaviour(const LaunchRequest& request,
   }
   if (request.spec.has_time_limit()) {
     absl::StatusOr<absl::Duration> d =
-        core::ToDuration(request.spec.time_limit(), "spec.time_limit");
+        domain::ToDuration(request.spec.time_limit(), "spec.time_limit");
     if (!d.ok()) return d.status();
     if (*d < absl::ZeroDuration()) {
       return FieldError("spec.time_limit", reason::kOutOfRange,
@@ -188,7 +188,7 @@ std::optional<int64_t> ParseSimCheckpointUri(std::string_view uri) {
     return std::nullopt;
   }
   int64_t step = 0;
-  if (!absl::SimpleAtoi(core::AbslView(digits), &step)) return std::nullopt;
+  if (!absl::SimpleAtoi(domain::AbslView(digits), &step)) return std::nullopt;
   return step;
 }
 
@@ -246,7 +246,7 @@ absl::StatusOr<std::unique_ptr<SimAdapter>> SimAdapter::Create(
 namespace {
 absl::Duration DurationOr(const google::protobuf::Duration& d,
                           absl::Duration fallback) {
-  absl::StatusOr<absl::Duration> v = core::ToDuration(d, "");
+  absl::StatusOr<absl::Duration> v = domain::ToDuration(d, "");
   return v.ok() && *v > absl::ZeroDuration() ? *v : fallback;
 }
 }  // namespace
@@ -559,7 +559,7 @@ void SimAdapter::LogLocked(absl::Time t, SimEventType type, std::string subject,
 }
 
 absl::StatusOr<int> SimAdapter::FindNodeLocked(std::string_view name) const {
-  auto it = node_index_.find(core::AbslView(name));
+  auto it = node_index_.find(domain::AbslView(name));
   if (it == node_index_.end()) {
     return absl::NotFoundError(Cat("node ", Quoted(name), " not found"));
   }
@@ -612,7 +612,7 @@ absl::StatusOr<AttemptStatus> SimAdapter::Launch(const LaunchRequest& request) {
                               Quoted(n.pool), " of flavor ", Quoted(n.flavor),
                               ", not ", Quoted(request.flavor)));
     }
-    if (gpus > 0 && !core::GpuModelMatches(res.gpu_model(), n.gpu_model)) {
+    if (gpus > 0 && !domain::GpuModelMatches(res.gpu_model(), n.gpu_model)) {
       return Precondition(
           field, kGpuModelMismatch,
           Cat("node ", Quoted(name), " has GPU model ", Quoted(n.gpu_model),

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "services/core/errors.h"
+#include "services/lib/domain/errors.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
 
@@ -191,8 +191,8 @@ TEST(SimConfigTest, DuplicateNodeNamesTheSecondEntry) {
   const std::string message(config.status().message());
   EXPECT_THAT(message, StartsWith("c.textproto:4:"));
   EXPECT_THAT(message, HasSubstr("nodes[1].prefix: duplicate node \"n-0002\""));
-  EXPECT_EQ(core::ErrorField(config.status()), "nodes[1].prefix");
-  EXPECT_EQ(core::ErrorReason(config.status()), core::reason::kDuplicate);
+  EXPECT_EQ(domain::ErrorField(config.status()), "nodes[1].prefix");
+  EXPECT_EQ(domain::ErrorReason(config.status()), domain::reason::kDuplicate);
 }
 
 TEST(SimConfigTest, UnknownPool) {
@@ -263,7 +263,7 @@ TEST(SimConfigTest, SemanticErrors) {
     absl::StatusOr<v1::SimClusterConfig> config = ParseSimConfig(c.text, "c");
     ASSERT_FALSE(config.ok()) << c.text;
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(core::ErrorField(config.status()), c.field) << config.status();
+    EXPECT_EQ(domain::ErrorField(config.status()), c.field) << config.status();
     EXPECT_THAT(std::string(config.status().message()),
                 HasSubstr(c.field + ": "));
   }
@@ -435,7 +435,7 @@ TEST_F(SimAdapterTest, CapacityIsEnforcedAndReleased) {
       sim_->Launch(Request(2, {"od-0002", "od-0001"}, 4));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core::ErrorField(refused.status()), "worker_nodes[1]");
+  EXPECT_EQ(domain::ErrorField(refused.status()), "worker_nodes[1]");
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("od-0001"));
   // Nothing was allocated by the refused launch.
   EXPECT_EQ(NodeOf("od-0002").used_gpus, 0);
@@ -446,7 +446,7 @@ TEST_F(SimAdapterTest, CapacityIsEnforcedAndReleased) {
   absl::StatusOr<AttemptStatus> two =
       sim_->Launch(Request(3, {"od-0002", "od-0002"}, 5));
   ASSERT_FALSE(two.ok());
-  EXPECT_EQ(core::ErrorField(two.status()), "worker_nodes[1]");
+  EXPECT_EQ(domain::ErrorField(two.status()), "worker_nodes[1]");
   EXPECT_TRUE(sim_->Launch(Request(4, {"od-0002", "od-0002"}, 4)).ok());
   EXPECT_EQ(NodeOf("od-0002").used_gpus, 8);
 
@@ -459,14 +459,14 @@ TEST_F(SimAdapterTest, CapacityIsEnforcedAndReleased) {
 TEST_F(SimAdapterTest, RefusesUnknownNodesOtherFlavorsAndModels) {
   absl::StatusOr<AttemptStatus> s = sim_->Launch(Request(1, {"zz-0001"}));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core::ErrorField(s.status()), "worker_nodes[0]");
-  EXPECT_EQ(core::ErrorReason(s.status()), "UNKNOWN_NODE");
+  EXPECT_EQ(domain::ErrorField(s.status()), "worker_nodes[0]");
+  EXPECT_EQ(domain::ErrorReason(s.status()), "UNKNOWN_NODE");
 
   LaunchRequest r = Request(2, {"sp-0001"});
   r.flavor = "on-demand-h100";
   s = sim_->Launch(r);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core::ErrorReason(s.status()), "FLAVOR_MISMATCH");
+  EXPECT_EQ(domain::ErrorReason(s.status()), "FLAVOR_MISMATCH");
   r.flavor = "spot-h100";
   EXPECT_TRUE(sim_->Launch(r).ok());
 
@@ -474,7 +474,7 @@ TEST_F(SimAdapterTest, RefusesUnknownNodesOtherFlavorsAndModels) {
   r.spec.mutable_resources()->set_gpu_model("A100");
   s = sim_->Launch(r);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core::ErrorReason(s.status()), "GPU_MODEL_MISMATCH");
+  EXPECT_EQ(domain::ErrorReason(s.status()), "GPU_MODEL_MISMATCH");
 }
 
 TEST_F(SimAdapterTest, RejectsMalformedRequests) {
@@ -482,11 +482,11 @@ TEST_F(SimAdapterTest, RejectsMalformedRequests) {
   r.name = "ty-1-2";
   absl::StatusOr<AttemptStatus> s = sim_->Launch(r);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(core::ErrorField(s.status()), "name");
+  EXPECT_EQ(domain::ErrorField(s.status()), "name");
 
   r = Request(1, {"od-0001"});
   r.spec.set_workers(2);
-  EXPECT_EQ(core::ErrorField(sim_->Launch(r).status()), "worker_nodes");
+  EXPECT_EQ(domain::ErrorField(sim_->Launch(r).status()), "worker_nodes");
 
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{
@@ -500,13 +500,13 @@ TEST_F(SimAdapterTest, RejectsMalformedRequests) {
     s = sim_->Launch(Request(1, {"od-0001"}, 8, {{key, value}}));
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument)
         << key << "=" << value;
-    EXPECT_EQ(core::ErrorField(s.status()),
+    EXPECT_EQ(domain::ErrorField(s.status()),
               absl::StrCat("spec.env[\"", key, "\"]"));
   }
   // Extra env from the dispatcher is read too, and named as such.
   r = Request(1, {"od-0001"});
   r.env["SIM_EXIT_CODE"] = "-1";
-  EXPECT_EQ(core::ErrorField(sim_->Launch(r).status()),
+  EXPECT_EQ(domain::ErrorField(sim_->Launch(r).status()),
             "env[\"SIM_EXIT_CODE\"]");
   absl::StatusOr<std::vector<AttemptStatus>> all = sim_->List();
   ASSERT_TRUE(all.ok());
@@ -665,7 +665,7 @@ TEST_F(SimAdapterTest, StopErrors) {
   const absl::Status s =
       sim_->Stop("ty-1-1", absl::Seconds(-1), StopReason::kCancel);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(core::ErrorField(s), "grace");
+  EXPECT_EQ(domain::ErrorField(s), "grace");
   EXPECT_EQ(StatusOf("ty-1-1").phase, AttemptPhase::kRunning);
 }
 
@@ -681,7 +681,7 @@ TEST_F(SimAdapterTest, Signals) {
   EXPECT_THAT(StatusOf("ty-1-1").checkpoints, SizeIs(1));
   EXPECT_EQ(StatusOf("ty-1-1").phase, AttemptPhase::kRunning);
 
-  EXPECT_EQ(core::ErrorField(sim_->Signal("ty-1-1", 0)), "signal");
+  EXPECT_EQ(domain::ErrorField(sim_->Signal("ty-1-1", 0)), "signal");
   EXPECT_EQ(sim_->Signal("ty-1-1", 65).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(sim_->Signal("ty-9-1", SIGTERM).code(),
@@ -719,7 +719,7 @@ TEST_F(SimAdapterTest, FailNodeFailsItsAttemptsUntilRecovered) {
   EXPECT_EQ(n.state_message, "failed");
   EXPECT_EQ(n.used_gpus, 0);
   absl::StatusOr<AttemptStatus> refused = sim_->Launch(Request(3, {"od-0001"}));
-  EXPECT_EQ(core::ErrorReason(refused.status()), "NODE_DOWN");
+  EXPECT_EQ(domain::ErrorReason(refused.status()), "NODE_DOWN");
 
   EXPECT_TRUE(sim_->FailNode("od-0001").ok());  // idempotent
   Advance(absl::Hours(10));
@@ -765,7 +765,7 @@ TEST_F(SimAdapterTest, ReclaimNodeAndPool) {
 TEST_F(SimAdapterTest, CrashJob) {
   Launch(Request(1, {"od-0001"}, 8, {{"SIM_DURATION", "1h"}}));
   Advance(absl::Seconds(5));
-  EXPECT_EQ(core::ErrorField(sim_->CrashJob("ty-1-1", 0)), "exit_code");
+  EXPECT_EQ(domain::ErrorField(sim_->CrashJob("ty-1-1", 0)), "exit_code");
   EXPECT_EQ(sim_->CrashJob("ty-9-1", 1).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(sim_->CrashJob("ty-1-1", 42).ok());
   const AttemptStatus s = StatusOf("ty-1-1");
@@ -785,7 +785,7 @@ TEST_F(SimAdapterTest, CordonedNodeRefusesNewWorkButKeepsRunningWork) {
   EXPECT_FALSE(n.failed);
   EXPECT_EQ(n.state_message, "cordoned");
   EXPECT_EQ(
-      core::ErrorReason(sim_->Launch(Request(2, {"od-0001"}, 4)).status()),
+      domain::ErrorReason(sim_->Launch(Request(2, {"od-0001"}, 4)).status()),
       "NODE_UNSCHEDULABLE");
   EXPECT_EQ(StatusOf("ty-1-1").phase, AttemptPhase::kRunning);
   ASSERT_TRUE(sim_->SetNodeSchedulable("od-0001", true).ok());

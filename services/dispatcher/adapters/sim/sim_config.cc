@@ -15,18 +15,18 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "services/core/errors.h"
-#include "services/core/names.h"
-#include "services/core/string_view.h"
-#include "services/core/validation.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::dispatcher::sim {
 namespace {
 
 using ::google::protobuf::TextFormat;
-using ::trainyard::core::Cat;
-using ::trainyard::core::FieldError;
-namespace reason = ::trainyard::core::reason;
+using ::trainyard::domain::Cat;
+using ::trainyard::domain::FieldError;
+namespace reason = ::trainyard::domain::reason;
 namespace v1 = ::trainyard::v1;
 
 constexpr int32_t kMaxNodesPerEntry = 100'000;
@@ -62,14 +62,14 @@ ConfigError Error(std::vector<PathElem> path, std::string_view reason_code,
 }
 
 std::string Quoted(std::string_view s) {
-  return Cat("\"", absl::CHexEscape(core::AbslView(s.substr(0, 128))), "\"");
+  return Cat("\"", absl::CHexEscape(domain::AbslView(s.substr(0, 128))), "\"");
 }
 
 bool BadRate(double rate) { return !std::isfinite(rate) || rate < 0; }
 
 std::optional<ConfigError> CheckDuration(const google::protobuf::Duration& d,
                                          std::vector<PathElem> path) {
-  absl::StatusOr<absl::Duration> value = core::ToDuration(d, PathString(path));
+  absl::StatusOr<absl::Duration> value = domain::ToDuration(d, PathString(path));
   if (!value.ok()) {
     return Error(std::move(path), reason::kInvalidValue, "malformed duration");
   }
@@ -88,7 +88,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
   if (config.cluster().empty()) {
     return Error({{"cluster"}}, reason::kRequired, "required");
   }
-  if (!core::IsValidId(config.cluster())) {
+  if (!domain::IsValidId(config.cluster())) {
     return Error({{"cluster"}}, reason::kInvalidName,
                  Cat("invalid cluster id ", Quoted(config.cluster())));
   }
@@ -104,7 +104,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     if (pool.name().empty()) {
       return Error(at("name"), reason::kRequired, "required");
     }
-    if (!core::IsValidId(pool.name())) {
+    if (!domain::IsValidId(pool.name())) {
       return Error(at("name"), reason::kInvalidName,
                    Cat("invalid pool id ", Quoted(pool.name())));
     }
@@ -116,7 +116,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     if (pool.flavor().empty()) {
       return Error(at("flavor"), reason::kRequired, "required");
     }
-    if (!core::IsValidId(pool.flavor())) {
+    if (!domain::IsValidId(pool.flavor())) {
       return Error(at("flavor"), reason::kInvalidName,
                    Cat("invalid flavor id ", Quoted(pool.flavor())));
     }
@@ -197,7 +197,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
       return Error(cap_at("memory_bytes"), reason::kOutOfRange,
                    "must not be negative");
     }
-    if (!core::IsValidGpuModel(cap.gpu_model())) {
+    if (!domain::IsValidGpuModel(cap.gpu_model())) {
       return Error(cap_at("gpu_model"), reason::kInvalidValue,
                    Cat("invalid GPU model ", Quoted(cap.gpu_model())));
     }
@@ -205,7 +205,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     for (int k = 0; k < count; ++k) {
       const std::string name = named ? entry.name() : GeneratedName(entry, k);
       const char* field = named ? "name" : "prefix";
-      if (!core::IsValidNodeId(name)) {
+      if (!domain::IsValidNodeId(name)) {
         return Error(at(field), reason::kInvalidName,
                      Cat("invalid node name ", Quoted(name)));
       }
@@ -242,7 +242,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     return e;
   }
   if (absl::StatusOr<absl::Duration> d =
-          core::ToDuration(config.default_job_duration(), "");
+          domain::ToDuration(config.default_job_duration(), "");
       d.ok() && *d > kMaxJobDuration) {
     return Error(
         {{"default_job_duration"}}, reason::kOutOfRange,
@@ -345,10 +345,10 @@ absl::StatusOr<v1::SimClusterConfig> ParseSimConfig(std::string_view text,
   std::optional<ConfigError> error = Check(config);
   if (error.has_value()) {
     const TextFormat::ParseLocation loc = Locate(tree, error->path);
-    return core::AttachErrorInfo(
+    return domain::AttachErrorInfo(
         absl::InvalidArgumentError(Cat(Position(source, loc.line, loc.column),
-                                       core::StdView(error->status.message()))),
-        PathString(error->path), core::ErrorReason(error->status));
+                                       domain::StdView(error->status.message()))),
+        PathString(error->path), domain::ErrorReason(error->status));
   }
   return config;
 }

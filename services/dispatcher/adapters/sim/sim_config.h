@@ -18,7 +18,7 @@ namespace trainyard::dispatcher::sim {
 inline constexpr absl::Duration kMaxJobDuration = absl::Hours(24 * 3650);
 
 // Semantic checks of a parsed config; the first error as INVALID_ARGUMENT
-// naming the field (core::FieldError), e.g. "nodes[3].pool: unknown pool
+// naming the field (domain::FieldError), e.g. "nodes[3].pool: unknown pool
 // \"gpu\"". Checks: cluster a valid id; at least one pool and one node; pool
 // names valid and unique, flavor a valid id, flavor_kind set, price and
 // reclaim rate >= 0 (finite), a reclaim rate only on spot pools; each nodes

@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/common/grpc_server.h"
+#include "services/lib/runtime/grpc_server.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -87,9 +87,9 @@ class SimRemoteTest : public ::testing::Test {
     ASSERT_TRUE(sim.ok()) << sim.status();
     sim_ = std::move(*sim);
     service_ = std::make_unique<SimClusterServer>(sim_.get());
-    common::GrpcServerOptions options;
+    runtime::GrpcServerOptions options;
     options.listen_address = "127.0.0.1:0";
-    server_ = std::make_unique<common::GrpcServerRunner>(options);
+    server_ = std::make_unique<runtime::GrpcServerRunner>(options);
     server_->AddService(service_.get());
     ASSERT_TRUE(server_->Start().ok());
     client_ = std::make_unique<SimClusterClient>(SimClusterClientOptions{
@@ -102,7 +102,7 @@ class SimRemoteTest : public ::testing::Test {
   VirtualClock clock_{kStart};
   std::unique_ptr<SimAdapter> sim_;
   std::unique_ptr<SimClusterServer> service_;
-  std::unique_ptr<common::GrpcServerRunner> server_;
+  std::unique_ptr<runtime::GrpcServerRunner> server_;
   std::unique_ptr<SimClusterClient> client_;
 };
 

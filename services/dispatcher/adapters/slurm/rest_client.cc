@@ -8,12 +8,12 @@
 #include "absl/base/call_once.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "services/core/string_view.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher::slurm {
 
-using ::trainyard::core::AbslView;
-using ::trainyard::core::Cat;
+using ::trainyard::domain::AbslView;
+using ::trainyard::domain::Cat;
 namespace {
 
 constexpr size_t kMaxIdleHandles = 8;

@@ -9,13 +9,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "services/core/errors.h"
-#include "services/core/string_view.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher::slurm {
 
-using ::trainyard::core::AbslView;
-using ::trainyard::core::Cat;
+using ::trainyard::domain::AbslView;
+using ::trainyard::domain::Cat;
 namespace {
 
 // update_time is compared with slurmctld's clock: look back a little.
@@ -381,18 +381,18 @@ absl::StatusOr<AttemptStatus> SlurmAdapter::Launch(
         const std::string field = Cat("worker_nodes[", i, "]");
         auto it = node_flavor_.find(request.worker_nodes[i]);
         if (it == node_flavor_.end()) {
-          return core::AttachErrorInfo(
+          return domain::AttachErrorInfo(
               absl::FailedPreconditionError(Cat(field, ": unknown node \"",
                                                 request.worker_nodes[i], "\"")),
-              field, core::reason::kInvalidValue);
+              field, domain::reason::kInvalidValue);
         }
         if (!request.flavor.empty() && !it->second.empty() &&
             it->second != request.flavor) {
-          return core::AttachErrorInfo(
+          return domain::AttachErrorInfo(
               absl::FailedPreconditionError(
                   Cat(field, ": node \"", it->first, "\" serves flavor \"",
                       it->second, "\", not \"", request.flavor, "\"")),
-              field, core::reason::kInconsistent);
+              field, domain::reason::kInconsistent);
         }
       }
     }
@@ -444,7 +444,7 @@ absl::StatusOr<AttemptStatus> SlurmAdapter::Launch(
 
 absl::Status SlurmAdapter::Signal(std::string_view name, int signal) {
   if (signal < 1 || signal > 64) {
-    return core::FieldError("signal", core::reason::kOutOfRange,
+    return domain::FieldError("signal", domain::reason::kOutOfRange,
                             Cat("expected 1..64, got ", signal));
   }
   if (absl::Status s = Poll(/*full=*/false); !s.ok()) return s;
@@ -472,7 +472,7 @@ absl::Status SlurmAdapter::Signal(std::string_view name, int signal) {
 absl::Status SlurmAdapter::Stop(std::string_view name, absl::Duration grace,
                                 StopReason reason) {
   if (grace < absl::ZeroDuration()) {
-    return core::FieldError("grace", core::reason::kOutOfRange,
+    return domain::FieldError("grace", domain::reason::kOutOfRange,
                             "must not be negative");
   }
   ProcessDueStops();

@@ -19,20 +19,20 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "services/core/errors.h"
-#include "services/core/string_view.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher::slurm {
 
-using ::trainyard::core::AbslView;
-using ::trainyard::core::Cat;
+using ::trainyard::domain::AbslView;
+using ::trainyard::domain::Cat;
 
 namespace v1 = ::trainyard::v1;
 
 namespace {
 
 using Json = nlohmann::json;
-namespace reason = ::trainyard::core::reason;
+namespace reason = ::trainyard::domain::reason;
 
 constexpr size_t kMaxHosts = 100000;
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -480,11 +480,11 @@ absl::StatusOr<std::string> SubmitBody(const LaunchRequest& request,
                                        const SlurmSettings& settings) {
   const v1::JobSpec& spec = request.spec;
   if (spec.command().empty()) {
-    return core::FieldError("spec.command", reason::kRequired,
+    return domain::FieldError("spec.command", reason::kRequired,
                             "the Slurm backend runs a command; none given");
   }
   if (!spec.working_dir().empty() && spec.working_dir()[0] != '/') {
-    return core::FieldError("spec.working_dir", reason::kInvalidValue,
+    return domain::FieldError("spec.working_dir", reason::kInvalidValue,
                             "must be an absolute path on the Slurm nodes");
   }
   const SlurmPartition* partition = nullptr;
@@ -496,7 +496,7 @@ absl::StatusOr<std::string> SubmitBody(const LaunchRequest& request,
     }
   }
   if (partition == nullptr) {
-    return core::AttachErrorInfo(
+    return domain::AttachErrorInfo(
         absl::FailedPreconditionError(
             Cat("flavor: \"", request.flavor,
                 "\" has no Slurm partition in this cluster")),
@@ -686,19 +686,19 @@ absl::StatusOr<CheckpointInfo> ParseCheckpointManifest(std::string_view body,
                                                        std::string_view dir) {
   const Json j = Parse(body);
   if (!j.is_object()) {
-    return core::FieldError(kCheckpointManifest, reason::kInvalidValue,
+    return domain::FieldError(kCheckpointManifest, reason::kInvalidValue,
                             "not a JSON object");
   }
   CheckpointInfo c;
   std::optional<int64_t> step = Int(j, "step");
   if (!step.has_value() || *step < 0) {
-    return core::FieldError("step", reason::kRequired,
+    return domain::FieldError("step", reason::kRequired,
                             "a non-negative integer is required");
   }
   c.step = *step;
   c.uri = Str(j, "uri");
   if (c.uri.empty()) {
-    return core::FieldError("uri", reason::kRequired, "required");
+    return domain::FieldError("uri", reason::kRequired, "required");
   }
   if (c.uri[0] != '/' && !absl::StrContains(c.uri, "://")) {
     c.uri = Cat(dir, "/", c.uri);

@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "services/core/string_view.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher::slurm {
 
-using ::trainyard::core::AbslView;
-using ::trainyard::core::Cat;
+using ::trainyard::domain::AbslView;
+using ::trainyard::domain::Cat;
 namespace {
 
 absl::Status Bad(std::string_view key, std::string_view message) {

@@ -1,0 +1,737 @@
+// The `trainyard` binary: every Trainyard service and its operator commands.
+//
+//   trainyard api         the api service (gRPC; /metrics, /healthz, /readyz)
+//   trainyard scheduler   the scheduler (one leader; others stand by)
+//   trainyard dispatcher  one cluster's dispatcher (--backend: sim, slurm)
+//   trainyard sim-cluster a simulated cluster served over gRPC
+//   trainyard all         every service that exists, in one process
+//   trainyard migrate     apply the SQL migrations
+//   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
+//   trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
+//   trainyard version
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "services/api/auth.h"
+#include "services/api/server.h"
+#include "services/lib/runtime/config.h"
+#include "services/lib/runtime/grpc_server.h"
+#include "services/lib/runtime/health.h"
+#include "services/lib/runtime/http_server.h"
+#include "services/lib/runtime/job_token.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
+#include "services/lib/domain/validation.h"
+#include "services/dispatcher/adapters/all.h"
+#include "services/dispatcher/adapters/clock.h"
+#include "services/dispatcher/adapters/registry.h"
+#include "services/dispatcher/adapters/sim/sim_adapter.h"
+#include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/dispatcher/adapters/sim/sim_remote.h"
+#include "services/dispatcher/dispatcher.h"
+#include "services/scheduler/scheduler_service.h"
+#include "services/cmd/trainyard/apply.h"
+#include "storage/postgres/auth_store.h"
+#include "storage/postgres/migrate.h"
+#include "storage/postgres/pool.h"
+
+ABSL_FLAG(std::string, grpc_listen, "127.0.0.1:50051",
+          "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "api/all: PEM certificate chain; with --tls_key the gRPC port serves "
+          "TLS only");
+ABSL_FLAG(std::string, tls_key, "", "api/all: PEM private key of --tls_cert");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:8081",
+          "HTTP listen address for /metrics, /healthz and /readyz; empty "
+          "disables it");
+ABSL_FLAG(std::string, postgres_url,
+          "postgresql://trainyard@127.0.0.1:55432/trainyard",
+          "PostgreSQL connection URL");
+ABSL_FLAG(std::string, redis_addr, "127.0.0.1:56379",
+          "Redis address (host:port)");
+ABSL_FLAG(std::string, log_level, "info",
+          "Minimum log level: debug, info, warning, error");
+ABSL_FLAG(int, db_pool_size, 16, "PostgreSQL connections per process");
+ABSL_FLAG(
+    double, default_submit_rate, 500,
+    "Submits per second allowed to a tenant that sets no limit of its own");
+ABSL_FLAG(double, default_submit_burst, 1000,
+          "Burst of submits above the rate");
+ABSL_FLAG(
+    int, submit_committers, 2,
+    "Group-commit threads for Submit (each commits one batch per transaction)");
+ABSL_FLAG(int, submit_batch, 256,
+          "Most submits written in one group-commit transaction");
+ABSL_FLAG(absl::Duration, schedule_interval, absl::Seconds(1),
+          "scheduler: a cycle runs at least this often (and on every wake-up)");
+ABSL_FLAG(bool, hold_borrowing_for_priority, false,
+          "scheduler: a job that finds no room in its cohort for quota its "
+          "queue may borrow keeps lower-priority jobs of the cohort from "
+          "borrowing for the rest of the cycle (docs/scheduling.md)");
+ABSL_FLAG(absl::Duration, dispatcher_timeout, absl::Minutes(2),
+          "scheduler: a cluster whose dispatcher has not reported for this "
+          "long gets no new admissions (0: never held back)");
+ABSL_FLAG(bool, nominal_before_borrowing, false,
+          "scheduler: Kueue's ordering across queues: jobs their queue can "
+          "take within nominal quota go before jobs that would borrow, "
+          "whatever their priorities (docs/scheduling.md)");
+ABSL_FLAG(bool, preempt_for_capacity, false,
+          "scheduler: a job within its queue's nominal quota that finds no "
+          "nodes with room may preempt running jobs of strictly lower "
+          "priority of any queue (docs/scheduling.md)");
+ABSL_FLAG(
+    std::string, sim_config, "",
+    "dispatcher/all: text-format SimClusterConfig; runs a dispatcher with "
+    "the sim backend for the cluster it names (docs/sim.md)");
+ABSL_FLAG(std::string, sim_target, "",
+          "dispatcher: address (host:port) of a `trainyard sim-cluster` to "
+          "dispatch to, instead of an in-process --sim_config cluster");
+ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(500),
+          "dispatcher: a pass runs at least this often");
+ABSL_FLAG(std::string, backend, "",
+          "dispatcher/all: the cluster's backend: sim (--sim_config or "
+          "--sim_target; the default) or slurm (--slurm_config)");
+ABSL_FLAG(std::string, slurm_config, "",
+          "dispatcher/all with --backend=slurm: Slurm adapter settings, "
+          "`key = value` lines (docs/slurm.md; deploy/slurm/start.sh writes "
+          "one as adapter.conf)");
+ABSL_FLAG(std::string, slurm_cluster, "slurm",
+          "dispatcher/all with --backend=slurm: id of the cluster it "
+          "dispatches for (clusters/{id})");
+ABSL_FLAG(std::string, api_advertise_addr, "",
+          "dispatcher/all: the api address every attempt's workers get as "
+          "TRAINYARD_ADDR; `all` defaults to --grpc_listen (a wildcard host "
+          "replaced by this host's name), `dispatcher` sets none without it");
+ABSL_FLAG(std::string, job_token_key_file, "",
+          "api/dispatcher/all: HMAC keys of job tokens (TRAINYARD_TOKEN of "
+          "every attempt), one per line: the first signs, all verify. Share "
+          "it between the api and the dispatchers. `all` without it uses a "
+          "random key of its own; `api` then refuses job tokens and "
+          "`dispatcher` mints none");
+ABSL_FLAG(absl::Duration, job_token_ttl, absl::Hours(24 * 7),
+          "dispatcher/all: lifetime of a job token of a job without a time "
+          "limit");
+ABSL_FLAG(absl::Duration, job_token_margin, absl::Hours(1),
+          "dispatcher/all: a job token lives the job's time limit + grace "
+          "period + this");
+ABSL_FLAG(std::string, principal, "",
+          "token create: principal, e.g. users/alice");
+ABSL_FLAG(std::string, role, "",
+          "token create: role to bind: viewer, member, tenant-admin, finance, "
+          "platform-admin");
+ABSL_FLAG(std::string, tenant, "",
+          "token create: tenant of the role (not for platform-admin)");
+ABSL_FLAG(absl::Duration, ttl, absl::Hours(24 * 90),
+          "token create: token lifetime");
+ABSL_FLAG(std::string, description, "", "token create: what the token is for");
+ABSL_FLAG(std::string, f, "", "apply: text-format ApplyBundle file");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply: api address");
+ABSL_FLAG(std::string, token, "",
+          "apply: bearer token (or env TRAINYARD_TOKEN)");
+
+namespace {
+
+using trainyard::runtime::Log;
+using trainyard::runtime::LogLevel;
+
+constexpr char kUsage[] =
+    R"(trainyard — multi-tenant training-platform control plane
+
+Usage:
+  trainyard api      [--config=FILE] [--grpc_listen=..] [--tls_cert=PEM --tls_key=PEM] [--http_listen=..] [--postgres_url=..] [--redis_addr=..]
+  trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
+  trainyard dispatcher [--backend=NAME] BACKEND_FLAGS [--config=FILE] [--http_listen=..] [--postgres_url=..]
+  trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
+  trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
+  Job tokens (api, dispatcher, all): [--job_token_key_file=FILE] [--api_advertise_addr=HOST:PORT]
+                     [--job_token_ttl=168h] [--job_token_margin=1h]  (docs/security.md "Job tokens")
+  trainyard migrate  [--postgres_url=..]
+  trainyard token create --principal=users/NAME --role=ROLE [--tenant=TENANT] [--ttl=2160h]
+  trainyard apply -f FILE [--target=127.0.0.1:50051] [--token=TOKEN]
+  trainyard version
+)";
+
+// kUsage, then the dispatcher's backends (the adapter registry's) with their
+// flags.
+std::string Usage() {
+  std::string usage =
+      absl::StrCat(kUsage, "\nDispatcher backends (--backend=NAME; default ",
+                   trainyard::dispatcher::kDefaultAdapter, "):\n");
+  for (const std::string& name : trainyard::dispatcher::AdapterNames()) {
+    auto factory = trainyard::dispatcher::FindAdapterFactory(name);
+    if (!factory.ok()) continue;
+    absl::StrAppend(&usage,
+                    absl::StrFormat("  %-7s %s\n", name, factory->usage));
+  }
+  return usage;
+}
+
+int Migrate() {
+  auto result =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!result.ok()) {
+    std::cerr << "migrate: " << result.status() << "\n";
+    return 1;
+  }
+  std::cout << "schema at version " << result->current_version << " (applied "
+            << result->applied.size() << " migration(s))\n";
+  return 0;
+}
+
+absl::StatusOr<trainyard::v1::Role> ParseRole(const std::string& role) {
+  if (role == "viewer") return trainyard::v1::ROLE_VIEWER;
+  if (role == "member") return trainyard::v1::ROLE_MEMBER;
+  if (role == "tenant-admin") return trainyard::v1::ROLE_TENANT_ADMIN;
+  if (role == "finance") return trainyard::v1::ROLE_FINANCE;
+  if (role == "platform-admin") return trainyard::v1::ROLE_PLATFORM_ADMIN;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--role: unknown role \"", role,
+      "\"; use viewer, member, tenant-admin, finance or platform-admin"));
+}
+
+// Creates a token (and the role binding, if asked) straight in the database:
+// the bootstrap path for the first platform-admin, like `kubeadm token create`.
+int TokenCreate() {
+  const std::string principal = absl::GetFlag(FLAGS_principal);
+  if (!trainyard::domain::IsValidPrincipal(principal)) {
+    std::cerr << "token create: --principal: must look like users/NAME or "
+                 "serviceAccounts/NAME\n";
+    return 2;
+  }
+  const absl::Duration ttl = absl::GetFlag(FLAGS_ttl);
+  if (ttl <= absl::ZeroDuration() || ttl > absl::Hours(24 * 366)) {
+    std::cerr << "token create: --ttl: must be positive and at most one year\n";
+    return 2;
+  }
+  std::optional<trainyard::v1::RoleBinding> binding;
+  if (!absl::GetFlag(FLAGS_role).empty()) {
+    auto role = ParseRole(absl::GetFlag(FLAGS_role));
+    if (!role.ok()) {
+      std::cerr << "token create: " << role.status().message() << "\n";
+      return 2;
+    }
+    binding.emplace();
+    binding->set_principal(principal);
+    binding->set_role(*role);
+    binding->set_tenant(absl::GetFlag(FLAGS_tenant));
+    if (absl::Status s = trainyard::domain::ValidateRoleBinding(*binding);
+        !s.ok()) {
+      std::cerr << "token create: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    std::cerr << "token create: " << migrated.status() << "\n";
+    return 1;
+  }
+  auto db = trainyard::storage::postgres::Database::Open(
+      {.url = absl::GetFlag(FLAGS_postgres_url), .pool_size = 1});
+  if (!db.ok()) {
+    std::cerr << "token create: " << db.status() << "\n";
+    return 1;
+  }
+  trainyard::storage::postgres::AuthStore store(db->get());
+  trainyard::storage::postgres::AuditRecord audit;
+  audit.principal = "system:trainyard-cli";
+  audit.method = "trainyard token create";
+  audit.resource = principal;
+  audit.tenant = absl::GetFlag(FLAGS_tenant);
+  audit.request_json =
+      absl::StrCat("{\"principal\":\"", principal, "\",\"role\":\"",
+                   absl::GetFlag(FLAGS_role), "\"}");
+  if (binding) {
+    auto created = store.CreateRoleBinding(*binding, audit.principal, &audit);
+    if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
+      std::cerr << "token create: " << created.status().message() << "\n";
+      return 1;
+    }
+  }
+  trainyard::api::NewToken token = trainyard::api::GenerateToken();
+  auto stored = store.CreateToken(token.id, principal, token.hash,
+                                  absl::GetFlag(FLAGS_description),
+                                  audit.principal, absl::Now() + ttl, &audit);
+  if (!stored.ok()) {
+    std::cerr << "token create: " << stored.status() << "\n";
+    return 1;
+  }
+  std::cout << token.secret << "\n";
+  return 0;
+}
+
+trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
+  trainyard::scheduler::SchedulerOptions options;
+  options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
+  options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
+  options.interval = absl::GetFlag(FLAGS_schedule_interval);
+  options.policy.hold_borrowing_for_priority =
+      absl::GetFlag(FLAGS_hold_borrowing_for_priority);
+  options.policy.nominal_before_borrowing =
+      absl::GetFlag(FLAGS_nominal_before_borrowing);
+  options.policy.preempt_for_capacity =
+      absl::GetFlag(FLAGS_preempt_for_capacity);
+  options.dispatcher_timeout = absl::GetFlag(FLAGS_dispatcher_timeout);
+  return options;
+}
+
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// /healthz, /readyz and /metrics on --http_listen (nullptr when it is empty)
+// for the commands that run one background service.
+absl::StatusOr<std::unique_ptr<trainyard::runtime::HttpServer>>
+StartHealthServer(trainyard::runtime::Health& health) {
+  if (absl::GetFlag(FLAGS_http_listen).empty()) return nullptr;
+  auto http = std::make_unique<trainyard::runtime::HttpServer>(
+      absl::GetFlag(FLAGS_http_listen));
+  health.Register(*http, trainyard::runtime::DefaultMetrics());
+  if (absl::Status s = http->Start(); !s.ok()) return s;
+  return http;
+}
+
+// The job token keys of --job_token_key_file; without it, a random key when
+// `random_if_unset` (`all`: api and dispatcher share this process), else null.
+absl::StatusOr<std::shared_ptr<const trainyard::runtime::JobTokenKeys>>
+JobTokenKeysFromFlags(bool random_if_unset) {
+  const std::string path = absl::GetFlag(FLAGS_job_token_key_file);
+  if (path.empty()) {
+    if (random_if_unset) return trainyard::runtime::JobTokenKeys::Random();
+    return nullptr;
+  }
+  auto keys = trainyard::runtime::JobTokenKeys::FromFile(path);
+  if (!keys.ok()) {
+    return absl::Status(
+        keys.status().code(),
+        absl::StrCat("--job_token_key_file: ", keys.status().message()));
+  }
+  return keys;
+}
+
+// --api_advertise_addr, or for `all` (default_to_listen) --grpc_listen with a
+// wildcard host replaced by this host's name.
+std::string ApiAdvertiseAddr(bool default_to_listen) {
+  std::string addr = absl::GetFlag(FLAGS_api_advertise_addr);
+  if (!addr.empty() || !default_to_listen) return addr;
+  addr = absl::GetFlag(FLAGS_grpc_listen);
+  for (std::string_view wildcard : {"0.0.0.0:", "[::]:", ":"}) {
+    if (addr.starts_with(wildcard)) {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+        std::strcpy(host, "localhost");
+      }
+      return absl::StrCat(host, ":", addr.substr(wildcard.size()));
+    }
+  }
+  return addr;
+}
+
+// What the dispatcher gives every attempt to call the api with.
+struct ApiAccess {
+  std::string addr;
+  std::shared_ptr<const trainyard::runtime::JobTokenKeys> keys;
+};
+
+// A dispatcher with its backend's adapter, which it owns.
+struct BackendDispatcher {
+  std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
+  std::unique_ptr<trainyard::dispatcher::Dispatcher> dispatcher;
+};
+
+// Starts the dispatcher of `cluster` driving `adapter` (with the flags
+// database, Redis and pass interval).
+absl::StatusOr<BackendDispatcher> StartDispatcher(
+    std::unique_ptr<trainyard::dispatcher::Adapter> adapter,
+    const std::string& cluster, const std::string& backend,
+    const ApiAccess& api) {
+  BackendDispatcher out;
+  out.adapter = std::move(adapter);
+  auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
+      {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
+       .redis_addr = absl::GetFlag(FLAGS_redis_addr),
+       .cluster = cluster,
+       .interval = absl::GetFlag(FLAGS_dispatch_interval),
+       .api_advertise_addr = api.addr,
+       .job_tokens = api.keys,
+       .job_token_ttl = absl::GetFlag(FLAGS_job_token_ttl),
+       .job_token_margin = absl::GetFlag(FLAGS_job_token_margin)},
+      out.adapter.get());
+  if (!dispatcher.ok()) return dispatcher.status();
+  out.dispatcher = std::move(*dispatcher);
+  out.dispatcher->Start();
+  Log(LogLevel::kInfo, "dispatcher started",
+      {{"cluster", cluster},
+       {"backend", backend},
+       {"api_advertise_addr", api.addr.empty() ? "(none)" : api.addr},
+       {"job_tokens", api.keys == nullptr
+                          ? std::string("off")
+                          : absl::StrCat("key ", api.keys->signing_key_id())}});
+  if (api.addr.empty() || api.keys == nullptr) {
+    Log(LogLevel::kWarning,
+        "attempts get no TRAINYARD_ADDR or TRAINYARD_TOKEN: their workers "
+        "cannot report checkpoints (set --api_advertise_addr and "
+        "--job_token_key_file)");
+  }
+  return out;
+}
+
+// The dispatcher backend `--backend` names (the default when it is empty), and
+// its settings: the current values of the flags it reads.
+struct Backend {
+  std::string name;
+  trainyard::dispatcher::AdapterFactory factory;
+  trainyard::dispatcher::AdapterSettings settings;
+};
+
+// INVALID_ARGUMENT naming the known backends when `--backend` is not one.
+absl::StatusOr<Backend> SelectedBackend() {
+  Backend backend{.name = absl::GetFlag(FLAGS_backend)};
+  if (backend.name.empty())
+    backend.name = trainyard::dispatcher::kDefaultAdapter;
+  auto factory = trainyard::dispatcher::FindAdapterFactory(backend.name);
+  if (!factory.ok()) return factory.status();
+  backend.factory = *std::move(factory);
+  for (const std::string& flag : backend.factory.flags) {
+    const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+    if (f == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "backend \"", backend.name, "\" reads an undefined flag --", flag));
+    }
+    backend.settings.values[flag] = f->CurrentValue();
+  }
+  return backend;
+}
+
+// The backend's usage check; without --backend its message also points to
+// the other backends.
+absl::Status CheckBackend(const Backend& backend) {
+  if (!backend.factory.check) return absl::OkStatus();
+  absl::Status s = backend.factory.check(backend.settings);
+  if (s.ok() || !absl::GetFlag(FLAGS_backend).empty()) return s;
+  return absl::Status(
+      s.code(),
+      absl::StrCat(s.message(), ", or choose a backend with --backend (",
+                   absl::StrJoin(trainyard::dispatcher::AdapterNames(), ", "),
+                   "; see --help)"));
+}
+
+// Whether `trainyard all` runs a dispatcher of the backend (sim: given
+// --sim_config; slurm: always).
+bool RunsInAll(const Backend& backend) {
+  return !backend.factory.runs_in_all ||
+         backend.factory.runs_in_all(backend.settings);
+}
+
+// Starts the dispatcher of the backend (INVALID_ARGUMENT naming the flag when
+// its settings are missing).
+absl::StatusOr<BackendDispatcher> StartBackendDispatcher(const Backend& backend,
+                                                         const ApiAccess& api) {
+  auto created =
+      trainyard::dispatcher::CreateAdapter(backend.name, backend.settings);
+  if (!created.ok()) return created.status();
+  return StartDispatcher(std::move(created->adapter), created->cluster,
+                         created->label, api);
+}
+
+// `trainyard sim-cluster`: the cluster `--sim_config` describes, on the real
+// clock, served over gRPC (SimClusterService) on --grpc_listen, with /healthz,
+// /readyz and /metrics on --http_listen.
+int ServeSimCluster() {
+  sigset_t signals = BlockStopSignals();
+  if (absl::GetFlag(FLAGS_sim_config).empty()) {
+    std::cerr << "sim-cluster: --sim_config=FILE is required\n";
+    return 2;
+  }
+  auto config = trainyard::dispatcher::sim::LoadSimConfig(
+      absl::GetFlag(FLAGS_sim_config));
+  if (!config.ok()) {
+    std::cerr << "sim-cluster: " << config.status() << "\n";
+    return 2;
+  }
+  auto sim = trainyard::dispatcher::sim::SimAdapter::Create(
+      *config, &trainyard::dispatcher::RealClock::Get());
+  if (!sim.ok()) {
+    std::cerr << "sim-cluster: " << sim.status() << "\n";
+    return 2;
+  }
+  trainyard::dispatcher::sim::SimClusterServer service(sim->get());
+  trainyard::runtime::GrpcServerRunner server(
+      {.listen_address = absl::GetFlag(FLAGS_grpc_listen)});
+  server.AddService(&service);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    Log(LogLevel::kError, "sim-cluster: gRPC failed to start", {{"error", s}});
+    return 1;
+  }
+  trainyard::runtime::Health health;
+  absl::StatusOr<std::unique_ptr<trainyard::runtime::HttpServer>> http =
+      StartHealthServer(health);
+  if (!http.ok()) {
+    Log(LogLevel::kError, "sim-cluster: http failed to start",
+        {{"error", http.status()}});
+    return 1;
+  }
+  Log(LogLevel::kInfo, "sim cluster serving",
+      {{"cluster", config->cluster()}, {"port", server.port()}});
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  server.Shutdown();
+  if (*http) (*http)->Stop();
+  return 0;
+}
+
+// `trainyard dispatcher`: one cluster's dispatcher, with /metrics, /healthz,
+// /readyz.
+int ServeDispatcher() {
+  sigset_t signals = BlockStopSignals();
+  absl::StatusOr<Backend> backend = SelectedBackend();
+  absl::Status usage = backend.ok() ? CheckBackend(*backend) : backend.status();
+  if (!usage.ok()) {
+    std::cerr << "dispatcher: " << usage.message() << "\n";
+    return 2;
+  }
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    Log(LogLevel::kError, "dispatcher: migrations failed",
+        {{"error", migrated.status()}});
+    return 1;
+  }
+  auto keys = JobTokenKeysFromFlags(/*random_if_unset=*/false);
+  if (!keys.ok()) {
+    Log(LogLevel::kError, "dispatcher failed to start",
+        {{"error", keys.status()}});
+    return 1;
+  }
+  absl::StatusOr<BackendDispatcher> sim = StartBackendDispatcher(
+      *backend,
+      {.addr = ApiAdvertiseAddr(/*default_to_listen=*/false), .keys = *keys});
+  if (!sim.ok()) {
+    Log(LogLevel::kError, "dispatcher failed to start",
+        {{"error", sim.status()}});
+    return 1;
+  }
+  trainyard::runtime::Health health;
+  absl::StatusOr<std::unique_ptr<trainyard::runtime::HttpServer>> http =
+      StartHealthServer(health);
+  if (!http.ok()) {
+    Log(LogLevel::kError, "dispatcher: http failed to start",
+        {{"error", http.status()}});
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  sim->dispatcher->Shutdown();
+  if (*http) (*http)->Stop();
+  return 0;
+}
+
+// `trainyard scheduler`: the scheduler alone, with /metrics, /healthz, /readyz.
+int ServeScheduler() {
+  sigset_t signals = BlockStopSignals();
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    Log(LogLevel::kError, "scheduler: migrations failed",
+        {{"error", migrated.status()}});
+    return 1;
+  }
+  auto scheduler = trainyard::scheduler::SchedulerService::Create(
+      SchedulerOptionsFromFlags());
+  if (!scheduler.ok()) {
+    Log(LogLevel::kError, "scheduler failed to start",
+        {{"error", scheduler.status()}});
+    return 1;
+  }
+  trainyard::runtime::Health health;
+  absl::StatusOr<std::unique_ptr<trainyard::runtime::HttpServer>> http =
+      StartHealthServer(health);
+  if (!http.ok()) {
+    Log(LogLevel::kError, "scheduler: http failed to start",
+        {{"error", http.status()}});
+    return 1;
+  }
+  trainyard::runtime::DefaultMetrics().AddCollector(
+      [s = scheduler->get()](trainyard::runtime::MetricsRegistry& m) {
+        m.GetGauge("trainyard_scheduler_leader",
+                   "1 while this process is the leader.")
+            .Set(s->is_leader() ? 1 : 0);
+      });
+  (*scheduler)->Start();
+  Log(LogLevel::kInfo, "scheduler started",
+      {{"http", *http ? absl::StrCat("127.0.0.1:", (*http)->port()) : "off"}});
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  (*scheduler)->Shutdown();
+  if (*http) (*http)->Stop();
+  return 0;
+}
+
+int Serve(bool with_scheduler) {
+  // SIGINT/SIGTERM end the process cleanly; block them before threads start so
+  // that only the waiter below receives them.
+  sigset_t signals = BlockStopSignals();
+  // `all` runs a dispatcher when its backend's settings ask for one.
+  std::optional<Backend> backend;
+  if (with_scheduler) {
+    absl::StatusOr<Backend> selected = SelectedBackend();
+    if (!selected.ok()) {
+      std::cerr << "all: " << selected.status().message() << "\n";
+      return 2;
+    }
+    if (RunsInAll(*selected)) backend = *std::move(selected);
+  }
+
+  trainyard::api::ApiServerOptions options;
+  options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
+  options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
+  options.db_pool_size = absl::GetFlag(FLAGS_db_pool_size);
+  options.default_submit_rate = absl::GetFlag(FLAGS_default_submit_rate);
+  options.default_submit_burst = absl::GetFlag(FLAGS_default_submit_burst);
+  options.submit_committers = absl::GetFlag(FLAGS_submit_committers);
+  options.submit_batch = absl::GetFlag(FLAGS_submit_batch);
+  // `all` shares one key between its api and its dispatcher when no key file
+  // is given; `api` alone then refuses job tokens.
+  auto keys = JobTokenKeysFromFlags(/*random_if_unset=*/with_scheduler);
+  if (!keys.ok()) {
+    Log(LogLevel::kError, "api failed to start", {{"error", keys.status()}});
+    return 1;
+  }
+  options.job_tokens = *keys;
+  auto server = trainyard::api::ApiServer::Start(options);
+  if (!server.ok()) {
+    Log(LogLevel::kError, "api failed to start", {{"error", server.status()}});
+    return 1;
+  }
+  // `all` also runs the scheduler (the api has applied the migrations).
+  std::unique_ptr<trainyard::scheduler::SchedulerService> scheduler;
+  if (with_scheduler) {
+    auto created = trainyard::scheduler::SchedulerService::Create(
+        SchedulerOptionsFromFlags());
+    if (!created.ok()) {
+      Log(LogLevel::kError, "scheduler failed to start",
+          {{"error", created.status()}});
+      (*server)->Shutdown(absl::Seconds(1));
+      return 1;
+    }
+    scheduler = std::move(*created);
+    scheduler->Start();
+  }
+  // ... and, when its backend asks for one (sim: --sim_config; slurm:
+  // --backend=slurm), a dispatcher for that cluster.
+  std::optional<BackendDispatcher> sim;
+  if (backend.has_value()) {
+    absl::StatusOr<BackendDispatcher> started = StartBackendDispatcher(
+        *backend,
+        {.addr = ApiAdvertiseAddr(/*default_to_listen=*/true), .keys = *keys});
+    if (!started.ok()) {
+      Log(LogLevel::kError, "dispatcher failed to start",
+          {{"error", started.status()}});
+      if (scheduler) scheduler->Shutdown();
+      (*server)->Shutdown(absl::Seconds(1));
+      return 1;
+    }
+    sim = std::move(*started);
+  }
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+    if (sim.has_value()) sim->dispatcher->Shutdown();
+    if (scheduler) scheduler->Shutdown();
+    (*server)->Shutdown(absl::Seconds(5));
+  });
+  (*server)->Wait();
+  waiter.join();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (absl::Status s = trainyard::dispatcher::RegisterBuiltinAdapters();
+      !s.ok()) {
+    std::cerr << "dispatcher backends: " << s << "\n";
+    return 1;
+  }
+  const std::string usage = Usage();
+  absl::SetProgramUsageMessage(usage);
+  // Debian's Abseil is built with mutex deadlock detection on, which updates a
+  // global lock graph on every acquisition; production servers do not pay for
+  // that.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  std::vector<char*> args = trainyard::runtime::ParseFlagsWithConfig(argc, argv);
+  auto level = trainyard::runtime::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) {
+    std::cerr << "--log_level: " << level.status().message() << "\n";
+    return 2;
+  }
+  trainyard::runtime::SetMinLogLevel(*level);
+  if (args.size() < 2) {
+    std::cerr << usage;
+    return 2;
+  }
+  const std::string command = args[1];
+  trainyard::runtime::SetLogComponent(command);
+  if (command == "version") {
+    std::cout << "trainyard " << TRAINYARD_VERSION << "\n";
+    return 0;
+  }
+  if (command == "migrate") return Migrate();
+  if (command == "api") return Serve(/*with_scheduler=*/false);
+  if (command == "all") return Serve(/*with_scheduler=*/true);
+  if (command == "scheduler") return ServeScheduler();
+  if (command == "dispatcher") return ServeDispatcher();
+  if (command == "sim-cluster") return ServeSimCluster();
+  if (command == "token") {
+    if (args.size() >= 3 && std::string(args[2]) == "create")
+      return TokenCreate();
+    std::cerr << "usage: trainyard token create --principal=users/NAME "
+                 "--role=ROLE ...\n";
+    return 2;
+  }
+  if (command == "apply") {
+    std::string token = absl::GetFlag(FLAGS_token);
+    if (token.empty()) {
+      if (const char* env = std::getenv("TRAINYARD_TOKEN")) token = env;
+    }
+    if (absl::GetFlag(FLAGS_f).empty()) {
+      std::cerr << "apply: -f FILE is required\n";
+      return 2;
+    }
+    return trainyard::RunApply(absl::GetFlag(FLAGS_f),
+                               absl::GetFlag(FLAGS_target), token);
+  }
+  std::cerr << "unknown command \"" << command << "\"\n" << usage;
+  return 2;
+}

@@ -1,0 +1,344 @@
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "services/lib/runtime/config.h"
+#include "services/lib/runtime/crypto.h"
+#include "services/lib/runtime/grpc_server.h"
+#include "services/lib/runtime/health.h"
+#include "services/lib/runtime/http_server.h"
+#include "services/lib/runtime/job_token.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
+
+namespace trainyard::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// GET 127.0.0.1:port/path as "HTTP <status>\n<content type>\n<body>", or ""
+// when nothing answered.
+std::string HttpGet(int port, const std::string& path) {
+  absl::StatusOr<HttpResponse> r =
+      runtime::HttpGet(absl::StrCat("127.0.0.1:", port), path);
+  if (!r.ok()) return "";
+  return absl::StrCat("HTTP ", r->status, "\n", r->content_type, "\n", r->body);
+}
+
+TEST(LoggingTest, FormatsOneJsonLineWithTypedFields) {
+  std::string line = FormatLogLine(absl::FromUnixSeconds(0), LogLevel::kWarning,
+                                   "api", "hello \"world\"\n",
+                                   {{"s", "x"},
+                                    {"n", 42},
+                                    {"b", true},
+                                    {"d", 0.5},
+                                    {"err", absl::NotFoundError("gone")}});
+  EXPECT_EQ(line,
+            "{\"ts\":\"1970-01-01T00:00:00.000000Z\",\"level\":\"warning\","
+            "\"component\":\"api\","
+            "\"msg\":\"hello "
+            "\\\"world\\\"\\n\",\"s\":\"x\",\"n\":42,\"b\":true,\"d\":0.5,"
+            "\"err\":\"NOT_FOUND: gone\"}");
+}
+
+TEST(LoggingTest, EscapesControlCharacters) {
+  EXPECT_EQ(JsonEscape(std::string("a\x01z\\", 4)), "a\\u0001z\\\\");
+}
+
+TEST(LoggingTest, ParsesLevels) {
+  EXPECT_EQ(*ParseLogLevel("DEBUG"), LogLevel::kDebug);
+  EXPECT_EQ(*ParseLogLevel("warn"), LogLevel::kWarning);
+  EXPECT_EQ(*ParseLogLevel("error"), LogLevel::kError);
+  EXPECT_FALSE(ParseLogLevel("loud").ok());
+}
+
+TEST(MetricsTest, RendersCountersGaugesAndHistograms) {
+  MetricsRegistry registry;
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}})
+      .Increment();
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "OK"}})
+      .Increment(2);
+  registry.GetCounter("ty_requests_total", "Requests.", {{"code", "NOT_FOUND"}})
+      .Increment();
+  registry.GetGauge("ty_depth", "Depth.").Set(7);
+  Histogram& h =
+      registry.GetHistogram("ty_latency_seconds", "Latency.", {}, {0.1, 1});
+  h.Observe(0.05);
+  h.Observe(0.5);
+  h.Observe(5);
+  std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("# TYPE ty_requests_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("ty_requests_total{code=\"OK\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("ty_requests_total{code=\"NOT_FOUND\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ty_depth 7\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_bucket{le=\"0.1\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_bucket{le=\"1\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_bucket{le=\"+Inf\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_count 3\n"));
+  EXPECT_THAT(text, HasSubstr("ty_latency_seconds_sum 5.55"));
+}
+
+TEST(MetricsTest, CountersNeverDecreaseAndAreThreadSafe) {
+  MetricsRegistry registry;
+  Counter& c = registry.GetCounter("c_total", "C.");
+  c.Increment(-5);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) c.Increment();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c.value(), 40000);
+}
+
+TEST(MetricsTest, EscapesLabelValuesAndRunsCollectors) {
+  MetricsRegistry registry;
+  registry.GetGauge("g", "G.", {{"name", "a\"b\\c\nd"}}).Set(1);
+  int calls = 0;
+  registry.AddCollector([&calls](MetricsRegistry& r) {
+    r.GetGauge("collected", "C.").Set(++calls);
+  });
+  std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("g{name=\"a\\\"b\\\\c\\nd\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("collected 1\n"));
+  EXPECT_THAT(registry.Render(), HasSubstr("collected 2\n"));
+}
+
+TEST(HttpServerTest, ServesHealthReadinessAndMetrics) {
+  MetricsRegistry registry;
+  registry.GetGauge("ty_up", "Up.").Set(1);
+  HttpServer server("127.0.0.1:0");
+  Health health;
+  bool db_ok = true;
+  health.AddReadinessCheck("postgres", [&db_ok] {
+    return db_ok ? absl::OkStatus()
+                 : absl::UnavailableError("connection refused");
+  });
+  health.Register(server, registry);
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_GT(server.port(), 0);
+
+  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("HTTP 200"));
+  std::string ready = HttpGet(server.port(), "/readyz");
+  EXPECT_THAT(ready, HasSubstr("HTTP 200"));
+  EXPECT_THAT(ready, HasSubstr("\"postgres\":\"ok\""));
+  db_ok = false;
+  ready = HttpGet(server.port(), "/readyz");
+  EXPECT_THAT(ready, HasSubstr("HTTP 503"));
+  EXPECT_THAT(ready, HasSubstr("connection refused"));
+  EXPECT_THAT(HttpGet(server.port(), "/metrics"), HasSubstr("ty_up 1"));
+  std::string missing = HttpGet(server.port(), "/nope?x=1");
+  EXPECT_THAT(missing, HasSubstr("HTTP 404"));
+  EXPECT_THAT(missing, HasSubstr("application/json"));
+  health.SetLive(false);
+  EXPECT_THAT(HttpGet(server.port(), "/healthz"), HasSubstr("HTTP 503"));
+  server.Stop();
+  EXPECT_EQ(HttpGet(server.port(), "/healthz"), "");
+}
+
+TEST(HttpServerTest, RejectsBadListenAddress) {
+  HttpServer bad("nonsense");
+  EXPECT_FALSE(bad.Start().ok());
+  HttpServer bad_port("127.0.0.1:99999");
+  EXPECT_FALSE(bad_port.Start().ok());
+}
+
+TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
+  MetricsRegistry registry;
+  GrpcServerRunner runner(
+      {.listen_address = "127.0.0.1:0", .metrics = &registry});
+  ASSERT_TRUE(runner.Start().ok());
+  ASSERT_GT(runner.port(), 0);
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(runner.port()),
+                          grpc::InsecureChannelCredentials());
+  // grpc.health.v1.Health/Check with an empty request (service "") answers
+  // SERVING = 1.
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::ByteBuffer request;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_one();
+                 });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& s : slices)
+    bytes += std::string(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+  EXPECT_THAT(registry.Render(),
+              HasSubstr("trainyard_grpc_requests_total{method=\"/"
+                        "grpc.health.v1.Health/Check\","
+                        "code=\"OK\"} 1"));
+
+  GrpcServerRunner clash(
+      {.listen_address = "127.0.0.1:" + std::to_string(runner.port())});
+  EXPECT_FALSE(clash.Start().ok());
+  runner.Shutdown(absl::ZeroDuration());
+  runner.Shutdown(absl::ZeroDuration());  // idempotent
+  runner.Wait();
+}
+
+TEST(GrpcServerTest, TlsSettingsAreCheckedAndNamed) {
+  GrpcServerRunner cert_only(
+      {.listen_address = "127.0.0.1:0", .tls_cert_file = "/x.pem"});
+  absl::Status s = cert_only.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tls_key: required"));
+  GrpcServerRunner key_only(
+      {.listen_address = "127.0.0.1:0", .tls_key_file = "/x.pem"});
+  EXPECT_THAT(key_only.Start().message(), HasSubstr("tls_cert: required"));
+  GrpcServerRunner missing({.listen_address = "127.0.0.1:0",
+                            .tls_cert_file = "/nonexistent/cert.pem",
+                            .tls_key_file = "/nonexistent/key.pem"});
+  s = missing.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("tls_cert: cannot read /nonexistent/cert.pem"));
+  const std::string not_pem = ::testing::TempDir() + "/not.pem";
+  { std::ofstream(not_pem) << "hello"; }
+  GrpcServerRunner garbage({.listen_address = "127.0.0.1:0",
+                            .tls_cert_file = not_pem,
+                            .tls_key_file = not_pem});
+  EXPECT_THAT(garbage.Start().message(), HasSubstr("is not a PEM file"));
+}
+
+TEST(ConfigTest, ParsesKeyValueLines) {
+  auto args = ParseConfigText(
+      "# comment\n\npostgres_url = postgresql://x@127.0.0.1:1/db  # trailing\n"
+      "--log_level=debug\nname = \"quoted value\"\n");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(*args, ::testing::ElementsAre(
+                         "--postgres_url=postgresql://x@127.0.0.1:1/db",
+                         "--log_level=debug", "--name=quoted value"));
+}
+
+TEST(ConfigTest, NamesTheBadLine) {
+  auto args = ParseConfigText("a = 1\nnot a pair\n");
+  ASSERT_FALSE(args.ok());
+  EXPECT_THAT(std::string(args.status().message()), HasSubstr("line 2"));
+  EXPECT_FALSE(ParseConfigText("config = other.conf\n").ok());
+  EXPECT_FALSE(ReadConfigFile("/nonexistent/trainyard.conf").ok());
+}
+
+TEST(CryptoTest, Sha256KnownAnswer) {
+  EXPECT_EQ(Sha256Hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(CryptoTest, RandomTokensAreAlphanumericAndDistinct) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 200; ++i) {
+    std::string t = RandomToken(32);
+    ASSERT_EQ(t.size(), 32u);
+    for (char c : t)
+      ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << t;
+    seen.insert(t);
+  }
+  EXPECT_EQ(seen.size(), 200u);
+  EXPECT_EQ(RandomBytes(16).size(), 16u);
+}
+
+TEST(CryptoTest, ConstantTimeEquals) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+}
+
+TEST(CryptoTest, HmacSha256KnownAnswer) {
+  // RFC 4231 test case 2.
+  EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(JobTokenTest, MintsAndVerifiesWithRotation) {
+  const std::string old_key(40, 'a'), new_key(40, 'b');
+  auto old_only = JobTokenKeys::FromKeys({old_key});
+  auto rotated = JobTokenKeys::FromKeys({new_key, old_key});
+  ASSERT_TRUE(old_only.ok() && rotated.ok());
+  const absl::Time now = absl::FromUnixSeconds(1800000000);
+  const std::string token = (*old_only)->Mint(
+      {.tenant = "acme", .job_id = 42, .expires = now + absl::Hours(1)});
+  EXPECT_TRUE(IsJobToken(token));
+  EXPECT_THAT(token, ::testing::StartsWith("tyj.acme.42.1800003600."));
+  // Signed with the old key: the rotated set still verifies it.
+  absl::StatusOr<JobTokenClaims> claims = (*rotated)->Verify(token, now);
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  EXPECT_EQ(claims->tenant, "acme");
+  EXPECT_EQ(claims->job_id, 42);
+  EXPECT_EQ(claims->expires, now + absl::Hours(1));
+  // The rotated set signs with the new key, which the old set does not know.
+  const std::string fresh = (*rotated)->Mint(
+      {.tenant = "acme", .job_id = 42, .expires = now + absl::Hours(1)});
+  EXPECT_THAT((*old_only)->Verify(fresh, now).status().message(),
+              HasSubstr("unknown key"));
+  EXPECT_THAT(
+      (*rotated)->Verify(token, now + absl::Hours(1)).status().message(),
+      HasSubstr("expired"));
+  std::string tampered = token;
+  tampered.replace(tampered.find(".42."), 4, ".43.");
+  EXPECT_THAT((*rotated)->Verify(tampered, now).status().message(),
+              HasSubstr("signature does not match"));
+  for (const char* bad : {"tyj.", "tyj.acme.42", "tyj.acme.042.1.abcdefab.00",
+                          "ty_x_y", "tyj.ac.me.42.1800003600.abcdefab."}) {
+    absl::StatusOr<JobTokenClaims> r = (*rotated)->Verify(bad, now);
+    EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << bad;
+  }
+}
+
+TEST(JobTokenTest, KeyFilesAreCheckedWhenLoaded) {
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/job-token-good.key";
+  {
+    std::ofstream out(good);
+    out << "# rotated 2026-11\n\n  " << std::string(32, 'k') << "  \n"
+        << std::string(33, 'j') << "\n";
+  }
+  auto keys = JobTokenKeys::FromFile(good);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const std::string short_key = dir + "/job-token-short.key";
+  {
+    std::ofstream out(short_key);
+    out << "tooshort\n";
+  }
+  EXPECT_THAT(JobTokenKeys::FromFile(short_key).status().message(),
+              HasSubstr("at least 32"));
+  EXPECT_TRUE(absl::IsNotFound(
+      JobTokenKeys::FromFile(dir + "/job-token-missing.key").status()));
+  EXPECT_THAT(
+      JobTokenKeys::FromKeys({std::string(32, 'x'), std::string(32, 'x')})
+          .status()
+          .message(),
+      HasSubstr("the same"));
+  EXPECT_FALSE(JobTokenKeys::FromKeys({}).ok());
+}
+
+}  // namespace
+}  // namespace trainyard::runtime
