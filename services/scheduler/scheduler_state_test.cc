@@ -17,6 +17,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
+#include "tests/support/scheduler/platform.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -42,16 +43,7 @@ void AddGpuQuota(v1::FlavorQuotas* fq, const std::string& flavor,
 
 PlatformState RandomPlatform(std::mt19937_64& rng) {
   PlatformState st;
-  v1::Flavor od;
-  od.set_kind(v1::FLAVOR_KIND_ON_DEMAND);
-  od.set_gpu_model("H100");
-  od.mutable_gpu_hour_price()->set_micros(2'500'000);
-  st.flavors["h100"] = od;
-  v1::Flavor spot = od;
-  spot.set_kind(v1::FLAVOR_KIND_SPOT);
-  spot.mutable_gpu_hour_price()->set_micros(1'000'000);
-  spot.set_reclaim_rate_per_hour(0.05);
-  st.flavors["h100-spot"] = spot;
+  testing::AddH100Flavors(st);
   for (const char* cluster : {"east", "west"}) {
     st.clusters[cluster] = v1::Cluster();
     v1::Pool pool;
@@ -61,15 +53,9 @@ PlatformState RandomPlatform(std::mt19937_64& rng) {
     st.pools[{cluster, "spot"}] = pool;
     for (int n = 0, count = static_cast<int>(Uniform(rng, 1, 6)); n < count;
          ++n) {
-      v1::Node node;
-      node.set_pool(n % 3 == 2 ? "spot" : "main");
-      node.mutable_capacity()->set_gpus(8);
-      node.mutable_capacity()->set_cpu_millis(64000);
-      node.mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
-      node.mutable_topology()->set_block(absl::StrCat("b", n / 4));
-      node.mutable_topology()->set_rack(absl::StrCat("r", n / 2));
-      node.set_state(v1::NODE_STATE_READY);
-      st.nodes[{cluster, absl::StrCat("n", n)}] = node;
+      st.nodes[{cluster, absl::StrCat("n", n)}] =
+          testing::MakeNode(n % 3 == 2 ? "spot" : "main", 8,
+                            absl::StrCat("b", n / 4), absl::StrCat("r", n / 2));
     }
   }
   st.cohorts["pool"] = v1::Cohort();
@@ -114,8 +100,7 @@ JobView NewJob(std::mt19937_64& rng, int64_t id, absl::Time now) {
   spec->mutable_resources()->set_cpu_millis(1000);
   spec->mutable_resources()->set_memory_bytes(int64_t{1} << 30);
   spec->mutable_checkpoint()->set_resumable(Uniform(rng, 0, 1) == 1);
-  if (Uniform(rng, 0, 2) == 0)
-    spec->set_spot_policy(v1::SPOT_POLICY_PREFERRED);
+  if (Uniform(rng, 0, 2) == 0) spec->set_spot_policy(v1::SPOT_POLICY_PREFERRED);
   if (Uniform(rng, 0, 1) == 0)
     *spec->mutable_time_limit() = TimeUtil::SecondsToDuration(3600);
   return v;
@@ -185,7 +170,8 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
         v1::Attempt attempt;
         attempt.set_cluster(
             absl::StrCat("clusters/", index.node_clusters[a.worker_nodes[0]]));
-        attempt.set_flavor(absl::StrCat("flavors/", index.flavor_ids[a.flavor]));
+        attempt.set_flavor(
+            absl::StrCat("flavors/", index.flavor_ids[a.flavor]));
         for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
           v1::WorkerPlacement* p = attempt.add_placements();
           p->set_worker(static_cast<int32_t>(w));
@@ -263,7 +249,8 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
       bool config = false;
       switch (Uniform(rng, 0, 9)) {
         case 0: {  // Quota edit (in place).
-          v1::Queue& q = st.queues[{"acme", absl::StrCat("q", Uniform(rng, 0, 3))}];
+          v1::Queue& q =
+              st.queues[{"acme", absl::StrCat("q", Uniform(rng, 0, 3))}];
           q.mutable_quotas(0)->mutable_resources(0)->set_nominal(
               Uniform(rng, 0, 24));
           config = true;
@@ -321,8 +308,8 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
         default:
           break;
       }
-      if (config) seen[state.ConfigChanged(st, now, liveness) ? "reset"
-                                                              : "in place"]++;
+      if (config)
+        seen[state.ConfigChanged(st, now, liveness) ? "reset" : "in place"]++;
       for (int64_t id : changed) {
         auto it = st.jobs.find(id);
         state.JobChanged(id, it == st.jobs.end() ? nullptr : &it->second, now);
@@ -331,8 +318,8 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
   }
   for (const char* kind :
        {"admitted", "preempted", "completed", "checkpoint", "backoff",
-        "requeued", "quota", "node", "cordon", "heartbeat", "stop",
-        "add node", "price", "reset", "in place"}) {
+        "requeued", "quota", "node", "cordon", "heartbeat", "stop", "add node",
+        "price", "reset", "in place"}) {
     EXPECT_GT(seen[kind], 5) << kind;
   }
   for (const auto& [kind, n] : seen) std::printf("%s %d\n", kind.c_str(), n);

@@ -8,28 +8,17 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/quota.h"
+#include "tests/support/scheduler/platform.h"
 
 namespace trainyard::scheduler {
 namespace {
 
 namespace v1 = ::trainyard::v1;
 using google::protobuf::util::TimeUtil;
+using testing::AddH100Flavors;
+using testing::MakeNode;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
-
-v1::Node MakeNode(const std::string& pool, int gpus, const std::string& block,
-                  const std::string& rack,
-                  v1::NodeState state = v1::NODE_STATE_READY) {
-  v1::Node n;
-  n.set_pool(pool);
-  n.mutable_capacity()->set_gpus(gpus);
-  n.mutable_capacity()->set_cpu_millis(64000);
-  n.mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
-  n.mutable_topology()->set_block(block);
-  n.mutable_topology()->set_rack(rack);
-  n.set_state(state);
-  return n;
-}
 
 JobView MakeJob(int64_t id, const std::string& queue, v1::JobState state,
                 int gpus, int workers = 1) {
@@ -52,16 +41,7 @@ JobView MakeJob(int64_t id, const std::string& queue, v1::JobState state,
 
 PlatformState Platform() {
   PlatformState st;
-  v1::Flavor od;
-  od.set_kind(v1::FLAVOR_KIND_ON_DEMAND);
-  od.set_gpu_model("H100");
-  od.mutable_gpu_hour_price()->set_micros(2'500'000);
-  st.flavors["h100"] = od;
-  v1::Flavor spot = od;
-  spot.set_kind(v1::FLAVOR_KIND_SPOT);
-  spot.mutable_gpu_hour_price()->set_micros(1'000'000);
-  spot.set_reclaim_rate_per_hour(0.05);
-  st.flavors["h100-spot"] = spot;
+  AddH100Flavors(st);
   st.clusters["sim"] = v1::Cluster();
   v1::Pool pool;
   pool.set_flavor("h100");
