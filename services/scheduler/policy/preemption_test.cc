@@ -16,6 +16,7 @@
 namespace trainyard::scheduler::policy {
 namespace {
 
+using testing::ApplyDecisions;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::kHour;
@@ -78,6 +79,28 @@ WithinQueue WithinQueueSetup(WithinQueuePreemption policy,
   AddRunning(w.b, 100, w.q, w.f, {0}, 8, victim, 2 * kHour);
   w.b.AddJob(1, w.q, 1, 8, w.b.snapshot().now - 3 * kHour).priority_class =
       high;
+  return w;
+}
+
+// One queue "q" over `nodes` 8-GPU nodes of flavor "a100" (0, 1, ...) with
+// as much nominal quota, preempting lower priorities within it; priority class
+// "high" has value 10.
+struct LowerPriorityQueue {
+  SnapshotBuilder b;
+  QueueId q;
+  FlavorId f;
+  PriorityClassId high;
+};
+
+LowerPriorityQueue LowerPriorityQueueSetup(int nodes) {
+  LowerPriorityQueue w;
+  w.f = w.b.AddFlavor("a100");
+  for (int n = 0; n < nodes; ++n) w.b.AddNode(w.f, 8, 0, 0);
+  w.q = w.b.AddQueue("q");
+  w.b.AddGpuQuota(w.q, w.f, 8 * nodes);
+  w.b.snapshot().queues[w.q].within_queue_preemption =
+      WithinQueuePreemption::kLowerPriority;
+  w.high = w.b.AddPriority("high", 10);
   return w;
 }
 
@@ -228,14 +251,7 @@ TEST(PreemptionTest, NonPreemptibleClassAndMinimumRuntimeAreRespected) {
 }
 
 TEST(PreemptionTest, VictimsLoseTheLeastWorkSinceTheirCheckpoint) {
-  SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("a100");
-  for (int n = 0; n < 3; ++n) b.AddNode(f, 8, 0, 0);
-  const QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 24);
-  b.snapshot().queues[q].within_queue_preemption =
-      WithinQueuePreemption::kLowerPriority;
-  const PriorityClassId high = b.AddPriority("high", 10);
+  auto [b, q, f, high] = LowerPriorityQueueSetup(3);
   // 8 GPUs x 2 h since the checkpoint; 8 x 30 min; 8 x 1 h since the start
   // (never checkpointed, started 1 h ago).
   AddRunning(b, 100, q, f, {0}, 8, 0, 10 * kHour, 2 * kHour);
@@ -248,16 +264,8 @@ TEST(PreemptionTest, VictimsLoseTheLeastWorkSinceTheirCheckpoint) {
 }
 
 TEST(PreemptionTest, EqualLostWorkPrefersTheCheaperRestartThenLowerPriority) {
-  SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("a100");
+  auto [b, q, f, high] = LowerPriorityQueueSetup(2);
   b.snapshot().flavors[f].price_micros_per_gpu_hour = 2000000;
-  b.AddNode(f, 8, 0, 0);
-  b.AddNode(f, 8, 0, 0);
-  const QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 16);
-  b.snapshot().queues[q].within_queue_preemption =
-      WithinQueuePreemption::kLowerPriority;
-  const PriorityClassId high = b.AddPriority("high", 10);
   // Both lose 8 GPU-hours; 2 GPUs restart cheaper than 8.
   AddRunning(b, 100, q, f, {0}, 8, 0, 10 * kHour, kHour);
   AddRunning(b, 101, q, f, {1}, 2, 0, 10 * kHour, 4 * kHour);
@@ -265,15 +273,7 @@ TEST(PreemptionTest, EqualLostWorkPrefersTheCheaperRestartThenLowerPriority) {
   b.AddJob(1, q, 1, 2).priority_class = high;
   EXPECT_THAT(Victims(Decide(b.Build())), ElementsAre(101));
   // Same lost work and GPUs: the lower priority goes first.
-  SnapshotBuilder c;
-  const FlavorId g = c.AddFlavor("a100");
-  c.AddNode(g, 8, 0, 0);
-  c.AddNode(g, 8, 0, 0);
-  const QueueId r = c.AddQueue("q");
-  c.AddGpuQuota(r, g, 16);
-  c.snapshot().queues[r].within_queue_preemption =
-      WithinQueuePreemption::kLowerPriority;
-  const PriorityClassId chigh = c.AddPriority("high", 10);
+  auto [c, r, g, chigh] = LowerPriorityQueueSetup(2);
   const PriorityClassId clow = c.AddPriority("low", -5);
   AddRunning(c, 100, r, g, {0}, 8, 0, 10 * kHour, kHour);
   AddRunning(c, 101, r, g, {1}, 8, clow, 10 * kHour, kHour);
@@ -282,15 +282,7 @@ TEST(PreemptionTest, EqualLostWorkPrefersTheCheaperRestartThenLowerPriority) {
 }
 
 TEST(PreemptionTest, GangsArePreemptedWholeAndAdmissionIsAllOrNothing) {
-  SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 8, 0, 0);
-  b.AddNode(f, 8, 0, 0);
-  const QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 16);
-  b.snapshot().queues[q].within_queue_preemption =
-      WithinQueuePreemption::kLowerPriority;
-  const PriorityClassId high = b.AddPriority("high", 10);
+  auto [b, q, f, high] = LowerPriorityQueueSetup(2);
   const PriorityClassId pinned = b.AddPriority("pinned", 0);
   b.snapshot().priority_classes[pinned].preemptible = false;
   // A 2 x 4-GPU gang over both nodes; the other halves are not preemptible.
@@ -429,51 +421,6 @@ TEST(PreemptionTest, WithinQueueRuleComesBeforeReclaim) {
   EXPECT_EQ(d.preemptions[0].reason, PreemptionReason::kReclaimedByCohort);
 }
 
-// Applies decisions: victims leave the nodes and go back to pending (same
-// queue, priority 0, submitted at their start), admissions start running.
-Snapshot Apply(const Snapshot& s, const Decisions& d) {
-  Snapshot next = s;
-  std::map<JobId, const PendingJob*> pending;
-  for (const PendingJob& j : s.pending) pending[j.id] = &j;
-  std::vector<RunningAttempt> running;
-  for (const RunningAttempt& r : s.running) {
-    const bool victim =
-        std::any_of(d.preemptions.begin(), d.preemptions.end(),
-                    [&](const Preemption& p) { return p.victim == r.job; });
-    if (!victim) {
-      running.push_back(r);
-      continue;
-    }
-    const int64_t per_worker =
-        r.resources.gpus / static_cast<int64_t>(r.placement.size());
-    for (NodeId n : r.placement) next.nodes[n].used.gpus -= per_worker;
-    next.pending.push_back({.id = r.job,
-                            .queue = r.queue,
-                            .priority_class = r.priority_class,
-                            .submit_time = r.start_time,
-                            .workers = static_cast<int32_t>(r.placement.size()),
-                            .worker = {.gpus = per_worker}});
-  }
-  for (const Admission& a : d.admissions) {
-    const PendingJob& j = *pending.at(a.job);
-    for (NodeId n : a.worker_nodes)
-      next.nodes[n].used += j.worker.AsResources();
-    running.push_back({.job = j.id,
-                       .queue = j.queue,
-                       .flavor = a.flavor,
-                       .priority_class = j.priority_class,
-                       .placement = a.worker_nodes,
-                       .resources = j.worker.AsResources() * j.workers,
-                       .start_time = s.now});
-  }
-  next.running = running;
-  std::erase_if(next.pending, [&](const PendingJob& j) {
-    return std::any_of(d.admissions.begin(), d.admissions.end(),
-                       [&](const Admission& a) { return a.job == j.id; });
-  });
-  return next;
-}
-
 // Cohort: lender l (nominal 16, idle), a and b (nominal 0, fair share on).
 // b runs eight 2-GPU jobs on the two 8-GPU nodes; a submits four.
 SnapshotBuilder FairShareSetup(bool enabled) {
@@ -509,7 +456,7 @@ TEST(PreemptionTest, FairSharePreemptsUntilSharesAreEqualAndIsStable) {
     EXPECT_THAT(p.message, StartsWith("FAIR_SHARE: "));
   }
   // The victims, pending again in b, do not preempt back.
-  const Snapshot next = Apply(s, d);
+  const Snapshot next = ApplyDecisions(s, d);
   ASSERT_TRUE(ValidateSnapshot(next).ok()) << ValidateSnapshot(next);
   const Decisions again = Decide(next);
   EXPECT_TRUE(again.preemptions.empty());

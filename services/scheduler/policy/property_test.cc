@@ -19,6 +19,7 @@
 namespace trainyard::scheduler::policy {
 namespace {
 
+using testing::ApplyDecisions;
 using testing::kGiB;
 using testing::kHour;
 
@@ -236,6 +237,20 @@ Snapshot RandomSnapshot(Rng& rng) {
   return s;
 }
 
+// After a cycle: no node is over-committed (`free`: what each node has left
+// once the decisions take effect) and the quota invariant holds for `usage`.
+void CheckCapacityAndQuota(const Snapshot& s,
+                           const std::vector<Resources>& free,
+                           const UsageMap& usage) {
+  for (size_t n = 0; n < free.size(); ++n) {
+    ASSERT_GE(free[n].gpus, 0) << "node " << n;
+    ASSERT_GE(free[n].cpu_millis, 0) << "node " << n;
+    ASSERT_GE(free[n].memory_bytes, 0) << "node " << n;
+  }
+  std::string why;
+  ASSERT_TRUE(QuotaInvariantHolds(s, usage, &why)) << why;
+}
+
 TEST(PolicyPropertyTest, InvariantsHoldOnRandomSnapshots) {
   Rng rng(20261123);
   int admitted = 0, pending = 0;
@@ -314,13 +329,7 @@ TEST(PolicyPropertyTest, InvariantsHoldOnRandomSnapshots) {
       Charge(usage, s, a.queue, a.flavor,
              job.worker.AsResources() * job.workers);
     }
-    for (size_t n = 0; n < free.size(); ++n) {
-      ASSERT_GE(free[n].gpus, 0) << "node " << n;
-      ASSERT_GE(free[n].cpu_millis, 0) << "node " << n;
-      ASSERT_GE(free[n].memory_bytes, 0) << "node " << n;
-    }
-    std::string why;
-    ASSERT_TRUE(QuotaInvariantHolds(s, usage, &why)) << why;
+    ASSERT_NO_FATAL_FAILURE(CheckCapacityAndQuota(s, free, usage));
 
     // Pending jobs: a code-prefixed message and consecutive positions per
     // queue.
@@ -401,53 +410,6 @@ Snapshot RandomPreemptionSnapshot(Rng& rng) {
     s.running.push_back(r);
   }
   return s;
-}
-
-// The snapshot after the decisions take effect: victims leave their nodes
-// and wait again (one worker per placement entry, or one worker for
-// quota-only work; submitted when they had started), admissions run from now.
-Snapshot Apply(const Snapshot& s, const Decisions& d) {
-  Snapshot next = s;
-  std::set<JobId> victims;
-  for (const Preemption& p : d.preemptions) victims.insert(p.victim);
-  std::map<JobId, const PendingJob*> pending;
-  for (const PendingJob& j : s.pending) pending[j.id] = &j;
-  next.running.clear();
-  for (const RunningAttempt& r : s.running) {
-    if (!victims.count(r.job)) {
-      next.running.push_back(r);
-      continue;
-    }
-    const int64_t k = std::max<int64_t>(1, r.placement.size());
-    const Resources worker{r.resources.gpus / k, r.resources.cpu_millis / k,
-                           r.resources.memory_bytes / k};
-    for (NodeId n : r.placement) next.nodes[n].used -= worker;
-    next.pending.push_back({.id = r.job,
-                            .queue = r.queue,
-                            .priority_class = r.priority_class,
-                            .submit_time = r.start_time,
-                            .workers = static_cast<int32_t>(k),
-                            .worker = {.gpus = worker.gpus,
-                                       .cpu_millis = worker.cpu_millis,
-                                       .memory_bytes = worker.memory_bytes}});
-  }
-  std::set<JobId> admitted;
-  for (const Admission& a : d.admissions) {
-    const PendingJob& j = *pending.at(a.job);
-    admitted.insert(j.id);
-    for (NodeId n : a.worker_nodes)
-      next.nodes[n].used += j.worker.AsResources();
-    next.running.push_back({.job = j.id,
-                            .queue = j.queue,
-                            .flavor = a.flavor,
-                            .priority_class = j.priority_class,
-                            .placement = a.worker_nodes,
-                            .resources = j.worker.AsResources() * j.workers,
-                            .start_time = s.now});
-  }
-  std::erase_if(next.pending,
-                [&](const PendingJob& j) { return admitted.count(j.id) > 0; });
-  return next;
 }
 
 std::optional<CohortId> RootCohort(const Snapshot& s, QueueId q) {
@@ -569,13 +531,7 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
       Charge(usage, s, a.queue, a.flavor,
              job.worker.AsResources() * job.workers);
     }
-    for (size_t n = 0; n < free.size(); ++n) {
-      ASSERT_GE(free[n].gpus, 0) << "node " << n;
-      ASSERT_GE(free[n].cpu_millis, 0) << "node " << n;
-      ASSERT_GE(free[n].memory_bytes, 0) << "node " << n;
-    }
-    std::string why;
-    ASSERT_TRUE(QuotaInvariantHolds(s, usage, &why)) << why;
+    ASSERT_NO_FATAL_FAILURE(CheckCapacityAndQuota(s, free, usage));
     preemptions += static_cast<int>(d.preemptions.size());
 
     // Stability: once the decisions are applied (victims pending again),
@@ -595,7 +551,7 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
     }
     if (fair.empty() && by_priority.empty()) continue;
     ++stability_checks;
-    const Snapshot next = Apply(s, d);
+    const Snapshot next = ApplyDecisions(s, d);
     ASSERT_TRUE(ValidateSnapshot(next).ok()) << ValidateSnapshot(next);
     const Decisions again = Decide(next, config);
     std::map<JobId, QueueId> next_queue;
@@ -683,7 +639,7 @@ TEST(PolicyPropertyTest, FairSharePreemptionIsStable) {
       ASSERT_EQ(p.victim_queue, 2);
     }
     preempted += static_cast<int>(d.preemptions.size());
-    const Snapshot next = Apply(s, d);
+    const Snapshot next = ApplyDecisions(s, d);
     ASSERT_TRUE(ValidateSnapshot(next).ok()) << ValidateSnapshot(next);
     for (const Preemption& p : Decide(next).preemptions) {
       ASSERT_NE(p.victim_queue, 1) << "preempted back: " << p.message;
@@ -747,7 +703,7 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
         ends.insert(std::max(s.now, r.start_time + r.time_limit_micros));
     }
     UsageMap usage;
-    for (const RunningAttempt& r : Apply(s, d).running)
+    for (const RunningAttempt& r : ApplyDecisions(s, d).running)
       Charge(usage, s, r.queue, r.flavor, r.resources);
     std::map<BudgetId, int64_t> spent;
     auto spend = [&](const PendingJob& job, FlavorId f) {

@@ -1,10 +1,13 @@
-// Test helpers: a small builder for snapshots.
+// Test helpers: a small builder for snapshots, and the snapshot after a
+// cycle's decisions take effect (ApplyDecisions).
 #ifndef TRAINYARD_TESTS_SUPPORT_POLICY_TEST_UTIL_H_
 #define TRAINYARD_TESTS_SUPPORT_POLICY_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +124,53 @@ inline std::vector<JobId> SortedAdmitted(const Decisions& d) {
   for (const Admission& a : d.admissions) ids.push_back(a.job);
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+// The snapshot after the decisions take effect: victims leave their nodes
+// and wait again (one worker per placement entry, or one worker for
+// quota-only work; submitted when they had started), admissions run from now.
+inline Snapshot ApplyDecisions(const Snapshot& s, const Decisions& d) {
+  Snapshot next = s;
+  std::set<JobId> victims;
+  for (const Preemption& p : d.preemptions) victims.insert(p.victim);
+  std::map<JobId, const PendingJob*> pending;
+  for (const PendingJob& j : s.pending) pending[j.id] = &j;
+  next.running.clear();
+  for (const RunningAttempt& r : s.running) {
+    if (!victims.count(r.job)) {
+      next.running.push_back(r);
+      continue;
+    }
+    const int64_t k = std::max<int64_t>(1, r.placement.size());
+    const Resources worker{r.resources.gpus / k, r.resources.cpu_millis / k,
+                           r.resources.memory_bytes / k};
+    for (NodeId n : r.placement) next.nodes[n].used -= worker;
+    next.pending.push_back({.id = r.job,
+                            .queue = r.queue,
+                            .priority_class = r.priority_class,
+                            .submit_time = r.start_time,
+                            .workers = static_cast<int32_t>(k),
+                            .worker = {.gpus = worker.gpus,
+                                       .cpu_millis = worker.cpu_millis,
+                                       .memory_bytes = worker.memory_bytes}});
+  }
+  std::set<JobId> admitted;
+  for (const Admission& a : d.admissions) {
+    const PendingJob& j = *pending.at(a.job);
+    admitted.insert(j.id);
+    for (NodeId n : a.worker_nodes)
+      next.nodes[n].used += j.worker.AsResources();
+    next.running.push_back({.job = j.id,
+                            .queue = j.queue,
+                            .flavor = a.flavor,
+                            .priority_class = j.priority_class,
+                            .placement = a.worker_nodes,
+                            .resources = j.worker.AsResources() * j.workers,
+                            .start_time = s.now});
+  }
+  std::erase_if(next.pending,
+                [&](const PendingJob& j) { return admitted.count(j.id) > 0; });
+  return next;
 }
 
 }  // namespace trainyard::scheduler::policy::testing
