@@ -11,11 +11,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/lib/domain/capacity.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/string_view.h"
 #include "services/lib/domain/validation.h"
-#include "services/dispatcher/adapters/sim/sim_config.h"
 
 namespace trainyard::dispatcher::sim {
 namespace {
@@ -809,20 +809,7 @@ absl::StatusOr<std::vector<NodeInventory>> SimAdapter::Inventory() {
   std::vector<NodeInventory> out;
   out.reserve(nodes_.size());
   for (const Node& n : nodes_) {
-    NodeInventory inv;
-    inv.name = n.name;
-    inv.pool = n.pool;
-    inv.flavor = n.flavor;
-    inv.gpu_model = n.gpu_model;
-    inv.gpus = n.gpus;
-    inv.cpu_millis = n.cpu_millis;
-    inv.memory_bytes = n.memory_bytes;
-    inv.used_gpus = n.used_gpus;
-    inv.used_cpu_millis = n.used_cpu_millis;
-    inv.used_memory_bytes = n.used_memory_bytes;
-    inv.rack = n.rack;
-    inv.block = n.block;
-    inv.labels = n.labels;
+    NodeInventory inv = n;
     inv.failed = n.down != NodeDown::kUp;
     inv.schedulable = !inv.failed && !n.cordoned;
     if (n.down == NodeDown::kFailed) {

@@ -157,14 +157,7 @@ class SimAdapter final : public Adapter {
 
   // --- Adapter ---
   std::string_view kind() const override { return "sim"; }
-  absl::StatusOr<AttemptStatus> Launch(const LaunchRequest& request) override;
-  absl::Status Signal(std::string_view name, int signal) override;
-  absl::Status Stop(std::string_view name, absl::Duration grace,
-                    StopReason reason) override;
-  absl::StatusOr<AttemptStatus> Status(std::string_view name) override;
-  absl::StatusOr<std::vector<AttemptStatus>> List() override;
-  absl::Status Delete(std::string_view name) override;
-  absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
+  TY_ADAPTER_METHODS;
   // The first event of the agenda (an attempt starting, checkpointing or
   // ending; a node failing or recovering).
   std::optional<absl::Time> NextChange() override;
@@ -210,22 +203,12 @@ class SimAdapter final : public Adapter {
  private:
   enum class NodeDown { kUp, kFailed, kReclaimed };
 
-  struct Node {
-    std::string name;
-    std::string pool;
-    std::string flavor;
+  // What Inventory reports (name, pool, flavor, capacity, allocation,
+  // topology, labels; its schedulable, failed and state_message are derived
+  // there from `cordoned` and `down`), and the simulation's own state.
+  struct Node : NodeInventory {
     trainyard::v1::FlavorKind flavor_kind =
         trainyard::v1::FLAVOR_KIND_UNSPECIFIED;
-    std::string gpu_model;
-    int64_t gpus = 0;
-    int64_t cpu_millis = 0;
-    int64_t memory_bytes = 0;
-    int64_t used_gpus = 0;
-    int64_t used_cpu_millis = 0;
-    int64_t used_memory_bytes = 0;
-    std::string rack;
-    std::string block;
-    std::map<std::string, std::string> labels;
     bool cordoned = false;
     NodeDown down = NodeDown::kUp;
     // Random fault rates per hour (0: none).
