@@ -478,10 +478,11 @@ int ServeSimCluster() {
     std::cerr << "sim-cluster: " << sim.status() << "\n";
     return 2;
   }
-  trainyard::dispatcher::sim::SimClusterServer service(sim->get());
+  std::unique_ptr<grpc::Service> service =
+      trainyard::dispatcher::sim::NewSimClusterServer(sim->get());
   trainyard::runtime::GrpcServerRunner server(
       {.listen_address = absl::GetFlag(FLAGS_grpc_listen)});
-  server.AddService(&service);
+  server.AddService(service.get());
   if (absl::Status s = server.Start(); !s.ok()) {
     Log(LogLevel::kError, "sim-cluster: gRPC failed to start", {{"error", s}});
     return 1;

@@ -1,6 +1,7 @@
 #include "services/dispatcher/adapters/sim/sim_remote.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -251,152 +252,176 @@ NodeInventory FromProto(const v1::SimNodeInventory& node) {
 // --- Server
 // --------------------------------------------------------------------
 
-grpc::Status SimClusterServer::GetSimCluster(grpc::ServerContext*,
-                                             const v1::GetSimClusterRequest*,
-                                             v1::SimClusterInfo* response) {
-  response->set_cluster(sim_->cluster());
-  *response->mutable_config() = sim_->config();
-  absl::StatusOr<std::vector<AttemptStatus>> attempts = sim_->List();
-  if (!attempts.ok()) return ToGrpc(attempts.status());
-  response->set_active_attempts(std::count_if(
-      attempts->begin(), attempts->end(),
-      [](const AttemptStatus& a) { return !IsTerminal(a.phase); }));
-  absl::MutexLock lock(&mu_);
-  response->set_attempts_created(attempts_created_);
-  response->set_launches_refused(launches_refused_);
-  std::vector<std::string> duplicates;
-  for (const auto& [name, count] : created_) {
-    if (count > 1) duplicates.push_back(name);
-  }
-  std::sort(duplicates.begin(), duplicates.end());
-  for (std::string& name : duplicates) {
-    response->add_duplicate_launches(std::move(name));
-  }
-  return grpc::Status::OK;
-}
+namespace {
 
-grpc::Status SimClusterServer::LaunchAttempt(
-    grpc::ServerContext*, const v1::SimLaunchRequest* request,
-    v1::SimAttempt* response) {
-  // Launch is idempotent by name; whether it created the attempt shows in
-  // whether one of that name existed before. Serialised so that two
-  // concurrent launches of one name are told apart correctly.
-  absl::MutexLock lock(&mu_);
-  const bool existed = sim_->Status(request->name()).ok();
-  absl::StatusOr<AttemptStatus> status = sim_->Launch(FromProto(*request));
-  if (!status.ok()) {
-    if (status.status().code() == absl::StatusCode::kFailedPrecondition) {
-      ++launches_refused_;
+class SimClusterServer final
+    : public trainyard::v1::SimClusterService::Service {
+ public:
+  explicit SimClusterServer(SimAdapter* sim) : sim_(sim) {}
+
+  grpc::Status GetSimCluster(grpc::ServerContext*,
+                             const v1::GetSimClusterRequest*,
+                             v1::SimClusterInfo* response) override {
+    response->set_cluster(sim_->cluster());
+    *response->mutable_config() = sim_->config();
+    absl::StatusOr<std::vector<AttemptStatus>> attempts = sim_->List();
+    if (!attempts.ok()) return ToGrpc(attempts.status());
+    response->set_active_attempts(std::count_if(
+        attempts->begin(), attempts->end(),
+        [](const AttemptStatus& a) { return !IsTerminal(a.phase); }));
+    absl::MutexLock lock(&mu_);
+    response->set_attempts_created(attempts_created_);
+    response->set_launches_refused(launches_refused_);
+    std::vector<std::string> duplicates;
+    for (const auto& [name, count] : created_) {
+      if (count > 1) duplicates.push_back(name);
     }
-    return ToGrpc(status.status());
+    std::sort(duplicates.begin(), duplicates.end());
+    for (std::string& name : duplicates) {
+      response->add_duplicate_launches(std::move(name));
+    }
+    return grpc::Status::OK;
   }
-  if (!existed) {
-    ++attempts_created_;
-    ++created_[request->name()];
+
+  grpc::Status LaunchAttempt(grpc::ServerContext*,
+                             const v1::SimLaunchRequest* request,
+                             v1::SimAttempt* response) override {
+    // Launch is idempotent by name; whether it created the attempt shows in
+    // whether one of that name existed before. Serialised so that two
+    // concurrent launches of one name are told apart correctly.
+    absl::MutexLock lock(&mu_);
+    const bool existed = sim_->Status(request->name()).ok();
+    absl::StatusOr<AttemptStatus> status = sim_->Launch(FromProto(*request));
+    if (!status.ok()) {
+      if (status.status().code() == absl::StatusCode::kFailedPrecondition) {
+        ++launches_refused_;
+      }
+      return ToGrpc(status.status());
+    }
+    if (!existed) {
+      ++attempts_created_;
+      ++created_[request->name()];
+    }
+    *response = ToProto(*status);
+    return grpc::Status::OK;
   }
-  *response = ToProto(*status);
-  return grpc::Status::OK;
-}
 
-grpc::Status SimClusterServer::SignalAttempt(
-    grpc::ServerContext*, const v1::SignalSimAttemptRequest* request,
-    google::protobuf::Empty*) {
-  return ToGrpc(sim_->Signal(request->name(), request->signal()));
-}
+  grpc::Status SignalAttempt(grpc::ServerContext*,
+                             const v1::SignalSimAttemptRequest* request,
+                             google::protobuf::Empty*) override {
+    return ToGrpc(sim_->Signal(request->name(), request->signal()));
+  }
 
-grpc::Status SimClusterServer::StopAttempt(
-    grpc::ServerContext*, const v1::StopSimAttemptRequest* request,
-    google::protobuf::Empty*) {
-  StopReason reason;
-  switch (request->reason()) {
-    case v1::StopSimAttemptRequest::CANCEL:
-      reason = StopReason::kCancel;
-      break;
-    case v1::StopSimAttemptRequest::PREEMPTION:
-      reason = StopReason::kPreemption;
-      break;
-    default:
+  grpc::Status StopAttempt(grpc::ServerContext*,
+                           const v1::StopSimAttemptRequest* request,
+                           google::protobuf::Empty*) override {
+    StopReason reason;
+    switch (request->reason()) {
+      case v1::StopSimAttemptRequest::CANCEL:
+        reason = StopReason::kCancel;
+        break;
+      case v1::StopSimAttemptRequest::PREEMPTION:
+        reason = StopReason::kPreemption;
+        break;
+      default:
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "reason: must be CANCEL or PREEMPTION");
+    }
+    const absl::Duration grace = absl::Seconds(request->grace().seconds()) +
+                                 absl::Nanoseconds(request->grace().nanos());
+    return ToGrpc(sim_->Stop(request->name(), grace, reason));
+  }
+
+  grpc::Status GetAttempt(grpc::ServerContext*,
+                          const v1::GetSimAttemptRequest* request,
+                          v1::SimAttempt* response) override {
+    absl::StatusOr<AttemptStatus> status = sim_->Status(request->name());
+    if (!status.ok()) return ToGrpc(status.status());
+    *response = ToProto(*status);
+    AddEnv(*response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListAttempts(grpc::ServerContext*,
+                            const v1::ListSimAttemptsRequest*,
+                            v1::ListSimAttemptsResponse* response) override {
+    absl::StatusOr<std::vector<AttemptStatus>> attempts = sim_->List();
+    if (!attempts.ok()) return ToGrpc(attempts.status());
+    for (const AttemptStatus& a : *attempts) {
+      v1::SimAttempt* out = response->add_attempts();
+      *out = ToProto(a);
+      AddEnv(*out);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteAttempt(grpc::ServerContext*,
+                             const v1::DeleteSimAttemptRequest* request,
+                             google::protobuf::Empty*) override {
+    return ToGrpc(sim_->Delete(request->name()));
+  }
+
+  grpc::Status ListSimNodes(grpc::ServerContext*,
+                            const v1::ListSimNodesRequest*,
+                            v1::ListSimNodesResponse* response) override {
+    absl::StatusOr<std::vector<NodeInventory>> nodes = sim_->Inventory();
+    if (!nodes.ok()) return ToGrpc(nodes.status());
+    for (const NodeInventory& n : *nodes) *response->add_nodes() = ToProto(n);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status InjectFault(grpc::ServerContext*,
+                           const v1::InjectSimFaultRequest* request,
+                           google::protobuf::Empty*) override {
+    if (request->target().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "reason: must be CANCEL or PREEMPTION");
+                          "target: required");
+    }
+    const std::string& t = request->target();
+    switch (request->kind()) {
+      case v1::InjectSimFaultRequest::FAIL_NODE:
+        return ToGrpc(sim_->FailNode(t));
+      case v1::InjectSimFaultRequest::RECLAIM_NODE:
+        return ToGrpc(sim_->ReclaimNode(t));
+      case v1::InjectSimFaultRequest::RECLAIM_POOL:
+        return ToGrpc(sim_->ReclaimPool(t));
+      case v1::InjectSimFaultRequest::RECOVER_NODE:
+        return ToGrpc(sim_->RecoverNode(t));
+      case v1::InjectSimFaultRequest::CORDON_NODE:
+        return ToGrpc(sim_->SetNodeSchedulable(t, false));
+      case v1::InjectSimFaultRequest::UNCORDON_NODE:
+        return ToGrpc(sim_->SetNodeSchedulable(t, true));
+      case v1::InjectSimFaultRequest::CRASH_ATTEMPT:
+        return ToGrpc(sim_->CrashJob(t, request->exit_code()));
+      default:
+        return grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            "kind: must be one of FAIL_NODE, RECLAIM_NODE, RECLAIM_POOL, "
+            "RECOVER_NODE, CORDON_NODE, UNCORDON_NODE, CRASH_ATTEMPT");
+    }
   }
-  const absl::Duration grace = absl::Seconds(request->grace().seconds()) +
-                               absl::Nanoseconds(request->grace().nanos());
-  return ToGrpc(sim_->Stop(request->name(), grace, reason));
-}
 
-void SimClusterServer::AddEnv(v1::SimAttempt& attempt) {
-  absl::StatusOr<std::map<std::string, std::string>> env =
-      sim_->LaunchEnv(attempt.name());
-  if (!env.ok()) return;  // deleted meanwhile
-  for (const auto& [k, v] : *env) (*attempt.mutable_env())[k] = v;
-}
-
-grpc::Status SimClusterServer::GetAttempt(
-    grpc::ServerContext*, const v1::GetSimAttemptRequest* request,
-    v1::SimAttempt* response) {
-  absl::StatusOr<AttemptStatus> status = sim_->Status(request->name());
-  if (!status.ok()) return ToGrpc(status.status());
-  *response = ToProto(*status);
-  AddEnv(*response);
-  return grpc::Status::OK;
-}
-
-grpc::Status SimClusterServer::ListAttempts(
-    grpc::ServerContext*, const v1::ListSimAttemptsRequest*,
-    v1::ListSimAttemptsResponse* response) {
-  absl::StatusOr<std::vector<AttemptStatus>> attempts = sim_->List();
-  if (!attempts.ok()) return ToGrpc(attempts.status());
-  for (const AttemptStatus& a : *attempts) {
-    v1::SimAttempt* out = response->add_attempts();
-    *out = ToProto(a);
-    AddEnv(*out);
+ private:
+  // Fills attempt.env from SimAdapter::LaunchEnv (nothing if it is gone).
+  void AddEnv(v1::SimAttempt& attempt) {
+    absl::StatusOr<std::map<std::string, std::string>> env =
+        sim_->LaunchEnv(attempt.name());
+    if (!env.ok()) return;  // deleted meanwhile
+    for (const auto& [k, v] : *env) (*attempt.mutable_env())[k] = v;
   }
-  return grpc::Status::OK;
-}
 
-grpc::Status SimClusterServer::DeleteAttempt(
-    grpc::ServerContext*, const v1::DeleteSimAttemptRequest* request,
-    google::protobuf::Empty*) {
-  return ToGrpc(sim_->Delete(request->name()));
-}
+  SimAdapter* sim_;
+  absl::Mutex mu_;
+  // Creations per backend name, since the process started.
+  absl::flat_hash_map<std::string, int> created_ ABSL_GUARDED_BY(mu_);
+  int64_t attempts_created_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t launches_refused_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
-grpc::Status SimClusterServer::ListSimNodes(
-    grpc::ServerContext*, const v1::ListSimNodesRequest*,
-    v1::ListSimNodesResponse* response) {
-  absl::StatusOr<std::vector<NodeInventory>> nodes = sim_->Inventory();
-  if (!nodes.ok()) return ToGrpc(nodes.status());
-  for (const NodeInventory& n : *nodes) *response->add_nodes() = ToProto(n);
-  return grpc::Status::OK;
-}
+}  // namespace
 
-grpc::Status SimClusterServer::InjectFault(
-    grpc::ServerContext*, const v1::InjectSimFaultRequest* request,
-    google::protobuf::Empty*) {
-  if (request->target().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "target: required");
-  }
-  const std::string& t = request->target();
-  switch (request->kind()) {
-    case v1::InjectSimFaultRequest::FAIL_NODE:
-      return ToGrpc(sim_->FailNode(t));
-    case v1::InjectSimFaultRequest::RECLAIM_NODE:
-      return ToGrpc(sim_->ReclaimNode(t));
-    case v1::InjectSimFaultRequest::RECLAIM_POOL:
-      return ToGrpc(sim_->ReclaimPool(t));
-    case v1::InjectSimFaultRequest::RECOVER_NODE:
-      return ToGrpc(sim_->RecoverNode(t));
-    case v1::InjectSimFaultRequest::CORDON_NODE:
-      return ToGrpc(sim_->SetNodeSchedulable(t, false));
-    case v1::InjectSimFaultRequest::UNCORDON_NODE:
-      return ToGrpc(sim_->SetNodeSchedulable(t, true));
-    case v1::InjectSimFaultRequest::CRASH_ATTEMPT:
-      return ToGrpc(sim_->CrashJob(t, request->exit_code()));
-    default:
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          "kind: must be one of FAIL_NODE, RECLAIM_NODE, RECLAIM_POOL, "
-          "RECOVER_NODE, CORDON_NODE, UNCORDON_NODE, CRASH_ATTEMPT");
-  }
+std::unique_ptr<grpc::Service> NewSimClusterServer(SimAdapter* sim) {
+  return std::make_unique<SimClusterServer>(sim);
 }
 
 // --- Client

@@ -1,4 +1,4 @@
-// The sim cluster as a process of its own: SimClusterServer serves a
+// The sim cluster as a process of its own: NewSimClusterServer serves a
 // SimAdapter over gRPC (trainyard.v1.SimClusterService, `trainyard
 // sim-cluster`), and SimClusterClient is an Adapter that drives such a server
 // (`trainyard dispatcher --sim_target=HOST:PORT`). The cluster then outlives
@@ -44,55 +44,9 @@ NodeInventory FromProto(const trainyard::v1::SimNodeInventory& node);
 
 // --- Server ------------------------------------------------------------------
 
-class SimClusterServer final
-    : public trainyard::v1::SimClusterService::Service {
- public:
-  // `sim` must outlive the server.
-  explicit SimClusterServer(SimAdapter* sim) : sim_(sim) {}
-
-  grpc::Status GetSimCluster(grpc::ServerContext* context,
-                             const trainyard::v1::GetSimClusterRequest* request,
-                             trainyard::v1::SimClusterInfo* response) override;
-  grpc::Status LaunchAttempt(grpc::ServerContext* context,
-                             const trainyard::v1::SimLaunchRequest* request,
-                             trainyard::v1::SimAttempt* response) override;
-  grpc::Status SignalAttempt(
-      grpc::ServerContext* context,
-      const trainyard::v1::SignalSimAttemptRequest* request,
-      google::protobuf::Empty* response) override;
-  grpc::Status StopAttempt(grpc::ServerContext* context,
-                           const trainyard::v1::StopSimAttemptRequest* request,
-                           google::protobuf::Empty* response) override;
-  grpc::Status GetAttempt(grpc::ServerContext* context,
-                          const trainyard::v1::GetSimAttemptRequest* request,
-                          trainyard::v1::SimAttempt* response) override;
-  grpc::Status ListAttempts(
-      grpc::ServerContext* context,
-      const trainyard::v1::ListSimAttemptsRequest* request,
-      trainyard::v1::ListSimAttemptsResponse* response) override;
-  grpc::Status DeleteAttempt(
-      grpc::ServerContext* context,
-      const trainyard::v1::DeleteSimAttemptRequest* request,
-      google::protobuf::Empty* response) override;
-  grpc::Status ListSimNodes(
-      grpc::ServerContext* context,
-      const trainyard::v1::ListSimNodesRequest* request,
-      trainyard::v1::ListSimNodesResponse* response) override;
-  grpc::Status InjectFault(grpc::ServerContext* context,
-                           const trainyard::v1::InjectSimFaultRequest* request,
-                           google::protobuf::Empty* response) override;
-
- private:
-  // Fills attempt.env from SimAdapter::LaunchEnv (nothing if it is gone).
-  void AddEnv(trainyard::v1::SimAttempt& attempt);
-
-  SimAdapter* sim_;
-  absl::Mutex mu_;
-  // Creations per backend name, since the process started.
-  absl::flat_hash_map<std::string, int> created_ ABSL_GUARDED_BY(mu_);
-  int64_t attempts_created_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t launches_refused_ ABSL_GUARDED_BY(mu_) = 0;
-};
+// Serves `sim`, which must outlive the server, as a
+// trainyard.v1.SimClusterService.
+std::unique_ptr<grpc::Service> NewSimClusterServer(SimAdapter* sim);
 
 // --- Client ------------------------------------------------------------------
 
@@ -115,14 +69,7 @@ class SimClusterClient final : public Adapter {
 
   // --- Adapter ---
   std::string_view kind() const override { return "sim"; }
-  absl::StatusOr<AttemptStatus> Launch(const LaunchRequest& request) override;
-  absl::Status Signal(std::string_view name, int signal) override;
-  absl::Status Stop(std::string_view name, absl::Duration grace,
-                    StopReason reason) override;
-  absl::StatusOr<AttemptStatus> Status(std::string_view name) override;
-  absl::StatusOr<std::vector<AttemptStatus>> List() override;
-  absl::Status Delete(std::string_view name) override;
-  absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
+  TY_ADAPTER_METHODS;
 
   // Faults on command.
   absl::Status InjectFault(trainyard::v1::InjectSimFaultRequest::Kind kind,

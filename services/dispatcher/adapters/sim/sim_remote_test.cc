@@ -86,7 +86,7 @@ class SimRemoteTest : public ::testing::Test {
         SimAdapter::Create(*config, &clock_);
     ASSERT_TRUE(sim.ok()) << sim.status();
     sim_ = std::move(*sim);
-    service_ = std::make_unique<SimClusterServer>(sim_.get());
+    service_ = NewSimClusterServer(sim_.get());
     runtime::GrpcServerOptions options;
     options.listen_address = "127.0.0.1:0";
     server_ = std::make_unique<runtime::GrpcServerRunner>(options);
@@ -101,7 +101,7 @@ class SimRemoteTest : public ::testing::Test {
 
   VirtualClock clock_{kStart};
   std::unique_ptr<SimAdapter> sim_;
-  std::unique_ptr<SimClusterServer> service_;
+  std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<runtime::GrpcServerRunner> server_;
   std::unique_ptr<SimClusterClient> client_;
 };
