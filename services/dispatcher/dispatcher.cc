@@ -45,6 +45,19 @@ int64_t LockKey(const std::string& cluster) {
   return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 
+// The claim of an ADMITTED attempt for this dispatcher: the job moves to
+// DISPATCHING at the version read (a concurrent change wins).
+pg::AttemptChange ClaimForDispatch(const pg::ClusterAttempt& a,
+                                   const std::string& cluster) {
+  return {.tenant = a.job.tenant(),
+          .job_id = JobIdOf(a.job),
+          .expected_version = a.job.version(),
+          .to = v1::JOB_STATE_DISPATCHING,
+          .reason = "DISPATCHING",
+          .message = absl::StrCat("submitting ", a.attempt.backend_job_name(),
+                                  " to ", cluster)};
+}
+
 runtime::Counter& Transitions(const char* to) {
   return runtime::DefaultMetrics().GetCounter(
       "trainyard_dispatcher_transitions_total",
@@ -319,14 +332,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
     if (a.job.state() != v1::JOB_STATE_ADMITTED) continue;
     if (!fits(a)) continue;
     hold(a);
-    claims.push_back(
-        {.tenant = a.job.tenant(),
-         .job_id = JobIdOf(a.job),
-         .expected_version = a.job.version(),
-         .to = v1::JOB_STATE_DISPATCHING,
-         .reason = "DISPATCHING",
-         .message = absl::StrCat("submitting ", a.attempt.backend_job_name(),
-                                 " to ", options_.cluster)});
+    claims.push_back(ClaimForDispatch(a, options_.cluster));
     claimed_index.push_back(i);
   }
   if (!claims.empty()) {
@@ -412,14 +418,8 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
                                 PassReport& report) {
   pg::ClusterAttempt current = a;
   if (a.job.state() == v1::JOB_STATE_ADMITTED) {
-    absl::StatusOr<v1::Job> claimed = jobs_->ChangeAttempt(
-        {.tenant = a.job.tenant(),
-         .job_id = JobIdOf(a.job),
-         .expected_version = a.job.version(),
-         .to = v1::JOB_STATE_DISPATCHING,
-         .reason = "DISPATCHING",
-         .message = absl::StrCat("submitting ", a.attempt.backend_job_name(),
-                                 " to ", options_.cluster)});
+    absl::StatusOr<v1::Job> claimed =
+        jobs_->ChangeAttempt(ClaimForDispatch(a, options_.cluster));
     if (!claimed.ok()) return claimed.status();
     current.job = *claimed;
     Transitions("DISPATCHING").Increment();
