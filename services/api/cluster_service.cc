@@ -1,5 +1,4 @@
-#include "services/api/cluster_service.h"
-
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,12 +8,15 @@
 #include "absl/container/flat_hash_set.h"
 #include "services/api/handler.h"
 #include "services/api/resource_handler.h"
+#include "services/api/resource_methods.h"
 #include "services/api/resource_util.h"
+#include "services/api/services.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/string_view.h"
 #include "services/lib/domain/validation.h"
+#include "trainyard/v1/cluster.grpc.pb.h"
 
 namespace trainyard::api {
 namespace {
@@ -23,10 +25,6 @@ namespace pg = storage::postgres;
 namespace v1 = trainyard::v1;
 
 using google::protobuf::FieldMask;
-
-std::string Method(std::string_view rpc) {
-  return domain::Cat("/trainyard.v1.ClusterService/", rpc);
-}
 
 absl::Status CheckClusterExists(pg::ObjectStore* objects,
                                 const std::string& cluster) {
@@ -86,11 +84,11 @@ constexpr ResourceKind<v1::Flavor> kFlavors = {
         },
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
-      return {
-          InUse("pools_flavor_fkey",
-                domain::Cat("flavor ", key[0], " is used by a pool")),
-          InUse("queue_flavors_flavor_fkey",
-                domain::Cat("flavor ", key[0], " is used by a queue's quotas"))};
+      return {InUse("pools_flavor_fkey",
+                    domain::Cat("flavor ", key[0], " is used by a pool")),
+              InUse("queue_flavors_flavor_fkey",
+                    domain::Cat("flavor ", key[0],
+                                " is used by a queue's quotas"))};
     },
 };
 
@@ -179,7 +177,7 @@ absl::StatusOr<NodeReport> CheckReport(ApiContext& ctx,
       return domain::FieldError(
           domain::JoinField(at, "name"), domain::reason::kInconsistent,
           domain::Cat("node ", node.name(), " is not under parent ",
-                    request.parent()));
+                      request.parent()));
     }
     if (!listed.insert(id.id).second) {
       return domain::FieldError(
@@ -193,10 +191,10 @@ absl::StatusOr<NodeReport> CheckReport(ApiContext& ctx,
   }
   TY_RETURN_IF_ERROR(CheckClusterExists(ctx.objects, cluster));
   for (const auto& [pool, index] : pools) {
-    TY_RETURN_IF_ERROR(
-        CheckExists(ctx.objects, pg::PoolKind(), {cluster, pool},
-                    domain::JoinField(domain::IndexField("nodes", index), "pool"),
-                    reason::kUnknownPool, "pool"));
+    TY_RETURN_IF_ERROR(CheckExists(
+        ctx.objects, pg::PoolKind(), {cluster, pool},
+        domain::JoinField(domain::IndexField("nodes", index), "pool"),
+        reason::kUnknownPool, "pool"));
   }
   if (request.complete()) {
     pg::ListQuery query;
@@ -210,300 +208,207 @@ absl::StatusOr<NodeReport> CheckReport(ApiContext& ctx,
   return report;
 }
 
+// The pools of a cluster, or of every cluster ("clusters/-").
+absl::StatusOr<pg::ListQuery> SelectPools(const ResourceKind<v1::Pool>& kind,
+                                          const Caller&,
+                                          const v1::ListPoolsRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::string cluster,
+                      domain::ParseClusterParent(request.parent(), "parent"));
+  TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kind, request));
+  if (cluster != domain::kAllId) {
+    query.equals.emplace_back("cluster", cluster);
+  }
+  return query;
+}
+
+// The nodes of a cluster (or of every cluster), optionally of one pool and in
+// one state.
+absl::StatusOr<pg::ListQuery> SelectNodes(const ResourceKind<v1::Node>& kind,
+                                          const Caller&,
+                                          const v1::ListNodesRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::string cluster,
+                      domain::ParseClusterParent(request.parent(), "parent"));
+  const std::string& pool = request.pool();
+  if (!pool.empty()) TY_RETURN_IF_ERROR(CheckNewId("pool", pool));
+  if (!v1::NodeState_IsValid(request.state())) {
+    return domain::FieldError(
+        "state", domain::reason::kInvalidValue,
+        domain::Cat("unknown value ", static_cast<int>(request.state())));
+  }
+  TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kind, request));
+  if (cluster != domain::kAllId) {
+    query.equals.emplace_back("cluster", cluster);
+  }
+  if (!pool.empty()) query.equals.emplace_back("pool", pool);
+  if (request.state() != v1::NODE_STATE_UNSPECIFIED) {
+    query.equals.emplace_back("state",
+                              domain::Cat(static_cast<int>(request.state())));
+  }
+  return query;
+}
+
+class ClusterServiceImpl final : public ApiService<v1::ClusterService> {
+ public:
+  using ApiService::ApiService;
+
+  TY_RESOURCE_METHODS(Cluster, Clusters, cluster, clusters, kClusters, PageOnly)
+  TY_RESOURCE_METHODS(Flavor, Flavors, flavor, flavors, kFlavors, PageOnly)
+
+  TY_CREATE_METHOD(Pool, pool, kPools)
+  TY_LIST_METHOD(Pools, pools, kPools, SelectPools)
+  TY_DELETE_METHOD(Pool, kPools)
+
+  // Nodes are written by ReportNodes and SetNodeState.
+  TY_GET_METHOD(Node, kNodes)
+  TY_LIST_METHOD(Nodes, nodes, kNodes, SelectNodes)
+
+  grpc::Status ReportNodes(grpc::ServerContext* context,
+                           const v1::ReportNodesRequest* request,
+                           v1::ReportNodesResponse* response) override {
+    return RunMutation(
+        ctx_, context, Method("ReportNodes"), *request, request->parent(),
+        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+          TY_ASSIGN_OR_RETURN(
+              const std::string cluster,
+              domain::ParseClusterName(request->parent(), "parent"));
+          audit.record.resource = domain::ClusterName(cluster);
+          TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "report nodes"));
+          TY_ASSIGN_OR_RETURN(const NodeReport report,
+                              CheckReport(*ctx_, *request, cluster));
+
+          // One write per node; the audit row commits with the last one.
+          const size_t total = report.writes.size() + report.removals.size();
+          size_t done = 0;
+          auto audit_if_last = [&]() -> const pg::AuditRecord* {
+            return ++done == total ? &audit.record : nullptr;
+          };
+          int upserted = 0;
+          int removed = 0;
+          for (const NodeReport::Write& w : report.writes) {
+            const v1::Node& node = request->nodes(w.index);
+            const pg::ObjectStore::Mutation stored = Stored(kNodes, node);
+            const pg::AuditRecord* node_audit = audit_if_last();
+            absl::StatusOr<pg::StoredObject> row =
+                ctx_->objects->Upsert(pg::NodeKind(), {cluster, w.id},
+                                      stored.extras, stored.body, node_audit);
+            if (!row.ok()) {
+              if (upserted > 0) InvalidateCaches(*ctx_);
+              const std::string pool_field = domain::JoinField(
+                  domain::IndexField("nodes", w.index), "pool");
+              return ExplainStorageError(
+                  row.status(), domain::NodeName(cluster, w.id),
+                  {{"nodes_cluster_pool_fkey", pool_field, reason::kUnknownPool,
+                    domain::Cat("pool ", Quoted(node.pool()), " of cluster ",
+                                cluster, " does not exist")},
+                   UnknownReference("nodes_cluster_fkey", "parent",
+                                    reason::kUnknownCluster, "cluster",
+                                    cluster)});
+            }
+            if (node_audit != nullptr) audit.committed = true;
+            ++upserted;
+          }
+          for (const std::string& id : report.removals) {
+            const pg::AuditRecord* node_audit = audit_if_last();
+            absl::Status s = ctx_->objects->Delete(pg::NodeKind(),
+                                                   {cluster, id}, node_audit);
+            // A node removed meanwhile is not an error; the audit row is then
+            // written below.
+            if (absl::IsNotFound(s)) continue;
+            if (!s.ok()) {
+              InvalidateCaches(*ctx_);
+              return s;
+            }
+            if (node_audit != nullptr) audit.committed = true;
+            ++removed;
+          }
+          if (!audit.committed) {
+            // Nothing to write, or the last removal found its node gone: record
+            // the call anyway.
+            TY_RETURN_IF_ERROR(
+                Committed(audit, ctx_->auth_store->WriteAudit(audit.record)));
+          }
+          response->set_upserted(upserted);
+          response->set_removed(removed);
+          InvalidateCaches(*ctx_);
+          return absl::OkStatus();
+        });
+  }
+
+  grpc::Status SetNodeState(grpc::ServerContext* context,
+                            const v1::SetNodeStateRequest* request,
+                            v1::Node* response) override {
+    return MutateResource(
+        ctx_, context, Method("SetNodeState"), *request, kNodes,
+        request->name(), "name",
+        [&](const Caller& caller, MutationAudit& audit,
+            const NamedObject& node) -> absl::Status {
+          TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "set node states"));
+          if (request->state() != v1::NODE_STATE_READY &&
+              request->state() != v1::NODE_STATE_DRAINING) {
+            return domain::FieldError(
+                "state", domain::reason::kInvalidValue,
+                "must be NODE_STATE_READY or NODE_STATE_DRAINING");
+          }
+          if (request->reason().size() > domain::kMaxDescriptionChars) {
+            return domain::FieldError(
+                "reason", domain::reason::kTooLarge,
+                domain::Cat("must be at most ", domain::kMaxDescriptionChars,
+                            " bytes, got ", request->reason().size()));
+          }
+          absl::StatusOr<pg::StoredObject> row = ctx_->objects->Update(
+              pg::NodeKind(), node.key, /*expected_version=*/0,
+              [&](const pg::StoredObject& current)
+                  -> absl::StatusOr<pg::ObjectStore::Mutation> {
+                v1::Node changed;
+                if (!changed.ParseFromString(current.body)) {
+                  return absl::InternalError(StoredBodyError(node.name));
+                }
+                changed.set_state(request->state());
+                changed.set_state_message(request->reason());
+                // The body as stored (the dispatcher's reports keep the name).
+                return pg::ObjectStore::Mutation{
+                    changed.SerializeAsString(),
+                    ExtraColumnsOf(kNodes, changed)};
+              },
+              &audit.record);
+          if (!row.ok()) return ExplainStorageError(row.status(), node.name);
+          audit.committed = true;
+          TY_ASSIGN_OR_RETURN(*response, Decode<v1::Node>(*row, node.name));
+          InvalidateCaches(*ctx_);
+          return absl::OkStatus();
+        });
+  }
+
+  grpc::Status GetCapacity(grpc::ServerContext* context,
+                           const v1::GetCapacityRequest*,
+                           v1::CapacitySummary* response) override {
+    return Run(ctx_, context, [&](const Caller&) -> absl::Status {
+      TY_ASSIGN_OR_RETURN(const std::vector<v1::Flavor> flavors,
+                          ReadAll(*ctx_, kFlavors));
+      TY_ASSIGN_OR_RETURN(const std::vector<pg::StoredObject> pool_rows,
+                          ListAll(ctx_->objects, pg::PoolKind(), {}));
+      std::vector<std::pair<std::string, std::string>> pool_flavor;
+      for (const pg::StoredObject& row : pool_rows) {
+        TY_ASSIGN_OR_RETURN(const v1::Pool pool,
+                            Decode<v1::Pool>(row, kPools.name_of(row.key)));
+        pool_flavor.emplace_back(domain::Cat(row.key[0], "/", row.key[1]),
+                                 pool.flavor());
+      }
+      pg::ListQuery ready;
+      ready.equals.emplace_back(
+          "state", domain::Cat(static_cast<int>(v1::NODE_STATE_READY)));
+      TY_ASSIGN_OR_RETURN(const std::vector<v1::Node> nodes,
+                          ReadAll(*ctx_, kNodes, ready));
+      *response = SumReadyCapacity(flavors, pool_flavor, nodes);
+      return absl::OkStatus();
+    });
+  }
+};
+
 }  // namespace
 
-// --- Clusters ---
-
-grpc::Status ClusterServiceImpl::CreateCluster(
-    grpc::ServerContext* context, const v1::CreateClusterRequest* request,
-    v1::Cluster* response) {
-  return CreateResource(ctx_, context, Method("CreateCluster"), *request,
-                        kClusters, "", request->cluster_id(),
-                        request->cluster(), response);
-}
-
-grpc::Status ClusterServiceImpl::GetCluster(
-    grpc::ServerContext* context, const v1::GetClusterRequest* request,
-    v1::Cluster* response) {
-  return GetResource(ctx_, context, kClusters, request->name(), response);
-}
-
-grpc::Status ClusterServiceImpl::ListClusters(
-    grpc::ServerContext* context, const v1::ListClustersRequest* request,
-    v1::ListClustersResponse* response) {
-  return ListResources(
-      ctx_, context, kClusters,
-      [&](const Caller&) { return PageOf(kClusters, *request); },
-      response->mutable_clusters(), response->mutable_next_page_token());
-}
-
-grpc::Status ClusterServiceImpl::UpdateCluster(
-    grpc::ServerContext* context, const v1::UpdateClusterRequest* request,
-    v1::Cluster* response) {
-  return UpdateResource(ctx_, context, Method("UpdateCluster"), *request,
-                        kClusters, request->cluster(), request->update_mask(),
-                        response);
-}
-
-grpc::Status ClusterServiceImpl::DeleteCluster(
-    grpc::ServerContext* context, const v1::DeleteClusterRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeleteCluster"), *request,
-                        kClusters, request->name());
-}
-
-// --- Flavors ---
-
-grpc::Status ClusterServiceImpl::CreateFlavor(
-    grpc::ServerContext* context, const v1::CreateFlavorRequest* request,
-    v1::Flavor* response) {
-  return CreateResource(ctx_, context, Method("CreateFlavor"), *request,
-                        kFlavors, "", request->flavor_id(), request->flavor(),
-                        response);
-}
-
-grpc::Status ClusterServiceImpl::GetFlavor(grpc::ServerContext* context,
-                                           const v1::GetFlavorRequest* request,
-                                           v1::Flavor* response) {
-  return GetResource(ctx_, context, kFlavors, request->name(), response);
-}
-
-grpc::Status ClusterServiceImpl::ListFlavors(
-    grpc::ServerContext* context, const v1::ListFlavorsRequest* request,
-    v1::ListFlavorsResponse* response) {
-  return ListResources(
-      ctx_, context, kFlavors,
-      [&](const Caller&) { return PageOf(kFlavors, *request); },
-      response->mutable_flavors(), response->mutable_next_page_token());
-}
-
-grpc::Status ClusterServiceImpl::UpdateFlavor(
-    grpc::ServerContext* context, const v1::UpdateFlavorRequest* request,
-    v1::Flavor* response) {
-  return UpdateResource(ctx_, context, Method("UpdateFlavor"), *request,
-                        kFlavors, request->flavor(), request->update_mask(),
-                        response);
-}
-
-grpc::Status ClusterServiceImpl::DeleteFlavor(
-    grpc::ServerContext* context, const v1::DeleteFlavorRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeleteFlavor"), *request,
-                        kFlavors, request->name());
-}
-
-// --- Pools ---
-
-grpc::Status ClusterServiceImpl::CreatePool(
-    grpc::ServerContext* context, const v1::CreatePoolRequest* request,
-    v1::Pool* response) {
-  return CreateResource(ctx_, context, Method("CreatePool"), *request, kPools,
-                        request->parent(), request->pool_id(), request->pool(),
-                        response);
-}
-
-grpc::Status ClusterServiceImpl::ListPools(grpc::ServerContext* context,
-                                           const v1::ListPoolsRequest* request,
-                                           v1::ListPoolsResponse* response) {
-  return ListResources(
-      ctx_, context, kPools,
-      [&](const Caller&) -> absl::StatusOr<pg::ListQuery> {
-        TY_ASSIGN_OR_RETURN(
-            std::string cluster,
-            domain::ParseClusterParent(request->parent(), "parent"));
-        TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kPools, *request));
-        if (cluster != domain::kAllId) {
-          query.equals.emplace_back("cluster", cluster);
-        }
-        return query;
-      },
-      response->mutable_pools(), response->mutable_next_page_token());
-}
-
-grpc::Status ClusterServiceImpl::DeletePool(
-    grpc::ServerContext* context, const v1::DeletePoolRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeletePool"), *request, kPools,
-                        request->name());
-}
-
-// --- Nodes ---
-
-grpc::Status ClusterServiceImpl::GetNode(grpc::ServerContext* context,
-                                         const v1::GetNodeRequest* request,
-                                         v1::Node* response) {
-  return GetResource(ctx_, context, kNodes, request->name(), response);
-}
-
-grpc::Status ClusterServiceImpl::ListNodes(grpc::ServerContext* context,
-                                           const v1::ListNodesRequest* request,
-                                           v1::ListNodesResponse* response) {
-  return ListResources(
-      ctx_, context, kNodes,
-      [&](const Caller&) -> absl::StatusOr<pg::ListQuery> {
-        TY_ASSIGN_OR_RETURN(
-            std::string cluster,
-            domain::ParseClusterParent(request->parent(), "parent"));
-        const std::string& pool = request->pool();
-        if (!pool.empty()) TY_RETURN_IF_ERROR(CheckNewId("pool", pool));
-        if (!v1::NodeState_IsValid(request->state())) {
-          return domain::FieldError(
-              "state", domain::reason::kInvalidValue,
-              domain::Cat("unknown value ", static_cast<int>(request->state())));
-        }
-        TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kNodes, *request));
-        if (cluster != domain::kAllId) {
-          query.equals.emplace_back("cluster", cluster);
-        }
-        if (!pool.empty()) query.equals.emplace_back("pool", pool);
-        if (request->state() != v1::NODE_STATE_UNSPECIFIED) {
-          query.equals.emplace_back(
-              "state", domain::Cat(static_cast<int>(request->state())));
-        }
-        return query;
-      },
-      response->mutable_nodes(), response->mutable_next_page_token());
-}
-
-grpc::Status ClusterServiceImpl::ReportNodes(
-    grpc::ServerContext* context, const v1::ReportNodesRequest* request,
-    v1::ReportNodesResponse* response) {
-  return RunMutation(
-      ctx_, context, Method("ReportNodes"), *request, request->parent(),
-      [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
-        TY_ASSIGN_OR_RETURN(
-            const std::string cluster,
-            domain::ParseClusterName(request->parent(), "parent"));
-        audit.record.resource = domain::ClusterName(cluster);
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "report nodes"));
-        TY_ASSIGN_OR_RETURN(const NodeReport report,
-                            CheckReport(*ctx_, *request, cluster));
-
-        // One write per node; the audit row commits with the last one.
-        const size_t total = report.writes.size() + report.removals.size();
-        size_t done = 0;
-        auto audit_if_last = [&]() -> const pg::AuditRecord* {
-          return ++done == total ? &audit.record : nullptr;
-        };
-        int upserted = 0;
-        int removed = 0;
-        for (const NodeReport::Write& w : report.writes) {
-          const v1::Node& node = request->nodes(w.index);
-          const pg::ObjectStore::Mutation stored = Stored(kNodes, node);
-          const pg::AuditRecord* node_audit = audit_if_last();
-          absl::StatusOr<pg::StoredObject> row =
-              ctx_->objects->Upsert(pg::NodeKind(), {cluster, w.id},
-                                    stored.extras, stored.body, node_audit);
-          if (!row.ok()) {
-            if (upserted > 0) InvalidateCaches(*ctx_);
-            const std::string pool_field =
-                domain::JoinField(domain::IndexField("nodes", w.index), "pool");
-            return ExplainStorageError(
-                row.status(), domain::NodeName(cluster, w.id),
-                {{"nodes_cluster_pool_fkey", pool_field, reason::kUnknownPool,
-                  domain::Cat("pool ", Quoted(node.pool()), " of cluster ",
-                            cluster, " does not exist")},
-                 UnknownReference("nodes_cluster_fkey", "parent",
-                                  reason::kUnknownCluster, "cluster",
-                                  cluster)});
-          }
-          if (node_audit != nullptr) audit.committed = true;
-          ++upserted;
-        }
-        for (const std::string& id : report.removals) {
-          const pg::AuditRecord* node_audit = audit_if_last();
-          absl::Status s =
-              ctx_->objects->Delete(pg::NodeKind(), {cluster, id}, node_audit);
-          // A node removed meanwhile is not an error; the audit row is then
-          // written below.
-          if (absl::IsNotFound(s)) continue;
-          if (!s.ok()) {
-            InvalidateCaches(*ctx_);
-            return s;
-          }
-          if (node_audit != nullptr) audit.committed = true;
-          ++removed;
-        }
-        if (!audit.committed) {
-          // Nothing to write, or the last removal found its node gone: record
-          // the call anyway.
-          TY_RETURN_IF_ERROR(
-              Committed(audit, ctx_->auth_store->WriteAudit(audit.record)));
-        }
-        response->set_upserted(upserted);
-        response->set_removed(removed);
-        InvalidateCaches(*ctx_);
-        return absl::OkStatus();
-      });
-}
-
-grpc::Status ClusterServiceImpl::SetNodeState(
-    grpc::ServerContext* context, const v1::SetNodeStateRequest* request,
-    v1::Node* response) {
-  return MutateResource(
-      ctx_, context, Method("SetNodeState"), *request, kNodes, request->name(),
-      "name",
-      [&](const Caller& caller, MutationAudit& audit,
-          const NamedObject& node) -> absl::Status {
-        TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "set node states"));
-        if (request->state() != v1::NODE_STATE_READY &&
-            request->state() != v1::NODE_STATE_DRAINING) {
-          return domain::FieldError(
-              "state", domain::reason::kInvalidValue,
-              "must be NODE_STATE_READY or NODE_STATE_DRAINING");
-        }
-        if (request->reason().size() > domain::kMaxDescriptionChars) {
-          return domain::FieldError(
-              "reason", domain::reason::kTooLarge,
-              domain::Cat("must be at most ", domain::kMaxDescriptionChars,
-                        " bytes, got ", request->reason().size()));
-        }
-        absl::StatusOr<pg::StoredObject> row = ctx_->objects->Update(
-            pg::NodeKind(), node.key, /*expected_version=*/0,
-            [&](const pg::StoredObject& current)
-                -> absl::StatusOr<pg::ObjectStore::Mutation> {
-              v1::Node changed;
-              if (!changed.ParseFromString(current.body)) {
-                return absl::InternalError(StoredBodyError(node.name));
-              }
-              changed.set_state(request->state());
-              changed.set_state_message(request->reason());
-              // The body as stored (the dispatcher's reports keep the name).
-              return pg::ObjectStore::Mutation{changed.SerializeAsString(),
-                                               ExtraColumnsOf(kNodes, changed)};
-            },
-            &audit.record);
-        if (!row.ok()) return ExplainStorageError(row.status(), node.name);
-        audit.committed = true;
-        TY_ASSIGN_OR_RETURN(*response, Decode<v1::Node>(*row, node.name));
-        InvalidateCaches(*ctx_);
-        return absl::OkStatus();
-      });
-}
-
-grpc::Status ClusterServiceImpl::GetCapacity(grpc::ServerContext* context,
-                                             const v1::GetCapacityRequest*,
-                                             v1::CapacitySummary* response) {
-  return Run(ctx_, context, [&](const Caller&) -> absl::Status {
-    TY_ASSIGN_OR_RETURN(const std::vector<v1::Flavor> flavors,
-                        ReadAll(*ctx_, kFlavors));
-    TY_ASSIGN_OR_RETURN(const std::vector<pg::StoredObject> pool_rows,
-                        ListAll(ctx_->objects, pg::PoolKind(), {}));
-    std::vector<std::pair<std::string, std::string>> pool_flavor;
-    for (const pg::StoredObject& row : pool_rows) {
-      TY_ASSIGN_OR_RETURN(const v1::Pool pool,
-                          Decode<v1::Pool>(row, kPools.name_of(row.key)));
-      pool_flavor.emplace_back(domain::Cat(row.key[0], "/", row.key[1]),
-                               pool.flavor());
-    }
-    pg::ListQuery ready;
-    ready.equals.emplace_back(
-        "state", domain::Cat(static_cast<int>(v1::NODE_STATE_READY)));
-    TY_ASSIGN_OR_RETURN(const std::vector<v1::Node> nodes,
-                        ReadAll(*ctx_, kNodes, ready));
-    *response = SumReadyCapacity(flavors, pool_flavor, nodes);
-    return absl::OkStatus();
-  });
+std::unique_ptr<grpc::Service> NewClusterService(ApiContext* ctx) {
+  return std::make_unique<ClusterServiceImpl>(ctx);
 }
 
 }  // namespace trainyard::api

@@ -50,6 +50,24 @@ grpc::Status RunMutation(
     const google::protobuf::Message& request, std::string resource,
     absl::FunctionRef<absl::Status(const Caller&, MutationAudit&)> fn);
 
+// The base of the API's service classes: the gRPC service `Base` (by default
+// Grpc::Service; JobService adds callback methods), the handlers' ApiContext,
+// and Method, the full name of one of the service's RPCs ("CreateQueue" →
+// "/trainyard.v1.QueueService/CreateQueue"), which audit rows record.
+template <typename Grpc, typename Base = typename Grpc::Service>
+class ApiService : public Base {
+ public:
+  explicit ApiService(ApiContext* ctx) : ctx_(ctx) {}
+
+ protected:
+  static std::string Method(std::string_view rpc) {
+    return std::string("/") + Grpc::service_full_name() + "/" +
+           std::string(rpc);
+  }
+
+  ApiContext* ctx_;
+};
+
 // `result` of a storage call that carried `audit.record`; marks the record
 // committed when the call succeeded.
 template <typename T>

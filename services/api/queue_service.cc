@@ -1,7 +1,6 @@
-#include "services/api/queue_service.h"
-
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,13 +11,16 @@
 #include "absl/strings/numbers.h"
 #include "services/api/handler.h"
 #include "services/api/resource_handler.h"
+#include "services/api/resource_methods.h"
 #include "services/api/resource_util.h"
+#include "services/api/services.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/job_state.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/string_view.h"
 #include "services/lib/domain/validation.h"
+#include "trainyard/v1/queue.grpc.pb.h"
 
 namespace trainyard::api {
 namespace {
@@ -27,10 +29,6 @@ namespace pg = storage::postgres;
 namespace v1 = trainyard::v1;
 
 using google::protobuf::FieldMask;
-
-std::string Method(std::string_view rpc) {
-  return domain::Cat("/trainyard.v1.QueueService/", rpc);
-}
 
 // Every flavor named in quotas exists ("<field>[i].flavor"); ids that are not
 // valid are left to validation.
@@ -60,8 +58,9 @@ absl::Status CheckCohortAncestry(pg::ObjectStore* objects,
     if (current == cohort) {
       return domain::FieldError(
           "cohort.parent", domain::reason::kInconsistent,
-          domain::Cat("cohort ", Quoted(parent), " is ", cohort,
-                    " or one of its descendants; cohorts cannot form a cycle"));
+          domain::Cat(
+              "cohort ", Quoted(parent), " is ", cohort,
+              " or one of its descendants; cohorts cannot form a cycle"));
     }
     // A loop that does not involve `cohort` (it cannot be made by this API).
     if (!seen.insert(current).second) break;
@@ -105,7 +104,7 @@ absl::Status CheckDefaultPriorityClass(const ApiContext& ctx,
 std::vector<ConstraintMessage> TenantInUse(const ResourceKey& key) {
   auto still_has = [&](std::string_view what) {
     return domain::Cat("tenant ", key[0], " still has ", what,
-                     "; delete them first");
+                       "; delete them first");
   };
   return {InUse("jobs_tenant_fkey",
                 domain::Cat("tenant ", key[0], " still has jobs")),
@@ -285,10 +284,11 @@ constexpr ResourceKind<v1::Cohort> kCohorts = {
     },
     .delete_conflicts =
         [](const ResourceKey& key) -> std::vector<ConstraintMessage> {
-      return {InUse("queues_cohort_fkey",
-                    domain::Cat("cohort ", key[0], " still has queues")),
-              InUse("cohorts_parent_fkey",
-                    domain::Cat("cohort ", key[0], " still has child cohorts"))};
+      return {
+          InUse("queues_cohort_fkey",
+                domain::Cat("cohort ", key[0], " still has queues")),
+          InUse("cohorts_parent_fkey",
+                domain::Cat("cohort ", key[0], " still has child cohorts"))};
     },
 };
 
@@ -369,8 +369,8 @@ absl::Status PriorityClassPage(pg::ObjectStore* objects,
                                     response->add_priority_classes()));
   }
   if (end < all.size() && end > 0) {
-    response->set_next_page_token(
-        pg::EncodePageToken({domain::Cat(all[end - 1].value), all[end - 1].id}));
+    response->set_next_page_token(pg::EncodePageToken(
+        {domain::Cat(all[end - 1].value), all[end - 1].id}));
   }
   return absl::OkStatus();
 }
@@ -413,266 +413,112 @@ void AddUsage(const v1::Queue& queue,
   }
 }
 
+// The tenants the caller has a binding in (platform-admin: all).
+absl::StatusOr<pg::ListQuery> SelectTenants(
+    const ResourceKind<v1::Tenant>& kind, const Caller& caller,
+    const v1::ListTenantsRequest& request) {
+  TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kind, request));
+  if (!caller.platform_admin) {
+    query.in.emplace("id", caller.VisibleTenants());
+  }
+  return query;
+}
+
+// The projects of one tenant the caller may read.
+absl::StatusOr<pg::ListQuery> SelectProjects(
+    const ResourceKind<v1::Project>& kind, const Caller& caller,
+    const v1::ListProjectsRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::string tenant,
+                      domain::ParseTenantName(request.parent(), "parent"));
+  TY_RETURN_IF_ERROR(
+      Require(caller, tenant, Permission::kRead, domain::TenantName(tenant)));
+  TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kind, request));
+  query.equals.emplace_back("tenant", tenant);
+  return query;
+}
+
+// The queues of one tenant, or ("tenants/-") of every tenant the caller sees;
+// optionally of one cohort.
+absl::StatusOr<pg::ListQuery> SelectQueues(
+    const ResourceKind<v1::Queue>& kind, const Caller& caller,
+    const v1::ListQueuesRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::string tenant,
+                      domain::ParseTenantParent(request.parent(), "parent"));
+  const std::string& cohort = request.cohort();
+  if (!cohort.empty()) TY_RETURN_IF_ERROR(CheckNewId("cohort", cohort));
+  TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kind, request));
+  if (tenant != domain::kAllId) {
+    TY_RETURN_IF_ERROR(
+        Require(caller, tenant, Permission::kRead, domain::TenantName(tenant)));
+    query.equals.emplace_back("tenant", tenant);
+  } else if (!caller.platform_admin) {
+    query.in.emplace("tenant", caller.VisibleTenants());
+  }
+  if (!cohort.empty()) query.equals.emplace_back("cohort", cohort);
+  return query;
+}
+
+class QueueServiceImpl final : public ApiService<v1::QueueService> {
+ public:
+  using ApiService::ApiService;
+
+  TY_RESOURCE_METHODS(Tenant, Tenants, tenant, tenants, kTenants, SelectTenants)
+  TY_RESOURCE_METHODS(Project, Projects, project, projects, kProjects,
+                      SelectProjects)
+  TY_RESOURCE_METHODS(Queue, Queues, queue, queues, kQueues, SelectQueues)
+  TY_RESOURCE_METHODS(Cohort, Cohorts, cohort, cohorts, kCohorts, PageOnly)
+
+  // Priority classes list through PriorityClassPage (ordered by value).
+  TY_CREATE_METHOD(PriorityClass, priority_class, kPriorityClasses)
+  TY_GET_METHOD(PriorityClass, kPriorityClasses)
+  TY_UPDATE_METHOD(PriorityClass, priority_class, kPriorityClasses)
+  TY_DELETE_METHOD(PriorityClass, kPriorityClasses)
+
+  grpc::Status ListPriorityClasses(
+      grpc::ServerContext* context,
+      const v1::ListPriorityClassesRequest* request,
+      v1::ListPriorityClassesResponse* response) override {
+    return Run(ctx_, context, [&](const Caller&) {
+      return PriorityClassPage(ctx_->objects, *request, response);
+    });
+  }
+
+  grpc::Status GetQueueStatus(grpc::ServerContext* context,
+                              const v1::GetQueueStatusRequest* request,
+                              v1::QueueStatus* response) override {
+    return ReadResource(
+        ctx_, context, kQueues, request->name(),
+        [&](const Caller&, const NamedObject& queue) -> absl::Status {
+          const std::string& tenant = queue.key[0];
+          const std::string& id = queue.key[1];
+          absl::StatusOr<pg::StoredObject> row =
+              ctx_->objects->Get(pg::QueueKind(), queue.key);
+          if (!row.ok()) return ExplainStorageError(row.status(), queue.name);
+          TY_ASSIGN_OR_RETURN(const auto counts,
+                              ctx_->jobs->CountByState(tenant, id));
+          response->set_queue(queue.name);
+          for (const auto& [state, count] : counts) {
+            (*response->mutable_jobs_by_state())[std::string(
+                domain::StateName(state))] += count;
+          }
+          // weighted_share stays the scheduler's (it depends on the whole
+          // cohort).
+          TY_ASSIGN_OR_RETURN(const auto held,
+                              ctx_->jobs->QueueUsage(tenant, id));
+          v1::Queue stored;
+          if (!stored.ParseFromString(row->body)) {
+            return absl::DataLossError(domain::Cat(queue.name, ": unreadable"));
+          }
+          AddUsage(stored, held, response);
+          return absl::OkStatus();
+        });
+  }
+};
+
 }  // namespace
 
-// --- Tenants ---
-
-grpc::Status QueueServiceImpl::CreateTenant(
-    grpc::ServerContext* context, const v1::CreateTenantRequest* request,
-    v1::Tenant* response) {
-  return CreateResource(ctx_, context, Method("CreateTenant"), *request,
-                        kTenants, "", request->tenant_id(), request->tenant(),
-                        response);
-}
-
-grpc::Status QueueServiceImpl::GetTenant(grpc::ServerContext* context,
-                                         const v1::GetTenantRequest* request,
-                                         v1::Tenant* response) {
-  return GetResource(ctx_, context, kTenants, request->name(), response);
-}
-
-grpc::Status QueueServiceImpl::ListTenants(
-    grpc::ServerContext* context, const v1::ListTenantsRequest* request,
-    v1::ListTenantsResponse* response) {
-  return ListResources(
-      ctx_, context, kTenants,
-      [&](const Caller& caller) -> absl::StatusOr<pg::ListQuery> {
-        TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kTenants, *request));
-        if (!caller.platform_admin) {
-          query.in.emplace("id", caller.VisibleTenants());
-        }
-        return query;
-      },
-      response->mutable_tenants(), response->mutable_next_page_token());
-}
-
-grpc::Status QueueServiceImpl::UpdateTenant(
-    grpc::ServerContext* context, const v1::UpdateTenantRequest* request,
-    v1::Tenant* response) {
-  return UpdateResource(ctx_, context, Method("UpdateTenant"), *request,
-                        kTenants, request->tenant(), request->update_mask(),
-                        response);
-}
-
-grpc::Status QueueServiceImpl::DeleteTenant(
-    grpc::ServerContext* context, const v1::DeleteTenantRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeleteTenant"), *request,
-                        kTenants, request->name());
-}
-
-// --- Projects ---
-
-grpc::Status QueueServiceImpl::CreateProject(
-    grpc::ServerContext* context, const v1::CreateProjectRequest* request,
-    v1::Project* response) {
-  return CreateResource(ctx_, context, Method("CreateProject"), *request,
-                        kProjects, request->parent(), request->project_id(),
-                        request->project(), response);
-}
-
-grpc::Status QueueServiceImpl::GetProject(grpc::ServerContext* context,
-                                          const v1::GetProjectRequest* request,
-                                          v1::Project* response) {
-  return GetResource(ctx_, context, kProjects, request->name(), response);
-}
-
-grpc::Status QueueServiceImpl::ListProjects(
-    grpc::ServerContext* context, const v1::ListProjectsRequest* request,
-    v1::ListProjectsResponse* response) {
-  return ListResources(
-      ctx_, context, kProjects,
-      [&](const Caller& caller) -> absl::StatusOr<pg::ListQuery> {
-        TY_ASSIGN_OR_RETURN(std::string tenant,
-                            domain::ParseTenantName(request->parent(), "parent"));
-        TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kRead,
-                                   domain::TenantName(tenant)));
-        TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kProjects, *request));
-        query.equals.emplace_back("tenant", tenant);
-        return query;
-      },
-      response->mutable_projects(), response->mutable_next_page_token());
-}
-
-grpc::Status QueueServiceImpl::UpdateProject(
-    grpc::ServerContext* context, const v1::UpdateProjectRequest* request,
-    v1::Project* response) {
-  return UpdateResource(ctx_, context, Method("UpdateProject"), *request,
-                        kProjects, request->project(), request->update_mask(),
-                        response);
-}
-
-grpc::Status QueueServiceImpl::DeleteProject(
-    grpc::ServerContext* context, const v1::DeleteProjectRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeleteProject"), *request,
-                        kProjects, request->name());
-}
-
-// --- Queues ---
-
-grpc::Status QueueServiceImpl::CreateQueue(
-    grpc::ServerContext* context, const v1::CreateQueueRequest* request,
-    v1::Queue* response) {
-  return CreateResource(ctx_, context, Method("CreateQueue"), *request, kQueues,
-                        request->parent(), request->queue_id(),
-                        request->queue(), response);
-}
-
-grpc::Status QueueServiceImpl::GetQueue(grpc::ServerContext* context,
-                                        const v1::GetQueueRequest* request,
-                                        v1::Queue* response) {
-  return GetResource(ctx_, context, kQueues, request->name(), response);
-}
-
-grpc::Status QueueServiceImpl::ListQueues(grpc::ServerContext* context,
-                                          const v1::ListQueuesRequest* request,
-                                          v1::ListQueuesResponse* response) {
-  return ListResources(
-      ctx_, context, kQueues,
-      [&](const Caller& caller) -> absl::StatusOr<pg::ListQuery> {
-        TY_ASSIGN_OR_RETURN(
-            std::string tenant,
-            domain::ParseTenantParent(request->parent(), "parent"));
-        const std::string& cohort = request->cohort();
-        if (!cohort.empty()) TY_RETURN_IF_ERROR(CheckNewId("cohort", cohort));
-        TY_ASSIGN_OR_RETURN(pg::ListQuery query, PageOf(kQueues, *request));
-        if (tenant != domain::kAllId) {
-          TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kRead,
-                                     domain::TenantName(tenant)));
-          query.equals.emplace_back("tenant", tenant);
-        } else if (!caller.platform_admin) {
-          query.in.emplace("tenant", caller.VisibleTenants());
-        }
-        if (!cohort.empty()) query.equals.emplace_back("cohort", cohort);
-        return query;
-      },
-      response->mutable_queues(), response->mutable_next_page_token());
-}
-
-grpc::Status QueueServiceImpl::UpdateQueue(
-    grpc::ServerContext* context, const v1::UpdateQueueRequest* request,
-    v1::Queue* response) {
-  return UpdateResource(ctx_, context, Method("UpdateQueue"), *request, kQueues,
-                        request->queue(), request->update_mask(), response);
-}
-
-grpc::Status QueueServiceImpl::DeleteQueue(
-    grpc::ServerContext* context, const v1::DeleteQueueRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeleteQueue"), *request, kQueues,
-                        request->name());
-}
-
-grpc::Status QueueServiceImpl::GetQueueStatus(
-    grpc::ServerContext* context, const v1::GetQueueStatusRequest* request,
-    v1::QueueStatus* response) {
-  return ReadResource(
-      ctx_, context, kQueues, request->name(),
-      [&](const Caller&, const NamedObject& queue) -> absl::Status {
-        const std::string& tenant = queue.key[0];
-        const std::string& id = queue.key[1];
-        absl::StatusOr<pg::StoredObject> row =
-            ctx_->objects->Get(pg::QueueKind(), queue.key);
-        if (!row.ok()) return ExplainStorageError(row.status(), queue.name);
-        TY_ASSIGN_OR_RETURN(const auto counts,
-                            ctx_->jobs->CountByState(tenant, id));
-        response->set_queue(queue.name);
-        for (const auto& [state, count] : counts) {
-          (*response->mutable_jobs_by_state())[std::string(
-              domain::StateName(state))] += count;
-        }
-        // weighted_share stays the scheduler's (it depends on the whole
-        // cohort).
-        TY_ASSIGN_OR_RETURN(const auto held,
-                            ctx_->jobs->QueueUsage(tenant, id));
-        v1::Queue stored;
-        if (!stored.ParseFromString(row->body)) {
-          return absl::DataLossError(domain::Cat(queue.name, ": unreadable"));
-        }
-        AddUsage(stored, held, response);
-        return absl::OkStatus();
-      });
-}
-
-// --- Cohorts ---
-
-grpc::Status QueueServiceImpl::CreateCohort(
-    grpc::ServerContext* context, const v1::CreateCohortRequest* request,
-    v1::Cohort* response) {
-  return CreateResource(ctx_, context, Method("CreateCohort"), *request,
-                        kCohorts, "", request->cohort_id(), request->cohort(),
-                        response);
-}
-
-grpc::Status QueueServiceImpl::GetCohort(grpc::ServerContext* context,
-                                         const v1::GetCohortRequest* request,
-                                         v1::Cohort* response) {
-  return GetResource(ctx_, context, kCohorts, request->name(), response);
-}
-
-grpc::Status QueueServiceImpl::ListCohorts(
-    grpc::ServerContext* context, const v1::ListCohortsRequest* request,
-    v1::ListCohortsResponse* response) {
-  return ListResources(
-      ctx_, context, kCohorts,
-      [&](const Caller&) { return PageOf(kCohorts, *request); },
-      response->mutable_cohorts(), response->mutable_next_page_token());
-}
-
-grpc::Status QueueServiceImpl::UpdateCohort(
-    grpc::ServerContext* context, const v1::UpdateCohortRequest* request,
-    v1::Cohort* response) {
-  return UpdateResource(ctx_, context, Method("UpdateCohort"), *request,
-                        kCohorts, request->cohort(), request->update_mask(),
-                        response);
-}
-
-grpc::Status QueueServiceImpl::DeleteCohort(
-    grpc::ServerContext* context, const v1::DeleteCohortRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeleteCohort"), *request,
-                        kCohorts, request->name());
-}
-
-// --- Priority classes ---
-
-grpc::Status QueueServiceImpl::CreatePriorityClass(
-    grpc::ServerContext* context, const v1::CreatePriorityClassRequest* request,
-    v1::PriorityClass* response) {
-  return CreateResource(ctx_, context, Method("CreatePriorityClass"), *request,
-                        kPriorityClasses, "", request->priority_class_id(),
-                        request->priority_class(), response);
-}
-
-grpc::Status QueueServiceImpl::GetPriorityClass(
-    grpc::ServerContext* context, const v1::GetPriorityClassRequest* request,
-    v1::PriorityClass* response) {
-  return GetResource(ctx_, context, kPriorityClasses, request->name(),
-                     response);
-}
-
-grpc::Status QueueServiceImpl::ListPriorityClasses(
-    grpc::ServerContext* context, const v1::ListPriorityClassesRequest* request,
-    v1::ListPriorityClassesResponse* response) {
-  return Run(ctx_, context, [&](const Caller&) {
-    return PriorityClassPage(ctx_->objects, *request, response);
-  });
-}
-
-grpc::Status QueueServiceImpl::UpdatePriorityClass(
-    grpc::ServerContext* context, const v1::UpdatePriorityClassRequest* request,
-    v1::PriorityClass* response) {
-  return UpdateResource(ctx_, context, Method("UpdatePriorityClass"), *request,
-                        kPriorityClasses, request->priority_class(),
-                        request->update_mask(), response);
-}
-
-grpc::Status QueueServiceImpl::DeletePriorityClass(
-    grpc::ServerContext* context, const v1::DeletePriorityClassRequest* request,
-    google::protobuf::Empty*) {
-  return DeleteResource(ctx_, context, Method("DeletePriorityClass"), *request,
-                        kPriorityClasses, request->name());
+std::unique_ptr<grpc::Service> NewQueueService(ApiContext* ctx) {
+  return std::make_unique<QueueServiceImpl>(ctx);
 }
 
 }  // namespace trainyard::api

@@ -321,9 +321,9 @@ grpc::Status CreateResource(ApiContext* ctx, grpc::ServerContext* context,
                             std::string_view parent, const std::string& id,
                             const T& object, T* response) {
   const bool child = kind.parse_parent != nullptr;
-  std::string resource = child
-                             ? domain::Cat(parent, "/", kind.collection, "/", id)
-                             : kind.name_of({id});
+  std::string resource =
+      child ? domain::Cat(parent, "/", kind.collection, "/", id)
+            : kind.name_of({id});
   return RunMutation(
       ctx, context, method, request, std::move(resource),
       [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
@@ -425,6 +425,24 @@ absl::StatusOr<storage::postgres::ListQuery> PageOf(const ResourceKind<T>& kind,
                                                     const Request& request) {
   return PageQuery(request.page_size(), request.page_token(),
                    kind.store().key_columns.size());
+}
+
+// The selection of a List without parent or filters: the page asked for.
+template <typename T, typename Request>
+absl::StatusOr<storage::postgres::ListQuery> PageOnly(
+    const ResourceKind<T>& kind, const Caller&, const Request& request) {
+  return PageOf(kind, request);
+}
+
+// The `parent` of a Create request; "" for top-level kinds, whose requests
+// have none.
+template <typename Request>
+std::string_view ParentOf(const Request& request) {
+  if constexpr (requires { request.parent(); }) {
+    return request.parent();
+  } else {
+    return {};
+  }
 }
 
 // List<Kinds>: `select` checks the request's parent and filters for the caller

@@ -3,11 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "services/api/admin_service.h"
-#include "services/api/cluster_service.h"
 #include "services/api/events.h"
-#include "services/api/job_service.h"
-#include "services/api/queue_service.h"
+#include "services/api/services.h"
 #include "services/api/submit_batcher.h"
 #include "services/lib/runtime/grpc_server.h"
 #include "services/lib/runtime/health.h"
@@ -36,10 +33,10 @@ struct ApiServer::Impl {
   std::unique_ptr<EventRelay> relay;
   std::unique_ptr<EventHub> hub;
   ApiContext ctx;
-  std::unique_ptr<JobServiceImpl> job_service;
-  std::unique_ptr<QueueServiceImpl> queue_service;
-  std::unique_ptr<ClusterServiceImpl> cluster_service;
-  std::unique_ptr<AdminServiceImpl> admin_service;
+  std::unique_ptr<grpc::Service> job_service;
+  std::unique_ptr<grpc::Service> queue_service;
+  std::unique_ptr<grpc::Service> cluster_service;
+  std::unique_ptr<grpc::Service> admin_service;
   std::unique_ptr<runtime::GrpcServerRunner> grpc;
   runtime::Health health;
   std::unique_ptr<runtime::HttpServer> http;
@@ -117,18 +114,18 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   ctx.batcher = impl->batcher.get();
   ctx.hub = impl->hub.get();
 
-  impl->job_service = std::make_unique<JobServiceImpl>(&ctx);
-  impl->queue_service = std::make_unique<QueueServiceImpl>(&ctx);
-  impl->cluster_service = std::make_unique<ClusterServiceImpl>(&ctx);
-  impl->admin_service = std::make_unique<AdminServiceImpl>(&ctx);
+  impl->job_service = NewJobService(&ctx);
+  impl->queue_service = NewQueueService(&ctx);
+  impl->cluster_service = NewClusterService(&ctx);
+  impl->admin_service = NewAdminService(&ctx);
 
   impl->relay->Start();
   impl->hub->Start();
 
   impl->grpc = std::make_unique<runtime::GrpcServerRunner>(
       runtime::GrpcServerOptions{.listen_address = options.grpc_listen,
-                                .tls_cert_file = options.tls_cert_file,
-                                .tls_key_file = options.tls_key_file});
+                                 .tls_cert_file = options.tls_cert_file,
+                                 .tls_key_file = options.tls_key_file});
   impl->grpc->AddService(impl->job_service.get());
   impl->grpc->AddService(impl->queue_service.get());
   impl->grpc->AddService(impl->cluster_service.get());
