@@ -25,6 +25,7 @@
 #include "services/dispatcher/adapters/slurm/slurm_settings.h"
 #include "tests/fixtures/local_slurm.h"
 #include "tests/fixtures/subprocess.h"
+#include "tests/support/slurm/slurm_suite.h"
 
 namespace trainyard::testing {
 namespace {
@@ -43,33 +44,20 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr absl::Duration kEndTimeout = absl::Seconds(90);
 
-class SlurmAdapterTest : public ::testing::Test {
+class SlurmAdapterTest : public SlurmSuite {
  protected:
   static void SetUpTestSuite() {
-    std::string why;
-    if (!LocalSlurm::Available(&why)) {
-      skip_reason_ = new std::string(why);
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<LocalSlurm>> slurm = LocalSlurm::Start();
-    if (!slurm.ok()) {
-      start_error_ = new std::string(slurm.status().ToString());
-      return;
-    }
-    slurm_ = slurm->release();
+    if (!StartSlurm()) return;
     // The time-limit job runs while the other tests do (Slurm's limits are
     // whole minutes): submitted first, checked by the last test.
     std::unique_ptr<SlurmAdapter> a = NewAdapter();
     LaunchRequest r = Request(900, {"sleep", "600"}, {"gpu4"}, "spot");
     r.spec.mutable_time_limit()->set_seconds(60);
     absl::StatusOr<AttemptStatus> s = a->Launch(r);
-    if (!s.ok()) start_error_ = new std::string(s.status().ToString());
+    if (!s.ok()) SuiteFailed(s.status());
   }
 
-  static void TearDownTestSuite() {
-    delete slurm_;
-    slurm_ = nullptr;
-  }
+  static void TearDownTestSuite() { StopSlurm(); }
 
   void SetUp() override {
     if (skip_reason_ != nullptr) GTEST_SKIP() << *skip_reason_;
@@ -149,15 +137,8 @@ class SlurmAdapterTest : public ::testing::Test {
     return absl::StrCat(slurm_->work_dir(), "/", file);
   }
 
-  static LocalSlurm* slurm_;
-  static std::string* skip_reason_;
-  static std::string* start_error_;
   std::unique_ptr<SlurmAdapter> adapter_;
 };
-
-LocalSlurm* SlurmAdapterTest::slurm_ = nullptr;
-std::string* SlurmAdapterTest::skip_reason_ = nullptr;
-std::string* SlurmAdapterTest::start_error_ = nullptr;
 
 TEST_F(SlurmAdapterTest, RunsASingleNodeJobToSuccess) {
   const std::string out = Work("single.txt");

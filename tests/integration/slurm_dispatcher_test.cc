@@ -25,6 +25,7 @@
 #include "tests/fixtures/local_slurm.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/integration/api_test_harness.h"
+#include "tests/support/slurm/slurm_suite.h"
 
 namespace trainyard::testing {
 namespace {
@@ -82,25 +83,12 @@ void AttemptsOfStep(const std::string& path,
   }
 }
 
-class SlurmDispatcherTest : public ::testing::Test {
+class SlurmDispatcherTest : public SlurmSuite {
  protected:
   static void SetUpTestSuite() {
-    std::string why;
-    if (!LocalSlurm::Available(&why)) {
-      skip_reason_ = new std::string(why);
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<LocalSlurm>> slurm = LocalSlurm::Start();
-    if (!slurm.ok()) {
-      start_error_ = new std::string(slurm.status().ToString());
-      return;
-    }
-    slurm_ = slurm->release();
+    if (!StartSlurm()) return;
   }
-  static void TearDownTestSuite() {
-    delete slurm_;
-    slurm_ = nullptr;
-  }
+  static void TearDownTestSuite() { StopSlurm(); }
 
   void SetUp() override {
     if (skip_reason_ != nullptr) GTEST_SKIP() << *skip_reason_;
@@ -254,9 +242,6 @@ class SlurmDispatcherTest : public ::testing::Test {
     return false;
   }
 
-  static LocalSlurm* slurm_;
-  static std::string* skip_reason_;
-  static std::string* start_error_;
   std::unique_ptr<ApiHarness> harness_;
   std::string token_;
   std::string prefix_;
@@ -264,10 +249,6 @@ class SlurmDispatcherTest : public ::testing::Test {
   std::unique_ptr<scheduler::SchedulerService> scheduler_;
   std::unique_ptr<Dispatcher> dispatcher_;
 };
-
-LocalSlurm* SlurmDispatcherTest::slurm_ = nullptr;
-std::string* SlurmDispatcherTest::skip_reason_ = nullptr;
-std::string* SlurmDispatcherTest::start_error_ = nullptr;
 
 TEST_F(SlurmDispatcherTest,
        PreemptedGangCheckpointsInItsGraceAndResumesWithNoStepLost) {

@@ -58,6 +58,7 @@
 #include "tests/fixtures/ports.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/fixtures/trainyard_process.h"
+#include "tests/support/slurm/slurm_suite.h"
 #include "trainyard/v1/job.grpc.pb.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -98,34 +99,23 @@ struct SlurmJobRow {
   std::string state;
 };
 
-class SlurmProcessTest : public ::testing::Test {
+class SlurmProcessTest : public SlurmSuite {
  protected:
   static void SetUpTestSuite() {
-    std::string why;
-    if (!LocalSlurm::Available(&why)) {
-      skip_reason_ = new std::string(why);
-      return;
-    }
     // The quick start's flavors (deploy/local/demo.textproto).
     LocalSlurm::Options options;
     options.ondemand_flavor = "on-demand-h100";
     options.spot_flavor = "spot-h100";
-    absl::StatusOr<std::unique_ptr<LocalSlurm>> slurm =
-        LocalSlurm::Start(options);
-    if (!slurm.ok()) {
-      start_error_ = new std::string(slurm.status().ToString());
-      return;
-    }
-    slurm_ = slurm->release();
+    if (!StartSlurm(options)) return;
     absl::StatusOr<std::unique_ptr<LocalPostgres>> pg = LocalPostgres::Start();
     if (!pg.ok()) {
-      start_error_ = new std::string(pg.status().ToString());
+      SuiteFailed(pg.status());
       return;
     }
     pg_ = pg->release();
     absl::StatusOr<std::unique_ptr<LocalRedis>> redis = LocalRedis::Start();
     if (!redis.ok()) {
-      start_error_ = new std::string(redis.status().ToString());
+      SuiteFailed(redis.status());
       return;
     }
     redis_ = redis->release();
@@ -135,8 +125,7 @@ class SlurmProcessTest : public ::testing::Test {
     redis_ = nullptr;
     delete pg_;
     pg_ = nullptr;
-    delete slurm_;
-    slurm_ = nullptr;
+    StopSlurm();
   }
 
   void SetUp() override {
@@ -250,11 +239,8 @@ class SlurmProcessTest : public ::testing::Test {
     return jobs;
   }
 
-  static LocalSlurm* slurm_;
   static LocalPostgres* pg_;
   static LocalRedis* redis_;
-  static std::string* skip_reason_;
-  static std::string* start_error_;
   std::string dir_;
   std::string db_url_;
   std::string api_addr_;
@@ -263,11 +249,8 @@ class SlurmProcessTest : public ::testing::Test {
   std::vector<std::unique_ptr<TrainyardService>> services_;
 };
 
-LocalSlurm* SlurmProcessTest::slurm_ = nullptr;
 LocalPostgres* SlurmProcessTest::pg_ = nullptr;
 LocalRedis* SlurmProcessTest::redis_ = nullptr;
-std::string* SlurmProcessTest::skip_reason_ = nullptr;
-std::string* SlurmProcessTest::start_error_ = nullptr;
 
 TEST_F(SlurmProcessTest, QuickStartRunsAJobOnSlurm) {
   // docs/slurm.md, "The quick start on Slurm instead of the sim": one
