@@ -355,22 +355,6 @@ class Adapter {
   virtual std::optional<absl::Time> NextChange() { return std::nullopt; }
 };
 
-// Declares, in the class of an implementation, its overrides of Adapter's
-// required methods, Launch to Inventory (kind() each writes inline):
-//   class SlurmAdapter : public Adapter {
-//    public:
-//     std::string_view kind() const override { return "slurm"; }
-//     TY_ADAPTER_METHODS;
-#define TY_ADAPTER_METHODS                                                     \
-  absl::StatusOr<AttemptStatus> Launch(const LaunchRequest& request) override; \
-  absl::Status Signal(std::string_view name, int signal) override;             \
-  absl::Status Stop(std::string_view name, absl::Duration grace,               \
-                    StopReason reason) override;                               \
-  absl::StatusOr<AttemptStatus> Status(std::string_view name) override;        \
-  absl::StatusOr<std::vector<AttemptStatus>> List() override;                  \
-  absl::Status Delete(std::string_view name) override;                         \
-  absl::StatusOr<std::vector<NodeInventory>> Inventory() override
-
 }  // namespace trainyard::dispatcher
 
 #endif  // TRAINYARD_SERVICES_DISPATCHER_ADAPTERS_ADAPTER_H_

@@ -157,7 +157,14 @@ class SimAdapter final : public Adapter {
 
   // --- Adapter ---
   std::string_view kind() const override { return "sim"; }
-  TY_ADAPTER_METHODS;
+  absl::StatusOr<AttemptStatus> Launch(const LaunchRequest& request) override;
+  absl::Status Signal(std::string_view name, int signal) override;
+  absl::Status Stop(std::string_view name, absl::Duration grace,
+                    StopReason reason) override;
+  absl::StatusOr<AttemptStatus> Status(std::string_view name) override;
+  absl::StatusOr<std::vector<AttemptStatus>> List() override;
+  absl::Status Delete(std::string_view name) override;
+  absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
   // The first event of the agenda (an attempt starting, checkpointing or
   // ending; a node failing or recovering).
   std::optional<absl::Time> NextChange() override;

@@ -64,7 +64,14 @@ class SlurmAdapter : public Adapter {
   ~SlurmAdapter() override;
 
   std::string_view kind() const override { return "slurm"; }
-  TY_ADAPTER_METHODS;
+  absl::StatusOr<AttemptStatus> Launch(const LaunchRequest& request) override;
+  absl::Status Signal(std::string_view name, int signal) override;
+  absl::Status Stop(std::string_view name, absl::Duration grace,
+                    StopReason reason) override;
+  absl::StatusOr<AttemptStatus> Status(std::string_view name) override;
+  absl::StatusOr<std::vector<AttemptStatus>> List() override;
+  absl::Status Delete(std::string_view name) override;
+  absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
 
   // GET ping: OK when slurmrestd answers and reaches slurmctld.
   absl::Status Ping();
