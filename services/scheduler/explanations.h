@@ -24,12 +24,25 @@ inline bool WaitsForResources(std::string_view reason) {
 // alone (its numbers move with every admission) at most once per `refresh`.
 // The scheduler keeps only a code for the reason and a hash of the message it
 // last wrote (no texts, no string compares of every pending job per cycle).
+// ExplanationRewrite tells which of the two makes it due.
+enum class Rewrite {
+  kNo,
+  kAtOnce,   // A new reason (not a move between waiting for resources).
+  kRefresh,  // Only the refresh: a new message, or such a move.
+};
+inline Rewrite ExplanationRewrite(bool same_reason, bool same_message,
+                                  bool both_wait_for_resources,
+                                  absl::Time written, absl::Time now,
+                                  absl::Duration refresh) {
+  if (same_reason && same_message) return Rewrite::kNo;
+  if (!same_reason && !both_wait_for_resources) return Rewrite::kAtOnce;
+  return now - written >= refresh ? Rewrite::kRefresh : Rewrite::kNo;
+}
 inline bool ExplanationDue(bool same_reason, bool same_message,
                            bool both_wait_for_resources, absl::Time written,
                            absl::Time now, absl::Duration refresh) {
-  if (same_reason && same_message) return false;
-  if (!same_reason && !both_wait_for_resources) return true;
-  return now - written >= refresh;
+  return ExplanationRewrite(same_reason, same_message, both_wait_for_resources,
+                            written, now, refresh) != Rewrite::kNo;
 }
 
 // The same, on the texts: last written as (old_reason, old_message), now

@@ -69,6 +69,19 @@ TEST(ExplanationsTest, TheComparedFormAgreesWithTheTexts) {
       }
     }
   }
+  // Which rule makes it due.
+  EXPECT_EQ(
+      ExplanationRewrite(false, false, false, kWritten, kWritten, kRefresh),
+      Rewrite::kAtOnce);
+  EXPECT_EQ(ExplanationRewrite(true, false, false, kWritten,
+                               kWritten + kRefresh, kRefresh),
+            Rewrite::kRefresh);
+  EXPECT_EQ(ExplanationRewrite(false, false, true, kWritten,
+                               kWritten + kRefresh, kRefresh),
+            Rewrite::kRefresh);
+  EXPECT_EQ(ExplanationRewrite(false, true, true, kWritten,
+                               kWritten + absl::Seconds(1), kRefresh),
+            Rewrite::kNo);
   // The compared form's own cases.
   EXPECT_FALSE(ExplanationDue(true, true, false, kWritten,
                               kWritten + absl::Hours(1), kRefresh));

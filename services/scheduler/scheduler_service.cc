@@ -430,18 +430,34 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   const int64_t this_cycle = ++explain_cycle_;
   const absl::Time explained_at = absl::Now();
   std::vector<pg::Explanation> upserts;
+  // Rewrites due to the refresh alone, capped per cycle (the oldest first).
+  // The texts stay valid through the cycle (decisions_, policy_state_).
+  struct DueRefresh {
+    absl::Time written;
+    int64_t id;
+    uint64_t hash;
+    std::string_view message;
+    int32_t position;
+    uint16_t reason;
+  };
+  std::vector<DueRefresh> refreshes;
   auto explain = [&](int64_t id, uint16_t reason, std::string_view message,
                      int32_t position) {
     const uint64_t hash = absl::HashOf(message);
     auto [it, inserted] = explained_.try_emplace(id);
     Explained& last = it->second;
     last.cycle = this_cycle;
-    if (!inserted &&
-        !ExplanationDue(last.reason == reason, last.message_hash == hash,
-                        reason_waits_[last.reason] && reason_waits_[reason],
-                        last.written, explained_at,
-                        options_.explanation_refresh)) {
-      return;
+    if (!inserted) {
+      const Rewrite rewrite = ExplanationRewrite(
+          last.reason == reason, last.message_hash == hash,
+          reason_waits_[last.reason] && reason_waits_[reason], last.written,
+          explained_at, options_.explanation_refresh);
+      if (rewrite == Rewrite::kNo) return;
+      if (rewrite == Rewrite::kRefresh) {
+        refreshes.push_back(
+            {last.written, id, hash, message, position, reason});
+        return;
+      }
     }
     last.reason = reason;
     last.message_hash = hash;
@@ -463,6 +479,29 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     explain(id,
             ReasonCode(std::string_view(message).substr(0, message.find(':'))),
             message, 0);
+  }
+  const size_t cap =
+      options_.explanation_refresh_per_cycle > 0
+          ? static_cast<size_t>(options_.explanation_refresh_per_cycle)
+          : refreshes.size();
+  if (refreshes.size() > cap) {
+    std::nth_element(refreshes.begin(), refreshes.begin() + cap,
+                     refreshes.end(),
+                     [](const DueRefresh& a, const DueRefresh& b) {
+                       return a.written < b.written ||
+                              (a.written == b.written && a.id < b.id);
+                     });
+    refreshes.resize(cap);
+  }
+  for (const DueRefresh& r : refreshes) {
+    Explained& last = explained_.find(r.id)->second;
+    last.reason = r.reason;
+    last.message_hash = r.hash;
+    last.written = explained_at;
+    upserts.push_back({.job_id = r.id,
+                       .reason = reasons_[r.reason],
+                       .message = std::string(r.message),
+                       .position = r.position});
   }
 
   // Preemptions, then the admissions that need them.
