@@ -60,9 +60,9 @@ struct SchedulerOptions {
   // alone (a new message, a move between reasons of waiting for resources),
   // those written longest ago first; new reasons, new pending jobs and rows
   // of jobs no longer pending are written regardless. With 100,000 pending
-  // jobs whose messages' numbers move every cycle, a 5 s refresh alone was
-  // 20,000 row writes a second, more than PostgreSQL on two cores took
-  // beside the jobs' own writes. <= 0: no cap.
+  // jobs whose messages' numbers move every cycle, a 5 s refresh alone asks
+  // for up to 20,000 row writes a second, more than PostgreSQL on two cores
+  // takes beside the jobs' own writes (docs/performance.md). <= 0: no cap.
   int explanation_refresh_per_cycle = 2000;
   // A cluster whose dispatcher's heartbeat is older than this gets no new
   // admissions (DispatcherLiveness; checked against the wall clock, not
