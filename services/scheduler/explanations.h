@@ -17,21 +17,44 @@ inline bool WaitsForResources(std::string_view reason) {
          reason == "NO_FIT_TOPOLOGY" || reason == "WAITING_FOR_RESERVATION";
 }
 
-// Whether a job's explanation, last written at `written` as (old_reason,
-// old_message), is rewritten at `now` as (reason, message): at once when the
-// reason changes, unless it only moves between reasons of waiting for
-// resources; those moves and changes of the message alone (its numbers move
-// with every admission) at most once per `refresh`.
+// Whether a job's explanation, last written at `written`, is rewritten at
+// `now`, from what changed since: at once when the reason changes
+// (!same_reason), unless it only moves between reasons of waiting for
+// resources (both_wait_for_resources); those moves and changes of the message
+// alone (its numbers move with every admission) at most once per `refresh`.
+// The scheduler keeps only a code for the reason and a hash of the message it
+// last wrote (no texts, no string compares of every pending job per cycle).
+// ExplanationRewrite tells which of the two makes it due.
+enum class Rewrite {
+  kNo,
+  kAtOnce,   // A new reason (not a move between waiting for resources).
+  kRefresh,  // Only the refresh: a new message, or such a move.
+};
+inline Rewrite ExplanationRewrite(bool same_reason, bool same_message,
+                                  bool both_wait_for_resources,
+                                  absl::Time written, absl::Time now,
+                                  absl::Duration refresh) {
+  if (same_reason && same_message) return Rewrite::kNo;
+  if (!same_reason && !both_wait_for_resources) return Rewrite::kAtOnce;
+  return now - written >= refresh ? Rewrite::kRefresh : Rewrite::kNo;
+}
+inline bool ExplanationDue(bool same_reason, bool same_message,
+                           bool both_wait_for_resources, absl::Time written,
+                           absl::Time now, absl::Duration refresh) {
+  return ExplanationRewrite(same_reason, same_message, both_wait_for_resources,
+                            written, now, refresh) != Rewrite::kNo;
+}
+
+// The same, on the texts: last written as (old_reason, old_message), now
+// (reason, message).
 inline bool ExplanationDue(std::string_view old_reason,
                            std::string_view old_message, absl::Time written,
                            std::string_view reason, std::string_view message,
                            absl::Time now, absl::Duration refresh) {
-  if (old_reason == reason && old_message == message) return false;
-  if (old_reason != reason &&
-      !(WaitsForResources(old_reason) && WaitsForResources(reason))) {
-    return true;
-  }
-  return now - written >= refresh;
+  return ExplanationDue(
+      old_reason == reason, old_message == message,
+      WaitsForResources(old_reason) && WaitsForResources(reason), written, now,
+      refresh);
 }
 
 }  // namespace trainyard::scheduler

@@ -46,5 +46,51 @@ TEST(ExplanationsTest, OtherReasonChangesAreWrittenAtOnce) {
                   absl::ZeroDuration()));
 }
 
+TEST(ExplanationsTest, TheComparedFormAgreesWithTheTexts) {
+  const std::string_view reasons[] = {"QUOTA_EXHAUSTED", "NO_CAPACITY",
+                                      "QUEUE_STOPPED", "BUDGET_HOLD"};
+  const std::string_view messages[] = {"a", "b"};
+  const absl::Duration sinces[] = {absl::ZeroDuration(), absl::Seconds(1),
+                                   kRefresh, absl::Hours(1)};
+  for (std::string_view old_reason : reasons) {
+    for (std::string_view reason : reasons) {
+      for (std::string_view old_message : messages) {
+        for (std::string_view message : messages) {
+          for (absl::Duration since : sinces) {
+            EXPECT_EQ(
+                ExplanationDue(
+                    old_reason == reason, old_message == message,
+                    WaitsForResources(old_reason) && WaitsForResources(reason),
+                    kWritten, kWritten + since, kRefresh),
+                Due(old_reason, old_message, reason, message, since))
+                << old_reason << " " << reason << " " << since;
+          }
+        }
+      }
+    }
+  }
+  // Which rule makes it due.
+  EXPECT_EQ(
+      ExplanationRewrite(false, false, false, kWritten, kWritten, kRefresh),
+      Rewrite::kAtOnce);
+  EXPECT_EQ(ExplanationRewrite(true, false, false, kWritten,
+                               kWritten + kRefresh, kRefresh),
+            Rewrite::kRefresh);
+  EXPECT_EQ(ExplanationRewrite(false, false, true, kWritten,
+                               kWritten + kRefresh, kRefresh),
+            Rewrite::kRefresh);
+  EXPECT_EQ(ExplanationRewrite(false, true, true, kWritten,
+                               kWritten + absl::Seconds(1), kRefresh),
+            Rewrite::kNo);
+  // The compared form's own cases.
+  EXPECT_FALSE(ExplanationDue(true, true, false, kWritten,
+                              kWritten + absl::Hours(1), kRefresh));
+  EXPECT_TRUE(ExplanationDue(false, true, false, kWritten, kWritten, kRefresh));
+  EXPECT_FALSE(ExplanationDue(false, false, true, kWritten,
+                              kWritten + absl::Seconds(1), kRefresh));
+  EXPECT_TRUE(ExplanationDue(true, false, false, kWritten, kWritten + kRefresh,
+                             kRefresh));
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler

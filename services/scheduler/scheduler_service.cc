@@ -1,6 +1,7 @@
 #include "services/scheduler/scheduler_service.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 #include <set>
@@ -9,10 +10,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "services/lib/domain/names.h"
 #include "services/lib/runtime/logging.h"
 #include "services/lib/runtime/metrics.h"
-#include "services/lib/domain/names.h"
 #include "services/scheduler/explanations.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
@@ -56,6 +59,45 @@ runtime::Counter& Decided(const char* kind) {
   return runtime::DefaultMetrics().GetCounter(
       "trainyard_scheduler_decisions_total", "Decisions committed, by kind.",
       {{"kind", kind}});
+}
+
+// The configuration tables the scheduler reads, in the order of
+// SchedulerService::config_fingerprints_.
+enum ConfigKind : size_t {
+  kFlavors,
+  kClusters,
+  kPools,
+  kNodes,
+  kCohorts,
+  kQueues,
+  kPriorityClasses,
+};
+const std::vector<const pg::ObjectKind*>& ConfigKinds() {
+  static const std::vector<const pg::ObjectKind*> kinds = {
+      &pg::FlavorKind(),       &pg::ClusterKind(), &pg::PoolKind(),
+      &pg::NodeKind(),         &pg::CohortKind(),  &pg::QueueKind(),
+      &pg::PriorityClassKind()};
+  return kinds;
+}
+
+// Whether two sets of clusters differ at most in what a dispatcher's health
+// report writes besides the health itself (heartbeat time, health message,
+// etag): nothing the policy's picture maps but liveness, which
+// SchedulerState::Advance follows.
+bool SameButHeartbeats(const std::map<std::string, v1::Cluster>& a,
+                       const std::map<std::string, v1::Cluster>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
+    if (ia->first != ib->first) return false;
+    v1::Cluster x = ia->second, y = ib->second;
+    for (v1::Cluster* c : {&x, &y}) {
+      c->clear_heartbeat_time();
+      c->clear_health_message();
+      c->clear_etag();
+    }
+    if (!google::protobuf::util::MessageDifferencer::Equals(x, y)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -185,63 +227,60 @@ leader::NextRound SchedulerService::LeadRound() {
   return {};  // The interval, or a wake-up.
 }
 
-absl::Status SchedulerService::LoadConfig() {
+absl::Status SchedulerService::LoadConfigKind(size_t kind) {
   PlatformState& st = state_;
-  st.flavors.clear();
-  st.clusters.clear();
-  st.pools.clear();
-  st.nodes.clear();
-  st.cohorts.clear();
-  st.queues.clear();
-  st.priority_classes.clear();
-  absl::Status s = ForEachObject<v1::Flavor>(
-      *objects_, pg::FlavorKind(),
-      [&](const std::vector<std::string>& key, v1::Flavor f) {
-        st.flavors[key[0]] = std::move(f);
-      });
-  if (s.ok()) {
-    s = ForEachObject<v1::Cluster>(
-        *objects_, pg::ClusterKind(),
-        [&](const std::vector<std::string>& key, v1::Cluster c) {
-          st.clusters[key[0]] = std::move(c);
-        });
+  switch (kind) {
+    case kFlavors:
+      st.flavors.clear();
+      return ForEachObject<v1::Flavor>(
+          *objects_, pg::FlavorKind(),
+          [&](const std::vector<std::string>& key, v1::Flavor f) {
+            st.flavors[key[0]] = std::move(f);
+          });
+    case kClusters:
+      st.clusters.clear();
+      return ForEachObject<v1::Cluster>(
+          *objects_, pg::ClusterKind(),
+          [&](const std::vector<std::string>& key, v1::Cluster c) {
+            st.clusters[key[0]] = std::move(c);
+          });
+    case kPools:
+      st.pools.clear();
+      return ForEachObject<v1::Pool>(
+          *objects_, pg::PoolKind(),
+          [&](const std::vector<std::string>& key, v1::Pool p) {
+            st.pools[{key[0], key[1]}] = std::move(p);
+          });
+    case kNodes:
+      st.nodes.clear();
+      return ForEachObject<v1::Node>(
+          *objects_, pg::NodeKind(),
+          [&](const std::vector<std::string>& key, v1::Node n) {
+            st.nodes[{key[0], key[1]}] = std::move(n);
+          });
+    case kCohorts:
+      st.cohorts.clear();
+      return ForEachObject<v1::Cohort>(
+          *objects_, pg::CohortKind(),
+          [&](const std::vector<std::string>& key, v1::Cohort c) {
+            st.cohorts[key[0]] = std::move(c);
+          });
+    case kQueues:
+      st.queues.clear();
+      return ForEachObject<v1::Queue>(
+          *objects_, pg::QueueKind(),
+          [&](const std::vector<std::string>& key, v1::Queue q) {
+            st.queues[{key[0], key[1]}] = std::move(q);
+          });
+    case kPriorityClasses:
+      st.priority_classes.clear();
+      return ForEachObject<v1::PriorityClass>(
+          *objects_, pg::PriorityClassKind(),
+          [&](const std::vector<std::string>& key, v1::PriorityClass p) {
+            st.priority_classes[key[0]] = std::move(p);
+          });
   }
-  if (s.ok()) {
-    s = ForEachObject<v1::Pool>(
-        *objects_, pg::PoolKind(),
-        [&](const std::vector<std::string>& key, v1::Pool p) {
-          st.pools[{key[0], key[1]}] = std::move(p);
-        });
-  }
-  if (s.ok()) {
-    s = ForEachObject<v1::Node>(
-        *objects_, pg::NodeKind(),
-        [&](const std::vector<std::string>& key, v1::Node n) {
-          st.nodes[{key[0], key[1]}] = std::move(n);
-        });
-  }
-  if (s.ok()) {
-    s = ForEachObject<v1::Cohort>(
-        *objects_, pg::CohortKind(),
-        [&](const std::vector<std::string>& key, v1::Cohort c) {
-          st.cohorts[key[0]] = std::move(c);
-        });
-  }
-  if (s.ok()) {
-    s = ForEachObject<v1::Queue>(
-        *objects_, pg::QueueKind(),
-        [&](const std::vector<std::string>& key, v1::Queue q) {
-          st.queues[{key[0], key[1]}] = std::move(q);
-        });
-  }
-  if (s.ok()) {
-    s = ForEachObject<v1::PriorityClass>(
-        *objects_, pg::PriorityClassKind(),
-        [&](const std::vector<std::string>& key, v1::PriorityClass p) {
-          st.priority_classes[key[0]] = std::move(p);
-        });
-  }
-  return s;
+  return absl::InternalError("unknown configuration kind");
 }
 
 absl::Status SchedulerService::Refresh() {
@@ -275,7 +314,8 @@ absl::Status SchedulerService::Refresh() {
         changed_.push_back(id);
       }
       for (pg::ActiveJob& a : changes->active) {
-        const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
+        const int64_t id =
+            std::stoll(std::string(domain::NameId(a.job.name())));
         state_.jobs[id] =
             JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
       }
@@ -283,29 +323,49 @@ absl::Status SchedulerService::Refresh() {
       if (!changes->more) break;
     }
   }
-  // The configuration tables are small but read in full: only when they
-  // changed (one statement tells).
-  absl::StatusOr<std::string> fingerprint = objects_->Fingerprint(
-      {&pg::FlavorKind(), &pg::ClusterKind(), &pg::PoolKind(), &pg::NodeKind(),
-       &pg::CohortKind(), &pg::QueueKind(), &pg::PriorityClassKind()});
-  if (!fingerprint.ok()) return fingerprint.status();
-  if (config_loaded_ && *fingerprint == config_fingerprint_)
-    return absl::OkStatus();
+  // The configuration tables are read in full, each only when it changed
+  // (one statement tells, per table): a dispatcher's heartbeat rewrites its
+  // cluster's row, not the nodes.
+  absl::StatusOr<std::vector<std::string>> fingerprints =
+      objects_->Fingerprints(ConfigKinds());
+  if (!fingerprints.ok()) return fingerprints.status();
+  if (fingerprints->size() != ConfigKinds().size())
+    return absl::InternalError("fingerprints: wrong column count");
+  const bool all = !config_loaded_;
+  std::map<std::string, v1::Cluster> old_clusters;
+  bool clusters_changed = false, others_changed = false;
   config_loaded_ = false;
-  if (absl::Status s = LoadConfig(); !s.ok()) return s;
-  config_fingerprint_ = *fingerprint;
+  for (size_t k = 0; k < fingerprints->size(); ++k) {
+    if (!all && (*fingerprints)[k] == config_fingerprints_[k]) continue;
+    if (k == kClusters) {
+      clusters_changed = true;
+      old_clusters = std::move(state_.clusters);
+    } else {
+      others_changed = true;
+    }
+    if (absl::Status s = LoadConfigKind(k); !s.ok()) return s;
+  }
+  // Only clusters changed, and only in what a dispatcher's heartbeat writes:
+  // the policy's picture stays (Advance() follows the dispatchers' liveness
+  // from state_.clusters).
+  config_changed_ =
+      all || others_changed ||
+      (clusters_changed && !SameButHeartbeats(old_clusters, state_.clusters));
+  config_fingerprints_ = std::move(*fingerprints);
   config_loaded_ = true;
-  config_changed_ = true;
   return absl::OkStatus();
 }
 
-absl::StatusOr<CycleReport> SchedulerService::RunCycle() {
-  absl::StatusOr<CycleReport> report = CycleOnce();
-  if (!report.ok()) return report;
-  const absl::Time start = absl::Now();
-  if (absl::Status s = FlushExplanations(); !s.ok()) return s;
-  report->explain = absl::Now() - start;
-  return report;
+absl::StatusOr<CycleReport> SchedulerService::RunCycle() { return CycleOnce(); }
+
+uint16_t SchedulerService::ReasonCode(std::string_view reason) {
+  auto it = reason_codes_.find(std::string(reason));
+  if (it != reason_codes_.end()) return it->second;
+  const uint16_t code = static_cast<uint16_t>(reasons_.size());
+  reasons_.emplace_back(reason);
+  reason_waits_.push_back(WaitsForResources(reason));
+  reason_codes_.emplace(std::string(reason), code);
+  return code;
 }
 
 absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
@@ -360,39 +420,88 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   report.reservations = static_cast<int>(d.reservations.size());
 
   // Explanations of this cycle: (reason, message, position) per pending job,
-  // compared with what was written as they come (no copy of every message
-  // per cycle). A new reason is written at once, a new message or a move
-  // between reasons of waiting for resources at most every
-  // explanation_refresh (ExplanationDue); rows of jobs no longer pending go
-  // away.
+  // compared with what was written as they come by the reason's code and a
+  // hash of the message (no text kept or compared per job). A new reason is
+  // written at once, a new message or a move between reasons of waiting for
+  // resources at most every explanation_refresh (ExplanationDue); rows of
+  // jobs no longer pending go away. (Two different messages of one job with
+  // the same 64-bit hash would leave the older text until the reason
+  // changes; the odds are negligible.)
   const int64_t this_cycle = ++explain_cycle_;
   const absl::Time explained_at = absl::Now();
   std::vector<pg::Explanation> upserts;
-  auto explain = [&](int64_t id, std::string_view reason,
-                     std::string_view message, int32_t position) {
+  // Rewrites due to the refresh alone, capped per cycle (the oldest first).
+  // The texts stay valid through the cycle (decisions_, policy_state_).
+  struct DueRefresh {
+    absl::Time written;
+    int64_t id;
+    uint64_t hash;
+    std::string_view message;
+    int32_t position;
+    uint16_t reason;
+  };
+  std::vector<DueRefresh> refreshes;
+  auto explain = [&](int64_t id, uint16_t reason, std::string_view message,
+                     int32_t position) {
+    const uint64_t hash = absl::HashOf(message);
     auto [it, inserted] = explained_.try_emplace(id);
     Explained& last = it->second;
     last.cycle = this_cycle;
-    if (!inserted &&
-        !ExplanationDue(last.reason, last.message, last.written, reason,
-                        message, explained_at, options_.explanation_refresh)) {
-      return;
+    if (!inserted) {
+      const Rewrite rewrite = ExplanationRewrite(
+          last.reason == reason, last.message_hash == hash,
+          reason_waits_[last.reason] && reason_waits_[reason], last.written,
+          explained_at, options_.explanation_refresh);
+      if (rewrite == Rewrite::kNo) return;
+      if (rewrite == Rewrite::kRefresh) {
+        refreshes.push_back(
+            {last.written, id, hash, message, position, reason});
+        return;
+      }
     }
-    last.reason = std::string(reason);
-    last.message = std::string(message);
+    last.reason = reason;
+    last.message_hash = hash;
     last.written = explained_at;
     upserts.push_back({.job_id = id,
-                       .reason = last.reason,
-                       .message = last.message,
+                       .reason = reasons_[reason],
+                       .message = std::string(message),
                        .position = position});
   };
+  // The code of each policy::PendingReason, looked up once per cycle.
+  std::array<int, 256> pending_codes;
+  pending_codes.fill(-1);
   for (const policy::PendingDecision& p : d.pending) {
-    explain(p.job, policy::PendingReasonCode(p.reason), p.message.str(),
-            p.position);
+    int& code = pending_codes[static_cast<uint8_t>(p.reason)];
+    if (code < 0) code = ReasonCode(policy::PendingReasonCode(p.reason));
+    explain(p.job, static_cast<uint16_t>(code), p.message.str(), p.position);
   }
   for (const auto& [id, message] : policy_state_.excluded()) {
-    explain(id, std::string_view(message).substr(0, message.find(':')), message,
-            0);
+    explain(id,
+            ReasonCode(std::string_view(message).substr(0, message.find(':'))),
+            message, 0);
+  }
+  const size_t cap =
+      options_.explanation_refresh_per_cycle > 0
+          ? static_cast<size_t>(options_.explanation_refresh_per_cycle)
+          : refreshes.size();
+  if (refreshes.size() > cap) {
+    std::nth_element(refreshes.begin(), refreshes.begin() + cap,
+                     refreshes.end(),
+                     [](const DueRefresh& a, const DueRefresh& b) {
+                       return a.written < b.written ||
+                              (a.written == b.written && a.id < b.id);
+                     });
+    refreshes.resize(cap);
+  }
+  for (const DueRefresh& r : refreshes) {
+    Explained& last = explained_.find(r.id)->second;
+    last.reason = r.reason;
+    last.message_hash = r.hash;
+    last.written = explained_at;
+    upserts.push_back({.job_id = r.id,
+                       .reason = reasons_[r.reason],
+                       .message = std::string(r.message),
+                       .position = r.position});
   }
 
   // Preemptions, then the admissions that need them.

@@ -7,7 +7,8 @@
 // decisions in one transaction guarded by each job's version (a job that
 // changed meanwhile is dropped, never applied twice), then writes the
 // explanation of every job it left pending when it changed (ExplainPending
-// serves them). Cycles run on wake-ups (Redis, from submissions and
+// serves them; a writer thread writes them behind the cycle, which does not
+// wait for them). Cycles run on wake-ups (Redis, from submissions and
 // completions) and on a timer. See docs/scheduler.md.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
 #define TRAINYARD_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
@@ -55,6 +56,14 @@ struct SchedulerOptions {
   // and at most this often when only its message does (usage numbers change
   // with every admission).
   absl::Duration explanation_refresh = absl::Seconds(5);
+  // At most this many explanations are rewritten per cycle for the refresh
+  // alone (a new message, a move between reasons of waiting for resources),
+  // those written longest ago first; new reasons, new pending jobs and rows
+  // of jobs no longer pending are written regardless. With 100,000 pending
+  // jobs whose messages' numbers move every cycle, a 5 s refresh alone asks
+  // for up to 20,000 row writes a second, more than PostgreSQL on two cores
+  // takes beside the jobs' own writes (docs/performance.md). <= 0: no cap.
+  int explanation_refresh_per_cycle = 2000;
   // A cluster whose dispatcher's heartbeat is older than this gets no new
   // admissions (DispatcherLiveness; checked against the wall clock, not
   // `clock`). Dispatchers write one at least every 30 s. <= 0: no check.
@@ -73,7 +82,9 @@ struct CycleReport {
   int dropped = 0;
   int explanations_written = 0;
   // commit = applying the decisions and handing the explanation changes to
-  // the writer; explain = RunCycle()'s wait for them to be written.
+  // the writer thread, which writes them behind the cycle; explain = the
+  // time the cycle waited for earlier cycles' explanation writes (zero: it
+  // does not wait; FlushExplanations() does).
   // load = refresh (reading what changed) + building the snapshot.
   absl::Duration load, refresh, decide, commit, explain;
 };
@@ -91,10 +102,15 @@ class SchedulerService {
   // Stops the loop (releasing leadership) and waits for it.
   void Shutdown();
 
-  // One cycle now (the caller makes sure only one scheduler runs cycles). It
-  // returns once the cycle's explanations are written too; the leader's loop
-  // does not wait for them (see CycleOnce).
+  // One cycle now (the caller makes sure only one scheduler runs cycles), as
+  // the leader's loop runs it: it returns once the decisions are committed;
+  // the cycle's explanation changes are written behind it by the writer
+  // thread (call FlushExplanations() to wait for them).
   absl::StatusOr<CycleReport> RunCycle();
+  // Blocks until every explanation change handed to the writer is written
+  // (or the write failed: its error; the next cycle then rewrites every
+  // explanation).
+  absl::Status FlushExplanations();
 
   bool is_leader() const { return loop_.is_leader(); }
   int64_t cycles() const { return cycles_.load(); }
@@ -105,11 +121,10 @@ class SchedulerService {
   // which writes them while the next cycles run (a cycle waits for nothing
   // but its decisions' commit); changes to the same job coalesce.
   absl::StatusOr<CycleReport> CycleOnce();
-  // Blocks until every explanation handed over is written (or failed).
-  absl::Status FlushExplanations();
   void WriteExplanationsLoop();
   absl::Status Refresh();
-  absl::Status LoadConfig();
+  // Reads the configuration table of kConfigKinds()[kind] into state_.
+  absl::Status LoadConfigKind(size_t kind);
   // The leader loop's hooks: a new leader trusts nothing it knew before; a
   // round is one cycle, logged.
   void BecomeLeader();
@@ -137,21 +152,31 @@ class SchedulerService {
   bool config_changed_ ABSL_GUARDED_BY(cycle_mu_) = false;
   bool loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
-  // ObjectStore::Fingerprint of the configuration tables last loaded.
+  // ObjectStore::Fingerprints of the configuration tables last loaded, one
+  // per kind: only the tables that changed are read again.
   bool config_loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
-  std::string config_fingerprint_ ABSL_GUARDED_BY(cycle_mu_);
+  std::vector<std::string> config_fingerprints_ ABSL_GUARDED_BY(cycle_mu_);
   // What was last written to pending_explanations, per job, so that only
-  // changes are written.
+  // changes are written: the reason's code (an index into reasons_) and a
+  // hash of the message, not the texts.
   struct Explained {
-    std::string reason;
-    std::string message;
+    uint64_t message_hash = 0;
     absl::Time written;
     // The last cycle that explained the job (rows of jobs a cycle did not
     // explain are deleted).
     int64_t cycle = 0;
+    uint16_t reason = 0;
   };
   absl::flat_hash_map<int64_t, Explained> explained_ ABSL_GUARDED_BY(cycle_mu_);
   int64_t explain_cycle_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+  // The reason codes seen (interned) and whether each is one of waiting for
+  // resources (WaitsForResources).
+  uint16_t ReasonCode(std::string_view reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  std::vector<std::string> reasons_ ABSL_GUARDED_BY(cycle_mu_);
+  std::vector<bool> reason_waits_ ABSL_GUARDED_BY(cycle_mu_);
+  absl::flat_hash_map<std::string, uint16_t> reason_codes_
+      ABSL_GUARDED_BY(cycle_mu_);
 
   // Explanation changes not written yet: job -> new row, or nullopt to
   // delete it. A failed write makes the next cycle rewrite everything.

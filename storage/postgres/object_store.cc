@@ -207,6 +207,28 @@ absl::StatusOr<std::string> ObjectStore::Fingerprint(
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> ObjectStore::Fingerprints(
+    const std::vector<const ObjectKind*>& kinds) {
+  std::vector<std::string> out;
+  if (kinds.empty()) return out;
+  std::vector<std::string> parts;
+  for (const ObjectKind* kind : kinds) {
+    parts.push_back(absl::StrCat(
+        "(SELECT count(*)::text || ':' || coalesce(sum(version), 0)::text || "
+        "':' || coalesce(max(update_time)::text, '') FROM ",
+        kind->table, ")"));
+  }
+  const std::string sql = absl::StrCat("SELECT ", absl::StrJoin(parts, ", "));
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    const pqxx::row row = txn.exec1(sql);
+    out.clear();
+    for (const pqxx::field& f : row) out.push_back(f.c_str());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind,
                                            const ListQuery& query) {
   ListPage page;

@@ -211,6 +211,28 @@ TEST_F(PostgresTest, FingerprintChangesWithEveryWriteAndOnlyThen) {
   EXPECT_EQ(fingerprint(), updated);
 }
 
+TEST_F(PostgresTest, FingerprintsChangeOnlyForTheTableWritten) {
+  const std::vector<const ObjectKind*> kinds = {&TenantKind(), &CohortKind()};
+  auto fingerprints = [&] {
+    absl::StatusOr<std::vector<std::string>> f = objects_->Fingerprints(kinds);
+    EXPECT_TRUE(f.ok()) << f.status();
+    return f.ok() ? *f : std::vector<std::string>();
+  };
+  const std::vector<std::string> empty = fingerprints();
+  ASSERT_EQ(empty.size(), 2u);
+  EXPECT_EQ(fingerprints(), empty);
+  ASSERT_TRUE(objects_->Create(TenantKind(), {"acme"}, {}, "", nullptr).ok());
+  const std::vector<std::string> tenant = fingerprints();
+  EXPECT_NE(tenant[0], empty[0]);
+  EXPECT_EQ(tenant[1], empty[1]);
+  ASSERT_TRUE(
+      objects_->Create(CohortKind(), {"c"}, {std::nullopt}, "", nullptr).ok());
+  const std::vector<std::string> cohort = fingerprints();
+  EXPECT_EQ(cohort[0], tenant[0]);
+  EXPECT_NE(cohort[1], tenant[1]);
+  EXPECT_EQ(fingerprints(), cohort);
+}
+
 TEST_F(PostgresTest, AuditRowCommitsWithTheChangeOnly) {
   AuditRecord audit{"users/root", "/x/Create", "tenants/a", "", "{}", "OK"};
   ASSERT_TRUE(objects_->Create(TenantKind(), {"a"}, {}, "", &audit).ok());

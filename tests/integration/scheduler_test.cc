@@ -22,6 +22,15 @@ using scheduler::CycleReport;
 using scheduler::SchedulerOptions;
 using scheduler::SchedulerService;
 
+// One cycle, then its explanations written (RunCycle leaves them to the
+// service's writer thread).
+absl::StatusOr<CycleReport> CycleAndFlush(SchedulerService& s) {
+  absl::StatusOr<CycleReport> r = s.RunCycle();
+  if (!r.ok()) return r;
+  if (absl::Status f = s.FlushExplanations(); !f.ok()) return f;
+  return r;
+}
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -75,7 +84,7 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
   absl::StatusOr<std::unique_ptr<SchedulerService>> s =
       SchedulerService::Create(Options());
   ASSERT_TRUE(s.ok()) << s.status();
-  absl::StatusOr<CycleReport> r = (*s)->RunCycle();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pending, 3);
   EXPECT_EQ(r->admitted, 2);
@@ -108,7 +117,7 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
   EXPECT_EQ(e.position_in_queue(), 1);
 
   // Nothing changed: the next cycle admits nothing and writes nothing.
-  r = (*s)->RunCycle();
+  r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->admitted, 0);
   EXPECT_EQ(r->running, 2);
@@ -116,7 +125,7 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
 
   // A cancelled job loses its explanation; the gang still waits.
   const int64_t d = Submit("d", 4);
-  r = (*s)->RunCycle();
+  r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Explain(d).reason(), "NO_CAPACITY");
   EXPECT_EQ(Explain(d).position_in_queue(), 2);
@@ -127,7 +136,7 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
       harness_->jobs()
           ->Cancel(ApiHarness::Context(token_).get(), cancel, &cancelled)
           .ok());
-  r = (*s)->RunCycle();
+  r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Explain(c).reason(), "NOT_PENDING");
   EXPECT_EQ(Explain(d).position_in_queue(), 1);
@@ -138,7 +147,7 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
       SchedulerService::Create(Options());
   ASSERT_TRUE(s.ok()) << s.status();
   const int64_t a = Submit("a", 1);
-  absl::StatusOr<CycleReport> r = (*s)->RunCycle();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Get(a).state(), v1::JOB_STATE_ADMITTED);
 
@@ -153,7 +162,7 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
       ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
   ASSERT_TRUE(u.ok()) << u.error_message();
   const int64_t b = Submit("b", 1);
-  r = (*s)->RunCycle();
+  r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Get(b).state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(Explain(b).reason(), "QUEUE_STOPPED");
@@ -163,7 +172,7 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
   u = harness_->queues()->UpdateQueue(
       ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
   ASSERT_TRUE(u.ok()) << u.error_message();
-  r = (*s)->RunCycle();
+  r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Get(b).state(), v1::JOB_STATE_ADMITTED);
 }
@@ -197,7 +206,7 @@ TEST_F(SchedulerTest, NoAdmissionsOntoAClusterWhoseDispatcherIsGone) {
   absl::StatusOr<std::unique_ptr<SchedulerService>> s =
       SchedulerService::Create(Options());
   ASSERT_TRUE(s.ok()) << s.status();
-  absl::StatusOr<CycleReport> r = (*s)->RunCycle();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->admitted, 0);
   EXPECT_EQ(Get(a).state(), v1::JOB_STATE_QUEUED);
@@ -205,7 +214,7 @@ TEST_F(SchedulerTest, NoAdmissionsOntoAClusterWhoseDispatcherIsGone) {
 
   // The dispatcher is back: the next cycle admits.
   beat(absl::Seconds(1));
-  r = (*s)->RunCycle();
+  r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->admitted, 1);
   EXPECT_EQ(Get(a).state(), v1::JOB_STATE_ADMITTED);

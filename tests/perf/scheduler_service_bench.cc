@@ -39,13 +39,16 @@
 // scheduler admitted, and the requeues of what it preempted (PREEMPTING ->
 // QUEUED, the victim stopped at once). Per cycle: the wall time of
 // RunCycle() (refresh from PostgreSQL, snapshot, decide, the decisions'
-// commit, and the wait for the explanations' writes) and CycleReport's
+// commit; builds before the explanations moved behind the cycle also waited
+// for the explanations' writes, CycleReport::explain) and CycleReport's
 // parts, the scheduler process's CPU time; p50/p99/max over --cycles cycles
-// after --warmup; the scheduler process's peak RSS (VmHWM). Then a leader
-// takeover: a fresh scheduler process, Create + its first RunCycle on the
-// loaded database (it reloads every active job and rewrites every
-// explanation), with its peak RSS. Everything goes to --out as JSON. It
-// asserts nothing about timings.
+// after --warmup; the scheduler process's peak RSS (VmHWM); the wait, after
+// the last cycle, for the explanation writes still behind the service
+// (FlushExplanations). Then a leader takeover: a fresh scheduler process,
+// Create + its first RunCycle on the loaded database (it reloads every active
+// job and rewrites every explanation that changed), with its peak RSS and
+// that flush. Everything goes to --out as JSON. It asserts nothing about
+// timings.
 //
 //   scheduler_service_bench                      # 100,000 jobs, 10,000 nodes
 //   scheduler_service_bench --jobs=10000 --nodes=1000
@@ -84,15 +87,15 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
-#include "tests/support/policy/synthetic.h"
 #include "services/scheduler/scheduler_service.h"
 #include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
-#include "storage/postgres/scheduler_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
+#include "storage/postgres/scheduler_store.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/integration/api_test_harness.h"
+#include "tests/support/policy/synthetic.h"
 
 ABSL_FLAG(int, jobs, 100000, "Pending jobs loaded before the run");
 ABSL_FLAG(int, nodes, 10000, "Sim nodes of 8 GPUs");
@@ -256,7 +259,9 @@ SchedulerOptions ServiceOptions(const std::string& url) {
 }
 
 // --serve: the scheduler process. Writes "create <us>", one "cycle ..." line
-// per cycle, then "rss <VmHWM bytes> <VmRSS bytes>" (or "error <text>").
+// per cycle, "flush <us>" (the wait, after the last cycle, for the
+// explanation writes the service still had behind it), then "rss <VmHWM
+// bytes> <VmRSS bytes>" (or "error <text>").
 int Serve() {
   std::ofstream out(absl::GetFlag(FLAGS_serve_out));
   const int64_t create_cpu = CpuMicros();
@@ -286,6 +291,13 @@ int Serve() {
     out << SampleLine(*s) << std::flush;
   }
   // VmHWM is folded from per-thread counters lazily: never below VmRSS.
+  const absl::Time flush_start = absl::Now();
+  if (absl::Status f = (*service)->FlushExplanations(); !f.ok()) {
+    out << "error " << f << "\n";
+    return 1;
+  }
+  out << "flush " << absl::ToInt64Microseconds(absl::Now() - flush_start)
+      << "\n";
   const int64_t rss = ProcStatusBytes("VmRSS");
   out << "rss " << std::max(ProcStatusBytes("VmHWM"), rss) << " " << rss
       << "\n";
@@ -296,6 +308,8 @@ struct ServeResult {
   int64_t create_us = 0, create_cpu_us = 0;
   std::vector<Sample> cycles;
   int64_t peak_rss = 0, rss = 0;
+  // The explanation writes still behind the service after its last cycle.
+  int64_t flush_us = 0;
 };
 
 // Runs this binary as the scheduler process for `cycles` cycles.
@@ -341,6 +355,8 @@ absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
     } else if (f[0] == "cycle") {
       Sample s;
       if (ParseSample(f, &s)) result.cycles.push_back(s);
+    } else if (f[0] == "flush" && f.size() == 2) {
+      (void)absl::SimpleAtoi(f[1], &result.flush_us);
     } else if (f[0] == "rss" && f.size() == 3) {
       (void)absl::SimpleAtoi(f[1], &result.peak_rss);
       (void)absl::SimpleAtoi(f[2], &result.rss);
@@ -778,8 +794,8 @@ class Submitter {
 
 // --- The dispatchers' writes -----------------------------------------------
 
-// What the dispatchers of the sim clusters record, through the DispatcherStore as
-// they record it: the claim (ADMITTED -> DISPATCHING) and start (RUNNING) of
+// What the dispatchers of the sim clusters record, through the DispatcherStore
+// as they record it: the claim (ADMITTED -> DISPATCHING) and start (RUNNING) of
 // every admission, the end of every preempted attempt (PREEMPTING ->
 // QUEUED), completions (RUNNING -> SUCCEEDED), and each cluster's heartbeat.
 // It learns of admissions and preemptions from the outbox (the job events),
@@ -1382,12 +1398,15 @@ int Bench() {
       ",\n  \"scheduler_process\": {\"create_ms\": ",
       Ms(static_cast<double>(steady->create_us) / 1000),
       ", \"peak_rss_bytes\": ", steady->peak_rss,
-      ", \"rss_bytes_at_end\": ", steady->rss, "}",
+      ", \"rss_bytes_at_end\": ", steady->rss, ", \"explanations_flush_ms\": ",
+      Ms(static_cast<double>(steady->flush_us) / 1000), "}",
       ",\n  \"takeover\": {\"create_ms\": ",
       Ms(static_cast<double>(takeover->create_us) / 1000),
       ", \"first_cycle\": ", SampleJson(first), ", \"create_plus_first_ms\": ",
       Ms(static_cast<double>(takeover->create_us + first.wall) / 1000),
-      ", \"peak_rss_bytes\": ", takeover->peak_rss, "}",
+      ", \"peak_rss_bytes\": ", takeover->peak_rss,
+      ", \"explanations_flush_ms\": ",
+      Ms(static_cast<double>(takeover->flush_us) / 1000), "}",
       ",\n  \"churn\": {\"seconds\": ", Ms(churn.seconds()),
       ", \"arrivals\": ", churn.arrived(), ", \"arrivals_per_s\": ",
       Ms(static_cast<double>(churn.arrived()) / churn.seconds()),
