@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -59,13 +58,18 @@ def test_manifest_and_resume_give_the_same_result(tmp_path):
 def test_sigusr1_checkpoints_now_and_sigterm_checkpoints_and_exits(tmp_path):
     p = run_loop(tmp_path, "--steps", 100000, "--step-time", 0.005,
                  "--checkpoint-every-steps", 1000000)
-    time.sleep(1.5)
+    # The loop prints "started" once its Checkpointer holds the signal handlers, and a
+    # "checkpoint" line once it has acted on SIGUSR1: wait for each line, not a fixed time
+    # (a loaded machine may take seconds to start Python).
+    seen = [json.loads(p.stdout.readline())]
+    assert seen[0]["event"] == "started", seen
     p.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
+    seen.append(json.loads(p.stdout.readline()))
+    assert seen[1]["event"] == "checkpoint", seen
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    evs = events(out)
+    evs = seen + events(out)
     cps = [e for e in evs if e["event"] == "checkpoint"]
     assert len(cps) == 2, evs  # one for USR1, one for TERM; no periodic ones
     assert evs[-1] == {"event": "stopped", "step": cps[-1]["step"]}
