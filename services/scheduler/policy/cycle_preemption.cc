@@ -36,14 +36,26 @@ bool CyclePreemption::TryPreempt(const PendingJob& job,
         (state_.s->cohorts.size() + state_.s->queues.size()) *
         state_.s->flavors.size());
     for (auto& running : running_of_tree_flavor_) running.clear();
+    for (auto& queues : queues_of_tree_flavor_) queues.clear();
+    queues_of_tree_flavor_.resize(running_of_tree_flavor_.size());
+    running_of_queue_flavor_.resize(state_.s->queues.size() *
+                                    state_.s->flavors.size());
+    for (auto& running : running_of_queue_flavor_) running.clear();
     for (size_t i = 0; i < state_.s->running.size(); ++i) {
       const RunningAttempt& r = state_.s->running[i];
       running_of_flavor_[r.flavor].push_back(static_cast<int>(i));
-      running_of_tree_flavor_[static_cast<size_t>(
-                                  state_.root_of_queue[r.queue]) *
-                                  state_.s->flavors.size() +
-                              r.flavor]
-          .push_back(static_cast<int>(i));
+      const size_t tree_flavor =
+          static_cast<size_t>(state_.root_of_queue[r.queue]) *
+              state_.s->flavors.size() +
+          r.flavor;
+      running_of_tree_flavor_[tree_flavor].push_back(static_cast<int>(i));
+      std::vector<int>& of_queue =
+          running_of_queue_flavor_[static_cast<size_t>(r.queue) *
+                                       state_.s->flavors.size() +
+                                   r.flavor];
+      if (of_queue.empty())
+        queues_of_tree_flavor_[tree_flavor].push_back(r.queue);
+      of_queue.push_back(static_cast<int>(i));
     }
   }
   const CycleState plan_state{
@@ -56,6 +68,8 @@ bool CyclePreemption::TryPreempt(const PendingJob& job,
       .running_of_flavor = &running_of_flavor_,
       .tree_of_queue = &state_.root_of_queue,
       .running_of_tree_flavor = &running_of_tree_flavor_,
+      .running_of_queue_flavor = &running_of_queue_flavor_,
+      .queues_of_tree_flavor = &queues_of_tree_flavor_,
       .free_workers = &free_workers_};
   for (FlavorId f : flavors) {
     std::optional<PreemptionPlan> plan =

@@ -100,6 +100,10 @@ class CyclePreemption {
   // Per (cohort tree, flavor): its running attempts (built with
   // EngineState::preempted).
   std::vector<std::vector<int>> running_of_tree_flavor_;
+  // Per (queue, flavor): its running attempts; per (cohort tree, flavor):
+  // the queues with attempts there (CycleState).
+  std::vector<std::vector<int>> running_of_queue_flavor_;
+  std::vector<std::vector<QueueId>> queues_of_tree_flavor_;
   // CycleState::free_workers, from the placement index where it is usable.
   std::function<std::optional<int64_t>(FlavorId, const PendingJob&)>
       free_workers_;
