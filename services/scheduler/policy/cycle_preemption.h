@@ -86,12 +86,17 @@ class CyclePreemption {
                                                               : nullptr;
   }
 
-  // Admits `job` on the first flavor where preempting running work makes it
-  // fit (preemption.h) and records the preemptions. Appends to
-  // `victim_queues` the queue of each victim (in the plan's order) that is
-  // not the job's: their shares went down.
-  bool TryPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors,
-                  Decisions& out, std::vector<QueueId>& victim_queues);
+  // Admits job `id` on the first flavor where preempting running work makes
+  // it fit (preemption.h) and records the preemptions. `job` is it or its
+  // class's representative (as for EngineState::Admit: everything a
+  // preemption plan reads of a job but its id is the same for every job of
+  // its class, the priority value included), so that a failed attempt need
+  // not touch the (cold) job itself. Appends to `victim_queues` the queue of
+  // each victim (in the plan's order) that is not the job's: their shares
+  // went down.
+  bool TryPreempt(const PendingJob& job, JobId id,
+                  const std::vector<FlavorId>& flavors, Decisions& out,
+                  std::vector<QueueId>& victim_queues);
 
  private:
   EngineState& state_;
@@ -104,6 +109,7 @@ class CyclePreemption {
   // the queues with attempts there (CycleState).
   std::vector<std::vector<int>> running_of_queue_flavor_;
   std::vector<std::vector<QueueId>> queues_of_tree_flavor_;
+  std::vector<int32_t> lowest_priority_of_queue_flavor_;
   // CycleState::free_workers, from the placement index where it is usable.
   std::function<std::optional<int64_t>(FlavorId, const PendingJob&)>
       free_workers_;

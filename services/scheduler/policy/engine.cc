@@ -427,10 +427,10 @@ class Engine final : public CycleRunner {
     // Its kept details are compared at the end (TextOf).
     __builtin_prefetch(&failure.details[0]);
     __builtin_prefetch(&failure.details[2]);
-    // Everything a failed attempt reads of the job is the same for every job
-    // of its class: evaluate the class's compact representative, and touch
-    // the job itself only to admit, preempt or reserve (or where a rule reads
-    // its priority).
+    // Everything a failed attempt, an admission or a preemption plan reads of
+    // the job is the same for every job of its class: evaluate the class's
+    // compact representative, and touch the job itself only to backfill or
+    // reserve (or where the borrowing hold reads its priority class).
     auto actual = [&]() -> const PendingJob& {
       return state_.s->pending[entry.index];
     };
@@ -534,7 +534,8 @@ class Engine final : public CycleRunner {
     if (PreemptionEnabled(queue, *state_.config)) {
       if (speculative) return Outcome::kDeferred;
       victim_queues_.clear();
-      if (preemption_.TryPreempt(actual(), affordable, out, victim_queues_)) {
+      if (preemption_.TryPreempt(job, entry.id, affordable, out,
+                                 victim_queues_)) {
         // The victims' queues' shares went down: their heads move up now.
         for (QueueId vq : victim_queues_) RefreshHead(vq);
         return Outcome::kAdmitted;

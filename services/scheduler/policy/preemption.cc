@@ -206,9 +206,22 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     const size_t flavors = s.flavors.size();
     if (!queue.cohort.has_value() ||
         (!reclaim_ok && !queue.fair_share_preemption)) {
-      // Only rule 1 can apply: the queue's own attempts.
-      consider_all((*state.running_of_queue_flavor)
-                       [static_cast<size_t>(job.queue) * flavors + f]);
+      // Only rule 1 can apply: the queue's own attempts, if it has any of a
+      // lower (or, for LowerOrNewerEqualPriority, equal) priority.
+      const size_t queue_flavor = static_cast<size_t>(job.queue) * flavors + f;
+      const int32_t lowest =
+          state.lowest_priority_of_queue_flavor != nullptr
+              ? (*state.lowest_priority_of_queue_flavor)[queue_flavor]
+              : std::numeric_limits<int32_t>::min();
+      const bool possible =
+          queue.within_queue_preemption ==
+                  WithinQueuePreemption::kLowerOrNewerEqualPriority
+              ? lowest <= priority
+              : lowest < priority;
+      if (queue.within_queue_preemption != WithinQueuePreemption::kNever &&
+          possible) {
+        consider_all((*state.running_of_queue_flavor)[queue_flavor]);
+      }
     } else {
       // Rules 2 and 3 take only from queues of the tree that borrow.
       for (QueueId q :

@@ -1,10 +1,13 @@
 // PlanPreemption finds the same plan with and without CycleState's optional
 // lists that narrow its scan of running work (per flavor, per cohort tree and
-// flavor, per queue and flavor, and the queues of each tree), on synthetic
+// flavor, per queue and flavor, the queues of each tree, and the lowest
+// priority of each queue's attempts on each flavor), on synthetic
 // snapshots with random preemption policies, priorities, running ages,
 // attempts already taken as victims and attempts a reservation waits for.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <vector>
@@ -25,6 +28,7 @@ struct Lists {
   std::vector<int> tree_of_queue;
   std::vector<std::vector<int>> of_flavor, of_tree_flavor, of_queue_flavor;
   std::vector<std::vector<QueueId>> queues_of_tree_flavor;
+  std::vector<int32_t> lowest_priority_of_queue_flavor;
 };
 
 // The lists as the engine builds them (cycle_preemption.cc), from scratch.
@@ -40,6 +44,8 @@ Lists BuildLists(const Snapshot& s) {
   l.of_tree_flavor.resize((s.cohorts.size() + s.queues.size()) * flavors);
   l.queues_of_tree_flavor.resize(l.of_tree_flavor.size());
   l.of_queue_flavor.resize(s.queues.size() * flavors);
+  l.lowest_priority_of_queue_flavor.assign(l.of_queue_flavor.size(),
+                                           std::numeric_limits<int32_t>::max());
   for (size_t i = 0; i < s.running.size(); ++i) {
     const RunningAttempt& r = s.running[i];
     const int index = static_cast<int>(i);
@@ -52,6 +58,12 @@ Lists BuildLists(const Snapshot& s) {
     if (of_queue.empty())
       l.queues_of_tree_flavor[tree_flavor].push_back(r.queue);
     of_queue.push_back(index);
+    const PriorityClass& pc = s.priority_classes[r.priority_class];
+    int32_t& lowest =
+        l.lowest_priority_of_queue_flavor[static_cast<size_t>(r.queue) *
+                                              flavors +
+                                          r.flavor];
+    if (pc.preemptible) lowest = std::min(lowest, pc.value);
   }
   return l;
 }
@@ -121,8 +133,12 @@ TEST(PreemptionScanTest, NarrowedScansFindTheSamePlans) {
     narrowed.running_of_tree_flavor = &lists.of_tree_flavor;
     narrowed.running_of_queue_flavor = &lists.of_queue_flavor;
     narrowed.queues_of_tree_flavor = &lists.queues_of_tree_flavor;
-    // Only per tree and flavor, as before the per-queue lists.
-    CycleState by_tree = narrowed;
+    narrowed.lowest_priority_of_queue_flavor =
+        &lists.lowest_priority_of_queue_flavor;
+    // Without the lowest priorities; only per tree and flavor.
+    CycleState by_queue = narrowed;
+    by_queue.lowest_priority_of_queue_flavor = nullptr;
+    CycleState by_tree = by_queue;
     by_tree.running_of_queue_flavor = nullptr;
     by_tree.queues_of_tree_flavor = nullptr;
 
@@ -130,7 +146,7 @@ TEST(PreemptionScanTest, NarrowedScansFindTheSamePlans) {
       for (FlavorId f = 0; f < static_cast<FlavorId>(s.flavors.size()); ++f) {
         const std::optional<PreemptionPlan> want =
             PlanPreemption(s, config, plain, job, f);
-        for (const CycleState* state : {&narrowed, &by_tree}) {
+        for (const CycleState* state : {&narrowed, &by_queue, &by_tree}) {
           const std::optional<PreemptionPlan> got =
               PlanPreemption(s, config, *state, job, f);
           ASSERT_EQ(got.has_value(), want.has_value())
