@@ -634,5 +634,73 @@ TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
   std::printf("explanations shared %d, changed %d\n", shared, changed);
 }
 
+// A preemption that no running attempt allows is found in the first cycle
+// after a change allows it (nothing of an earlier cycle's search is kept):
+// a victim of lower priority in the job's own queue appears, and a borrower
+// in the cohort whose priority class becomes preemptible.
+TEST(SchedulerTest, PreemptionBecomesPossibleAfterAChange) {
+  testing::SnapshotBuilder b;
+  const PriorityClassId low = b.AddPriority("low", -10);
+  const PriorityClassId high = b.AddPriority("high", 10);
+  const PriorityClassId pinned = b.AddPriority("pinned", -20);
+  b.snapshot().priority_classes[pinned].preemptible = false;
+  const FlavorId f = b.AddFlavor("h100");
+  const NodeId n0 = b.AddNode(f, 8);
+  const NodeId n1 = b.AddNode(f, 8);
+  const CohortId c = b.AddCohort("c");
+  // Queue own preempts lower priorities within itself; queue light reclaims
+  // its nominal quota from borrowers; queue heavy borrows.
+  const QueueId own = b.AddQueue("own");
+  b.AddGpuQuota(own, f, 8);
+  b.snapshot().queues[own].within_queue_preemption =
+      WithinQueuePreemption::kLowerPriority;
+  const QueueId light = b.AddQueue("light", c);
+  b.AddGpuQuota(light, f, 8);
+  b.snapshot().queues[light].reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  const QueueId heavy = b.AddQueue("heavy", c);
+  b.AddGpuQuota(heavy, f, 0);
+  b.AddRunning(100, own, f, n0, 8);
+  b.snapshot().running.back().priority_class = high;
+  b.AddRunning(200, heavy, f, n1, 8);
+  b.snapshot().running.back().priority_class = pinned;
+  b.AddJob(1, own, 1, 8).priority_class = high;
+  b.AddJob(2, light, 1, 8).priority_class = low;
+  Scheduler scheduler(b.Build());
+
+  auto cycle = [&] {
+    const Decisions d = scheduler.Cycle();
+    ExpectSame(Decide(scheduler.snapshot()), d);
+    ExpectSame(Decide(scheduler.snapshot(), kPlain), d);
+    std::vector<JobId> victims;
+    for (const Preemption& p : d.preemptions) victims.push_back(p.victim);
+    return victims;
+  };
+  // Job 100 has job 1's priority, and job 200's class is not preemptible.
+  EXPECT_TRUE(cycle().empty());
+  EXPECT_TRUE(cycle().empty());
+
+  // Job 100 is replaced by a lower-priority attempt: job 1 preempts it.
+  RunningAttempt lower = scheduler.snapshot().running[0];
+  ASSERT_EQ(lower.job, 100);
+  lower.priority_class = low;
+  ASSERT_TRUE(scheduler.UpdateRunning(lower));
+  EXPECT_EQ(cycle(), std::vector<JobId>{100});
+  EXPECT_EQ(cycle(), std::vector<JobId>{100});
+
+  // Job 200 becomes preemptible (a new attempt of a preemptible class):
+  // job 2 reclaims light's quota from it.
+  ASSERT_TRUE(scheduler.CompleteRunning(200));
+  EXPECT_EQ(cycle(), std::vector<JobId>{100});
+  ASSERT_TRUE(scheduler.AddRunning({.job = 201,
+                                    .queue = heavy,
+                                    .flavor = f,
+                                    .priority_class = high,
+                                    .placement = {n1},
+                                    .resources = {.gpus = 8}}));
+  std::vector<JobId> victims = cycle();
+  std::sort(victims.begin(), victims.end());
+  EXPECT_EQ(victims, (std::vector<JobId>{100, 201}));
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy
