@@ -25,10 +25,7 @@ CyclePreemption::CyclePreemption(EngineState& state)
             return index->Workers(job.workers);
           }) {}
 
-bool CyclePreemption::TryPreempt(const PendingJob& job, JobId id,
-                                 const std::vector<FlavorId>& flavors,
-                                 Decisions& out,
-                                 std::vector<QueueId>& victim_queues) {
+CycleState CyclePreemption::PlanState() {
   if (state_.preempted.empty()) {
     state_.preempted.assign(state_.s->running.size(), false);
     running_of_flavor_.resize(state_.s->flavors.size());
@@ -70,7 +67,7 @@ bool CyclePreemption::TryPreempt(const PendingJob& job, JobId id,
       }
     }
   }
-  const CycleState plan_state{
+  return CycleState{
       .quota = &*state_.quota,
       .free = &state_.free,
       .nodes_of_flavor = &state_.indexes.nodes_of_flavor(),
@@ -84,6 +81,23 @@ bool CyclePreemption::TryPreempt(const PendingJob& job, JobId id,
       .queues_of_tree_flavor = &queues_of_tree_flavor_,
       .lowest_priority_of_queue_flavor = &lowest_priority_of_queue_flavor_,
       .free_workers = &free_workers_};
+}
+
+bool CyclePreemption::CanPreempt(const PendingJob& job,
+                                 const std::vector<FlavorId>& flavors) {
+  const CycleState plan_state = PlanState();
+  for (FlavorId f : flavors) {
+    if (PlanPreemption(*state_.s, *state_.config, plan_state, job, f))
+      return true;
+  }
+  return false;
+}
+
+bool CyclePreemption::TryPreempt(const PendingJob& job, JobId id,
+                                 const std::vector<FlavorId>& flavors,
+                                 Decisions& out,
+                                 std::vector<QueueId>& victim_queues) {
+  const CycleState plan_state = PlanState();
   for (FlavorId f : flavors) {
     std::optional<PreemptionPlan> plan =
         PlanPreemption(*state_.s, *state_.config, plan_state, job, f);

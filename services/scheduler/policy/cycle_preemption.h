@@ -98,7 +98,16 @@ class CyclePreemption {
                   const std::vector<FlavorId>& flavors, Decisions& out,
                   std::vector<QueueId>& victim_queues);
 
+  // Whether TryPreempt() would admit the job now; changes nothing (for a
+  // speculative attempt, which must fail as TryPreempt() would or not
+  // attempt at all).
+  bool CanPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors);
+
  private:
+  // The state PlanPreemption() works on, with the lists of running work
+  // built on the cycle's first use.
+  CycleState PlanState();
+
   EngineState& state_;
   // Per flavor: its running attempts (built with EngineState::preempted).
   std::vector<std::vector<int>> running_of_flavor_;

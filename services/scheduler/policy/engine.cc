@@ -532,13 +532,23 @@ class Engine final : public CycleRunner {
       }
     }
     if (PreemptionEnabled(queue, *state_.config)) {
-      if (speculative) return Outcome::kDeferred;
-      victim_queues_.clear();
-      if (preemption_.TryPreempt(job, entry.id, affordable, out,
-                                 victim_queues_)) {
-        // The victims' queues' shares went down: their heads move up now.
-        for (QueueId vq : victim_queues_) RefreshHead(vq);
-        return Outcome::kAdmitted;
+      if (speculative) {
+        // A failed search changes nothing (PlanPreemption restores what it
+        // tries): a speculative attempt goes on where no plan exists. Not
+        // with fair-share preemption, whose shares read the queues' usage
+        // on every flavor, beyond what a run's stamp covers.
+        if (queue.fair_share_preemption ||
+            preemption_.CanPreempt(job, affordable)) {
+          return Outcome::kDeferred;
+        }
+      } else {
+        victim_queues_.clear();
+        if (preemption_.TryPreempt(job, entry.id, affordable, out,
+                                   victim_queues_)) {
+          // The victims' queues' shares went down: their heads move up now.
+          for (QueueId vq : victim_queues_) RefreshHead(vq);
+          return Outcome::kAdmitted;
+        }
       }
       // A preemption plan reads the capacity of every flavor.
       placed = ~uint64_t{0};
