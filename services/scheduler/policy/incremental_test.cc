@@ -702,5 +702,66 @@ TEST(SchedulerTest, PreemptionBecomesPossibleAfterAChange) {
   EXPECT_EQ(victims, (std::vector<JobId>{100, 201}));
 }
 
+// The scheduler service benchmark's mix at a small size (light queues
+// reclaiming, every fourth queue preempting within itself), through cycles
+// of churn: with preemption searches that fail inside speculative runs, the
+// decisions equal those of the plain engine (no classes, no runs, no
+// placement index).
+TEST(SchedulerTest, SameDecisionsAsThePlainEngineInTheServiceMix) {
+  std::mt19937_64 rng(20261126);
+  SyntheticSpec spec{.nodes = 320,
+                     .racks_per_block = 4,
+                     .queues = 40,
+                     .cohorts = 20,
+                     .pending = 0,
+                     .busy_fraction = 0,
+                     .seed = 7};
+  Snapshot s = MakeSyntheticSnapshot(spec);
+  for (size_t q = 0; q < s.queues.size(); ++q) {
+    if (q % 4 == 3) {
+      s.queues[q].reclaim_within_cohort = ReclaimWithinCohort::kAny;
+    } else if (q % 4 == 1) {
+      s.queues[q].within_queue_preemption =
+          WithinQueuePreemption::kLowerPriority;
+    }
+  }
+  JobId next_id = 1;
+  auto add_job = [&](const Snapshot& snapshot) {
+    PendingJob job = MakeSyntheticJob(snapshot, next_id++, rng);
+    // 3 % of the jobs in the light queues.
+    const bool light = Uniform(rng, 0, 99) < 3;
+    job.queue = static_cast<QueueId>(4 * Uniform(rng, 0, 9) +
+                                     (light ? 3 : Uniform(rng, 0, 2)));
+    return job;
+  };
+  for (int i = 0; i < 4000; ++i) s.pending.push_back(add_job(s));
+  Scheduler scheduler(std::move(s));
+  int preempted = 0;
+  for (int cycle = 0; cycle < 14; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    const Decisions got = scheduler.Cycle();
+    ExpectSame(Decide(scheduler.snapshot(), kPlain), got);
+    if (::testing::Test::HasFatalFailure()) return;
+    preempted += static_cast<int>(got.preemptions.size());
+    for (const Admission& a : got.admissions)
+      ASSERT_TRUE(scheduler.ApplyAdmission(a));
+    const Snapshot& now = scheduler.snapshot();
+    for (const Preemption& p : got.preemptions) {
+      ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+      PendingJob job = add_job(scheduler.snapshot());
+      job.queue = p.victim_queue;
+      scheduler.AddPending(std::move(job));
+    }
+    for (int k = 0; k < 15 && !now.running.empty(); ++k) {
+      ASSERT_TRUE(scheduler.CompleteRunning(
+          now.running[Uniform(rng, 0, now.running.size() - 1)].job));
+    }
+    for (int k = 0; k < 15; ++k)
+      scheduler.AddPending(add_job(scheduler.snapshot()));
+    scheduler.SetNow(now.now + 1000 * 1000);
+  }
+  EXPECT_GT(preempted, 0);
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy
