@@ -763,5 +763,43 @@ TEST(SchedulerTest, SameDecisionsAsThePlainEngineInTheServiceMix) {
   EXPECT_GT(preempted, 0);
 }
 
+// Fair-share preemption compares the queues' usage on every flavor: a
+// class's failure to preempt must not be reused after the victim's queue
+// takes more on a flavor that is not one of the class's candidates.
+TEST(SchedulerTest, FairShareFailureIsNotReusedAfterUsageElsewhere) {
+  testing::SnapshotBuilder b;
+  const FlavorId f0 = b.AddFlavor("f0");
+  const FlavorId f1 = b.AddFlavor("f1");
+  const NodeId n0 = b.AddNode(f0, 8);
+  b.AddNode(f1, 8);
+  const CohortId c = b.AddCohort("c");
+  const QueueId a = b.AddQueue("a", c);
+  b.AddGpuQuota(a, f0, 0);
+  b.snapshot().queues[a].fair_share_preemption = true;
+  const QueueId victim = b.AddQueue("b", c);
+  b.AddGpuQuota(victim, f0, 0);
+  b.AddGpuQuota(victim, f1, 0);
+  const QueueId lender = b.AddQueue("lender", c);
+  b.AddGpuQuota(lender, f0, 8);
+  b.AddGpuQuota(lender, f1, 8);
+  b.AddRunning(100, victim, f0, n0, 4);
+  b.AddRunning(101, victim, f0, n0, 4);
+  Snapshot& s = b.snapshot();
+  s.now = 10 * testing::kHour;
+  // Aged jobs go first, oldest first: job 1, then job 3 (b's, on f1), then
+  // job 2 (not aged; job 1's class).
+  b.AddJob(1, a, 1, 6, s.now - 5 * testing::kHour);
+  b.AddJob(3, victim, 1, 8, s.now - 4 * testing::kHour);
+  b.AddJob(2, a, 1, 6, s.now);
+  const Decisions want = Decide(b.Build(), kPlain);
+  ExpectSame(want, Decide(b.Build()));
+  Scheduler scheduler(b.Build());
+  ExpectSame(want, scheduler.Cycle());
+  std::vector<JobId> admitted;
+  for (const Admission& ad : want.admissions) admitted.push_back(ad.job);
+  std::sort(admitted.begin(), admitted.end());
+  EXPECT_EQ(admitted, (std::vector<JobId>{2, 3}));
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy
