@@ -7,10 +7,14 @@
 // It reports times and byte counts; it never asserts them.
 #include <malloc.h>
 #include <sys/resource.h>
+#include <time.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -208,6 +212,151 @@ void BM_SteadyState(benchmark::State& state) {
   state.counters["churn"] = ChurnPerCycle();
 }
 
+// (b') Steady state in the scheduler service benchmark's mix
+// (tests/perf/scheduler_service_bench.cc): the synthetic platform with no
+// running work, every fourth queue light (3 % of the jobs; ReclaimWithinCohort
+// Any, reclaiming what the heavy queues borrow), one in four preempting lower
+// priorities within itself (LowerPriority), the rest plain. The running set
+// is primed as the service primes it (cycles applying their admissions until
+// one admits nothing); then, between two timed cycles one second apart:
+// the last cycle's admissions, its victims stopped and requeued (a new job of
+// the victim's queue), ChurnPerCycle() completions and arrivals. Reports the
+// median and 99th percentile of the cycles' wall and thread CPU times as
+// counters (p50_ms, cpu_p50_ms, ...): on a shared machine the CPU times are
+// the steadier figures.
+double ThreadCpuMillis() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 +
+         static_cast<double>(t.tv_nsec) / 1e6;
+}
+
+bool IsServiceLightQueue(size_t q) { return q % 4 == 3; }
+
+PendingJob ServiceMixJob(const Snapshot& s, JobId id, std::mt19937_64& rng,
+                         std::optional<QueueId> queue = std::nullopt) {
+  PendingJob job = MakeSyntheticJob(s, id, rng);
+  job.name.clear();
+  if (queue.has_value()) {
+    job.queue = *queue;
+    return job;
+  }
+  const bool light = std::uniform_int_distribution<int>(0, 99)(rng) < 3;
+  const size_t groups = (s.queues.size() + 3) / 4;
+  for (;;) {
+    // A queue of the chosen kind (light: q % 4 == 3).
+    const size_t g = std::uniform_int_distribution<size_t>(0, groups - 1)(rng);
+    const size_t q =
+        light ? 4 * g + 3
+              : 4 * g + std::uniform_int_distribution<size_t>(0, 2)(rng);
+    if (q < s.queues.size()) {
+      job.queue = static_cast<QueueId>(q);
+      return job;
+    }
+  }
+}
+
+const Snapshot& ServiceMixSnapshot() {
+  static const Snapshot* snapshot = [] {
+    SyntheticSpec spec = Spec();
+    const int pending = spec.pending;
+    spec.pending = 0;
+    spec.busy_fraction = 0;
+    spec.racks_per_block = std::clamp(spec.nodes / (5 * spec.nodes_per_rack), 1,
+                                      spec.racks_per_block);
+    auto* s = new Snapshot(MakeSyntheticSnapshot(spec));
+    for (size_t q = 0; q < s->queues.size(); ++q) {
+      if (IsServiceLightQueue(q)) {
+        s->queues[q].reclaim_within_cohort = ReclaimWithinCohort::kAny;
+      } else if (q % 4 == 1) {
+        s->queues[q].within_queue_preemption =
+            WithinQueuePreemption::kLowerPriority;
+      }
+    }
+    std::mt19937_64 rng(5);
+    constexpr TimeMicros kTenMinutes = int64_t{600} * 1000 * 1000;
+    for (int i = 0; i < pending; ++i) {
+      PendingJob job = ServiceMixJob(*s, i + 1, rng);
+      job.submit_time = s->now - std::uniform_int_distribution<TimeMicros>(
+                                     0, kTenMinutes)(rng);
+      s->pending.push_back(std::move(job));
+    }
+    return s;
+  }();
+  return *snapshot;
+}
+
+// Applies `last` as the service's next refresh would see it: admissions
+// running, victims stopped and requeued; then the churn; one second later.
+void ServiceMixChurn(Scheduler& scheduler, const Decisions& last,
+                     std::mt19937_64& rng, JobId& next_id, int churn) {
+  for (const Admission& a : last.admissions) scheduler.ApplyAdmission(a);
+  const Snapshot& s = scheduler.snapshot();
+  for (const Preemption& p : last.preemptions) {
+    if (scheduler.CompleteRunning(p.victim)) {
+      PendingJob job = ServiceMixJob(s, next_id++, rng, p.victim_queue);
+      job.submit_time = s.now;
+      scheduler.AddPending(std::move(job));
+    }
+  }
+  for (int i = 0; i < churn && !s.running.empty(); ++i) {
+    const size_t k =
+        std::uniform_int_distribution<size_t>(0, s.running.size() - 1)(rng);
+    scheduler.CompleteRunning(s.running[k].job);
+  }
+  for (int i = 0; i < churn; ++i) {
+    PendingJob job = ServiceMixJob(s, next_id++, rng);
+    job.submit_time = s.now;
+    scheduler.AddPending(std::move(job));
+  }
+  scheduler.SetNow(s.now + int64_t{1000} * 1000);
+}
+
+void BM_ServiceMixSteadyState(benchmark::State& state) {
+  Scheduler scheduler(ServiceMixSnapshot());
+  std::mt19937_64 rng(9);
+  JobId next_id = 1'000'000'000;
+  Decisions last;
+  // Prime the running set (at most 50 cycles).
+  for (int i = 0; i < 50; ++i) {
+    scheduler.Cycle(last);
+    if (last.admissions.empty()) break;
+    ServiceMixChurn(scheduler, last, rng, next_id, 0);
+  }
+  size_t admitted = 0, preempted = 0;
+  std::vector<double> millis, cpu_millis;
+  for (auto _ : state) {
+    state.PauseTiming();
+    ServiceMixChurn(scheduler, last, rng, next_id, ChurnPerCycle());
+    state.ResumeTiming();
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = ThreadCpuMillis();
+    scheduler.Cycle(last);
+    cpu_millis.push_back(ThreadCpuMillis() - cpu_start);
+    millis.push_back(std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count());
+    admitted += last.admissions.size();
+    preempted += last.preemptions.size();
+  }
+  SetSizeCounters(state, scheduler.snapshot());
+  auto percentile = [](std::vector<double>& v, double p) {
+    std::sort(v.begin(), v.end());
+    return v.empty()
+               ? 0.0
+               : v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+  };
+  state.counters["p50_ms"] = percentile(millis, 0.5);
+  state.counters["p99_ms"] = percentile(millis, 0.99);
+  state.counters["cpu_p50_ms"] = percentile(cpu_millis, 0.5);
+  state.counters["cpu_p99_ms"] = percentile(cpu_millis, 0.99);
+  const double cycles = static_cast<double>(std::max<size_t>(1, millis.size()));
+  state.counters["admitted_per_cycle"] = static_cast<double>(admitted) / cycles;
+  state.counters["preempted_per_cycle"] =
+      static_cast<double>(preempted) / cycles;
+  state.counters["churn"] = ChurnPerCycle();
+}
+
 // Floor for any cycle that returns full Decisions: copying (and freeing) one
 // steady-state cycle's Decisions, every pending job's message included.
 void BM_DecisionsCopyFloor(benchmark::State& state) {
@@ -298,6 +447,9 @@ BENCHMARK_TEMPLATE(BM_SteadyState, true)
     ->Name("BM_DecideSteadyState")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
+BENCHMARK(BM_ServiceMixSteadyState)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(40);
 BENCHMARK(BM_DecisionsCopyFloor)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memory)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_Fragmentation)->Unit(benchmark::kMillisecond);

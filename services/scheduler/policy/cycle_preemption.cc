@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -24,10 +25,7 @@ CyclePreemption::CyclePreemption(EngineState& state)
             return index->Workers(job.workers);
           }) {}
 
-bool CyclePreemption::TryPreempt(const PendingJob& job,
-                                 const std::vector<FlavorId>& flavors,
-                                 Decisions& out,
-                                 std::vector<QueueId>& victim_queues) {
+CycleState CyclePreemption::PlanState() {
   if (state_.preempted.empty()) {
     state_.preempted.assign(state_.s->running.size(), false);
     running_of_flavor_.resize(state_.s->flavors.size());
@@ -36,17 +34,40 @@ bool CyclePreemption::TryPreempt(const PendingJob& job,
         (state_.s->cohorts.size() + state_.s->queues.size()) *
         state_.s->flavors.size());
     for (auto& running : running_of_tree_flavor_) running.clear();
+    for (auto& queues : queues_of_tree_flavor_) queues.clear();
+    queues_of_tree_flavor_.resize(running_of_tree_flavor_.size());
+    running_of_queue_flavor_.resize(state_.s->queues.size() *
+                                    state_.s->flavors.size());
+    for (auto& running : running_of_queue_flavor_) running.clear();
+    lowest_priority_of_queue_flavor_.assign(
+        running_of_queue_flavor_.size(), std::numeric_limits<int32_t>::max());
     for (size_t i = 0; i < state_.s->running.size(); ++i) {
       const RunningAttempt& r = state_.s->running[i];
       running_of_flavor_[r.flavor].push_back(static_cast<int>(i));
-      running_of_tree_flavor_[static_cast<size_t>(
-                                  state_.root_of_queue[r.queue]) *
-                                  state_.s->flavors.size() +
-                              r.flavor]
-          .push_back(static_cast<int>(i));
+      const size_t tree_flavor =
+          static_cast<size_t>(state_.root_of_queue[r.queue]) *
+              state_.s->flavors.size() +
+          r.flavor;
+      running_of_tree_flavor_[tree_flavor].push_back(static_cast<int>(i));
+      std::vector<int>& of_queue =
+          running_of_queue_flavor_[static_cast<size_t>(r.queue) *
+                                       state_.s->flavors.size() +
+                                   r.flavor];
+      if (of_queue.empty())
+        queues_of_tree_flavor_[tree_flavor].push_back(r.queue);
+      of_queue.push_back(static_cast<int>(i));
+      if (const PriorityClass& pc =
+              state_.s->priority_classes[r.priority_class];
+          pc.preemptible) {
+        int32_t& lowest =
+            lowest_priority_of_queue_flavor_[static_cast<size_t>(r.queue) *
+                                                 state_.s->flavors.size() +
+                                             r.flavor];
+        lowest = std::min(lowest, pc.value);
+      }
     }
   }
-  const CycleState plan_state{
+  return CycleState{
       .quota = &*state_.quota,
       .free = &state_.free,
       .nodes_of_flavor = &state_.indexes.nodes_of_flavor(),
@@ -56,7 +77,27 @@ bool CyclePreemption::TryPreempt(const PendingJob& job,
       .running_of_flavor = &running_of_flavor_,
       .tree_of_queue = &state_.root_of_queue,
       .running_of_tree_flavor = &running_of_tree_flavor_,
+      .running_of_queue_flavor = &running_of_queue_flavor_,
+      .queues_of_tree_flavor = &queues_of_tree_flavor_,
+      .lowest_priority_of_queue_flavor = &lowest_priority_of_queue_flavor_,
       .free_workers = &free_workers_};
+}
+
+bool CyclePreemption::CanPreempt(const PendingJob& job,
+                                 const std::vector<FlavorId>& flavors) {
+  const CycleState plan_state = PlanState();
+  for (FlavorId f : flavors) {
+    if (PlanPreemption(*state_.s, *state_.config, plan_state, job, f))
+      return true;
+  }
+  return false;
+}
+
+bool CyclePreemption::TryPreempt(const PendingJob& job, JobId id,
+                                 const std::vector<FlavorId>& flavors,
+                                 Decisions& out,
+                                 std::vector<QueueId>& victim_queues) {
+  const CycleState plan_state = PlanState();
   for (FlavorId f : flavors) {
     std::optional<PreemptionPlan> plan =
         PlanPreemption(*state_.s, *state_.config, plan_state, job, f);
@@ -82,11 +123,11 @@ bool CyclePreemption::TryPreempt(const PendingJob& job,
       out.preemptions.push_back(
           {.victim = r.job,
            .victim_queue = r.queue,
-           .preemptor = job.id,
+           .preemptor = id,
            .reason = reason,
            .grace_period = state_.config->preemption_grace_period,
            .message = absl::StrCat(
-               PreemptionReasonCode(reason), ": job ", job.id, " (priority ",
+               PreemptionReasonCode(reason), ": job ", id, " (priority ",
                priority, ", queue ", state_.s->queues[job.queue].name,
                ") preempts job ", r.job, " (priority ",
                state_.s->priority_classes[r.priority_class].value, ", queue ",
@@ -109,7 +150,7 @@ bool CyclePreemption::TryPreempt(const PendingJob& job,
       free.memory_bytes = std::min(free.memory_bytes, before.memory_bytes);
     }
     for (NodeId n : nodes) state_.free[n] += job.worker.AsResources();
-    state_.Admit(job, job.id, f, std::move(nodes), out);
+    state_.Admit(job, id, f, std::move(nodes), out);
     for (const auto& [n, before] : held)
       state_.indexes.Update(state_.s->nodes[n].flavor, n, state_.free[n]);
     // Nor may a later job of the cohort tree borrow the quota they free.

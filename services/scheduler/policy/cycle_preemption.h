@@ -86,20 +86,39 @@ class CyclePreemption {
                                                               : nullptr;
   }
 
-  // Admits `job` on the first flavor where preempting running work makes it
-  // fit (preemption.h) and records the preemptions. Appends to
-  // `victim_queues` the queue of each victim (in the plan's order) that is
-  // not the job's: their shares went down.
-  bool TryPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors,
-                  Decisions& out, std::vector<QueueId>& victim_queues);
+  // Admits job `id` on the first flavor where preempting running work makes
+  // it fit (preemption.h) and records the preemptions. `job` is it or its
+  // class's representative (as for EngineState::Admit: everything a
+  // preemption plan reads of a job but its id is the same for every job of
+  // its class, the priority value included), so that a failed attempt need
+  // not touch the (cold) job itself. Appends to `victim_queues` the queue of
+  // each victim (in the plan's order) that is not the job's: their shares
+  // went down.
+  bool TryPreempt(const PendingJob& job, JobId id,
+                  const std::vector<FlavorId>& flavors, Decisions& out,
+                  std::vector<QueueId>& victim_queues);
+
+  // Whether TryPreempt() would admit the job now; changes nothing (for a
+  // speculative attempt, which must fail as TryPreempt() would or not
+  // attempt at all).
+  bool CanPreempt(const PendingJob& job, const std::vector<FlavorId>& flavors);
 
  private:
+  // The state PlanPreemption() works on, with the lists of running work
+  // built on the cycle's first use.
+  CycleState PlanState();
+
   EngineState& state_;
   // Per flavor: its running attempts (built with EngineState::preempted).
   std::vector<std::vector<int>> running_of_flavor_;
   // Per (cohort tree, flavor): its running attempts (built with
   // EngineState::preempted).
   std::vector<std::vector<int>> running_of_tree_flavor_;
+  // Per (queue, flavor): its running attempts; per (cohort tree, flavor):
+  // the queues with attempts there (CycleState).
+  std::vector<std::vector<int>> running_of_queue_flavor_;
+  std::vector<std::vector<QueueId>> queues_of_tree_flavor_;
+  std::vector<int32_t> lowest_priority_of_queue_flavor_;
   // CycleState::free_workers, from the placement index where it is usable.
   std::function<std::optional<int64_t>(FlavorId, const PendingJob&)>
       free_workers_;

@@ -72,6 +72,9 @@ class Engine final : public CycleRunner {
     failures_.resize(classes.size());
     // Per-job state is indexed by slot: the job's position in the
     // concatenation of the queues' orders, so a queue's jobs are contiguous.
+    all_flavors_.resize(s.flavors.size());
+    for (size_t f = 0; f < all_flavors_.size(); ++f)
+      all_flavors_[f] = static_cast<FlavorId>(f);
     offset_.assign(s.queues.size() + 1, 0);
     for (size_t q = 0; q < s.queues.size(); ++q)
       offset_[q + 1] = offset_[q] + jobs[q].size();
@@ -427,10 +430,10 @@ class Engine final : public CycleRunner {
     // Its kept details are compared at the end (TextOf).
     __builtin_prefetch(&failure.details[0]);
     __builtin_prefetch(&failure.details[2]);
-    // Everything a failed attempt reads of the job is the same for every job
-    // of its class: evaluate the class's compact representative, and touch
-    // the job itself only to admit, preempt or reserve (or where a rule reads
-    // its priority).
+    // Everything a failed attempt, an admission or a preemption plan reads of
+    // the job is the same for every job of its class: evaluate the class's
+    // compact representative, and touch the job itself only to backfill or
+    // reserve (or where the borrowing hold reads its priority class).
     auto actual = [&]() -> const PendingJob& {
       return state_.s->pending[entry.index];
     };
@@ -439,9 +442,16 @@ class Engine final : public CycleRunner {
                                 : state_.classes->RepresentativeOf(job_class);
     const Queue& queue = state_.s->queues[job.queue];
     const std::vector<FlavorId>& flavors = state_.classes->FlavorsOf(job_class);
+    // What a failure depends on: the quota of the queue's tree on its
+    // candidate flavors, but fair-share preemption compares the queues'
+    // usage on every flavor, so there the quota of the tree on all of them
+    // (and the capacity of all: a preemption plan reads it).
+    const std::vector<FlavorId>& stamped =
+        queue.fair_share_preemption && !flavors.empty() ? all_flavors_
+                                                        : flavors;
     // The epochs before the attempt (HoldBorrowingFor may bump the quota
     // epoch during it).
-    const uint64_t quota_sum = state_.QuotaSum(flavors, job.queue);
+    const uint64_t quota_sum = state_.QuotaSum(stamped, job.queue);
     // Positions in `flavors` where it got to placement, and where that went
     // through a placement index (with no reservation about: then the
     // failure depends on the index's counts alone).
@@ -532,12 +542,23 @@ class Engine final : public CycleRunner {
       }
     }
     if (PreemptionEnabled(queue, *state_.config)) {
-      if (speculative) return Outcome::kDeferred;
-      victim_queues_.clear();
-      if (preemption_.TryPreempt(actual(), affordable, out, victim_queues_)) {
-        // The victims' queues' shares went down: their heads move up now.
-        for (QueueId vq : victim_queues_) RefreshHead(vq);
-        return Outcome::kAdmitted;
+      if (speculative) {
+        // A failed search changes nothing (PlanPreemption restores what it
+        // tries): a speculative attempt goes on where no plan exists. Not
+        // with fair-share preemption, whose shares read the queues' usage
+        // on every flavor, beyond what a run's stamp covers.
+        if (queue.fair_share_preemption ||
+            preemption_.CanPreempt(job, affordable)) {
+          return Outcome::kDeferred;
+        }
+      } else {
+        victim_queues_.clear();
+        if (preemption_.TryPreempt(job, entry.id, affordable, out,
+                                   victim_queues_)) {
+          // The victims' queues' shares went down: their heads move up now.
+          for (QueueId vq : victim_queues_) RefreshHead(vq);
+          return Outcome::kAdmitted;
+        }
       }
       // A preemption plan reads the capacity of every flavor.
       placed = ~uint64_t{0};
@@ -559,7 +580,9 @@ class Engine final : public CycleRunner {
       }
     }
     message_[j] = TextOf(failure, job, reason_[j], details);
-    Remember(failure, flavors, placed, indexed, shape, job.queue, quota_sum);
+    // (With fair-share preemption the search ran: `placed` covers every
+    // position and `indexed` none, whichever list is stamped.)
+    Remember(failure, stamped, placed, indexed, shape, job.queue, quota_sum);
     failure.searched = searched;
     return Outcome::kFailed;
   }
@@ -652,6 +675,9 @@ class Engine final : public CycleRunner {
   std::string scratch_;
   std::vector<Detail> details_;
   std::vector<FlavorId> affordable_, reservable_;
+  // Every flavor, in id order (failures of fair-share preempting classes
+  // are stamped with it).
+  std::vector<FlavorId> all_flavors_;
   std::vector<QueueId> victim_queues_;
   // The texts of explanations.
   MessageStore texts_;

@@ -31,6 +31,12 @@
 //     class's last text while the records are equal, so steady-state cycles
 //     format and allocate few texts; texts live in shared blocks, so copying
 //     a Message touches one hot reference count;
+//   - preemption searches that look only at attempts that can be victims:
+//     per (queue, flavor) and per (cohort tree, flavor) lists of running
+//     work, built once a cycle, and per (queue, flavor) the lowest priority
+//     of a preemptible attempt, so a job that may take only from its own
+//     queue usually knows without a scan that it can take nothing
+//     (cycle_preemption.h, CycleState in preemption.h);
 //   - quota availability remembered per (queue, flavor) while the quota
 //     epoch of the queue's cohort tree on the flavor is unchanged
 //     (EngineState::AvailableQuota in engine_state.h).

@@ -634,5 +634,172 @@ TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
   std::printf("explanations shared %d, changed %d\n", shared, changed);
 }
 
+// A preemption that no running attempt allows is found in the first cycle
+// after a change allows it (nothing of an earlier cycle's search is kept):
+// a victim of lower priority in the job's own queue appears, and a borrower
+// in the cohort whose priority class becomes preemptible.
+TEST(SchedulerTest, PreemptionBecomesPossibleAfterAChange) {
+  testing::SnapshotBuilder b;
+  const PriorityClassId low = b.AddPriority("low", -10);
+  const PriorityClassId high = b.AddPriority("high", 10);
+  const PriorityClassId pinned = b.AddPriority("pinned", -20);
+  b.snapshot().priority_classes[pinned].preemptible = false;
+  const FlavorId f = b.AddFlavor("h100");
+  const NodeId n0 = b.AddNode(f, 8);
+  const NodeId n1 = b.AddNode(f, 8);
+  const CohortId c = b.AddCohort("c");
+  // Queue own preempts lower priorities within itself; queue light reclaims
+  // its nominal quota from borrowers; queue heavy borrows.
+  const QueueId own = b.AddQueue("own");
+  b.AddGpuQuota(own, f, 8);
+  b.snapshot().queues[own].within_queue_preemption =
+      WithinQueuePreemption::kLowerPriority;
+  const QueueId light = b.AddQueue("light", c);
+  b.AddGpuQuota(light, f, 8);
+  b.snapshot().queues[light].reclaim_within_cohort = ReclaimWithinCohort::kAny;
+  const QueueId heavy = b.AddQueue("heavy", c);
+  b.AddGpuQuota(heavy, f, 0);
+  b.AddRunning(100, own, f, n0, 8);
+  b.snapshot().running.back().priority_class = high;
+  b.AddRunning(200, heavy, f, n1, 8);
+  b.snapshot().running.back().priority_class = pinned;
+  b.AddJob(1, own, 1, 8).priority_class = high;
+  b.AddJob(2, light, 1, 8).priority_class = low;
+  Scheduler scheduler(b.Build());
+
+  auto cycle = [&] {
+    const Decisions d = scheduler.Cycle();
+    ExpectSame(Decide(scheduler.snapshot()), d);
+    ExpectSame(Decide(scheduler.snapshot(), kPlain), d);
+    std::vector<JobId> victims;
+    for (const Preemption& p : d.preemptions) victims.push_back(p.victim);
+    return victims;
+  };
+  // Job 100 has job 1's priority, and job 200's class is not preemptible.
+  EXPECT_TRUE(cycle().empty());
+  EXPECT_TRUE(cycle().empty());
+
+  // Job 100 is replaced by a lower-priority attempt: job 1 preempts it.
+  RunningAttempt lower = scheduler.snapshot().running[0];
+  ASSERT_EQ(lower.job, 100);
+  lower.priority_class = low;
+  ASSERT_TRUE(scheduler.UpdateRunning(lower));
+  EXPECT_EQ(cycle(), std::vector<JobId>{100});
+  EXPECT_EQ(cycle(), std::vector<JobId>{100});
+
+  // Job 200 becomes preemptible (a new attempt of a preemptible class):
+  // job 2 reclaims light's quota from it.
+  ASSERT_TRUE(scheduler.CompleteRunning(200));
+  EXPECT_EQ(cycle(), std::vector<JobId>{100});
+  ASSERT_TRUE(scheduler.AddRunning({.job = 201,
+                                    .queue = heavy,
+                                    .flavor = f,
+                                    .priority_class = high,
+                                    .placement = {n1},
+                                    .resources = {.gpus = 8}}));
+  std::vector<JobId> victims = cycle();
+  std::sort(victims.begin(), victims.end());
+  EXPECT_EQ(victims, (std::vector<JobId>{100, 201}));
+}
+
+// The scheduler service benchmark's mix at a small size (light queues
+// reclaiming, every fourth queue preempting within itself), through cycles
+// of churn: with preemption searches that fail inside speculative runs, the
+// decisions equal those of the plain engine (no classes, no runs, no
+// placement index).
+TEST(SchedulerTest, SameDecisionsAsThePlainEngineInTheServiceMix) {
+  std::mt19937_64 rng(20261126);
+  SyntheticSpec spec{.nodes = 320,
+                     .racks_per_block = 4,
+                     .queues = 40,
+                     .cohorts = 20,
+                     .pending = 0,
+                     .busy_fraction = 0,
+                     .seed = 7};
+  Snapshot s = MakeSyntheticSnapshot(spec);
+  for (size_t q = 0; q < s.queues.size(); ++q) {
+    if (q % 4 == 3) {
+      s.queues[q].reclaim_within_cohort = ReclaimWithinCohort::kAny;
+    } else if (q % 4 == 1) {
+      s.queues[q].within_queue_preemption =
+          WithinQueuePreemption::kLowerPriority;
+    }
+  }
+  JobId next_id = 1;
+  auto add_job = [&](const Snapshot& snapshot) {
+    PendingJob job = MakeSyntheticJob(snapshot, next_id++, rng);
+    // 3 % of the jobs in the light queues.
+    const bool light = Uniform(rng, 0, 99) < 3;
+    job.queue = static_cast<QueueId>(4 * Uniform(rng, 0, 9) +
+                                     (light ? 3 : Uniform(rng, 0, 2)));
+    return job;
+  };
+  for (int i = 0; i < 4000; ++i) s.pending.push_back(add_job(s));
+  Scheduler scheduler(std::move(s));
+  int preempted = 0;
+  for (int cycle = 0; cycle < 14; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    const Decisions got = scheduler.Cycle();
+    ExpectSame(Decide(scheduler.snapshot(), kPlain), got);
+    if (::testing::Test::HasFatalFailure()) return;
+    preempted += static_cast<int>(got.preemptions.size());
+    for (const Admission& a : got.admissions)
+      ASSERT_TRUE(scheduler.ApplyAdmission(a));
+    const Snapshot& now = scheduler.snapshot();
+    for (const Preemption& p : got.preemptions) {
+      ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+      PendingJob job = add_job(scheduler.snapshot());
+      job.queue = p.victim_queue;
+      scheduler.AddPending(std::move(job));
+    }
+    for (int k = 0; k < 15 && !now.running.empty(); ++k) {
+      ASSERT_TRUE(scheduler.CompleteRunning(
+          now.running[Uniform(rng, 0, now.running.size() - 1)].job));
+    }
+    for (int k = 0; k < 15; ++k)
+      scheduler.AddPending(add_job(scheduler.snapshot()));
+    scheduler.SetNow(now.now + 1000 * 1000);
+  }
+  EXPECT_GT(preempted, 0);
+}
+
+// Fair-share preemption compares the queues' usage on every flavor: a
+// class's failure to preempt must not be reused after the victim's queue
+// takes more on a flavor that is not one of the class's candidates.
+TEST(SchedulerTest, FairShareFailureIsNotReusedAfterUsageElsewhere) {
+  testing::SnapshotBuilder b;
+  const FlavorId f0 = b.AddFlavor("f0");
+  const FlavorId f1 = b.AddFlavor("f1");
+  const NodeId n0 = b.AddNode(f0, 8);
+  b.AddNode(f1, 8);
+  const CohortId c = b.AddCohort("c");
+  const QueueId a = b.AddQueue("a", c);
+  b.AddGpuQuota(a, f0, 0);
+  b.snapshot().queues[a].fair_share_preemption = true;
+  const QueueId victim = b.AddQueue("b", c);
+  b.AddGpuQuota(victim, f0, 0);
+  b.AddGpuQuota(victim, f1, 0);
+  const QueueId lender = b.AddQueue("lender", c);
+  b.AddGpuQuota(lender, f0, 8);
+  b.AddGpuQuota(lender, f1, 8);
+  b.AddRunning(100, victim, f0, n0, 4);
+  b.AddRunning(101, victim, f0, n0, 4);
+  Snapshot& s = b.snapshot();
+  s.now = 10 * testing::kHour;
+  // Aged jobs go first, oldest first: job 1, then job 3 (b's, on f1), then
+  // job 2 (not aged; job 1's class).
+  b.AddJob(1, a, 1, 6, s.now - 5 * testing::kHour);
+  b.AddJob(3, victim, 1, 8, s.now - 4 * testing::kHour);
+  b.AddJob(2, a, 1, 6, s.now);
+  const Decisions want = Decide(b.Build(), kPlain);
+  ExpectSame(want, Decide(b.Build()));
+  Scheduler scheduler(b.Build());
+  ExpectSame(want, scheduler.Cycle());
+  std::vector<JobId> admitted;
+  for (const Admission& ad : want.admissions) admitted.push_back(ad.job);
+  std::sort(admitted.begin(), admitted.end());
+  EXPECT_EQ(admitted, (std::vector<JobId>{2, 3}));
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy

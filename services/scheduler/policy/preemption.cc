@@ -151,35 +151,19 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
                            state.quota->Fits(job.queue, f, need) &&
                            WithinNominalAfter(*state.quota, job.queue, f, need);
 
-  // Eligible victims and the first rule that allows each.
+  // Eligible victims and the first rule that allows each. Their order here
+  // does not matter: they are sorted by a key that ends with the index.
   std::vector<Candidate> candidates;
-  const std::vector<int>* subset = nullptr;
-  if (capacity_ok) {
-    // Victims may be in any cohort tree.
-    if (state.running_of_flavor != nullptr)
-      subset = &(*state.running_of_flavor)[f];
-  } else if (state.running_of_tree_flavor != nullptr &&
-             state.tree_of_queue != nullptr) {
-    subset =
-        &(*state.running_of_tree_flavor)[static_cast<size_t>((
-                                             *state.tree_of_queue)[job.queue]) *
-                                             s.flavors.size() +
-                                         f];
-  } else if (state.running_of_flavor != nullptr) {
-    subset = &(*state.running_of_flavor)[f];
-  }
-  const size_t scan = subset != nullptr ? subset->size() : s.running.size();
-  for (size_t k = 0; k < scan; ++k) {
-    const size_t i = subset != nullptr ? static_cast<size_t>((*subset)[k]) : k;
+  auto consider = [&](size_t i) {
     const RunningAttempt& r = s.running[i];
-    if ((*state.preempted)[i] || r.flavor != f) continue;
+    if ((*state.preempted)[i] || r.flavor != f) return;
     if (state.awaited != nullptr && !state.awaited->empty() &&
         (*state.awaited)[i]) {
-      continue;
+      return;
     }
     const PriorityClass& pc = s.priority_classes[r.priority_class];
-    if (!pc.preemptible) continue;
-    if (s.now - r.start_time < config.min_runtime_guarantee) continue;
+    if (!pc.preemptible) return;
+    if (s.now - r.start_time < config.min_runtime_guarantee) return;
     int rule = 0;
     if (r.queue == job.queue) {
       switch (queue.within_queue_preemption) {
@@ -211,6 +195,65 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     }
     if (rule == 0 && capacity_ok && pc.value < priority) rule = 4;
     if (rule > 0) candidates.push_back({static_cast<int>(i), rule});
+  };
+  auto consider_all = [&](const std::vector<int>& indexes) {
+    for (int i : indexes) consider(static_cast<size_t>(i));
+  };
+  const bool by_queue =
+      !capacity_ok && state.running_of_queue_flavor != nullptr &&
+      state.queues_of_tree_flavor != nullptr && state.tree_of_queue != nullptr;
+  if (by_queue) {
+    const size_t flavors = s.flavors.size();
+    if (!queue.cohort.has_value() ||
+        (!reclaim_ok && !queue.fair_share_preemption)) {
+      // Only rule 1 can apply: the queue's own attempts, if it has any of a
+      // lower (or, for LowerOrNewerEqualPriority, equal) priority.
+      const size_t queue_flavor = static_cast<size_t>(job.queue) * flavors + f;
+      const int32_t lowest =
+          state.lowest_priority_of_queue_flavor != nullptr
+              ? (*state.lowest_priority_of_queue_flavor)[queue_flavor]
+              : std::numeric_limits<int32_t>::min();
+      const bool possible =
+          queue.within_queue_preemption ==
+                  WithinQueuePreemption::kLowerOrNewerEqualPriority
+              ? lowest <= priority
+              : lowest < priority;
+      if (queue.within_queue_preemption != WithinQueuePreemption::kNever &&
+          possible) {
+        consider_all((*state.running_of_queue_flavor)[queue_flavor]);
+      }
+    } else {
+      // Rules 2 and 3 take only from queues of the tree that borrow.
+      for (QueueId q :
+           (*state.queues_of_tree_flavor)[static_cast<size_t>(root) * flavors +
+                                          f]) {
+        if (q != job.queue && !Borrows(*state.quota, q, f, need)) continue;
+        consider_all(
+            (*state.running_of_queue_flavor)[static_cast<size_t>(q) * flavors +
+                                             f]);
+      }
+    }
+  } else {
+    const std::vector<int>* subset = nullptr;
+    if (capacity_ok) {
+      // Victims may be in any cohort tree.
+      if (state.running_of_flavor != nullptr)
+        subset = &(*state.running_of_flavor)[f];
+    } else if (state.running_of_tree_flavor != nullptr &&
+               state.tree_of_queue != nullptr) {
+      subset = &(
+          *state.running_of_tree_flavor)[static_cast<size_t>((
+                                             *state.tree_of_queue)[job.queue]) *
+                                             s.flavors.size() +
+                                         f];
+    } else if (state.running_of_flavor != nullptr) {
+      subset = &(*state.running_of_flavor)[f];
+    }
+    if (subset != nullptr) {
+      consider_all(*subset);
+    } else {
+      for (size_t i = 0; i < s.running.size(); ++i) consider(i);
+    }
   }
   if (candidates.empty()) return std::nullopt;
 

@@ -91,6 +91,18 @@ struct CycleState {
   // ascending, at [tree * flavors + flavor]. Only these can be victims (every
   // rule needs the victim in the preemptor's queue or cohort tree).
   const std::vector<std::vector<int>>* running_of_tree_flavor = nullptr;
+  // With running_of_tree_flavor: the indexes of the attempts of each (queue,
+  // flavor), ascending, at [queue * flavors + flavor], and per (tree,
+  // flavor) the queues with attempts there. A job that may take only from
+  // its own queue then looks at its queue's attempts alone, and one that may
+  // reclaim (or preempt for fair share) only at the queues that borrow.
+  const std::vector<std::vector<int>>* running_of_queue_flavor = nullptr;
+  const std::vector<std::vector<QueueId>>* queues_of_tree_flavor = nullptr;
+  // Optional, with those: per (queue, flavor), the lowest priority value of
+  // its preemptible attempts there (INT32_MAX without one). A job that may
+  // take only from its own queue finds no victim there without looking when
+  // it is not below its own priority.
+  const std::vector<int32_t>* lowest_priority_of_queue_flavor = nullptr;
   // Optional: how many of the job's workers the free capacity of flavor f
   // holds now (the sum over eligible nodes of WorkersThatFit(free, worker,
   // workers)), or nullopt where unknown. Saves a scan of every node of f.
