@@ -53,7 +53,12 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   impl->options = options;
   if (options.migrate) {
     absl::StatusOr<storage::postgres::MigrateResult> m =
-        storage::postgres::Migrate(options.postgres_url);
+        storage::postgres::MigrateWhenReachable(
+            options.postgres_url, options.database_wait,
+            [](const absl::Status& s) {
+              Log(LogLevel::kWarning,
+                  "api: database not reachable, trying again", {{"error", s}});
+            });
     if (!m.ok()) {
       return absl::Status(
           m.status().code(),

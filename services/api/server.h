@@ -25,6 +25,9 @@ struct ApiServerOptions {
   int db_pool_size = 16;
   // Apply migrations at start (under the advisory lock; idempotent).
   bool migrate = true;
+  // How long Start tries again while PostgreSQL cannot be reached
+  // (storage/postgres/migrate.h MigrateWhenReachable); zero: one try.
+  absl::Duration database_wait = absl::ZeroDuration();
   // Per-tenant submit rate when the tenant sets none (jobs/s) and its burst.
   double default_submit_rate = 500;
   double default_submit_burst = 1000;

@@ -1,8 +1,10 @@
 #include "storage/postgres/migrate.h"
 
+#include <algorithm>
 #include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "storage/postgres/errors.h"
 
 namespace trainyard::storage::postgres {
@@ -65,6 +67,23 @@ absl::StatusOr<MigrateResult> Migrate(
   } catch (const std::exception& e) {
     // The session lock dies with the connection.
     return StatusFromException(e);
+  }
+}
+
+absl::StatusOr<MigrateResult> MigrateWhenReachable(
+    const std::string& url, absl::Duration wait,
+    const std::function<void(const absl::Status&)>& on_retry) {
+  const absl::Time deadline = absl::Now() + wait;
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    absl::StatusOr<MigrateResult> result = Migrate(url);
+    if (result.ok() || !absl::IsUnavailable(result.status()) ||
+        absl::Now() + backoff > deadline) {
+      return result;
+    }
+    if (on_retry) on_retry(result.status());
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
   }
 }
 

@@ -1,10 +1,13 @@
 #ifndef TRAINYARD_STORAGE_POSTGRES_MIGRATE_H_
 #define TRAINYARD_STORAGE_POSTGRES_MIGRATE_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace trainyard::storage::postgres {
 
@@ -31,6 +34,16 @@ struct MigrateResult {
 absl::StatusOr<MigrateResult> Migrate(
     const std::string& url,
     const std::vector<Migration>& migrations = EmbeddedMigrations());
+
+// Migrate, tried again while the database cannot be reached (UNAVAILABLE: not
+// started yet, restarting, refusing connections) until `wait` has passed, with
+// backoff from 100 ms to 2 s between tries. A service that starts before its
+// database, or while it restarts, waits for it instead of exiting. Any other
+// error (a downgrade, a failing migration) is returned at once. `on_retry`, if
+// set, hears each failed try that will be tried again.
+absl::StatusOr<MigrateResult> MigrateWhenReachable(
+    const std::string& url, absl::Duration wait,
+    const std::function<void(const absl::Status&)>& on_retry = nullptr);
 
 }  // namespace trainyard::storage::postgres
 

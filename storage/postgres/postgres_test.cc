@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/postgres/auth_store.h"
@@ -102,6 +103,40 @@ TEST_F(PostgresTest, MigrationsAreIdempotentAndConcurrentCallersSerialise) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->applied.empty());
   EXPECT_EQ(again->current_version, EmbeddedMigrations().back().version);
+}
+
+// A service that starts while its database is down (crashed, restarting)
+// waits for it: MigrateWhenReachable tries again until the server is back, and
+// gives up with UNAVAILABLE once its wait has passed.
+TEST(MigrateWhenReachableTest,
+     WaitsForARestartingDatabaseAndGivesUpAfterItsWait) {
+  auto pg = testing::LocalPostgres::Start();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  auto url = (*pg)->CreateDatabase();
+  ASSERT_TRUE(url.ok()) << url.status();
+  ASSERT_TRUE((*pg)->Crash().ok());
+
+  int retries = 0;
+  const absl::Time start = absl::Now();
+  auto down = MigrateWhenReachable(*url, absl::Milliseconds(700),
+                                   [&](const absl::Status&) { ++retries; });
+  EXPECT_TRUE(absl::IsUnavailable(down.status())) << down.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_GE(retries, 2);
+  auto once = MigrateWhenReachable(*url, absl::ZeroDuration());
+  EXPECT_TRUE(absl::IsUnavailable(once.status())) << once.status();
+
+  std::thread restarter([&] {
+    absl::SleepFor(absl::Seconds(1));
+    ASSERT_TRUE((*pg)->Restart().ok());
+  });
+  retries = 0;
+  auto back = MigrateWhenReachable(*url, absl::Seconds(60),
+                                   [&](const absl::Status&) { ++retries; });
+  restarter.join();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_GE(retries, 1);
+  EXPECT_EQ(back->current_version, EmbeddedMigrations().back().version);
 }
 
 TEST_F(PostgresTest, RefusesASchemaNewerThanTheBinary) {

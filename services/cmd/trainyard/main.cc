@@ -32,14 +32,7 @@
 #include "absl/time/time.h"
 #include "services/api/auth.h"
 #include "services/api/server.h"
-#include "services/lib/runtime/config.h"
-#include "services/lib/runtime/grpc_server.h"
-#include "services/lib/runtime/health.h"
-#include "services/lib/runtime/http_server.h"
-#include "services/lib/runtime/job_token.h"
-#include "services/lib/runtime/logging.h"
-#include "services/lib/runtime/metrics.h"
-#include "services/lib/domain/validation.h"
+#include "services/cmd/trainyard/apply.h"
 #include "services/dispatcher/adapters/all.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/registry.h"
@@ -47,8 +40,15 @@
 #include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/dispatcher/adapters/sim/sim_remote.h"
 #include "services/dispatcher/dispatcher.h"
+#include "services/lib/domain/validation.h"
+#include "services/lib/runtime/config.h"
+#include "services/lib/runtime/grpc_server.h"
+#include "services/lib/runtime/health.h"
+#include "services/lib/runtime/http_server.h"
+#include "services/lib/runtime/job_token.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
 #include "services/scheduler/scheduler_service.h"
-#include "services/cmd/trainyard/apply.h"
 #include "storage/postgres/auth_store.h"
 #include "storage/postgres/migrate.h"
 #include "storage/postgres/pool.h"
@@ -70,6 +70,10 @@ ABSL_FLAG(std::string, redis_addr, "127.0.0.1:56379",
 ABSL_FLAG(std::string, log_level, "info",
           "Minimum log level: debug, info, warning, error");
 ABSL_FLAG(int, db_pool_size, 16, "PostgreSQL connections per process");
+ABSL_FLAG(absl::Duration, database_wait, absl::Seconds(60),
+          "api/scheduler/dispatcher/all: how long a service that starts while "
+          "PostgreSQL cannot be reached (not up yet, restarting) tries again "
+          "before it exits");
 ABSL_FLAG(
     double, default_submit_rate, 500,
     "Submits per second allowed to a tenant that sets no limit of its own");
@@ -505,6 +509,20 @@ int ServeSimCluster() {
   return 0;
 }
 
+// Applies the migrations, waiting up to --database_wait for PostgreSQL to
+// accept connections (each failed try is logged as a warning).
+absl::StatusOr<trainyard::storage::postgres::MigrateResult>
+MigrateWhenReachable(std::string_view component) {
+  return trainyard::storage::postgres::MigrateWhenReachable(
+      absl::GetFlag(FLAGS_postgres_url), absl::GetFlag(FLAGS_database_wait),
+      [component](const absl::Status& s) {
+        Log(LogLevel::kWarning,
+            absl::StrCat(std::string(component),
+                         ": database not reachable, trying again"),
+            {{"error", s}});
+      });
+}
+
 // `trainyard dispatcher`: one cluster's dispatcher, with /metrics, /healthz,
 // /readyz.
 int ServeDispatcher() {
@@ -515,8 +533,7 @@ int ServeDispatcher() {
     std::cerr << "dispatcher: " << usage.message() << "\n";
     return 2;
   }
-  auto migrated =
-      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  auto migrated = MigrateWhenReachable("dispatcher");
   if (!migrated.ok()) {
     Log(LogLevel::kError, "dispatcher: migrations failed",
         {{"error", migrated.status()}});
@@ -555,8 +572,7 @@ int ServeDispatcher() {
 // `trainyard scheduler`: the scheduler alone, with /metrics, /healthz, /readyz.
 int ServeScheduler() {
   sigset_t signals = BlockStopSignals();
-  auto migrated =
-      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  auto migrated = MigrateWhenReachable("scheduler");
   if (!migrated.ok()) {
     Log(LogLevel::kError, "scheduler: migrations failed",
         {{"error", migrated.status()}});
@@ -617,6 +633,7 @@ int Serve(bool with_scheduler) {
   options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
   options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
   options.db_pool_size = absl::GetFlag(FLAGS_db_pool_size);
+  options.database_wait = absl::GetFlag(FLAGS_database_wait);
   options.default_submit_rate = absl::GetFlag(FLAGS_default_submit_rate);
   options.default_submit_burst = absl::GetFlag(FLAGS_default_submit_burst);
   options.submit_committers = absl::GetFlag(FLAGS_submit_committers);
@@ -691,8 +708,10 @@ int main(int argc, char** argv) {
   // global lock graph on every acquisition; production servers do not pay for
   // that.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  std::vector<char*> args = trainyard::runtime::ParseFlagsWithConfig(argc, argv);
-  auto level = trainyard::runtime::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  std::vector<char*> args =
+      trainyard::runtime::ParseFlagsWithConfig(argc, argv);
+  auto level =
+      trainyard::runtime::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!level.ok()) {
     std::cerr << "--log_level: " << level.status().message() << "\n";
     return 2;
