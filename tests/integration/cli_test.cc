@@ -125,11 +125,16 @@ TEST_F(CliTest, VersionAndUsage) {
       Run({"sim-cluster", "--sim_config=" + dir_ + "/missing.textproto"});
   EXPECT_EQ(sim_missing.exit_code, 2);
   EXPECT_THAT(sim_missing.output, HasSubstr("missing.textproto"));
-  // The scheduler exists: without a database it fails clearly.
+  // The scheduler exists: without a database it tries again for
+  // --database_wait, then fails clearly.
+  const absl::Time start = absl::Now();
   RunResult scheduler =
       Run({"scheduler", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",
-           "--http_listen="});
+           "--http_listen=", "--database_wait=1s"});
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
   EXPECT_EQ(scheduler.exit_code, 1);
+  EXPECT_THAT(scheduler.output,
+              HasSubstr("scheduler: database not reachable, trying again"));
   EXPECT_THAT(scheduler.output, HasSubstr("scheduler: migrations failed"));
 }
 
@@ -271,7 +276,8 @@ TEST_F(CliTest, BadConfigFileAndPortInUseFailClearly) {
   // says why.
   RunResult no_db =
       Run({"api", "--postgres_url=postgresql://nobody@127.0.0.1:1/none",
-           "--grpc_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0"});
+           "--grpc_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0",
+           "--database_wait=0s"});
   EXPECT_EQ(no_db.exit_code, 1);
   EXPECT_THAT(no_db.output, HasSubstr("api failed to start"));
 }
