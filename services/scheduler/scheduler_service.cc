@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,19 +31,25 @@ namespace pg = ::trainyard::storage::postgres;
 using runtime::Log;
 using runtime::LogLevel;
 
-// Every object of a kind, page by page.
-template <typename Proto, typename Fn>
-absl::Status ForEachObject(pg::ObjectStore& store, const pg::ObjectKind& kind,
-                           Fn fn) {
+// Replaces `out` with every object of `kind`, page by page, keyed by its name
+// (one-part keys) or by (parent, name) (two-part keys: pools, nodes, queues).
+template <typename Map>
+absl::Status ReloadAll(pg::ObjectStore& store, const pg::ObjectKind& kind,
+                       Map& out) {
+  out.clear();
   pg::ListQuery query;
   query.limit = 1000;
   while (true) {
     absl::StatusOr<pg::ListPage> page = store.List(kind, query);
     if (!page.ok()) return page.status();
     for (const pg::StoredObject& o : page->objects) {
-      Proto p;
+      typename Map::mapped_type p;
       if (!p.ParseFromString(o.body)) continue;
-      fn(o.key, std::move(p));
+      if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
+        out[o.key[0]] = std::move(p);
+      } else {
+        out[{o.key[0], o.key[1]}] = std::move(p);
+      }
     }
     if (!page->more || page->objects.empty()) return absl::OkStatus();
     query.after_key = page->objects.back().key;
@@ -231,54 +238,19 @@ absl::Status SchedulerService::LoadConfigKind(size_t kind) {
   PlatformState& st = state_;
   switch (kind) {
     case kFlavors:
-      st.flavors.clear();
-      return ForEachObject<v1::Flavor>(
-          *objects_, pg::FlavorKind(),
-          [&](const std::vector<std::string>& key, v1::Flavor f) {
-            st.flavors[key[0]] = std::move(f);
-          });
+      return ReloadAll(*objects_, pg::FlavorKind(), st.flavors);
     case kClusters:
-      st.clusters.clear();
-      return ForEachObject<v1::Cluster>(
-          *objects_, pg::ClusterKind(),
-          [&](const std::vector<std::string>& key, v1::Cluster c) {
-            st.clusters[key[0]] = std::move(c);
-          });
+      return ReloadAll(*objects_, pg::ClusterKind(), st.clusters);
     case kPools:
-      st.pools.clear();
-      return ForEachObject<v1::Pool>(
-          *objects_, pg::PoolKind(),
-          [&](const std::vector<std::string>& key, v1::Pool p) {
-            st.pools[{key[0], key[1]}] = std::move(p);
-          });
+      return ReloadAll(*objects_, pg::PoolKind(), st.pools);
     case kNodes:
-      st.nodes.clear();
-      return ForEachObject<v1::Node>(
-          *objects_, pg::NodeKind(),
-          [&](const std::vector<std::string>& key, v1::Node n) {
-            st.nodes[{key[0], key[1]}] = std::move(n);
-          });
+      return ReloadAll(*objects_, pg::NodeKind(), st.nodes);
     case kCohorts:
-      st.cohorts.clear();
-      return ForEachObject<v1::Cohort>(
-          *objects_, pg::CohortKind(),
-          [&](const std::vector<std::string>& key, v1::Cohort c) {
-            st.cohorts[key[0]] = std::move(c);
-          });
+      return ReloadAll(*objects_, pg::CohortKind(), st.cohorts);
     case kQueues:
-      st.queues.clear();
-      return ForEachObject<v1::Queue>(
-          *objects_, pg::QueueKind(),
-          [&](const std::vector<std::string>& key, v1::Queue q) {
-            st.queues[{key[0], key[1]}] = std::move(q);
-          });
+      return ReloadAll(*objects_, pg::QueueKind(), st.queues);
     case kPriorityClasses:
-      st.priority_classes.clear();
-      return ForEachObject<v1::PriorityClass>(
-          *objects_, pg::PriorityClassKind(),
-          [&](const std::vector<std::string>& key, v1::PriorityClass p) {
-            st.priority_classes[key[0]] = std::move(p);
-          });
+      return ReloadAll(*objects_, pg::PriorityClassKind(), st.priority_classes);
   }
   return absl::InternalError("unknown configuration kind");
 }
