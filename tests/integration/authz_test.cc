@@ -32,6 +32,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -435,10 +436,126 @@ google::protobuf::FieldMask Mask(const std::string& path) {
   return mask;
 }
 
+// --- Calling an RPC as the cell's caller ---
+
+using Run = std::function<grpc::Status(const Call&)>;
+using JobStub = v1::JobService::Stub;
+using QueueStub = v1::QueueService::Stub;
+using ClusterStub = v1::ClusterService::Stub;
+using AdminStub = v1::AdminService::Stub;
+
+// A unary RPC: `method` of the environment's `stub`.
+template <typename Stub, typename Req, typename Resp>
+using Method = grpc::Status (Stub::*)(grpc::ClientContext*, const Req&, Resp*);
+
+// A run that calls `method` of the environment's `stub` as the cell's caller,
+// with the request `fill` makes for the cell; `check`, if any, looks at the
+// response of a call that succeeded.
+template <typename Stub, typename Req, typename Resp>
+Run Calls(std::unique_ptr<Stub> Env::*stub, Method<Stub, Req, Resp> method,
+          std::type_identity_t<std::function<void(const Call&, Req&)>> fill,
+          std::type_identity_t<
+              std::function<void(const Call&, const Req&, const Resp&)>>
+              check = nullptr) {
+  return [=](const Call& c) {
+    Req req;
+    fill(c, req);
+    Resp resp;
+    Stub& to = *(c.env->*stub);
+    grpc::Status s = (to.*method)(c.Ctx().get(), req, &resp);
+    if (s.ok() && check) check(c, req, resp);
+    return s;
+  };
+}
+
+// A call with an empty request.
+template <typename Stub, typename Req, typename Resp>
+Run CallsEmpty(std::unique_ptr<Stub> Env::*stub,
+               Method<Stub, Req, Resp> method) {
+  return Calls(stub, method, [](const Call&, Req&) {});
+}
+
+// A call on the object `name` names for the cell (a fixed name, or one made
+// for it).
+template <typename Stub, typename Req, typename Resp>
+Run CallsOn(std::unique_ptr<Stub> Env::*stub, Method<Stub, Req, Resp> method,
+            std::function<std::string(const Call&)> name) {
+  return Calls(stub, method,
+               [name](const Call& c, Req& req) { req.set_name(name(c)); });
+}
+template <typename Stub, typename Req, typename Resp>
+Run CallsOn(std::unique_ptr<Stub> Env::*stub, Method<Stub, Req, Resp> method,
+            std::string name) {
+  return Calls(stub, method,
+               [name](const Call&, Req& req) { req.set_name(name); });
+}
+
+// A listing (of `parent`, for the listings that have one) that, permitted,
+// returns something: `count` says how many items the response holds.
+template <typename Stub, typename Req, typename Resp>
+Run ListsSome(std::unique_ptr<Stub> Env::*stub, Method<Stub, Req, Resp> method,
+              int (Resp::*count)() const, std::string parent = "") {
+  return Calls(
+      stub, method,
+      [parent](const Call&, Req& req) {
+        if constexpr (requires { req.set_parent(parent); }) {
+          req.set_parent(parent);
+        }
+      },
+      [count](const Call&, const Req&, const Resp& resp) {
+        EXPECT_GT((resp.*count)(), 0);
+      });
+}
+
+// A listing of the cell's tenant that, permitted, returns something, all of it
+// in that tenant (`names`: the names of the items).
+template <typename Stub, typename Req, typename Resp, typename Item>
+Run ListsOfTenant(
+    std::unique_ptr<Stub> Env::*stub, Method<Stub, Req, Resp> method,
+    const google::protobuf::RepeatedPtrField<Item>& (Resp::*items)() const) {
+  return Calls(
+      stub, method, [](const Call& c, Req& req) { req.set_parent(c.parent()); },
+      [items](const Call& c, const Req&, const Resp& resp) {
+        EXPECT_GT((resp.*items)().size(), 0);
+        for (const Item& item : (resp.*items)()) {
+          EXPECT_EQ(TenantOfName(item.name()), c.tenant);
+        }
+      });
+}
+
+// What a listing across every tenant ("tenants/-") returned, by the tenants of
+// its items: none the caller cannot see, its own (unless it has no role), and
+// for a caller that sees all, the other one too.
+template <typename Item>
+void ExpectTenantsListed(const Call& c,
+                         const google::protobuf::RepeatedPtrField<Item>& items,
+                         std::function<std::string(const Item&)> tenant_of) {
+  std::set<std::string> tenants;
+  for (const Item& item : items) {
+    tenants.insert(tenant_of(item));
+    EXPECT_TRUE(c.Sees(tenant_of(item))) << "leaked " << item.name();
+  }
+  if (c.who != Who::kNobody) {
+    EXPECT_TRUE(tenants.contains(kOwnTenant));
+  }
+  if (c.SeesAll()) {
+    EXPECT_TRUE(tenants.contains(kOtherTenant));
+  }
+}
+
+// `run`, whose refusal must not name a tenant the caller cannot see
+// (ExpectNoTenantLeak).
+Run LeaksNoTenant(Run run) {
+  return [run](const Call& c) {
+    grpc::Status s = run(c);
+    ExpectNoTenantLeak(c, s);
+    return s;
+  };
+}
+
 std::vector<Row> JobRows() {
   std::vector<Row> rows;
-  auto tenant_row = [&](std::string rpc, Need need,
-                        std::function<grpc::Status(const Call&)> run) {
+  auto tenant_row = [&](std::string rpc, Need need, Run run) {
     rows.push_back(Row{"JobService", std::move(rpc), "", true, false,
                        NeedName(need), InTenant(need), std::move(run)});
   };
@@ -447,65 +564,64 @@ std::vector<Row> JobRows() {
     return c.env->jobs->Submit(
         c.Ctx().get(), MinimalSubmit(c.tenant, c.env->Fresh("authz")), &resp);
   });
-  tenant_row("SubmitBatch", Need::kMember, [](const Call& c) {
-    v1::SubmitJobBatchRequest req;
-    req.set_parent(c.parent());
-    *req.add_requests() = MinimalSubmit(c.tenant, c.env->Fresh("authz-batch"));
-    req.mutable_requests(0)->clear_parent();
-    v1::SubmitJobBatchResponse resp;
-    return c.env->jobs->SubmitBatch(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("Get", Need::kViewer, [](const Call& c) {
-    v1::GetJobRequest req;
-    req.set_name(c.env->JobOf(c.tenant));
-    v1::Job resp;
-    grpc::Status s = c.env->jobs->Get(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_EQ(resp.name(), req.name());
-    }
-    return s;
-  });
-  tenant_row("List", Need::kViewer, [](const Call& c) {
-    v1::ListJobsRequest req;
-    req.set_parent(c.parent());
-    v1::ListJobsResponse resp;
-    grpc::Status s = c.env->jobs->List(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.jobs_size(), 0);
-      for (const v1::Job& j : resp.jobs()) {
-        EXPECT_EQ(j.tenant(), c.tenant) << j.name();
-      }
-    }
-    return s;
-  });
-  tenant_row("Cancel", Need::kMember, [](const Call& c) {
-    v1::CancelJobRequest req;
-    req.set_name(c.env->NewJob(c.tenant));
-    req.set_reason("authz matrix");
-    v1::Job resp;
-    return c.env->jobs->Cancel(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("Hold", Need::kMember, [](const Call& c) {
-    v1::HoldJobRequest req;
-    req.set_name(c.env->NewJob(c.tenant));
-    req.set_reason("authz matrix");
-    v1::Job resp;
-    grpc::Status s = c.env->jobs->Hold(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_EQ(resp.state(), v1::JOB_STATE_HELD);
-    }
-    return s;
-  });
-  tenant_row("Release", Need::kMember, [](const Call& c) {
-    v1::ReleaseJobRequest req;
-    req.set_name(c.env->NewHeldJob(c.tenant));
-    v1::Job resp;
-    grpc::Status s = c.env->jobs->Release(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_EQ(resp.state(), v1::JOB_STATE_QUEUED);
-    }
-    return s;
-  });
+  tenant_row("SubmitBatch", Need::kMember,
+             Calls(&Env::jobs, &JobStub::SubmitBatch,
+                   [](const Call& c, v1::SubmitJobBatchRequest& req) {
+                     req.set_parent(c.parent());
+                     *req.add_requests() =
+                         MinimalSubmit(c.tenant, c.env->Fresh("authz-batch"));
+                     req.mutable_requests(0)->clear_parent();
+                   }));
+  tenant_row(
+      "Get", Need::kViewer,
+      Calls(
+          &Env::jobs, &JobStub::Get,
+          [](const Call& c, v1::GetJobRequest& req) {
+            req.set_name(c.env->JobOf(c.tenant));
+          },
+          [](const Call&, const v1::GetJobRequest& req, const v1::Job& resp) {
+            EXPECT_EQ(resp.name(), req.name());
+          }));
+  tenant_row("List", Need::kViewer,
+             Calls(
+                 &Env::jobs, &JobStub::List,
+                 [](const Call& c, v1::ListJobsRequest& req) {
+                   req.set_parent(c.parent());
+                 },
+                 [](const Call& c, const v1::ListJobsRequest&,
+                    const v1::ListJobsResponse& resp) {
+                   EXPECT_GT(resp.jobs_size(), 0);
+                   for (const v1::Job& j : resp.jobs()) {
+                     EXPECT_EQ(j.tenant(), c.tenant) << j.name();
+                   }
+                 }));
+  tenant_row("Cancel", Need::kMember,
+             Calls(&Env::jobs, &JobStub::Cancel,
+                   [](const Call& c, v1::CancelJobRequest& req) {
+                     req.set_name(c.env->NewJob(c.tenant));
+                     req.set_reason("authz matrix");
+                   }));
+  tenant_row(
+      "Hold", Need::kMember,
+      Calls(
+          &Env::jobs, &JobStub::Hold,
+          [](const Call& c, v1::HoldJobRequest& req) {
+            req.set_name(c.env->NewJob(c.tenant));
+            req.set_reason("authz matrix");
+          },
+          [](const Call&, const v1::HoldJobRequest&, const v1::Job& resp) {
+            EXPECT_EQ(resp.state(), v1::JOB_STATE_HELD);
+          }));
+  tenant_row(
+      "Release", Need::kMember,
+      Calls(
+          &Env::jobs, &JobStub::Release,
+          [](const Call& c, v1::ReleaseJobRequest& req) {
+            req.set_name(c.env->NewHeldJob(c.tenant));
+          },
+          [](const Call&, const v1::ReleaseJobRequest&, const v1::Job& resp) {
+            EXPECT_EQ(resp.state(), v1::JOB_STATE_QUEUED);
+          }));
   tenant_row("Watch", Need::kViewer, [](const Call& c) {
     // The job's history from the start: a permitted watch delivers its
     // SUBMITTED event at once; a refused one ends before its first message.
@@ -527,467 +643,314 @@ std::vector<Row> JobRows() {
     }
     return reader->Finish();
   });
-  tenant_row("ReportCheckpoint", Need::kMember, [](const Call& c) {
-    v1::ReportCheckpointRequest req;
-    req.set_job(c.env->JobOf(c.tenant));
-    const int step = ++c.env->counter;
-    req.mutable_checkpoint()->set_step(step);
-    req.mutable_checkpoint()->set_uri(absl::StrCat("s3://authz/ckpt-", step));
-    *req.mutable_checkpoint()->mutable_time() =
-        google::protobuf::util::TimeUtil::GetCurrentTime();
-    v1::Checkpoint resp;
-    return c.env->jobs->ReportCheckpoint(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("ListCheckpoints", Need::kViewer, [](const Call& c) {
-    v1::ListCheckpointsRequest req;
-    req.set_job(c.env->JobOf(c.tenant));
-    v1::ListCheckpointsResponse resp;
-    grpc::Status s = c.env->jobs->ListCheckpoints(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.checkpoints_size(), 0);
-    }
-    return s;
-  });
-  tenant_row("ExplainPending", Need::kViewer, [](const Call& c) {
-    v1::ExplainPendingRequest req;
-    req.set_name(c.env->JobOf(c.tenant));
-    v1::ExplainPendingResponse resp;
-    return c.env->jobs->ExplainPending(c.Ctx().get(), req, &resp);
-  });
+  tenant_row("ReportCheckpoint", Need::kMember,
+             Calls(&Env::jobs, &JobStub::ReportCheckpoint,
+                   [](const Call& c, v1::ReportCheckpointRequest& req) {
+                     req.set_job(c.env->JobOf(c.tenant));
+                     const int step = ++c.env->counter;
+                     req.mutable_checkpoint()->set_step(step);
+                     req.mutable_checkpoint()->set_uri(
+                         absl::StrCat("s3://authz/ckpt-", step));
+                     *req.mutable_checkpoint()->mutable_time() =
+                         google::protobuf::util::TimeUtil::GetCurrentTime();
+                   }));
+  tenant_row("ListCheckpoints", Need::kViewer,
+             Calls(
+                 &Env::jobs, &JobStub::ListCheckpoints,
+                 [](const Call& c, v1::ListCheckpointsRequest& req) {
+                   req.set_job(c.env->JobOf(c.tenant));
+                 },
+                 [](const Call&, const v1::ListCheckpointsRequest&,
+                    const v1::ListCheckpointsResponse& resp) {
+                   EXPECT_GT(resp.checkpoints_size(), 0);
+                 }));
+  tenant_row("ExplainPending", Need::kViewer,
+             CallsOn(&Env::jobs, &JobStub::ExplainPending,
+                     [](const Call& c) { return c.env->JobOf(c.tenant); }));
   // "tenants/-": every tenant the caller can read, and nothing else.
   rows.push_back(Row{"JobService", "List", "all_tenants", false, false, nullptr,
-                     AnyAuthenticated(), [](const Call& c) {
-                       v1::ListJobsRequest req;
-                       req.set_parent("tenants/-");
-                       req.set_page_size(1000);
-                       v1::ListJobsResponse resp;
-                       grpc::Status s =
-                           c.env->jobs->List(c.Ctx().get(), req, &resp);
-                       if (!s.ok()) return s;
-                       std::set<std::string> tenants;
-                       for (const v1::Job& j : resp.jobs()) {
-                         tenants.insert(j.tenant());
-                         EXPECT_TRUE(c.Sees(j.tenant()))
-                             << "leaked " << j.name();
-                       }
-                       if (c.who != Who::kNobody) {
-                         EXPECT_TRUE(tenants.contains(kOwnTenant));
-                       }
-                       if (c.SeesAll()) {
-                         EXPECT_TRUE(tenants.contains(kOtherTenant));
-                       }
-                       return s;
-                     }});
+                     AnyAuthenticated(),
+                     Calls(
+                         &Env::jobs, &JobStub::List,
+                         [](const Call&, v1::ListJobsRequest& req) {
+                           req.set_parent("tenants/-");
+                           req.set_page_size(1000);
+                         },
+                         [](const Call& c, const v1::ListJobsRequest&,
+                            const v1::ListJobsResponse& resp) {
+                           ExpectTenantsListed<v1::Job>(
+                               c, resp.jobs(),
+                               [](const v1::Job& j) { return j.tenant(); });
+                         })});
   return rows;
 }
 
 std::vector<Row> QueueRows() {
   std::vector<Row> rows;
-  auto tenant_row = [&](std::string rpc, Need need, bool audited,
-                        std::function<grpc::Status(const Call&)> run) {
+  auto tenant_row = [&](std::string rpc, Need need, bool audited, Run run) {
     rows.push_back(Row{"QueueService", std::move(rpc), "", true, audited,
                        NeedName(need), InTenant(need), std::move(run)});
   };
-  auto platform_read = [&](std::string rpc,
-                           std::function<grpc::Status(const Call&)> run) {
+  auto platform_read = [&](std::string rpc, Run run) {
     rows.push_back(Row{"QueueService", std::move(rpc), "", false, false,
                        nullptr, AnyAuthenticated(), std::move(run)});
   };
-  auto platform_write = [&](std::string rpc,
-                            std::function<grpc::Status(const Call&)> run) {
+  auto platform_write = [&](std::string rpc, Run run) {
     rows.push_back(Row{"QueueService", std::move(rpc), "", false, true,
                        "platform-admin", PlatformAdminOnly(), std::move(run)});
+  };
+  auto in_tenant = [](std::string suffix) {
+    return [suffix](const Call& c) { return c.parent() + suffix; };
   };
 
   // --- Tenants: create/update/delete platform-admin; get/list what the caller
   // sees ---
-  platform_write("CreateTenant", [](const Call& c) {
-    v1::CreateTenantRequest req;
-    req.set_tenant_id(c.env->Fresh("authz-tenant"));
-    v1::Tenant resp;
-    return c.env->queues->CreateTenant(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("GetTenant", Need::kViewer, false, [](const Call& c) {
-    v1::GetTenantRequest req;
-    req.set_name(c.parent());
-    v1::Tenant resp;
-    return c.env->queues->GetTenant(c.Ctx().get(), req, &resp);
-  });
-  platform_read("ListTenants", [](const Call& c) {
-    v1::ListTenantsRequest req;
-    req.set_page_size(1000);
-    v1::ListTenantsResponse resp;
-    grpc::Status s = c.env->queues->ListTenants(c.Ctx().get(), req, &resp);
-    if (!s.ok()) return s;
-    std::set<std::string> names;
-    for (const v1::Tenant& t : resp.tenants()) {
-      names.insert(t.name());
-      EXPECT_TRUE(c.Sees(TenantOfName(t.name()))) << "leaked " << t.name();
-    }
-    if (c.who != Who::kNobody) {
-      EXPECT_TRUE(names.contains("tenants/t1"));
-    }
-    if (c.SeesAll()) {
-      EXPECT_TRUE(names.contains("tenants/t2"));
-    }
-    return s;
-  });
-  tenant_row("UpdateTenant", Need::kPlatformAdmin, true, [](const Call& c) {
-    v1::UpdateTenantRequest req;
-    req.mutable_tenant()->set_name(c.parent());
-    req.mutable_tenant()->set_display_name(c.env->Fresh("renamed"));
-    *req.mutable_update_mask() = Mask("display_name");
-    v1::Tenant resp;
-    return c.env->queues->UpdateTenant(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("DeleteTenant", Need::kPlatformAdmin, true, [](const Call& c) {
-    // t1 and t2 own jobs, so only an empty tenant can be deleted: the platform
-    // admin (whose answer does not depend on the tenant) deletes a new one;
-    // every other caller is refused on t1 / t2 themselves (and were it not, t1
-    // / t2 would survive: they are not empty).
-    v1::DeleteTenantRequest req;
-    req.set_name(c.who == Who::kPlatformAdmin ? c.env->NewTenant()
-                                              : c.parent());
-    google::protobuf::Empty resp;
-    return c.env->queues->DeleteTenant(c.Ctx().get(), req, &resp);
-  });
+  platform_write("CreateTenant",
+                 Calls(&Env::queues, &QueueStub::CreateTenant,
+                       [](const Call& c, v1::CreateTenantRequest& req) {
+                         req.set_tenant_id(c.env->Fresh("authz-tenant"));
+                       }));
+  tenant_row("GetTenant", Need::kViewer, false,
+             CallsOn(&Env::queues, &QueueStub::GetTenant, in_tenant("")));
+  platform_read("ListTenants",
+                Calls(
+                    &Env::queues, &QueueStub::ListTenants,
+                    [](const Call&, v1::ListTenantsRequest& req) {
+                      req.set_page_size(1000);
+                    },
+                    [](const Call& c, const v1::ListTenantsRequest&,
+                       const v1::ListTenantsResponse& resp) {
+                      std::set<std::string> names;
+                      for (const v1::Tenant& t : resp.tenants()) {
+                        names.insert(t.name());
+                        EXPECT_TRUE(c.Sees(TenantOfName(t.name())))
+                            << "leaked " << t.name();
+                      }
+                      if (c.who != Who::kNobody) {
+                        EXPECT_TRUE(names.contains("tenants/t1"));
+                      }
+                      if (c.SeesAll()) {
+                        EXPECT_TRUE(names.contains("tenants/t2"));
+                      }
+                    }));
+  tenant_row(
+      "UpdateTenant", Need::kPlatformAdmin, true,
+      Calls(&Env::queues, &QueueStub::UpdateTenant,
+            [](const Call& c, v1::UpdateTenantRequest& req) {
+              req.mutable_tenant()->set_name(c.parent());
+              req.mutable_tenant()->set_display_name(c.env->Fresh("renamed"));
+              *req.mutable_update_mask() = Mask("display_name");
+            }));
+  // t1 and t2 own jobs, so only an empty tenant can be deleted: the platform
+  // admin (whose answer does not depend on the tenant) deletes a new one; every
+  // other caller is refused on t1 / t2 themselves (and were it not, t1 / t2
+  // would survive: they are not empty).
+  tenant_row("DeleteTenant", Need::kPlatformAdmin, true,
+             CallsOn(&Env::queues, &QueueStub::DeleteTenant, [](const Call& c) {
+               return c.who == Who::kPlatformAdmin ? c.env->NewTenant()
+                                                   : c.parent();
+             }));
 
   // --- Projects: write tenant-admin, read viewer ---
-  tenant_row("CreateProject", Need::kTenantAdmin, true, [](const Call& c) {
-    v1::CreateProjectRequest req;
-    req.set_parent(c.parent());
-    req.set_project_id(c.env->Fresh("authz-project"));
-    v1::Project resp;
-    return c.env->queues->CreateProject(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("GetProject", Need::kViewer, false, [](const Call& c) {
-    v1::GetProjectRequest req;
-    req.set_name(absl::StrCat(c.parent(), "/projects/default"));
-    v1::Project resp;
-    return c.env->queues->GetProject(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("ListProjects", Need::kViewer, false, [](const Call& c) {
-    v1::ListProjectsRequest req;
-    req.set_parent(c.parent());
-    v1::ListProjectsResponse resp;
-    grpc::Status s = c.env->queues->ListProjects(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.projects_size(), 0);
-      for (const v1::Project& p : resp.projects()) {
-        EXPECT_EQ(TenantOfName(p.name()), c.tenant);
-      }
-    }
-    return s;
-  });
-  tenant_row("UpdateProject", Need::kTenantAdmin, true, [](const Call& c) {
-    v1::UpdateProjectRequest req;
-    req.mutable_project()->set_name(c.env->NewProject(c.tenant));
-    req.mutable_project()->set_display_name("renamed");
-    *req.mutable_update_mask() = Mask("display_name");
-    v1::Project resp;
-    return c.env->queues->UpdateProject(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("DeleteProject", Need::kTenantAdmin, true, [](const Call& c) {
-    v1::DeleteProjectRequest req;
-    req.set_name(c.env->NewProject(c.tenant));
-    google::protobuf::Empty resp;
-    return c.env->queues->DeleteProject(c.Ctx().get(), req, &resp);
-  });
+  tenant_row("CreateProject", Need::kTenantAdmin, true,
+             Calls(&Env::queues, &QueueStub::CreateProject,
+                   [](const Call& c, v1::CreateProjectRequest& req) {
+                     req.set_parent(c.parent());
+                     req.set_project_id(c.env->Fresh("authz-project"));
+                   }));
+  tenant_row("GetProject", Need::kViewer, false,
+             CallsOn(&Env::queues, &QueueStub::GetProject,
+                     in_tenant("/projects/default")));
+  tenant_row("ListProjects", Need::kViewer, false,
+             ListsOfTenant(&Env::queues, &QueueStub::ListProjects,
+                           &v1::ListProjectsResponse::projects));
+  tenant_row(
+      "UpdateProject", Need::kTenantAdmin, true,
+      Calls(&Env::queues, &QueueStub::UpdateProject,
+            [](const Call& c, v1::UpdateProjectRequest& req) {
+              req.mutable_project()->set_name(c.env->NewProject(c.tenant));
+              req.mutable_project()->set_display_name("renamed");
+              *req.mutable_update_mask() = Mask("display_name");
+            }));
+  tenant_row(
+      "DeleteProject", Need::kTenantAdmin, true,
+      CallsOn(&Env::queues, &QueueStub::DeleteProject,
+              [](const Call& c) { return c.env->NewProject(c.tenant); }));
 
   // --- Queues: write platform-admin (quotas grant capacity), read viewer ---
-  tenant_row("CreateQueue", Need::kPlatformAdmin, true, [](const Call& c) {
-    v1::CreateQueueRequest req;
-    req.set_parent(c.parent());
-    req.set_queue_id(c.env->Fresh("authz-queue"));
-    v1::Queue resp;
-    return c.env->queues->CreateQueue(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("GetQueue", Need::kViewer, false, [](const Call& c) {
-    v1::GetQueueRequest req;
-    req.set_name(absl::StrCat(c.parent(), "/queues/default"));
-    v1::Queue resp;
-    return c.env->queues->GetQueue(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("ListQueues", Need::kViewer, false, [](const Call& c) {
-    v1::ListQueuesRequest req;
-    req.set_parent(c.parent());
-    v1::ListQueuesResponse resp;
-    grpc::Status s = c.env->queues->ListQueues(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.queues_size(), 0);
-      for (const v1::Queue& q : resp.queues()) {
-        EXPECT_EQ(TenantOfName(q.name()), c.tenant);
-      }
-    }
-    return s;
-  });
-  tenant_row("UpdateQueue", Need::kPlatformAdmin, true, [](const Call& c) {
-    v1::UpdateQueueRequest req;
-    req.mutable_queue()->set_name(c.env->NewQueue(c.tenant));
-    req.mutable_queue()->set_display_name("renamed");
-    *req.mutable_update_mask() = Mask("display_name");
-    v1::Queue resp;
-    return c.env->queues->UpdateQueue(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("DeleteQueue", Need::kPlatformAdmin, true, [](const Call& c) {
-    v1::DeleteQueueRequest req;
-    req.set_name(c.env->NewQueue(c.tenant));
-    google::protobuf::Empty resp;
-    return c.env->queues->DeleteQueue(c.Ctx().get(), req, &resp);
-  });
-  tenant_row("GetQueueStatus", Need::kViewer, false, [](const Call& c) {
-    v1::GetQueueStatusRequest req;
-    req.set_name(absl::StrCat(c.parent(), "/queues/default"));
-    v1::QueueStatus resp;
-    return c.env->queues->GetQueueStatus(c.Ctx().get(), req, &resp);
-  });
+  tenant_row("CreateQueue", Need::kPlatformAdmin, true,
+             Calls(&Env::queues, &QueueStub::CreateQueue,
+                   [](const Call& c, v1::CreateQueueRequest& req) {
+                     req.set_parent(c.parent());
+                     req.set_queue_id(c.env->Fresh("authz-queue"));
+                   }));
+  tenant_row("GetQueue", Need::kViewer, false,
+             CallsOn(&Env::queues, &QueueStub::GetQueue,
+                     in_tenant("/queues/default")));
+  tenant_row("ListQueues", Need::kViewer, false,
+             ListsOfTenant(&Env::queues, &QueueStub::ListQueues,
+                           &v1::ListQueuesResponse::queues));
+  tenant_row("UpdateQueue", Need::kPlatformAdmin, true,
+             Calls(&Env::queues, &QueueStub::UpdateQueue,
+                   [](const Call& c, v1::UpdateQueueRequest& req) {
+                     req.mutable_queue()->set_name(c.env->NewQueue(c.tenant));
+                     req.mutable_queue()->set_display_name("renamed");
+                     *req.mutable_update_mask() = Mask("display_name");
+                   }));
+  tenant_row("DeleteQueue", Need::kPlatformAdmin, true,
+             CallsOn(&Env::queues, &QueueStub::DeleteQueue,
+                     [](const Call& c) { return c.env->NewQueue(c.tenant); }));
+  tenant_row("GetQueueStatus", Need::kViewer, false,
+             CallsOn(&Env::queues, &QueueStub::GetQueueStatus,
+                     in_tenant("/queues/default")));
   rows.push_back(Row{"QueueService", "ListQueues", "all_tenants", false, false,
-                     nullptr, AnyAuthenticated(), [](const Call& c) {
-                       v1::ListQueuesRequest req;
-                       req.set_parent("tenants/-");
-                       req.set_page_size(1000);
-                       v1::ListQueuesResponse resp;
-                       grpc::Status s =
-                           c.env->queues->ListQueues(c.Ctx().get(), req, &resp);
-                       if (!s.ok()) return s;
-                       std::set<std::string> tenants;
-                       for (const v1::Queue& q : resp.queues()) {
-                         tenants.insert(TenantOfName(q.name()));
-                         EXPECT_TRUE(c.Sees(TenantOfName(q.name())))
-                             << "leaked " << q.name();
-                       }
-                       if (c.who != Who::kNobody) {
-                         EXPECT_TRUE(tenants.contains(kOwnTenant));
-                       }
-                       if (c.SeesAll()) {
-                         EXPECT_TRUE(tenants.contains(kOtherTenant));
-                       }
-                       return s;
-                     }});
+                     nullptr, AnyAuthenticated(),
+                     Calls(
+                         &Env::queues, &QueueStub::ListQueues,
+                         [](const Call&, v1::ListQueuesRequest& req) {
+                           req.set_parent("tenants/-");
+                           req.set_page_size(1000);
+                         },
+                         [](const Call& c, const v1::ListQueuesRequest&,
+                            const v1::ListQueuesResponse& resp) {
+                           ExpectTenantsListed<v1::Queue>(
+                               c, resp.queues(), [](const v1::Queue& q) {
+                                 return TenantOfName(q.name());
+                               });
+                         })});
 
   // --- Cohorts: read anyone authenticated, write platform-admin ---
-  platform_write("CreateCohort", [](const Call& c) {
-    v1::CreateCohortRequest req;
-    req.set_cohort_id(c.env->Fresh("authz-cohort"));
-    v1::Cohort resp;
-    return c.env->queues->CreateCohort(c.Ctx().get(), req, &resp);
-  });
-  platform_read("GetCohort", [](const Call& c) {
-    v1::GetCohortRequest req;
-    req.set_name("cohorts/pool");
-    v1::Cohort resp;
-    return c.env->queues->GetCohort(c.Ctx().get(), req, &resp);
-  });
-  platform_read("ListCohorts", [](const Call& c) {
-    v1::ListCohortsRequest req;
-    v1::ListCohortsResponse resp;
-    grpc::Status s = c.env->queues->ListCohorts(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.cohorts_size(), 0);
-    }
-    return s;
-  });
-  platform_write("UpdateCohort", [](const Call& c) {
-    v1::UpdateCohortRequest req;
-    req.mutable_cohort()->set_name(c.env->NewCohort());
-    req.mutable_cohort()->set_fair_share_weight(2);
-    *req.mutable_update_mask() = Mask("fair_share_weight");
-    v1::Cohort resp;
-    return c.env->queues->UpdateCohort(c.Ctx().get(), req, &resp);
-  });
-  platform_write("DeleteCohort", [](const Call& c) {
-    v1::DeleteCohortRequest req;
-    req.set_name(c.env->NewCohort());
-    google::protobuf::Empty resp;
-    return c.env->queues->DeleteCohort(c.Ctx().get(), req, &resp);
-  });
+  platform_write("CreateCohort",
+                 Calls(&Env::queues, &QueueStub::CreateCohort,
+                       [](const Call& c, v1::CreateCohortRequest& req) {
+                         req.set_cohort_id(c.env->Fresh("authz-cohort"));
+                       }));
+  platform_read("GetCohort",
+                CallsOn(&Env::queues, &QueueStub::GetCohort, "cohorts/pool"));
+  platform_read("ListCohorts",
+                ListsSome(&Env::queues, &QueueStub::ListCohorts,
+                          &v1::ListCohortsResponse::cohorts_size));
+  platform_write("UpdateCohort",
+                 Calls(&Env::queues, &QueueStub::UpdateCohort,
+                       [](const Call& c, v1::UpdateCohortRequest& req) {
+                         req.mutable_cohort()->set_name(c.env->NewCohort());
+                         req.mutable_cohort()->set_fair_share_weight(2);
+                         *req.mutable_update_mask() = Mask("fair_share_weight");
+                       }));
+  platform_write("DeleteCohort",
+                 CallsOn(&Env::queues, &QueueStub::DeleteCohort,
+                         [](const Call& c) { return c.env->NewCohort(); }));
 
   // --- Priority classes: read anyone authenticated, write platform-admin ---
-  platform_write("CreatePriorityClass", [](const Call& c) {
-    v1::CreatePriorityClassRequest req;
-    req.set_priority_class_id(c.env->Fresh("authz-pc"));
-    req.mutable_priority_class()->set_value(3);
-    v1::PriorityClass resp;
-    return c.env->queues->CreatePriorityClass(c.Ctx().get(), req, &resp);
-  });
-  platform_read("GetPriorityClass", [](const Call& c) {
-    v1::GetPriorityClassRequest req;
-    req.set_name("priorityClasses/authz-shared");
-    v1::PriorityClass resp;
-    return c.env->queues->GetPriorityClass(c.Ctx().get(), req, &resp);
-  });
-  platform_read("ListPriorityClasses", [](const Call& c) {
-    v1::ListPriorityClassesRequest req;
-    v1::ListPriorityClassesResponse resp;
-    grpc::Status s =
-        c.env->queues->ListPriorityClasses(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.priority_classes_size(), 0);
-    }
-    return s;
-  });
-  platform_write("UpdatePriorityClass", [](const Call& c) {
-    v1::UpdatePriorityClassRequest req;
-    req.mutable_priority_class()->set_name(c.env->NewPriorityClass());
-    req.mutable_priority_class()->set_description("changed");
-    *req.mutable_update_mask() = Mask("description");
-    v1::PriorityClass resp;
-    return c.env->queues->UpdatePriorityClass(c.Ctx().get(), req, &resp);
-  });
-  platform_write("DeletePriorityClass", [](const Call& c) {
-    v1::DeletePriorityClassRequest req;
-    req.set_name(c.env->NewPriorityClass());
-    google::protobuf::Empty resp;
-    return c.env->queues->DeletePriorityClass(c.Ctx().get(), req, &resp);
-  });
+  platform_write("CreatePriorityClass",
+                 Calls(&Env::queues, &QueueStub::CreatePriorityClass,
+                       [](const Call& c, v1::CreatePriorityClassRequest& req) {
+                         req.set_priority_class_id(c.env->Fresh("authz-pc"));
+                         req.mutable_priority_class()->set_value(3);
+                       }));
+  platform_read("GetPriorityClass",
+                CallsOn(&Env::queues, &QueueStub::GetPriorityClass,
+                        "priorityClasses/authz-shared"));
+  platform_read(
+      "ListPriorityClasses",
+      ListsSome(&Env::queues, &QueueStub::ListPriorityClasses,
+                &v1::ListPriorityClassesResponse::priority_classes_size));
+  platform_write(
+      "UpdatePriorityClass",
+      Calls(&Env::queues, &QueueStub::UpdatePriorityClass,
+            [](const Call& c, v1::UpdatePriorityClassRequest& req) {
+              req.mutable_priority_class()->set_name(c.env->NewPriorityClass());
+              req.mutable_priority_class()->set_description("changed");
+              *req.mutable_update_mask() = Mask("description");
+            }));
+  platform_write(
+      "DeletePriorityClass",
+      CallsOn(&Env::queues, &QueueStub::DeletePriorityClass,
+              [](const Call& c) { return c.env->NewPriorityClass(); }));
   return rows;
 }
 
 std::vector<Row> ClusterRows() {
   std::vector<Row> rows;
-  auto read = [&](std::string rpc,
-                  std::function<grpc::Status(const Call&)> run) {
+  auto read = [&](std::string rpc, Run run) {
     rows.push_back(Row{"ClusterService", std::move(rpc), "", false, false,
                        nullptr, AnyAuthenticated(), std::move(run)});
   };
-  auto write = [&](std::string rpc,
-                   std::function<grpc::Status(const Call&)> run) {
+  auto write = [&](std::string rpc, Run run) {
     rows.push_back(Row{"ClusterService", std::move(rpc), "", false, true,
                        "platform-admin", PlatformAdminOnly(), std::move(run)});
   };
-  write("CreateCluster", [](const Call& c) {
-    v1::CreateClusterRequest req;
-    req.set_cluster_id(c.env->Fresh("authz-cluster"));
-    req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SIM);
-    v1::Cluster resp;
-    return c.env->clusters->CreateCluster(c.Ctx().get(), req, &resp);
-  });
-  read("GetCluster", [](const Call& c) {
-    v1::GetClusterRequest req;
-    req.set_name("clusters/sim");
-    v1::Cluster resp;
-    return c.env->clusters->GetCluster(c.Ctx().get(), req, &resp);
-  });
-  read("ListClusters", [](const Call& c) {
-    v1::ListClustersRequest req;
-    v1::ListClustersResponse resp;
-    grpc::Status s = c.env->clusters->ListClusters(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.clusters_size(), 0);
-    }
-    return s;
-  });
-  write("UpdateCluster", [](const Call& c) {
-    v1::UpdateClusterRequest req;
-    req.mutable_cluster()->set_name(c.env->NewCluster());
-    req.mutable_cluster()->set_display_name("renamed");
-    *req.mutable_update_mask() = Mask("display_name");
-    v1::Cluster resp;
-    return c.env->clusters->UpdateCluster(c.Ctx().get(), req, &resp);
-  });
-  write("DeleteCluster", [](const Call& c) {
-    v1::DeleteClusterRequest req;
-    req.set_name(c.env->NewCluster());
-    google::protobuf::Empty resp;
-    return c.env->clusters->DeleteCluster(c.Ctx().get(), req, &resp);
-  });
-  write("CreateFlavor", [](const Call& c) {
-    v1::CreateFlavorRequest req;
-    req.set_flavor_id(c.env->Fresh("authz-flavor"));
-    req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_ON_DEMAND);
-    req.mutable_flavor()->set_gpu_model("H100");
-    v1::Flavor resp;
-    return c.env->clusters->CreateFlavor(c.Ctx().get(), req, &resp);
-  });
-  read("GetFlavor", [](const Call& c) {
-    v1::GetFlavorRequest req;
-    req.set_name("flavors/gpu");
-    v1::Flavor resp;
-    return c.env->clusters->GetFlavor(c.Ctx().get(), req, &resp);
-  });
-  read("ListFlavors", [](const Call& c) {
-    v1::ListFlavorsRequest req;
-    v1::ListFlavorsResponse resp;
-    grpc::Status s = c.env->clusters->ListFlavors(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.flavors_size(), 0);
-    }
-    return s;
-  });
-  write("UpdateFlavor", [](const Call& c) {
-    v1::UpdateFlavorRequest req;
-    req.mutable_flavor()->set_name(c.env->NewFlavor());
-    req.mutable_flavor()->set_gpu_model("A100");
-    *req.mutable_update_mask() = Mask("gpu_model");
-    v1::Flavor resp;
-    return c.env->clusters->UpdateFlavor(c.Ctx().get(), req, &resp);
-  });
-  write("DeleteFlavor", [](const Call& c) {
-    v1::DeleteFlavorRequest req;
-    req.set_name(c.env->NewFlavor());
-    google::protobuf::Empty resp;
-    return c.env->clusters->DeleteFlavor(c.Ctx().get(), req, &resp);
-  });
-  write("CreatePool", [](const Call& c) {
-    v1::CreatePoolRequest req;
-    req.set_parent("clusters/authz-scratch");
-    req.set_pool_id(c.env->Fresh("authz-pool"));
-    req.mutable_pool()->set_flavor("gpu");
-    v1::Pool resp;
-    return c.env->clusters->CreatePool(c.Ctx().get(), req, &resp);
-  });
-  read("ListPools", [](const Call& c) {
-    v1::ListPoolsRequest req;
-    req.set_parent("clusters/sim");
-    v1::ListPoolsResponse resp;
-    grpc::Status s = c.env->clusters->ListPools(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.pools_size(), 0);
-    }
-    return s;
-  });
-  write("DeletePool", [](const Call& c) {
-    v1::DeletePoolRequest req;
-    req.set_name(c.env->NewPool());
-    google::protobuf::Empty resp;
-    return c.env->clusters->DeletePool(c.Ctx().get(), req, &resp);
-  });
-  read("GetNode", [](const Call& c) {
-    v1::GetNodeRequest req;
-    req.set_name("clusters/sim/nodes/n0");
-    v1::Node resp;
-    return c.env->clusters->GetNode(c.Ctx().get(), req, &resp);
-  });
-  read("ListNodes", [](const Call& c) {
-    v1::ListNodesRequest req;
-    req.set_parent("clusters/sim");
-    v1::ListNodesResponse resp;
-    grpc::Status s = c.env->clusters->ListNodes(c.Ctx().get(), req, &resp);
-    if (s.ok()) {
-      EXPECT_GT(resp.nodes_size(), 0);
-    }
-    return s;
-  });
-  write("ReportNodes", [](const Call& c) {
-    v1::ReportNodesRequest req;
-    req.set_parent("clusters/authz-scratch");
-    *req.add_nodes() = c.env->ScratchNode(c.env->Fresh("node"));
-    v1::ReportNodesResponse resp;
-    return c.env->clusters->ReportNodes(c.Ctx().get(), req, &resp);
-  });
-  write("SetNodeState", [](const Call& c) {
-    v1::SetNodeStateRequest req;
-    req.set_name("clusters/authz-scratch/nodes/scratch-0");
-    req.set_state(v1::NODE_STATE_DRAINING);
-    req.set_reason("authz matrix");
-    v1::Node resp;
-    return c.env->clusters->SetNodeState(c.Ctx().get(), req, &resp);
-  });
-  read("GetCapacity", [](const Call& c) {
-    v1::GetCapacityRequest req;
-    v1::CapacitySummary resp;
-    return c.env->clusters->GetCapacity(c.Ctx().get(), req, &resp);
-  });
+  write("CreateCluster",
+        Calls(&Env::clusters, &ClusterStub::CreateCluster,
+              [](const Call& c, v1::CreateClusterRequest& req) {
+                req.set_cluster_id(c.env->Fresh("authz-cluster"));
+                req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SIM);
+              }));
+  read("GetCluster",
+       CallsOn(&Env::clusters, &ClusterStub::GetCluster, "clusters/sim"));
+  read("ListClusters", ListsSome(&Env::clusters, &ClusterStub::ListClusters,
+                                 &v1::ListClustersResponse::clusters_size));
+  write("UpdateCluster",
+        Calls(&Env::clusters, &ClusterStub::UpdateCluster,
+              [](const Call& c, v1::UpdateClusterRequest& req) {
+                req.mutable_cluster()->set_name(c.env->NewCluster());
+                req.mutable_cluster()->set_display_name("renamed");
+                *req.mutable_update_mask() = Mask("display_name");
+              }));
+  write("DeleteCluster",
+        CallsOn(&Env::clusters, &ClusterStub::DeleteCluster,
+                [](const Call& c) { return c.env->NewCluster(); }));
+  write("CreateFlavor",
+        Calls(&Env::clusters, &ClusterStub::CreateFlavor,
+              [](const Call& c, v1::CreateFlavorRequest& req) {
+                req.set_flavor_id(c.env->Fresh("authz-flavor"));
+                req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_ON_DEMAND);
+                req.mutable_flavor()->set_gpu_model("H100");
+              }));
+  read("GetFlavor",
+       CallsOn(&Env::clusters, &ClusterStub::GetFlavor, "flavors/gpu"));
+  read("ListFlavors", ListsSome(&Env::clusters, &ClusterStub::ListFlavors,
+                                &v1::ListFlavorsResponse::flavors_size));
+  write("UpdateFlavor",
+        Calls(&Env::clusters, &ClusterStub::UpdateFlavor,
+              [](const Call& c, v1::UpdateFlavorRequest& req) {
+                req.mutable_flavor()->set_name(c.env->NewFlavor());
+                req.mutable_flavor()->set_gpu_model("A100");
+                *req.mutable_update_mask() = Mask("gpu_model");
+              }));
+  write("DeleteFlavor",
+        CallsOn(&Env::clusters, &ClusterStub::DeleteFlavor,
+                [](const Call& c) { return c.env->NewFlavor(); }));
+  write("CreatePool", Calls(&Env::clusters, &ClusterStub::CreatePool,
+                            [](const Call& c, v1::CreatePoolRequest& req) {
+                              req.set_parent("clusters/authz-scratch");
+                              req.set_pool_id(c.env->Fresh("authz-pool"));
+                              req.mutable_pool()->set_flavor("gpu");
+                            }));
+  read("ListPools",
+       ListsSome(&Env::clusters, &ClusterStub::ListPools,
+                 &v1::ListPoolsResponse::pools_size, "clusters/sim"));
+  write("DeletePool", CallsOn(&Env::clusters, &ClusterStub::DeletePool,
+                              [](const Call& c) { return c.env->NewPool(); }));
+  read("GetNode",
+       CallsOn(&Env::clusters, &ClusterStub::GetNode, "clusters/sim/nodes/n0"));
+  read("ListNodes",
+       ListsSome(&Env::clusters, &ClusterStub::ListNodes,
+                 &v1::ListNodesResponse::nodes_size, "clusters/sim"));
+  write("ReportNodes", Calls(&Env::clusters, &ClusterStub::ReportNodes,
+                             [](const Call& c, v1::ReportNodesRequest& req) {
+                               req.set_parent("clusters/authz-scratch");
+                               *req.add_nodes() =
+                                   c.env->ScratchNode(c.env->Fresh("node"));
+                             }));
+  write("SetNodeState",
+        Calls(&Env::clusters, &ClusterStub::SetNodeState,
+              [](const Call&, v1::SetNodeStateRequest& req) {
+                req.set_name("clusters/authz-scratch/nodes/scratch-0");
+                req.set_state(v1::NODE_STATE_DRAINING);
+                req.set_reason("authz matrix");
+              }));
+  read("GetCapacity", CallsEmpty(&Env::clusters, &ClusterStub::GetCapacity));
   return rows;
 }
 
@@ -1000,8 +963,7 @@ constexpr char kBoth[] = "users/both";  // viewer in t1 and viewer in t2
 std::vector<Row> AdminRows() {
   std::vector<Row> rows;
   auto add = [&](std::string rpc, std::string variant, bool per_tenant,
-                 bool audited, const char* role, Expect expect,
-                 std::function<grpc::Status(const Call&)> run) {
+                 bool audited, const char* role, Expect expect, Run run) {
     rows.push_back(Row{"AdminService", std::move(rpc), std::move(variant),
                        per_tenant, audited, role, std::move(expect),
                        std::move(run)});
@@ -1014,18 +976,16 @@ std::vector<Row> AdminRows() {
   // --- CreateApiToken: for oneself anyone; for others platform-admin, or
   // tenant-admin for principals of its tenant ---
   add("CreateApiToken", "self", false, true, nullptr, AnyAuthenticated(),
-      [](const Call& c) {
-        v1::CreateApiTokenRequest req;
-        req.set_description("mine");
-        v1::CreateApiTokenResponse resp;
-        grpc::Status s =
-            c.env->admin->CreateApiToken(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          EXPECT_EQ(resp.token().principal(), c.principal());
-          EXPECT_FALSE(resp.secret().empty());
-        }
-        return s;
-      });
+      Calls(
+          &Env::admin, &AdminStub::CreateApiToken,
+          [](const Call&, v1::CreateApiTokenRequest& req) {
+            req.set_description("mine");
+          },
+          [](const Call& c, const v1::CreateApiTokenRequest&,
+             const v1::CreateApiTokenResponse& resp) {
+            EXPECT_EQ(resp.token().principal(), c.principal());
+            EXPECT_FALSE(resp.secret().empty());
+          }));
   add(
       "CreateApiToken", "for_other", true, true, nullptr,
       [](Who who, Target target) -> Codes {
@@ -1038,57 +998,43 @@ std::vector<Row> AdminRows() {
         // zed holds a role somewhere.
         return {StatusCode::PERMISSION_DENIED};
       },
-      [subject](const Call& c) {
-        v1::CreateApiTokenRequest req;
-        req.set_principal(subject(c));
-        v1::CreateApiTokenResponse resp;
-        grpc::Status s =
-            c.env->admin->CreateApiToken(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          EXPECT_EQ(resp.token().principal(), req.principal());
-        }
-        ExpectNoTenantLeak(c, s);
-        return s;
-      });
+      LeaksNoTenant(Calls(
+          &Env::admin, &AdminStub::CreateApiToken,
+          [subject](const Call& c, v1::CreateApiTokenRequest& req) {
+            req.set_principal(subject(c));
+          },
+          [](const Call&, const v1::CreateApiTokenRequest& req,
+             const v1::CreateApiTokenResponse& resp) {
+            EXPECT_EQ(resp.token().principal(), req.principal());
+          })));
   // A principal of t1 that is also platform-admin (or also in t2): minting its
   // token is acting with its platform (or t2) rights, which a tenant-admin of
   // t1 does not have.
+  auto mints_token_of = [](std::string principal) {
+    return LeaksNoTenant(
+        Calls(&Env::admin, &AdminStub::CreateApiToken,
+              [principal](const Call&, v1::CreateApiTokenRequest& req) {
+                req.set_principal(principal);
+              }));
+  };
   add("CreateApiToken", "for_t1_principal_also_platform_admin", false, true,
-      nullptr, PlatformAdminOnly(), [](const Call& c) {
-        v1::CreateApiTokenRequest req;
-        req.set_principal(kDual);
-        v1::CreateApiTokenResponse resp;
-        grpc::Status s =
-            c.env->admin->CreateApiToken(c.Ctx().get(), req, &resp);
-        ExpectNoTenantLeak(c, s);
-        return s;
-      });
+      nullptr, PlatformAdminOnly(), mints_token_of(kDual));
   add("CreateApiToken", "for_t1_principal_also_in_t2", false, true, nullptr,
-      PlatformAdminOnly(), [](const Call& c) {
-        v1::CreateApiTokenRequest req;
-        req.set_principal(kBoth);
-        v1::CreateApiTokenResponse resp;
-        grpc::Status s =
-            c.env->admin->CreateApiToken(c.Ctx().get(), req, &resp);
-        ExpectNoTenantLeak(c, s);
-        return s;
-      });
+      PlatformAdminOnly(), mints_token_of(kBoth));
 
   // --- ListApiTokens: one's own; another's or everyone's (principal "-")
   // platform-admin ---
   add("ListApiTokens", "self", false, false, nullptr, AnyAuthenticated(),
-      [](const Call& c) {
-        v1::ListApiTokensRequest req;
-        v1::ListApiTokensResponse resp;
-        grpc::Status s = c.env->admin->ListApiTokens(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          EXPECT_GT(resp.tokens_size(), 0);
-          for (const v1::ApiToken& t : resp.tokens()) {
-            EXPECT_EQ(t.principal(), c.principal());
-          }
-        }
-        return s;
-      });
+      Calls(
+          &Env::admin, &AdminStub::ListApiTokens,
+          [](const Call&, v1::ListApiTokensRequest&) {},
+          [](const Call& c, const v1::ListApiTokensRequest&,
+             const v1::ListApiTokensResponse& resp) {
+            EXPECT_GT(resp.tokens_size(), 0);
+            for (const v1::ApiToken& t : resp.tokens()) {
+              EXPECT_EQ(t.principal(), c.principal());
+            }
+          }));
   add(
       "ListApiTokens", "of_other", true, false, nullptr,
       [](Who who, Target target) -> Codes {
@@ -1101,43 +1047,38 @@ std::vector<Row> AdminRows() {
           return {StatusCode::PERMISSION_DENIED};
         return {StatusCode::PERMISSION_DENIED, StatusCode::NOT_FOUND};
       },
-      [subject](const Call& c) {
-        v1::ListApiTokensRequest req;
-        req.set_principal(subject(c));
-        v1::ListApiTokensResponse resp;
-        grpc::Status s = c.env->admin->ListApiTokens(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          for (const v1::ApiToken& t : resp.tokens()) {
-            EXPECT_EQ(t.principal(), req.principal());
-          }
-        }
-        ExpectNoTenantLeak(c, s);
-        return s;
-      });
+      LeaksNoTenant(Calls(
+          &Env::admin, &AdminStub::ListApiTokens,
+          [subject](const Call& c, v1::ListApiTokensRequest& req) {
+            req.set_principal(subject(c));
+          },
+          [](const Call&, const v1::ListApiTokensRequest& req,
+             const v1::ListApiTokensResponse& resp) {
+            for (const v1::ApiToken& t : resp.tokens()) {
+              EXPECT_EQ(t.principal(), req.principal());
+            }
+          })));
   add("ListApiTokens", "all", false, false, "platform-admin",
-      PlatformAdminOnly(), [](const Call& c) {
-        v1::ListApiTokensRequest req;
-        req.set_principal("-");
-        v1::ListApiTokensResponse resp;
-        return c.env->admin->ListApiTokens(c.Ctx().get(), req, &resp);
-      });
+      PlatformAdminOnly(),
+      Calls(&Env::admin, &AdminStub::ListApiTokens,
+            [](const Call&, v1::ListApiTokensRequest& req) {
+              req.set_principal("-");
+            }));
 
   // --- RevokeApiToken: one's own, or platform-admin ---
   add("RevokeApiToken", "own_token", false, true, nullptr, AnyAuthenticated(),
-      [](const Call& c) {
-        v1::RevokeApiTokenRequest req;
-        // The anonymous caller has no principal: it tries a token of the root
-        // user's.
-        req.set_name(c.env->NewToken(c.who == Who::kAnonymous ? "users/root"
-                                                              : c.principal()));
-        v1::ApiToken resp;
-        grpc::Status s =
-            c.env->admin->RevokeApiToken(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          EXPECT_TRUE(resp.has_revoke_time());
-        }
-        return s;
-      });
+      Calls(
+          &Env::admin, &AdminStub::RevokeApiToken,
+          [](const Call& c, v1::RevokeApiTokenRequest& req) {
+            // The anonymous caller has no principal: it tries a token of the
+            // root user's.
+            req.set_name(c.env->NewToken(
+                c.who == Who::kAnonymous ? "users/root" : c.principal()));
+          },
+          [](const Call&, const v1::RevokeApiTokenRequest&,
+             const v1::ApiToken& resp) {
+            EXPECT_TRUE(resp.has_revoke_time());
+          }));
   add(
       "RevokeApiToken", "of_other", true, true, nullptr,
       [](Who who, Target target) -> Codes {
@@ -1151,37 +1092,29 @@ std::vector<Row> AdminRows() {
         }
         return {StatusCode::NOT_FOUND};
       },
-      [subject](const Call& c) {
-        v1::RevokeApiTokenRequest req;
-        req.set_name(c.env->NewToken(subject(c)));
-        v1::ApiToken resp;
-        grpc::Status s =
-            c.env->admin->RevokeApiToken(c.Ctx().get(), req, &resp);
-        ExpectNoTenantLeak(c, s);
-        return s;
-      });
+      LeaksNoTenant(CallsOn(
+          &Env::admin, &AdminStub::RevokeApiToken,
+          [subject](const Call& c) { return c.env->NewToken(subject(c)); })));
 
   // --- Role bindings: platform-admin any; tenant-admin within its tenant,
   // never platform-admin ---
   add("CreateRoleBinding", "in_tenant", true, true, "tenant-admin",
-      InTenant(Need::kTenantAdmin), [](const Call& c) {
-        v1::CreateRoleBindingRequest req;
-        req.mutable_role_binding()->set_principal(
-            absl::StrCat("users/", c.env->Fresh("granted")));
-        req.mutable_role_binding()->set_role(v1::ROLE_MEMBER);
-        req.mutable_role_binding()->set_tenant(c.tenant);
-        v1::RoleBinding resp;
-        return c.env->admin->CreateRoleBinding(c.Ctx().get(), req, &resp);
-      });
+      InTenant(Need::kTenantAdmin),
+      Calls(&Env::admin, &AdminStub::CreateRoleBinding,
+            [](const Call& c, v1::CreateRoleBindingRequest& req) {
+              req.mutable_role_binding()->set_principal(
+                  absl::StrCat("users/", c.env->Fresh("granted")));
+              req.mutable_role_binding()->set_role(v1::ROLE_MEMBER);
+              req.mutable_role_binding()->set_tenant(c.tenant);
+            }));
   add("CreateRoleBinding", "platform_admin", false, true, "platform-admin",
-      PlatformAdminOnly(), [](const Call& c) {
-        v1::CreateRoleBindingRequest req;
-        req.mutable_role_binding()->set_principal(
-            absl::StrCat("users/", c.env->Fresh("escalated")));
-        req.mutable_role_binding()->set_role(v1::ROLE_PLATFORM_ADMIN);
-        v1::RoleBinding resp;
-        return c.env->admin->CreateRoleBinding(c.Ctx().get(), req, &resp);
-      });
+      PlatformAdminOnly(),
+      Calls(&Env::admin, &AdminStub::CreateRoleBinding,
+            [](const Call& c, v1::CreateRoleBindingRequest& req) {
+              req.mutable_role_binding()->set_principal(
+                  absl::StrCat("users/", c.env->Fresh("escalated")));
+              req.mutable_role_binding()->set_role(v1::ROLE_PLATFORM_ADMIN);
+            }));
   // Listing filters rather than refuses: what comes back is the caller's own
   // bindings and those of tenants it administers (platform-admin: all).
   // Filtering on an invisible tenant may give an empty page or NOT_FOUND.
@@ -1205,98 +1138,84 @@ std::vector<Row> AdminRows() {
         }
         return {StatusCode::OK, StatusCode::NOT_FOUND};
       },
-      [check_bindings](const Call& c) {
-        v1::ListRoleBindingsRequest req;
-        req.set_tenant(c.tenant);
-        req.set_page_size(1000);
-        v1::ListRoleBindingsResponse resp;
-        grpc::Status s =
-            c.env->admin->ListRoleBindings(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          check_bindings(c, resp);
-          for (const v1::RoleBinding& b : resp.role_bindings()) {
-            EXPECT_EQ(b.tenant(), c.tenant);
-          }
-          if (c.SeesAll() || (IsTenantRole(c.who) && c.tenant == kOwnTenant)) {
-            EXPECT_GT(resp.role_bindings_size(), 0);
-          }
-        }
-        return s;
-      });
+      Calls(
+          &Env::admin, &AdminStub::ListRoleBindings,
+          [](const Call& c, v1::ListRoleBindingsRequest& req) {
+            req.set_tenant(c.tenant);
+            req.set_page_size(1000);
+          },
+          [check_bindings](const Call& c, const v1::ListRoleBindingsRequest&,
+                           const v1::ListRoleBindingsResponse& resp) {
+            check_bindings(c, resp);
+            for (const v1::RoleBinding& b : resp.role_bindings()) {
+              EXPECT_EQ(b.tenant(), c.tenant);
+            }
+            if (c.SeesAll() ||
+                (IsTenantRole(c.who) && c.tenant == kOwnTenant)) {
+              EXPECT_GT(resp.role_bindings_size(), 0);
+            }
+          }));
   add("ListRoleBindings", "all", false, false, nullptr, AnyAuthenticated(),
-      [check_bindings](const Call& c) {
-        v1::ListRoleBindingsRequest req;
-        req.set_page_size(1000);
-        v1::ListRoleBindingsResponse resp;
-        grpc::Status s =
-            c.env->admin->ListRoleBindings(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          check_bindings(c, resp);
-          if (c.who == Who::kNobody) {
-            EXPECT_EQ(resp.role_bindings_size(), 0);
-          }
-          if (c.who == Who::kTenantAdmin) {
-            // Sees amy's binding in t1: it administers t1.
-            bool amy = false;
-            for (const v1::RoleBinding& b : resp.role_bindings())
-              amy |= b.principal() == kAmy;
-            EXPECT_TRUE(amy);
-          }
-        }
-        return s;
-      });
+      Calls(
+          &Env::admin, &AdminStub::ListRoleBindings,
+          [](const Call&, v1::ListRoleBindingsRequest& req) {
+            req.set_page_size(1000);
+          },
+          [check_bindings](const Call& c, const v1::ListRoleBindingsRequest&,
+                           const v1::ListRoleBindingsResponse& resp) {
+            check_bindings(c, resp);
+            if (c.who == Who::kNobody) {
+              EXPECT_EQ(resp.role_bindings_size(), 0);
+            }
+            if (c.who == Who::kTenantAdmin) {
+              // Sees amy's binding in t1: it administers t1.
+              bool amy = false;
+              for (const v1::RoleBinding& b : resp.role_bindings())
+                amy |= b.principal() == kAmy;
+              EXPECT_TRUE(amy);
+            }
+          }));
   add("DeleteRoleBinding", "in_tenant", true, true, "tenant-admin",
-      InTenant(Need::kTenantAdmin), [](const Call& c) {
-        v1::DeleteRoleBindingRequest req;
-        req.set_name(
-            c.env->NewBinding(absl::StrCat("users/", c.env->Fresh("revoked")),
-                              v1::ROLE_MEMBER, c.tenant));
-        google::protobuf::Empty resp;
-        return c.env->admin->DeleteRoleBinding(c.Ctx().get(), req, &resp);
-      });
+      InTenant(Need::kTenantAdmin),
+      CallsOn(&Env::admin, &AdminStub::DeleteRoleBinding, [](const Call& c) {
+        return c.env->NewBinding(
+            absl::StrCat("users/", c.env->Fresh("revoked")), v1::ROLE_MEMBER,
+            c.tenant);
+      }));
   add("DeleteRoleBinding", "platform_admin", false, true, "platform-admin",
-      PlatformAdminOnly(), [](const Call& c) {
-        v1::DeleteRoleBindingRequest req;
-        req.set_name(
-            c.env->NewBinding(absl::StrCat("users/", c.env->Fresh("demoted")),
-                              v1::ROLE_PLATFORM_ADMIN, ""));
-        google::protobuf::Empty resp;
-        return c.env->admin->DeleteRoleBinding(c.Ctx().get(), req, &resp);
-      });
+      PlatformAdminOnly(),
+      CallsOn(&Env::admin, &AdminStub::DeleteRoleBinding, [](const Call& c) {
+        return c.env->NewBinding(
+            absl::StrCat("users/", c.env->Fresh("demoted")),
+            v1::ROLE_PLATFORM_ADMIN, "");
+      }));
 
   // --- ListAuditLog: platform-admin all; tenant-admin with tenant set to its
   // own ---
   add("ListAuditLog", "of_tenant", true, false, "tenant-admin",
-      InTenant(Need::kTenantAdmin), [](const Call& c) {
-        v1::ListAuditLogRequest req;
-        req.set_tenant(c.tenant);
-        v1::ListAuditLogResponse resp;
-        grpc::Status s = c.env->admin->ListAuditLog(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          for (const v1::AuditEntry& e : resp.entries()) {
-            EXPECT_EQ(e.tenant(), c.tenant);
-          }
-        }
-        return s;
-      });
+      InTenant(Need::kTenantAdmin),
+      Calls(
+          &Env::admin, &AdminStub::ListAuditLog,
+          [](const Call& c, v1::ListAuditLogRequest& req) {
+            req.set_tenant(c.tenant);
+          },
+          [](const Call& c, const v1::ListAuditLogRequest&,
+             const v1::ListAuditLogResponse& resp) {
+            for (const v1::AuditEntry& e : resp.entries()) {
+              EXPECT_EQ(e.tenant(), c.tenant);
+            }
+          }));
   add("ListAuditLog", "all", false, false, "platform-admin",
-      PlatformAdminOnly(), [](const Call& c) {
-        v1::ListAuditLogRequest req;
-        v1::ListAuditLogResponse resp;
-        return c.env->admin->ListAuditLog(c.Ctx().get(), req, &resp);
-      });
+      PlatformAdminOnly(), CallsEmpty(&Env::admin, &AdminStub::ListAuditLog));
 
   add("WhoAmI", "", false, false, nullptr, AnyAuthenticated(),
-      [](const Call& c) {
-        v1::WhoAmIRequest req;
-        v1::Caller resp;
-        grpc::Status s = c.env->admin->WhoAmI(c.Ctx().get(), req, &resp);
-        if (s.ok()) {
-          EXPECT_EQ(resp.principal(), c.principal());
-          EXPECT_EQ(resp.bindings_size(), c.who == Who::kNobody ? 0 : 1);
-        }
-        return s;
-      });
+      Calls(
+          &Env::admin, &AdminStub::WhoAmI,
+          [](const Call&, v1::WhoAmIRequest&) {},
+          [](const Call& c, const v1::WhoAmIRequest&, const v1::Caller& resp) {
+            EXPECT_EQ(resp.principal(), c.principal());
+            EXPECT_EQ(resp.bindings_size(), c.who == Who::kNobody ? 0 : 1);
+          }));
   return rows;
 }
 
