@@ -133,13 +133,19 @@ const ObjectKind& NodeKind() {
   return *kind;
 }
 
-absl::StatusOr<StoredObject> ObjectStore::Create(
-    const ObjectKind& kind, const std::vector<std::string>& key,
+namespace {
+
+// Inserts one object of `kind` (or, when `replace`, inserts it or replaces
+// the one of its key, a new version) and returns it as stored; runs the kind's
+// on_write and writes `audit`, if any, in the same transaction (Create and
+// Upsert).
+absl::StatusOr<StoredObject> WriteObject(
+    Database* db, const ObjectKind& kind, const std::vector<std::string>& key,
     const std::vector<std::optional<std::string>>& extras,
-    const std::string& body, const AuditRecord* audit) {
+    const std::string& body, const AuditRecord* audit, bool replace) {
   if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
   StoredObject out;
-  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+  absl::Status s = db->Transact([&](pqxx::work& txn) -> absl::Status {
     DynamicParams params;
     std::vector<std::string> columns = kind.key_columns;
     std::vector<std::string> values;
@@ -151,12 +157,25 @@ absl::StatusOr<StoredObject> ObjectStore::Create(
     }
     columns.push_back("body");
     values.push_back(params.AddBytes(body));
-    pqxx::result r =
-        txn.exec_params(absl::StrCat("INSERT INTO ", kind.table, " (",
-                                     absl::StrJoin(columns, ", "), ") VALUES (",
-                                     absl::StrJoin(values, ", "),
-                                     ") RETURNING ", SelectColumns(kind)),
-                        params.Dynamic());
+    std::string on_conflict;
+    if (replace) {
+      std::vector<std::string> sets;
+      for (const std::string& column : kind.extra_columns) {
+        sets.push_back(absl::StrCat(column, " = EXCLUDED.", column));
+      }
+      sets.push_back("body = EXCLUDED.body");
+      sets.push_back(absl::StrCat("version = ", kind.table, ".version + 1"));
+      sets.push_back("update_time = now()");
+      on_conflict =
+          absl::StrCat(" ON CONFLICT (", absl::StrJoin(kind.key_columns, ", "),
+                       ") DO UPDATE SET ", absl::StrJoin(sets, ", "));
+    }
+    pqxx::result r = txn.exec_params(
+        absl::StrCat("INSERT INTO ", kind.table, " (",
+                     absl::StrJoin(columns, ", "), ") VALUES (",
+                     absl::StrJoin(values, ", "), ")", on_conflict,
+                     " RETURNING ", SelectColumns(kind)),
+        params.Dynamic());
     out = RowToObject(kind, r[0]);
     if (kind.on_write) kind.on_write(txn, key, body);
     if (audit != nullptr) InsertAudit(txn, *audit);
@@ -164,6 +183,15 @@ absl::StatusOr<StoredObject> ObjectStore::Create(
   });
   if (!s.ok()) return s;
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<StoredObject> ObjectStore::Create(
+    const ObjectKind& kind, const std::vector<std::string>& key,
+    const std::vector<std::optional<std::string>>& extras,
+    const std::string& body, const AuditRecord* audit) {
+  return WriteObject(db_, kind, key, extras, body, audit, /*replace=*/false);
 }
 
 absl::StatusOr<StoredObject> ObjectStore::Get(
@@ -332,40 +360,7 @@ absl::StatusOr<StoredObject> ObjectStore::Upsert(
     const ObjectKind& kind, const std::vector<std::string>& key,
     const std::vector<std::optional<std::string>>& extras,
     const std::string& body, const AuditRecord* audit) {
-  if (absl::Status s = CheckKey(kind, key); !s.ok()) return s;
-  StoredObject out;
-  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    DynamicParams params;
-    std::vector<std::string> columns = kind.key_columns;
-    std::vector<std::string> values;
-    std::vector<std::string> sets;
-    for (const auto& k : key) values.push_back(params.Add(k));
-    for (size_t i = 0; i < kind.extra_columns.size(); ++i) {
-      columns.push_back(kind.extra_columns[i]);
-      values.push_back(
-          params.Add(i < extras.size() ? extras[i] : std::nullopt));
-      sets.push_back(absl::StrCat(kind.extra_columns[i], " = EXCLUDED.",
-                                  kind.extra_columns[i]));
-    }
-    columns.push_back("body");
-    values.push_back(params.AddBytes(body));
-    sets.push_back("body = EXCLUDED.body");
-    sets.push_back(absl::StrCat("version = ", kind.table, ".version + 1"));
-    sets.push_back("update_time = now()");
-    pqxx::result r = txn.exec_params(
-        absl::StrCat(
-            "INSERT INTO ", kind.table, " (", absl::StrJoin(columns, ", "),
-            ") VALUES (", absl::StrJoin(values, ", "), ") ON CONFLICT (",
-            absl::StrJoin(kind.key_columns, ", "), ") DO UPDATE SET ",
-            absl::StrJoin(sets, ", "), " RETURNING ", SelectColumns(kind)),
-        params.Dynamic());
-    out = RowToObject(kind, r[0]);
-    if (kind.on_write) kind.on_write(txn, key, body);
-    if (audit != nullptr) InsertAudit(txn, *audit);
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return out;
+  return WriteObject(db_, kind, key, extras, body, audit, /*replace=*/true);
 }
 
 absl::Status ObjectStore::Delete(const ObjectKind& kind,

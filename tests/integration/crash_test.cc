@@ -42,6 +42,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/substitute.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -139,85 +140,63 @@ std::string SimConfig(uint64_t seed) {
 }
 
 // Flavors, the cluster and its pools, two tenants with two queues each in one
-// cohort (quota 64 GPUs of each flavor per queue, borrowing up to the
-// cluster), preemption by priority within a queue.
-constexpr char kBundle[] = R"pb(
-  priority_classes { name: "priorityClasses/low" value: 0 preemptible: true }
-  priority_classes { name: "priorityClasses/high" value: 100 preemptible: true }
-  flavors {
-    name: "flavors/on-demand"
-    kind: FLAVOR_KIND_ON_DEMAND
-    gpu_hour_price { currency_code: "USD" micros: 4000000 }
-  }
-  flavors {
-    name: "flavors/spot"
-    kind: FLAVOR_KIND_SPOT
-    gpu_hour_price { currency_code: "USD" micros: 1500000 }
-    reclaim_rate_per_hour: 60
-  }
-  clusters { name: "clusters/crash" backend: BACKEND_KIND_SIM }
-  pools { name: "clusters/crash/pools/ondemand" flavor: "on-demand" }
-  pools { name: "clusters/crash/pools/spot" flavor: "spot" }
-  cohorts { name: "cohorts/all" fair_share_weight: 1 }
-  tenants { name: "tenants/t1" default_priority_class: "low" }
-  projects { name: "tenants/t1/projects/default" }
-  tenants { name: "tenants/t2" default_priority_class: "low" }
-  projects { name: "tenants/t2/projects/default" }
-  queues {
-    name: "tenants/t1/queues/a"
-    cohort: "all"
-    fair_share_weight: 1
-    preemption { within_queue: WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY }
+// cohort (quota 24 GPUs of each flavor per queue, borrowing up to 72 more),
+// preemption by priority within each tenant's queue a.
+std::string Bundle() {
+  std::string bundle = R"pb(
+    priority_classes { name: "priorityClasses/low" value: 0 preemptible: true }
+    priority_classes {
+      name: "priorityClasses/high"
+      value: 100
+      preemptible: true
+    }
+    flavors {
+      name: "flavors/on-demand"
+      kind: FLAVOR_KIND_ON_DEMAND
+      gpu_hour_price { currency_code: "USD" micros: 4000000 }
+    }
+    flavors {
+      name: "flavors/spot"
+      kind: FLAVOR_KIND_SPOT
+      gpu_hour_price { currency_code: "USD" micros: 1500000 }
+      reclaim_rate_per_hour: 60
+    }
+    clusters { name: "clusters/crash" backend: BACKEND_KIND_SIM }
+    pools { name: "clusters/crash/pools/ondemand" flavor: "on-demand" }
+    pools { name: "clusters/crash/pools/spot" flavor: "spot" }
+    cohorts { name: "cohorts/all" fair_share_weight: 1 }
+    tenants { name: "tenants/t1" default_priority_class: "low" }
+    projects { name: "tenants/t1/projects/default" }
+    tenants { name: "tenants/t2" default_priority_class: "low" }
+    projects { name: "tenants/t2/projects/default" }
+  )pb";
+  // Queue $1 of tenant $0, of fair-share weight $2 ($3: its preemption; $4,
+  // $5: its quotas).
+  constexpr char kQueue[] = R"pb(
+    queues {
+      name: "tenants/$0/queues/$1"
+      cohort: "all"
+      fair_share_weight: $2 $3 $4 $5
+    }
+  )pb";
+  constexpr char kQuota[] = R"pb(
     quotas {
-      flavor: "on-demand"
+      flavor: "$0"
       resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
     }
-    quotas {
-      flavor: "spot"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-  }
-  queues {
-    name: "tenants/t1/queues/b"
-    cohort: "all"
-    fair_share_weight: 1
-    quotas {
-      flavor: "on-demand"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-    quotas {
-      flavor: "spot"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-  }
-  queues {
-    name: "tenants/t2/queues/a"
-    cohort: "all"
-    fair_share_weight: 2
-    preemption { within_queue: WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY }
-    quotas {
-      flavor: "on-demand"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-    quotas {
-      flavor: "spot"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-  }
-  queues {
-    name: "tenants/t2/queues/b"
-    cohort: "all"
-    fair_share_weight: 1
-    quotas {
-      flavor: "on-demand"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-    quotas {
-      flavor: "spot"
-      resources { resource: RESOURCE_NAME_GPU nominal: 24 borrowing_limit: 72 }
-    }
-  }
-)pb";
+  )pb";
+  const std::string on_demand = absl::Substitute(kQuota, "on-demand");
+  const std::string spot = absl::Substitute(kQuota, "spot");
+  constexpr char kPreemptLower[] =
+      "preemption { within_queue: WITHIN_QUEUE_PREEMPTION_LOWER_PRIORITY }";
+  absl::StrAppend(
+      &bundle,
+      absl::Substitute(kQueue, "t1", "a", 1, kPreemptLower, on_demand, spot),
+      absl::Substitute(kQueue, "t1", "b", 1, "", on_demand, spot),
+      absl::Substitute(kQueue, "t2", "a", 2, kPreemptLower, on_demand, spot),
+      absl::Substitute(kQueue, "t2", "b", 1, "", on_demand, spot));
+  return bundle;
+}
 
 // The services the chaos loop kills and restarts, and the one-shot
 // commands, come from tests/fixtures/trainyard_process.h.
@@ -370,7 +349,7 @@ TEST_P(CrashTest, JobsEndExactlyOnceThroughKillsAndRestarts) {
   const std::string sim_path = dir_ + "/sim.textproto";
   const std::string bundle_path = dir_ + "/bundle.textproto";
   std::ofstream(sim_path) << SimConfig(seed);
-  std::ofstream(bundle_path) << kBundle;
+  std::ofstream(bundle_path) << Bundle();
 
   absl::StatusOr<int> api_port = PickUnusedPort();
   absl::StatusOr<int> sim_port = PickUnusedPort();

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/substitute.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
-#include "services/lib/runtime/job_token.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/lib/runtime/job_token.h"
 #include "services/scheduler/scheduler_service.h"
 #include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/pool.h"
@@ -33,63 +34,36 @@ using dispatcher::sim::SimAdapter;
 
 // The harness's cluster "sim": pool "main" (flavor "gpu"), nodes n0..n3 with
 // 8 H100 each, racks r0 (n0, n1) and r1 (n2, n3) of block b0.
-constexpr char kSimConfig[] = R"pb(
-  cluster: "sim"
-  pools {
-    name: "main"
-    flavor: "gpu"
-    flavor_kind: FLAVOR_KIND_ON_DEMAND
-    gpu_hour_price_micros: 2000000
-  }
-  nodes {
-    name: "n0"
-    pool: "main"
-    block: "b0"
-    rack: "r0"
-    capacity {
-      gpus: 8
-      gpu_model: "H100"
-      cpu_millis: 64000
-      memory_bytes: 549755813888
+std::string SimConfig() {
+  // Node n$0 in rack r$1 (absl::Substitute).
+  constexpr char kNode[] = R"pb(
+    nodes {
+      name: "n$0"
+      pool: "main"
+      block: "b0"
+      rack: "r$1"
+      capacity {
+        gpus: 8
+        gpu_model: "H100"
+        cpu_millis: 64000
+        memory_bytes: 549755813888
+      }
     }
-  }
-  nodes {
-    name: "n1"
-    pool: "main"
-    block: "b0"
-    rack: "r0"
-    capacity {
-      gpus: 8
-      gpu_model: "H100"
-      cpu_millis: 64000
-      memory_bytes: 549755813888
+  )pb";
+  std::string config = R"pb(
+    cluster: "sim"
+    pools {
+      name: "main"
+      flavor: "gpu"
+      flavor_kind: FLAVOR_KIND_ON_DEMAND
+      gpu_hour_price_micros: 2000000
     }
+  )pb";
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&config, absl::Substitute(kNode, i, i / 2));
   }
-  nodes {
-    name: "n2"
-    pool: "main"
-    block: "b0"
-    rack: "r1"
-    capacity {
-      gpus: 8
-      gpu_model: "H100"
-      cpu_millis: 64000
-      memory_bytes: 549755813888
-    }
-  }
-  nodes {
-    name: "n3"
-    pool: "main"
-    block: "b0"
-    rack: "r1"
-    capacity {
-      gpus: 8
-      gpu_model: "H100"
-      cpu_millis: 64000
-      memory_bytes: 549755813888
-    }
-  }
-)pb";
+  return config;
+}
 
 class DispatcherTest : public ::testing::Test {
  protected:
@@ -106,7 +80,7 @@ class DispatcherTest : public ::testing::Test {
     ASSERT_TRUE(harness_->SeedTenant("acme").ok());
     token_ = harness_->Token("users/alice", v1::ROLE_TENANT_ADMIN, "acme");
     absl::StatusOr<v1::SimClusterConfig> config =
-        dispatcher::sim::ParseSimConfig(kSimConfig, "test");
+        dispatcher::sim::ParseSimConfig(SimConfig(), "test");
     ASSERT_TRUE(config.ok()) << config.status();
     absl::StatusOr<std::unique_ptr<SimAdapter>> sim =
         SimAdapter::Create(*config, &clock_);
