@@ -251,47 +251,45 @@ def cmd_jobs(args):
     return EXIT_OK
 
 
-def cmd_cancel(args):
-    from trainyard import output, state_name
+def _each_job(args, verb: str, act, line):
+    """Runs ``act(client, ref)`` on every job of ``args.jobs``, printing ``line(job)`` for each
+    (table output) or dumping them all at the end; the exit code of the first failure."""
+    from trainyard import output
     from trainyard.errors import TrainyardError
     worst = EXIT_OK
     results = []
     with _client(args) as c:
         for ref in args.jobs:
             try:
-                job = c.cancel(ref, reason=args.reason or "")
+                job = act(c, ref)
                 results.append(job)
                 if args.output == "table":
-                    note = " (cancel requested; stopping)" if job.cancel_requested and \
-                        state_name(job.state) != "CANCELLED" else ""
-                    print(f"{job.name} {state_name(job.state)}{note}")
-            except TrainyardError as e:
-                print(f"yard: cancel {ref}: {_describe(e)}", file=sys.stderr)
-                worst = worst or _exit_code_for(e)
-    if args.output != "table":
-        output.dump(results, args.output)
-    return worst
-
-
-def _hold_or_release(args, hold: bool):
-    from trainyard import output, state_name
-    from trainyard.errors import TrainyardError
-    verb = "hold" if hold else "release"
-    worst = EXIT_OK
-    results = []
-    with _client(args) as c:
-        for ref in args.jobs:
-            try:
-                job = (c.hold if hold else c.release)(ref, reason=args.reason or "")
-                results.append(job)
-                if args.output == "table":
-                    print(f"{job.name} {state_name(job.state)}")
+                    print(line(job))
             except TrainyardError as e:
                 print(f"yard: {verb} {ref}: {_describe(e)}", file=sys.stderr)
                 worst = worst or _exit_code_for(e)
     if args.output != "table":
         output.dump(results, args.output)
     return worst
+
+
+def cmd_cancel(args):
+    from trainyard import state_name
+
+    def line(job):
+        note = " (cancel requested; stopping)" if job.cancel_requested and \
+            state_name(job.state) != "CANCELLED" else ""
+        return f"{job.name} {state_name(job.state)}{note}"
+    return _each_job(args, "cancel", lambda c, ref: c.cancel(ref, reason=args.reason or ""),
+                     line)
+
+
+def _hold_or_release(args, hold: bool):
+    from trainyard import state_name
+    return _each_job(args, "hold" if hold else "release",
+                     lambda c, ref: (c.hold if hold else c.release)(ref,
+                                                                    reason=args.reason or ""),
+                     lambda job: f"{job.name} {state_name(job.state)}")
 
 
 def cmd_hold(args):

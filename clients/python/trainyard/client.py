@@ -244,6 +244,15 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e, name) from None
 
+    def _paged(self, method, request, name: str, field: str) -> Iterator:
+        """Every item (the repeated ``field`` of each page) of a List call, page by page."""
+        while True:
+            resp = self._call(method, request, name)
+            yield from getattr(resp, field)
+            if not resp.next_page_token:
+                return
+            request.page_token = resp.next_page_token
+
     @property
     def tenant(self) -> str:
         """The default tenant id (resolved through WhoAmI on first use when not configured)."""
@@ -342,16 +351,11 @@ class Client:
         for k, v in (labels or {}).items():
             req.labels[k] = v
         count = 0
-        while True:
-            resp = self._call(self._jobs.List, req, "JobService.List")
-            for j in resp.jobs:
-                yield j
-                count += 1
-                if limit is not None and count >= limit:
-                    return
-            if not resp.next_page_token:
+        for j in self._paged(self._jobs.List, req, "JobService.List", "jobs"):
+            yield j
+            count += 1
+            if limit is not None and count >= limit:
                 return
-            req.page_token = resp.next_page_token
 
     def cancel(self, job: Any, reason: str = ""):
         """Cancels a job (idempotent) and returns it."""
@@ -445,12 +449,8 @@ class Client:
     def checkpoints(self, job: Any, page_size: int = 100) -> Iterator:
         """Iterates over the job's checkpoints, newest first."""
         req = job_pb2.ListCheckpointsRequest(job=self.job_name(job), page_size=page_size)
-        while True:
-            resp = self._call(self._jobs.ListCheckpoints, req, "JobService.ListCheckpoints")
-            yield from resp.checkpoints
-            if not resp.next_page_token:
-                return
-            req.page_token = resp.next_page_token
+        yield from self._paged(self._jobs.ListCheckpoints, req, "JobService.ListCheckpoints",
+                               "checkpoints")
 
     # --- queues, quotas, usage ----------------------------------------------------------------
 
@@ -459,12 +459,7 @@ class Client:
         """Iterates over the tenant's queues."""
         req = queue_pb2.ListQueuesRequest(parent=self._parent(tenant), cohort=cohort,
                                           page_size=page_size)
-        while True:
-            resp = self._call(self._queues.ListQueues, req, "QueueService.ListQueues")
-            yield from resp.queues
-            if not resp.next_page_token:
-                return
-            req.page_token = resp.next_page_token
+        yield from self._paged(self._queues.ListQueues, req, "QueueService.ListQueues", "queues")
 
     def get_queue(self, queue: str, *, tenant: Optional[str] = None):
         """A queue with its quotas (``trainyard.v1.Queue``)."""
@@ -577,12 +572,8 @@ class Client:
             start, end = month_range(period)
             req.start_time.FromDatetime(start)
             req.end_time.FromDatetime(end)
-        while True:
-            resp = self._call(self._accounting.ListUsage, req, "AccountingService.ListUsage")
-            yield from resp.records
-            if not resp.next_page_token:
-                return
-            req.page_token = resp.next_page_token
+        yield from self._paged(self._accounting.ListUsage, req, "AccountingService.ListUsage",
+                               "records")
 
 
 __all__ = ["Client", "Watch", "TERMINAL_STATES", "PENDING_STATES", "state_name",

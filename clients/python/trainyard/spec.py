@@ -108,14 +108,24 @@ _MEMORY_UNITS = {
 _DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(value: Any, field_path: str = "", lines: Optional[dict] = None) -> float:
-    """Seconds from a number of seconds or a string like "90s", "1h30m", "2d", "500ms"."""
+def _plain_number(value: Any, types, expected: str, field_path: str,
+                  lines: Optional[dict]):
+    """`value` if it is a number of `types` (not negative), None if it is not a number
+    (a string to parse); a boolean is an error (`expected`: what was expected)."""
     if isinstance(value, bool):
-        raise _err(field_path, "expected a duration such as 90s or 1h30m, got a boolean", lines)
-    if isinstance(value, (int, float)):
+        raise _err(field_path, f"expected {expected}, got a boolean", lines)
+    if isinstance(value, types):
         if value < 0:
             raise _err(field_path, f"must not be negative, got {value}", lines)
-        return float(value)
+        return value
+    return None
+
+
+def parse_duration(value: Any, field_path: str = "", lines: Optional[dict] = None) -> float:
+    """Seconds from a number of seconds or a string like "90s", "1h30m", "2d", "500ms"."""
+    n = _plain_number(value, (int, float), "a duration such as 90s or 1h30m", field_path, lines)
+    if n is not None:
+        return float(n)
     if isinstance(value, str):
         s = value.strip()
         pos, total = 0, 0.0
@@ -132,12 +142,9 @@ def parse_duration(value: Any, field_path: str = "", lines: Optional[dict] = Non
 
 def parse_memory(value: Any, field_path: str = "", lines: Optional[dict] = None) -> int:
     """Bytes from an integer or a string like "64Gi", "512Mi", "1T"."""
-    if isinstance(value, bool):
-        raise _err(field_path, "expected bytes or a size such as 64Gi, got a boolean", lines)
-    if isinstance(value, int):
-        if value < 0:
-            raise _err(field_path, f"must not be negative, got {value}", lines)
-        return value
+    n = _plain_number(value, int, "bytes or a size such as 64Gi", field_path, lines)
+    if n is not None:
+        return n
     if isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?|)\s*", value)
         if m and m.group(2) in _MEMORY_UNITS:
@@ -148,12 +155,9 @@ def parse_memory(value: Any, field_path: str = "", lines: Optional[dict] = None)
 
 def parse_cpus(value: Any, field_path: str = "", lines: Optional[dict] = None) -> int:
     """Millicores from a number of cores (8, 0.5) or a string ("500m", "2")."""
-    if isinstance(value, bool):
-        raise _err(field_path, "expected a number of cores, got a boolean", lines)
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise _err(field_path, f"must not be negative, got {value}", lines)
-        return int(round(value * 1000))
+    n = _plain_number(value, (int, float), "a number of cores", field_path, lines)
+    if n is not None:
+        return int(round(n * 1000))
     if isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)(m?)\s*", value)
         if m:
