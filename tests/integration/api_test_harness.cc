@@ -153,6 +153,26 @@ absl::Status ApiHarness::SeedPriorityPreemption(const std::string& tenant) {
   return absl::OkStatus();
 }
 
+absl::Status ApiHarness::ReportSimNodes(trainyard::v1::NodeState state) {
+  trainyard::v1::ReportNodesRequest req;
+  req.set_parent("clusters/sim");
+  for (int i = 0; i < 4; ++i) {
+    auto* n = req.add_nodes();
+    n->set_name(absl::StrCat("clusters/sim/nodes/n", i));
+    n->set_pool("main");
+    n->set_state(state);
+    n->mutable_capacity()->set_gpus(8);
+    n->mutable_capacity()->set_gpu_model("H100");
+    n->mutable_capacity()->set_cpu_millis(64000);
+    n->mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
+    n->mutable_topology()->set_block("b0");
+    n->mutable_topology()->set_rack(absl::StrCat("r", i / 2));
+  }
+  trainyard::v1::ReportNodesResponse out;
+  return FromGrpc(
+      clusters()->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
+}
+
 absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
   auto q = queues();
   auto c = clusters();
@@ -196,27 +216,9 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
         return s;
       }
     }
-    {
-      trainyard::v1::ReportNodesRequest req;
-      req.set_parent("clusters/sim");
-      for (int i = 0; i < 4; ++i) {
-        auto* n = req.add_nodes();
-        n->set_name(absl::StrCat("clusters/sim/nodes/n", i));
-        n->set_pool("main");
-        n->set_state(trainyard::v1::NODE_STATE_READY);
-        n->mutable_capacity()->set_gpus(8);
-        n->mutable_capacity()->set_gpu_model("H100");
-        n->mutable_capacity()->set_cpu_millis(64000);
-        n->mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
-        n->mutable_topology()->set_block("b0");
-        n->mutable_topology()->set_rack(absl::StrCat("r", i / 2));
-      }
-      trainyard::v1::ReportNodesResponse out;
-      if (auto s = FromGrpc(
-              c->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
-          !s.ok()) {
-        return s;
-      }
+    if (absl::Status s = ReportSimNodes(trainyard::v1::NODE_STATE_READY);
+        !s.ok()) {
+      return s;
     }
     {
       trainyard::v1::CreateCohortRequest req;

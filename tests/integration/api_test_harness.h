@@ -57,6 +57,10 @@ class ApiHarness {
   // "pool", flavor "gpu" nominal 64 GPUs) and, once per harness, a sim cluster
   // of 4 nodes × 8 GPUs.
   absl::Status SeedTenant(const std::string& tenant);
+  // (Re)reports the sim cluster's nodes n0..n3 (8 H100 each, pool "main", racks
+  // r0 and r1 of block b0) in `state`: SeedTenant reports them READY; tests
+  // that send work elsewhere report them DOWN.
+  absl::Status ReportSimNodes(trainyard::v1::NodeState state);
   // Creates priority classes "low" (10) and "high" (100), both preemptible,
   // and makes `tenant`'s default queue preempt lower priority within itself.
   absl::Status SeedPriorityPreemption(const std::string& tenant);

@@ -88,22 +88,7 @@ absl::Status DefineCluster(ApiHarness& h) {
     grpc::Status s = c->CreatePool(ApiHarness::Context(admin).get(), req, &out);
     if (!s.ok()) return absl::InternalError(s.error_message());
   }
-  v1::ReportNodesRequest req;
-  req.set_parent("clusters/sim");
-  for (int i = 0; i < 4; ++i) {
-    v1::Node* n = req.add_nodes();
-    n->set_name(absl::StrCat("clusters/sim/nodes/n", i));
-    n->set_pool("main");
-    n->set_state(v1::NODE_STATE_DOWN);
-    n->mutable_capacity()->set_gpus(8);
-    n->mutable_capacity()->set_gpu_model("H100");
-    n->mutable_capacity()->set_cpu_millis(64000);
-    n->mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
-  }
-  v1::ReportNodesResponse out;
-  grpc::Status s = c->ReportNodes(ApiHarness::Context(admin).get(), req, &out);
-  if (!s.ok()) return absl::InternalError(s.error_message());
-  return absl::OkStatus();
+  return h.ReportSimNodes(v1::NODE_STATE_DOWN);
 }
 
 }  // namespace
