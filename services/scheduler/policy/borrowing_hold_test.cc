@@ -27,12 +27,9 @@ struct Fixture {
   explicit Fixture(std::optional<int64_t> a_borrowing_limit = std::nullopt) {
     const FlavorId f = b.AddFlavor("gpu");
     const CohortId cohort = b.AddCohort("c");
-    const QueueId qa = b.AddQueue("a", cohort);
-    const QueueId qb = b.AddQueue("b", cohort);
-    const QueueId qc = b.AddQueue("c", cohort);
-    b.AddGpuQuota(qa, f, 8, a_borrowing_limit);
-    b.AddGpuQuota(qb, f, 8);
-    b.AddGpuQuota(qc, f, 8);
+    const QueueId qa = b.AddGpuQueue("a", cohort, f, 8, a_borrowing_limit);
+    const QueueId qb = b.AddGpuQueue("b", cohort, f, 8);
+    const QueueId qc = b.AddGpuQueue("c", cohort, f, 8);
     const NodeId n0 = b.AddNode(f, 8), n1 = b.AddNode(f, 8),
                  n2 = b.AddNode(f, 8);
     b.AddRunning(100, qa, f, n0, 8);

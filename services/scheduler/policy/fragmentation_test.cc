@@ -286,8 +286,7 @@ Snapshot SmallJobsWorkload(uint64_t seed, int64_t job_gpus) {
   for (int n = 0; n < 32; ++n) {
     b.AddNode(f, 8, /*block=*/n / 16, /*rack=*/n / 4);
   }
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 32 * 8);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, f, 32 * 8);
   JobId id = 1;
   for (int i = 0; i < 6; ++i) {
     const NodeId node = std::uniform_int_distribution<NodeId>(0, 31)(rng);

@@ -402,8 +402,7 @@ TEST(SchedulerTest, RunningWorkReleasesWhatItsWorkersHold) {
   testing::SnapshotBuilder b;
   const FlavorId f = b.AddFlavor("h100");
   const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddQueue("research");
-  b.AddGpuQuota(q, f, 64);
+  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
   Scheduler scheduler(b.Build());
   RunningAttempt stopping{.job = 7,
                           .queue = q,
@@ -463,8 +462,7 @@ TEST(SchedulerTest, UnchangedFailureSharesItsExplanationAcrossCycles) {
   testing::SnapshotBuilder b;
   const FlavorId f = b.AddFlavor("h100");
   const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddQueue("research");
-  b.AddGpuQuota(q, f, 64);
+  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
   b.AddRunning(1, q, f, n, 6);
   b.AddJob(10, q, 4, 1, 1);
   b.AddJob(11, q, 4, 1, 2);
@@ -486,10 +484,8 @@ TEST(SchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
   testing::SnapshotBuilder b;
   const FlavorId f = b.AddFlavor("h100");
   const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddQueue("research");
-  b.AddGpuQuota(q, f, 64);
-  const QueueId small = b.AddQueue("small");
-  b.AddGpuQuota(small, f, 4);
+  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
+  const QueueId small = b.AddGpuQueue("small", std::nullopt, f, 4);
   b.AddRunning(1, q, f, n, 1);
   b.AddRunning(2, q, f, n, 5);
   b.AddRunningQuotaOnly(3, small, f, 1);
@@ -545,8 +541,7 @@ TEST(SchedulerTest, RebuildDropsKeptExplanations) {
   testing::SnapshotBuilder b;
   const FlavorId f = b.AddFlavor("h100");
   const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddQueue("research");
-  b.AddGpuQuota(q, f, 64);
+  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
   b.AddRunning(1, q, f, n, 7);
   b.AddJob(10, q, 2, 1, 1);
   b.AddJob(11, q, 4, 1, 2);
@@ -650,15 +645,12 @@ TEST(SchedulerTest, PreemptionBecomesPossibleAfterAChange) {
   const CohortId c = b.AddCohort("c");
   // Queue own preempts lower priorities within itself; queue light reclaims
   // its nominal quota from borrowers; queue heavy borrows.
-  const QueueId own = b.AddQueue("own");
-  b.AddGpuQuota(own, f, 8);
+  const QueueId own = b.AddGpuQueue("own", std::nullopt, f, 8);
   b.snapshot().queues[own].within_queue_preemption =
       WithinQueuePreemption::kLowerPriority;
-  const QueueId light = b.AddQueue("light", c);
-  b.AddGpuQuota(light, f, 8);
+  const QueueId light = b.AddGpuQueue("light", c, f, 8);
   b.snapshot().queues[light].reclaim_within_cohort = ReclaimWithinCohort::kAny;
-  const QueueId heavy = b.AddQueue("heavy", c);
-  b.AddGpuQuota(heavy, f, 0);
+  const QueueId heavy = b.AddGpuQueue("heavy", c, f, 0);
   b.AddRunning(100, own, f, n0, 8);
   b.snapshot().running.back().priority_class = high;
   b.AddRunning(200, heavy, f, n1, 8);
@@ -773,14 +765,11 @@ TEST(SchedulerTest, FairShareFailureIsNotReusedAfterUsageElsewhere) {
   const NodeId n0 = b.AddNode(f0, 8);
   b.AddNode(f1, 8);
   const CohortId c = b.AddCohort("c");
-  const QueueId a = b.AddQueue("a", c);
-  b.AddGpuQuota(a, f0, 0);
+  const QueueId a = b.AddGpuQueue("a", c, f0, 0);
   b.snapshot().queues[a].fair_share_preemption = true;
-  const QueueId victim = b.AddQueue("b", c);
-  b.AddGpuQuota(victim, f0, 0);
+  const QueueId victim = b.AddGpuQueue("b", c, f0, 0);
   b.AddGpuQuota(victim, f1, 0);
-  const QueueId lender = b.AddQueue("lender", c);
-  b.AddGpuQuota(lender, f0, 8);
+  const QueueId lender = b.AddGpuQueue("lender", c, f0, 8);
   b.AddGpuQuota(lender, f1, 8);
   b.AddRunning(100, victim, f0, n0, 4);
   b.AddRunning(101, victim, f0, n0, 4);

@@ -29,12 +29,9 @@ struct Fixture {
                    int64_t free_gpus_in_n2 = 0) {
     const FlavorId f = b.AddFlavor("gpu");
     const CohortId cohort = b.AddCohort("c");
-    const QueueId qa = b.AddQueue("a", cohort);
-    const QueueId qb = b.AddQueue("b", cohort);
-    const QueueId qc = b.AddQueue("c", cohort);
-    b.AddGpuQuota(qa, f, 8);
-    b.AddGpuQuota(qb, f, 8);
-    b.AddGpuQuota(qc, f, 8);
+    const QueueId qa = b.AddGpuQueue("a", cohort, f, 8);
+    const QueueId qb = b.AddGpuQueue("b", cohort, f, 8);
+    b.AddGpuQueue("c", cohort, f, 8);
     const NodeId n0 = b.AddNode(f, 8), n1 = b.AddNode(f, 8);
     if (extra_gpus > 0) b.AddNode(f, extra_gpus);
     b.AddRunning(100, qa, f, n0, 8);

@@ -36,8 +36,7 @@ TEST(DecideTest, AdmitsAGangWithAPlacementPerWorker) {
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, 0);
   b.AddNode(f, 8, 0, 0);
-  QueueId q = b.AddQueue("research-a");
-  b.AddGpuQuota(q, f, 64);
+  QueueId q = b.AddGpuQueue("research-a", std::nullopt, f, 64);
   b.AddJob(7, q, 2, 8);
   Decisions d = Decide(b.Build());
   ASSERT_EQ(d.admissions.size(), 1u);
@@ -53,8 +52,7 @@ TEST(DecideTest, GangIsNeverPartiallyAdmitted) {
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, 0);
   b.AddNode(f, 8, 0, 0);
-  QueueId q = b.AddQueue("research-a");
-  b.AddGpuQuota(q, f, 64);
+  QueueId q = b.AddGpuQueue("research-a", std::nullopt, f, 64);
   b.AddJob(1, q, 3, 8);
   Decisions d = Decide(b.Build());
   EXPECT_TRUE(d.admissions.empty());
@@ -70,8 +68,7 @@ TEST(DecideTest, CapacityUsedInTheSameCycleAndByRunningWorkIsRespected) {
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, 0);
   NodeId busy = b.AddNode(f, 8, 0, 0);
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 64);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, f, 64);
   b.AddRunning(100, q, f, busy, 6);
   b.AddJob(1, q, 1, 8, /*submit_time=*/1);
   b.AddJob(2, q, 1, 8, /*submit_time=*/2);
@@ -88,10 +85,8 @@ TEST(DecideTest, QuotaExhaustedExplainsUsageAndWhatTheCohortLends) {
   FlavorId f = b.AddFlavor("a100");
   for (int i = 0; i < 10; ++i) b.AddNode(f, 8, 0, i);
   CohortId c = b.AddCohort("research");
-  QueueId q = b.AddQueue("research-a", c);
-  QueueId other = b.AddQueue("research-b", c);
-  b.AddGpuQuota(q, f, 64);
-  b.AddGpuQuota(other, f, 16, std::nullopt, /*lending_limit=*/0);
+  QueueId q = b.AddGpuQueue("research-a", c, f, 64);
+  b.AddGpuQueue("research-b", c, f, 16, std::nullopt, /*lending_limit=*/0);
   b.AddRunningQuotaOnly(100, q, f, 64);
   b.AddJob(1, q, 1, 8);
   Decisions d = Decide(b.Build());
@@ -113,10 +108,8 @@ TEST(DecideTest, ExplanationsFollowAnAdmissionBetweenAQueuesJobs) {
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 16, 0, 0);
   CohortId c = b.AddCohort("research");
-  QueueId a = b.AddQueue("research-a", c);
-  QueueId other = b.AddQueue("research-b", c);
-  b.AddGpuQuota(a, f, 4);
-  b.AddGpuQuota(other, f, 4);
+  QueueId a = b.AddGpuQueue("research-a", c, f, 4);
+  QueueId other = b.AddGpuQueue("research-b", c, f, 4);
   const PriorityClassId high = b.AddPriority("high", 100);
   const PriorityClassId medium = b.AddPriority("medium", 50);
   // Queue a: 20 high and 5 default jobs that need more than the cohort has;
@@ -144,10 +137,8 @@ TEST(DecideTest, BorrowsFromTheCohortAndMarksTheAdmission) {
   FlavorId f = b.AddFlavor("a100");
   for (int i = 0; i < 4; ++i) b.AddNode(f, 8, 0, i);
   CohortId c = b.AddCohort("research");
-  QueueId q = b.AddQueue("a", c);
-  QueueId other = b.AddQueue("b", c);
-  b.AddGpuQuota(q, f, 8);
-  b.AddGpuQuota(other, f, 16);
+  QueueId q = b.AddGpuQueue("a", c, f, 8);
+  b.AddGpuQueue("b", c, f, 16);
   b.AddJob(1, q, 3, 8);
   Decisions d = Decide(b.Build());
   ASSERT_EQ(d.admissions.size(), 1u);
@@ -162,10 +153,9 @@ TEST(DecideTest, LendingLimitKeepsPartOfTheLendersQuota) {
   FlavorId f = b.AddFlavor("a100");
   for (int i = 0; i < 4; ++i) b.AddNode(f, 8, 0, i);
   CohortId c = b.AddCohort("research");
-  QueueId qa = b.AddQueue("a", c);
-  QueueId lender = b.AddQueue("lender", c);
-  b.AddGpuQuota(qa, f, 0);
-  b.AddGpuQuota(lender, f, 16, std::nullopt, /*lending_limit=*/8);
+  QueueId qa = b.AddGpuQueue("a", c, f, 0);
+  QueueId lender =
+      b.AddGpuQueue("lender", c, f, 16, std::nullopt, /*lending_limit=*/8);
   const TimeMicros now = b.Build().now;
   b.AddJob(1, qa, 1, 8, now - 2);
   b.AddJob(2, qa, 1, 8, now - 1);
@@ -187,10 +177,8 @@ TEST(DecideTest, BorrowsAcrossNestedCohorts) {
   CohortId root = b.AddCohort("org");
   CohortId x = b.AddCohort("x", root);
   CohortId y = b.AddCohort("y", root);
-  QueueId qa = b.AddQueue("a", x);
-  QueueId far = b.AddQueue("far", y);
-  b.AddGpuQuota(qa, f, 8);
-  b.AddGpuQuota(far, f, 16);
+  QueueId qa = b.AddGpuQueue("a", x, f, 8);
+  b.AddGpuQueue("far", y, f, 16);
   b.AddJob(1, qa, 3, 8);
   Decisions d = Decide(b.Build());
   ASSERT_EQ(d.admissions.size(), 1u);
@@ -204,8 +192,7 @@ TEST(DecideTest, QuotaChargedWithinTheCycle) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   for (int i = 0; i < 4; ++i) b.AddNode(f, 8, 0, i);
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 16);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, f, 16);
   b.AddJob(1, q, 1, 8, 1);
   b.AddJob(2, q, 1, 8, 2);
   b.AddJob(3, q, 1, 8, 3);
@@ -221,10 +208,8 @@ TEST(DecideTest, PriorityComesFirst) {
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, 0);
   PriorityClassId high = b.AddPriority("high", 100);
-  QueueId qa = b.AddQueue("a");
-  QueueId qb = b.AddQueue("b");
-  b.AddGpuQuota(qa, f, 8);
-  b.AddGpuQuota(qb, f, 8);
+  QueueId qa = b.AddGpuQueue("a", std::nullopt, f, 8);
+  QueueId qb = b.AddGpuQueue("b", std::nullopt, f, 8);
   b.AddJob(1, qa, 1, 8, /*submit_time=*/1);
   b.AddJob(2, qb, 1, 8, /*submit_time=*/2).priority_class = high;
   EXPECT_THAT(Admitted(Decide(b.Build())), ElementsAre(2));
@@ -238,11 +223,9 @@ SnapshotBuilder FairShareSetup(double weight_a, TimeMicros submit_a,
   for (int i = 0; i < 5; ++i) b.AddNode(f, 8, 0, i);
   CohortId c = b.AddCohort("research");
   QueueId qa = b.AddQueue("a", c, QueueingStrategy::kBestEffortFifo, weight_a);
-  QueueId qb = b.AddQueue("b", c);
+  QueueId qb = b.AddGpuQueue("b", c, f, 32);
   b.AddGpuQuota(qa, f, 8);
-  b.AddGpuQuota(qb, f, 32);
-  QueueId lender = b.AddQueue("lender", c);
-  b.AddGpuQuota(lender, f, 64);
+  b.AddGpuQueue("lender", c, f, 64);
   b.AddRunning(100, qa, f, 0, 8);
   b.AddRunning(101, qa, f, 1, 8);
   b.AddRunning(102, qa, f, 2, 8);
@@ -275,10 +258,8 @@ TEST(DecideTest, SubmitTimeBreaksTies) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, 0);
-  QueueId qa = b.AddQueue("a");
-  QueueId qb = b.AddQueue("b");
-  b.AddGpuQuota(qa, f, 8);
-  b.AddGpuQuota(qb, f, 8);
+  QueueId qa = b.AddGpuQueue("a", std::nullopt, f, 8);
+  QueueId qb = b.AddGpuQueue("b", std::nullopt, f, 8);
   const TimeMicros now = b.Build().now;
   b.AddJob(1, qa, 1, 8, now - 2);
   b.AddJob(2, qb, 1, 8, now - 3);
@@ -303,12 +284,9 @@ TEST(DecideTest, FairShareIsUpdatedAfterEachAdmission) {
   FlavorId f = b.AddFlavor("a100");
   for (int i = 0; i < 3; ++i) b.AddNode(f, 8, 0, i);
   CohortId c = b.AddCohort("research");
-  QueueId qa = b.AddQueue("a", c);
-  QueueId qb = b.AddQueue("b", c);
-  b.AddGpuQuota(qa, f, 0);
-  b.AddGpuQuota(qb, f, 0);
-  QueueId lender = b.AddQueue("lender", c);
-  b.AddGpuQuota(lender, f, 24);
+  QueueId qa = b.AddGpuQueue("a", c, f, 0);
+  QueueId qb = b.AddGpuQueue("b", c, f, 0);
+  b.AddGpuQueue("lender", c, f, 24);
   const TimeMicros now = b.Build().now;
   b.AddJob(1, qa, 1, 8, now - 3);
   b.AddJob(2, qa, 1, 8, now - 2);
@@ -355,9 +333,8 @@ SnapshotBuilder SpotSetup() {
   FlavorId spot = b.AddFlavor("spot", FlavorKind::kSpot);
   b.AddNode(od, 8, 0, 0);
   b.AddNode(spot, 8, 1, 1);
-  QueueId q = b.AddQueue("q");
+  QueueId q = b.AddGpuQueue("q", std::nullopt, spot, 64);
   // Spot listed first: the kind, not the list order, decides.
-  b.AddGpuQuota(q, spot, 64);
   b.AddGpuQuota(q, od, 64);
   return b;
 }
@@ -419,8 +396,7 @@ TEST(DecideTest, NoEligibleFlavor) {
   SnapshotBuilder b;
   FlavorId spot = b.AddFlavor("spot", FlavorKind::kSpot);
   b.AddNode(spot, 8);
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, spot, 8);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, spot, 8);
   b.AddJob(1, q, 1, 8).spot_policy = SpotPolicy::kNever;
   Decisions d = Decide(b.Build());
   ASSERT_EQ(d.pending.size(), 1u);
@@ -435,8 +411,7 @@ TEST(DecideTest, NoFitTopologyWhenTheRequiredLevelCannotHoldTheGang) {
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, 0);
   b.AddNode(f, 8, 0, 1);
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 64);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, f, 64);
   b.AddJob(1, q, 2, 8).required_topology = TopologyLevel::kRack;
   Decisions d = Decide(b.Build());
   ASSERT_EQ(d.pending.size(), 1u);
@@ -449,10 +424,8 @@ TEST(DecideTest, NoFitTopologyWhenTheRequiredLevelCannotHoldTheGang) {
 TEST(DecideTest, PositionsFollowQueueOrder) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  QueueId qa = b.AddQueue("a");
-  QueueId qb = b.AddQueue("b");
-  b.AddGpuQuota(qa, f, 64);
-  b.AddGpuQuota(qb, f, 64);
+  QueueId qa = b.AddGpuQueue("a", std::nullopt, f, 64);
+  QueueId qb = b.AddGpuQueue("b", std::nullopt, f, 64);
   PriorityClassId high = b.AddPriority("high", 10);
   b.AddJob(10, qb, 1, 1, 5);
   b.AddJob(11, qa, 1, 1, 9);
@@ -473,8 +446,7 @@ TEST(DecideTest, InvalidSnapshotLeavesEverythingPending) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8);
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 8);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, f, 8);
   b.AddJob(1, q, 1, 8);
   b.AddJob(2, /*queue=*/5, 1, 8);
   Decisions d = Decide(b.Build());
@@ -515,8 +487,7 @@ TEST(DecideTest, NoQueueNoPendingJobAndOnePendingJob) {
   EXPECT_TRUE(none.pending.empty());
   Scheduler no_queue(b.Build());
   EXPECT_EQ(no_queue.Cycle(), none);
-  const QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 8);
+  const QueueId q = b.AddGpuQueue("q", std::nullopt, f, 8);
   EXPECT_EQ(Decide(b.Build()), none);
   Scheduler empty(b.Build());
   EXPECT_EQ(empty.Cycle(), none);

@@ -397,10 +397,8 @@ TEST(PreemptionTest, WithinQueueRuleComesBeforeReclaim) {
   b.AddNode(f, 8, 0, 0);
   b.AddNode(f, 8, 0, 1);
   const CohortId cohort = b.AddCohort("c");
-  const QueueId qa = b.AddQueue("a", cohort);
-  const QueueId qb = b.AddQueue("b", cohort);
-  b.AddGpuQuota(qa, f, 16);
-  b.AddGpuQuota(qb, f, 0);
+  const QueueId qa = b.AddGpuQueue("a", cohort, f, 16);
+  const QueueId qb = b.AddGpuQueue("b", cohort, f, 0);
   b.snapshot().queues[qa].within_queue_preemption =
       WithinQueuePreemption::kLowerPriority;
   b.snapshot().queues[qa].reclaim_within_cohort = ReclaimWithinCohort::kAny;
@@ -429,12 +427,9 @@ SnapshotBuilder FairShareSetup(bool enabled) {
   b.AddNode(f, 8, 0, 0);
   b.AddNode(f, 8, 0, 1);
   const CohortId cohort = b.AddCohort("c");
-  const QueueId ql = b.AddQueue("l", cohort);
-  const QueueId qa = b.AddQueue("a", cohort);
-  const QueueId qb = b.AddQueue("b", cohort);
-  b.AddGpuQuota(ql, f, 16);
-  b.AddGpuQuota(qa, f, 0);
-  b.AddGpuQuota(qb, f, 0);
+  b.AddGpuQueue("l", cohort, f, 16);
+  const QueueId qa = b.AddGpuQueue("a", cohort, f, 0);
+  const QueueId qb = b.AddGpuQueue("b", cohort, f, 0);
   b.snapshot().queues[qa].fair_share_preemption = enabled;
   b.snapshot().queues[qb].fair_share_preemption = enabled;
   for (int k = 0; k < 8; ++k) {
@@ -489,14 +484,10 @@ TEST(PreemptionTest, AVictimQueueMovesUpInTheSameCycle) {
   b.AddNode(f, 12);
   const CohortId c1 = b.AddCohort("c1");
   const CohortId c2 = b.AddCohort("c2");
-  const QueueId a = b.AddQueue("A", c1);
-  const QueueId p = b.AddQueue("P", c1);
-  const QueueId c = b.AddQueue("C", c2);
-  const QueueId d = b.AddQueue("D", c2);
-  b.AddGpuQuota(a, f, 12);
-  b.AddGpuQuota(p, f, 16);
-  b.AddGpuQuota(c, f, 4);
-  b.AddGpuQuota(d, f, 12);
+  const QueueId a = b.AddGpuQueue("A", c1, f, 12);
+  const QueueId p = b.AddGpuQueue("P", c1, f, 16);
+  const QueueId c = b.AddGpuQueue("C", c2, f, 4);
+  b.AddGpuQueue("D", c2, f, 12);
   b.snapshot().queues[p].reclaim_within_cohort = ReclaimWithinCohort::kAny;
   const PriorityClassId high = b.AddPriority("high", 100);
   const TimeMicros now = b.Build().now;

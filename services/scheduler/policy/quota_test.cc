@@ -30,8 +30,8 @@ void AddCohortQuota(SnapshotBuilder& b, CohortId c, FlavorId f, int64_t nominal,
 TEST(QuotaTreeTest, QueueWithoutCohortUsesOnlyNominal) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  QueueId q = b.AddQueue("solo");
-  b.AddGpuQuota(q, f, 10, /*borrowing_limit=*/std::nullopt);
+  QueueId q = b.AddGpuQueue("solo", std::nullopt, f, 10,
+                            /*borrowing_limit=*/std::nullopt);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.Available(q, f, kGpu), 10);
   EXPECT_TRUE(tree.Fits(q, f, {.gpus = 10}));
@@ -45,10 +45,8 @@ TEST(QuotaTreeTest, BorrowsWhatTheCohortHasUnused) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   CohortId c = b.AddCohort("research");
-  QueueId a = b.AddQueue("a", c);
-  QueueId other = b.AddQueue("b", c);
-  b.AddGpuQuota(a, f, 10);
-  b.AddGpuQuota(other, f, 10);
+  QueueId a = b.AddGpuQueue("a", c, f, 10);
+  QueueId other = b.AddGpuQueue("b", c, f, 10);
   b.AddRunningQuotaOnly(1, other, f, 4);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.Available(a, f, kGpu), 16);
@@ -69,10 +67,8 @@ TEST(QuotaTreeTest, BorrowingLimitCapsBorrowing) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   CohortId c = b.AddCohort("research");
-  QueueId a = b.AddQueue("a", c);
-  QueueId other = b.AddQueue("b", c);
-  b.AddGpuQuota(a, f, 10, /*borrowing_limit=*/3);
-  b.AddGpuQuota(other, f, 10);
+  QueueId a = b.AddGpuQueue("a", c, f, 10, /*borrowing_limit=*/3);
+  QueueId other = b.AddGpuQueue("b", c, f, 10);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.Available(a, f, kGpu), 13);
   tree.Add(a, f, {.gpus = 12});
@@ -84,10 +80,9 @@ TEST(QuotaTreeTest, LenderKeepsWhatItsLendingLimitWithholds) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   CohortId c = b.AddCohort("research");
-  QueueId a = b.AddQueue("a", c);
-  QueueId lender = b.AddQueue("lender", c);
-  b.AddGpuQuota(a, f, 10);
-  b.AddGpuQuota(lender, f, 10, std::nullopt, /*lending_limit=*/4);
+  QueueId a = b.AddGpuQueue("a", c, f, 10);
+  QueueId lender =
+      b.AddGpuQueue("lender", c, f, 10, std::nullopt, /*lending_limit=*/4);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.Available(a, f, kGpu), 14);  // 10 own + 4 lent.
   EXPECT_EQ(tree.CohortSubtreeQuota(c, f, kGpu), 14);
@@ -103,10 +98,9 @@ TEST(QuotaTreeTest, LendingLimitZeroLendsNothing) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   CohortId c = b.AddCohort("research");
-  QueueId a = b.AddQueue("a", c);
-  QueueId lender = b.AddQueue("lender", c);
-  b.AddGpuQuota(a, f, 10);
-  b.AddGpuQuota(lender, f, 10, std::nullopt, /*lending_limit=*/0);
+  QueueId a = b.AddGpuQueue("a", c, f, 10);
+  QueueId lender =
+      b.AddGpuQueue("lender", c, f, 10, std::nullopt, /*lending_limit=*/0);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.Available(a, f, kGpu), 10);
   EXPECT_EQ(tree.CohortLends(a, f, kGpu), 0);
@@ -120,12 +114,9 @@ TEST(QuotaTreeTest, NestedCohortsLendAcrossLevels) {
   CohortId root = b.AddCohort("org");
   CohortId x = b.AddCohort("x", root);
   CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddQueue("a", x);
-  QueueId bq = b.AddQueue("b", x);
-  QueueId cq = b.AddQueue("c", y);
-  b.AddGpuQuota(a, f, 10);
-  b.AddGpuQuota(bq, f, 10);
-  b.AddGpuQuota(cq, f, 8);
+  QueueId a = b.AddGpuQueue("a", x, f, 10);
+  QueueId bq = b.AddGpuQueue("b", x, f, 10);
+  QueueId cq = b.AddGpuQueue("c", y, f, 8);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.CohortSubtreeQuota(root, f, kGpu), 28);
   EXPECT_EQ(tree.Available(a, f, kGpu), 28);
@@ -145,10 +136,8 @@ TEST(QuotaTreeTest, NestedCohortWithLendingLimitOnQueue) {
   CohortId root = b.AddCohort("org");
   CohortId x = b.AddCohort("x", root);
   CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddQueue("a", x);
-  QueueId cq = b.AddQueue("c", y);
-  b.AddGpuQuota(a, f, 10, /*borrowing_limit=*/5);
-  b.AddGpuQuota(cq, f, 8, std::nullopt, /*lending_limit=*/2);
+  QueueId a = b.AddGpuQueue("a", x, f, 10, /*borrowing_limit=*/5);
+  QueueId cq = b.AddGpuQueue("c", y, f, 8, std::nullopt, /*lending_limit=*/2);
   QuotaTree tree(b.Build());
   // c lends 2 into y, y passes it to the root; a's borrowing limit is 5.
   EXPECT_EQ(tree.Available(a, f, kGpu), 12);
@@ -159,8 +148,7 @@ TEST(QuotaTreeTest, UntrackedResourcesAndFlavorsAreUnlimited) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   FlavorId g = b.AddFlavor("h100");
-  QueueId q = b.AddQueue("q");
-  b.AddGpuQuota(q, f, 1);
+  QueueId q = b.AddGpuQueue("q", std::nullopt, f, 1);
   QuotaTree tree(b.Build());
   EXPECT_FALSE(tree.Tracks(q, f, Resource::kCpu));
   EXPECT_FALSE(tree.Tracks(q, g, kGpu));
@@ -175,12 +163,9 @@ TEST(QuotaTreeTest, CohortNominalQuotaIsLentToItsQueues) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   CohortId c = b.AddCohort("research");
-  QueueId a = b.AddQueue("a", c);
-  QueueId other = b.AddQueue("b", c);
-  QueueId empty = b.AddQueue("empty", c);
-  b.AddGpuQuota(a, f, 2);
-  b.AddGpuQuota(other, f, 4);
-  b.AddGpuQuota(empty, f, 0);
+  QueueId a = b.AddGpuQueue("a", c, f, 2);
+  QueueId other = b.AddGpuQueue("b", c, f, 4);
+  QueueId empty = b.AddGpuQueue("empty", c, f, 0);
   AddCohortQuota(b, c, f, 8);
   QuotaTree tree(b.Build());
   // 8 of the cohort's own + 2 + 4 lent by the queues.
@@ -207,12 +192,9 @@ TEST(QuotaTreeTest, CohortBorrowingLimitCapsTheWholeSubtree) {
   CohortId root = b.AddCohort("org");
   CohortId x = b.AddCohort("x", root);
   CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddQueue("a", x);
-  QueueId bq = b.AddQueue("b", x);
-  QueueId cq = b.AddQueue("c", y);
-  b.AddGpuQuota(a, f, 5);
-  b.AddGpuQuota(bq, f, 5);
-  b.AddGpuQuota(cq, f, 20);
+  QueueId a = b.AddGpuQueue("a", x, f, 5);
+  QueueId bq = b.AddGpuQueue("b", x, f, 5);
+  QueueId cq = b.AddGpuQueue("c", y, f, 20);
   // x's subtree (a and b) may use at most its 10 + 3 borrowed from the root.
   AddCohortQuota(b, x, f, 0, /*borrowing_limit=*/3);
   QuotaTree tree(b.Build());
@@ -238,12 +220,9 @@ TEST(QuotaTreeTest, CohortLendingLimitWithholdsFromSiblingSubtrees) {
   CohortId root = b.AddCohort("org");
   CohortId x = b.AddCohort("x", root);
   CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddQueue("a", x);
-  QueueId bq = b.AddQueue("b", x);
-  QueueId cq = b.AddQueue("c", y);
-  b.AddGpuQuota(a, f, 5);
-  b.AddGpuQuota(bq, f, 5);
-  b.AddGpuQuota(cq, f, 2);
+  QueueId a = b.AddGpuQueue("a", x, f, 5);
+  QueueId bq = b.AddGpuQueue("b", x, f, 5);
+  QueueId cq = b.AddGpuQueue("c", y, f, 2);
   // x lends 4 of its 10 to the root and keeps 6 for a and b.
   AddCohortQuota(b, x, f, 0, std::nullopt, /*lending_limit=*/4);
   QuotaTree tree(b.Build());
@@ -269,12 +248,9 @@ TEST(QuotaTreeTest, NestedCohortsWithLimitsAtTwoLevels) {
   CohortId root = b.AddCohort("org");
   CohortId mid = b.AddCohort("mid", root);
   CohortId leaf = b.AddCohort("leaf", mid);
-  QueueId a = b.AddQueue("a", leaf);
-  QueueId bq = b.AddQueue("b", mid);
-  QueueId cq = b.AddQueue("c", root);
-  b.AddGpuQuota(a, f, 2);
-  b.AddGpuQuota(bq, f, 4);
-  b.AddGpuQuota(cq, f, 10);
+  QueueId a = b.AddGpuQueue("a", leaf, f, 2);
+  QueueId bq = b.AddGpuQueue("b", mid, f, 4);
+  QueueId cq = b.AddGpuQueue("c", root, f, 10);
   AddCohortQuota(b, root, f, 4);
   // mid: 6 of its own + 2 + 4 = 12, lends 3 to the root (withholds 9) and may
   // use at most 12 + 2.
@@ -311,10 +287,8 @@ TEST(QuotaTreeTest, CohortQuotaOnlyMattersForResourcesQueuesTrack) {
   FlavorId g = b.AddFlavor("h100");
   CohortId root = b.AddCohort("org");
   CohortId x = b.AddCohort("x", root);
-  QueueId q = b.AddQueue("q", x);
-  QueueId r = b.AddQueue("r", root);
-  b.AddGpuQuota(q, f, 1);
-  b.AddGpuQuota(r, f, 1);
+  QueueId q = b.AddGpuQueue("q", x, f, 1);
+  QueueId r = b.AddGpuQueue("r", root, f, 1);
   // x limits CPU of a100 and GPUs of h100, which q has no quota for.
   AddCohortQuota(b, x, f, 1000, /*borrowing_limit=*/0, std::nullopt,
                  Resource::kCpu);
@@ -370,10 +344,8 @@ TEST(QuotaTreeTest, DecideAdmitsOnCohortQuotaAndHoldsAtCohortBorrowingLimit) {
   b.AddNode(f, 8);
   CohortId org = b.AddCohort("org");
   CohortId lab = b.AddCohort("lab", org);
-  QueueId a = b.AddQueue("a", org);
-  QueueId lq = b.AddQueue("l", lab);
-  b.AddGpuQuota(a, f, 2);
-  b.AddGpuQuota(lq, f, 2);
+  QueueId a = b.AddGpuQueue("a", org, f, 2);
+  QueueId lq = b.AddGpuQueue("l", lab, f, 2);
   AddCohortQuota(b, org, f, 8);
   AddCohortQuota(b, lab, f, 0, /*borrowing_limit=*/1);
   b.AddJob(1, a, 1, 6);

@@ -79,6 +79,17 @@ class SnapshotBuilder {
     s_.queues[q].quotas.push_back(fq);
   }
 
+  // A queue (in `cohort`, if any) with a GPU quota of flavor `f`: AddQueue
+  // then AddGpuQuota.
+  QueueId AddGpuQueue(std::string name, std::optional<CohortId> cohort,
+                      FlavorId f, int64_t nominal,
+                      std::optional<int64_t> borrowing_limit = std::nullopt,
+                      std::optional<int64_t> lending_limit = std::nullopt) {
+    const QueueId q = AddQueue(std::move(name), cohort);
+    AddGpuQuota(q, f, nominal, borrowing_limit, lending_limit);
+    return q;
+  }
+
   PriorityClassId AddPriority(std::string name, int32_t value) {
     s_.priority_classes.push_back({.name = std::move(name), .value = value});
     return static_cast<PriorityClassId>(s_.priority_classes.size() - 1);
