@@ -27,6 +27,25 @@ void AddCohortQuota(SnapshotBuilder& b, CohortId c, FlavorId f, int64_t nominal,
   b.snapshot().cohorts[c].quotas.push_back(fq);
 }
 
+// Cohort "org" with sub-cohorts x (queues a and b) and y (queue c), each queue
+// with a nominal GPU quota of flavor f.
+struct TwoSubtrees {
+  CohortId root, x, y;
+  QueueId a, bq, cq;
+};
+TwoSubtrees AddTwoSubtrees(SnapshotBuilder& b, FlavorId f, int64_t a_gpus,
+                           int64_t b_gpus, int64_t c_gpus) {
+  const CohortId root = b.AddCohort("org");
+  const CohortId x = b.AddCohort("x", root);
+  const CohortId y = b.AddCohort("y", root);
+  return {root,
+          x,
+          y,
+          b.AddGpuQueue("a", x, f, a_gpus),
+          b.AddGpuQueue("b", x, f, b_gpus),
+          b.AddGpuQueue("c", y, f, c_gpus)};
+}
+
 TEST(QuotaTreeTest, QueueWithoutCohortUsesOnlyNominal) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
@@ -111,12 +130,7 @@ TEST(QuotaTreeTest, LendingLimitZeroLendsNothing) {
 TEST(QuotaTreeTest, NestedCohortsLendAcrossLevels) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  CohortId root = b.AddCohort("org");
-  CohortId x = b.AddCohort("x", root);
-  CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddGpuQueue("a", x, f, 10);
-  QueueId bq = b.AddGpuQueue("b", x, f, 10);
-  QueueId cq = b.AddGpuQueue("c", y, f, 8);
+  auto [root, x, y, a, bq, cq] = AddTwoSubtrees(b, f, 10, 10, 8);
   QuotaTree tree(b.Build());
   EXPECT_EQ(tree.CohortSubtreeQuota(root, f, kGpu), 28);
   EXPECT_EQ(tree.Available(a, f, kGpu), 28);
@@ -189,12 +203,7 @@ TEST(QuotaTreeTest, CohortNominalQuotaIsLentToItsQueues) {
 TEST(QuotaTreeTest, CohortBorrowingLimitCapsTheWholeSubtree) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  CohortId root = b.AddCohort("org");
-  CohortId x = b.AddCohort("x", root);
-  CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddGpuQueue("a", x, f, 5);
-  QueueId bq = b.AddGpuQueue("b", x, f, 5);
-  QueueId cq = b.AddGpuQueue("c", y, f, 20);
+  auto [root, x, y, a, bq, cq] = AddTwoSubtrees(b, f, 5, 5, 20);
   // x's subtree (a and b) may use at most its 10 + 3 borrowed from the root.
   AddCohortQuota(b, x, f, 0, /*borrowing_limit=*/3);
   QuotaTree tree(b.Build());
@@ -217,12 +226,7 @@ TEST(QuotaTreeTest, CohortBorrowingLimitCapsTheWholeSubtree) {
 TEST(QuotaTreeTest, CohortLendingLimitWithholdsFromSiblingSubtrees) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  CohortId root = b.AddCohort("org");
-  CohortId x = b.AddCohort("x", root);
-  CohortId y = b.AddCohort("y", root);
-  QueueId a = b.AddGpuQueue("a", x, f, 5);
-  QueueId bq = b.AddGpuQueue("b", x, f, 5);
-  QueueId cq = b.AddGpuQueue("c", y, f, 2);
+  auto [root, x, y, a, bq, cq] = AddTwoSubtrees(b, f, 5, 5, 2);
   // x lends 4 of its 10 to the root and keeps 6 for a and b.
   AddCohortQuota(b, x, f, 0, std::nullopt, /*lending_limit=*/4);
   QuotaTree tree(b.Build());
