@@ -22,6 +22,13 @@ int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
+// A uniformly random index of `items` (not empty), as an id of type Id.
+template <typename Id, typename T>
+Id Pick(std::mt19937_64& rng, const std::vector<T>& items) {
+  return static_cast<Id>(
+      Uniform(rng, 0, static_cast<int64_t>(items.size()) - 1));
+}
+
 // A small synthetic snapshot, sometimes with irregular details that make the
 // scheduler fall back to PlaceGang: unlabelled nodes, a rack split across
 // blocks, tiny CPU-only workers, partly used nodes.
@@ -256,8 +263,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
                 .resources = job.worker.AsResources() * job.workers,
                 .start_time = s.now - Uniform(rng, 0, 7200) * int64_t{1000000},
                 .time_limit_micros = job.time_limit_micros};
-            const NodeId first = static_cast<NodeId>(
-                Uniform(rng, 0, static_cast<int64_t>(s.nodes.size()) - 1));
+            const NodeId first = Pick<NodeId>(rng, s.nodes);
             r.flavor = s.nodes[first].flavor;
             for (int w = 0; w < job.workers; ++w) r.placement.push_back(first);
             if (Uniform(rng, 0, 1) == 0)
@@ -292,8 +298,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
           case 3:
           case 4: {  // A node goes away, comes back, shrinks or grows.
             if (s.nodes.empty()) break;
-            const NodeId id = static_cast<NodeId>(
-                Uniform(rng, 0, static_cast<int64_t>(s.nodes.size()) - 1));
+            const NodeId id = Pick<NodeId>(rng, s.nodes);
             Node node = s.nodes[id];
             node.used = {};  // Ignored: kept as charged.
             if (Uniform(rng, 0, 1) == 0) {
@@ -308,8 +313,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
           }
           case 5: {  // A queue edit: quota, weight, strategy, preemption.
             if (s.queues.empty()) break;
-            const QueueId id = static_cast<QueueId>(
-                Uniform(rng, 0, static_cast<int64_t>(s.queues.size()) - 1));
+            const QueueId id = Pick<QueueId>(rng, s.queues);
             Queue q = s.queues[id];
             for (FlavorQuota& fq : q.quotas) {
               for (auto& rq : fq.resources) {
@@ -330,8 +334,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
           }
           case 6: {  // A cohort edit.
             if (s.cohorts.empty()) break;
-            const CohortId id = static_cast<CohortId>(
-                Uniform(rng, 0, static_cast<int64_t>(s.cohorts.size()) - 1));
+            const CohortId id = Pick<CohortId>(rng, s.cohorts);
             Cohort c = s.cohorts[id];
             if (!c.quotas.empty()) {
               c.quotas.pop_back();
@@ -346,8 +349,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
           }
           case 7: {  // A price change.
             if (s.flavors.empty()) break;
-            const FlavorId id = static_cast<FlavorId>(
-                Uniform(rng, 0, static_cast<int64_t>(s.flavors.size()) - 1));
+            const FlavorId id = Pick<FlavorId>(rng, s.flavors);
             Flavor f = s.flavors[id];
             f.price_micros_per_gpu_hour = Uniform(rng, 0, 8) * 1000000;
             scheduler.SetFlavor(id, f);
@@ -356,8 +358,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
           }
           case 8: {  // A budget spent or topped up.
             if (s.budgets.empty()) break;
-            const BudgetId id = static_cast<BudgetId>(
-                Uniform(rng, 0, static_cast<int64_t>(s.budgets.size()) - 1));
+            const BudgetId id = Pick<BudgetId>(rng, s.budgets);
             Budget b = s.budgets[id];
             b.remaining_micros = Uniform(rng, -1, 3000) * 1000000;
             scheduler.SetBudget(id, b);
