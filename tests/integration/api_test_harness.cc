@@ -173,6 +173,34 @@ absl::Status ApiHarness::ReportSimNodes(trainyard::v1::NodeState state) {
       clusters()->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
 }
 
+absl::Status ApiHarness::SeedSlurmCluster(
+    const std::vector<std::pair<std::string, std::string>>& pools) {
+  auto c = clusters();
+  trainyard::v1::CreateClusterRequest cluster;
+  cluster.set_cluster_id("slurm");
+  cluster.mutable_cluster()->set_backend(trainyard::v1::BACKEND_KIND_SLURM);
+  trainyard::v1::Cluster created;
+  if (auto s = FromGrpc(
+          c->CreateCluster(Context(admin_token_).get(), cluster, &created),
+          "slurm cluster");
+      !s.ok()) {
+    return s;
+  }
+  for (const auto& [pool, flavor] : pools) {
+    trainyard::v1::CreatePoolRequest req;
+    req.set_parent("clusters/slurm");
+    req.set_pool_id(pool);
+    req.mutable_pool()->set_flavor(flavor);
+    trainyard::v1::Pool out;
+    if (auto s = FromGrpc(c->CreatePool(Context(admin_token_).get(), req, &out),
+                          "slurm pool");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return ReportSimNodes(trainyard::v1::NODE_STATE_DOWN);
+}
+
 absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
   auto q = queues();
   auto c = clusters();

@@ -10,6 +10,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "services/api/server.h"
@@ -61,6 +63,10 @@ class ApiHarness {
   // r0 and r1 of block b0) in `state`: SeedTenant reports them READY; tests
   // that send work elsewhere report them DOWN.
   absl::Status ReportSimNodes(trainyard::v1::NodeState state);
+  // Creates cluster "slurm" (a Slurm backend) with `pools` (pool id, flavor)
+  // and reports the sim cluster's nodes DOWN, so that work goes to Slurm.
+  absl::Status SeedSlurmCluster(
+      const std::vector<std::pair<std::string, std::string>>& pools);
   // Creates priority classes "low" (10) and "high" (100), both preemptible,
   // and makes `tenant`'s default queue preempt lower priority within itself.
   absl::Status SeedPriorityPreemption(const std::string& tenant);

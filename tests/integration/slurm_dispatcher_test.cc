@@ -165,29 +165,9 @@ class SlurmDispatcherTest : public SlurmSuite {
           c->CreateFlavor(ApiHarness::Context(admin).get(), req, &out);
       ASSERT_TRUE(s.ok()) << s.error_message();
     }
-    {
-      v1::CreateClusterRequest req;
-      req.set_cluster_id("slurm");
-      req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SLURM);
-      v1::Cluster out;
-      grpc::Status s =
-          c->CreateCluster(ApiHarness::Context(admin).get(), req, &out);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-    }
-    for (const auto& [pool, flavor] :
-         std::vector<std::pair<std::string, std::string>>{{"ondemand", "gpu"},
-                                                          {"spot", "spot"}}) {
-      v1::CreatePoolRequest req;
-      req.set_parent("clusters/slurm");
-      req.set_pool_id(pool);
-      req.mutable_pool()->set_flavor(flavor);
-      v1::Pool out;
-      grpc::Status s =
-          c->CreatePool(ApiHarness::Context(admin).get(), req, &out);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-    }
-    absl::Status down = harness_->ReportSimNodes(v1::NODE_STATE_DOWN);
-    ASSERT_TRUE(down.ok()) << down;
+    absl::Status slurm =
+        harness_->SeedSlurmCluster({{"ondemand", "gpu"}, {"spot", "spot"}});
+    ASSERT_TRUE(slurm.ok()) << slurm;
   }
 
   v1::SubmitJobRequest TrainJob(const std::string& request_id, int workers,

@@ -68,27 +68,7 @@ absl::StatusOr<std::unique_ptr<SlurmAdapter>> NewAdapter(
 // and its sim cluster reported down.
 absl::Status DefineCluster(ApiHarness& h) {
   if (absl::Status s = h.SeedTenant("bench"); !s.ok()) return s;
-  auto c = h.clusters();
-  const std::string admin = h.admin_token();
-  {
-    v1::CreateClusterRequest req;
-    req.set_cluster_id("slurm");
-    req.mutable_cluster()->set_backend(v1::BACKEND_KIND_SLURM);
-    v1::Cluster out;
-    grpc::Status s =
-        c->CreateCluster(ApiHarness::Context(admin).get(), req, &out);
-    if (!s.ok()) return absl::InternalError(s.error_message());
-  }
-  {
-    v1::CreatePoolRequest req;
-    req.set_parent("clusters/slurm");
-    req.set_pool_id("ondemand");
-    req.mutable_pool()->set_flavor("gpu");
-    v1::Pool out;
-    grpc::Status s = c->CreatePool(ApiHarness::Context(admin).get(), req, &out);
-    if (!s.ok()) return absl::InternalError(s.error_message());
-  }
-  return h.ReportSimNodes(v1::NODE_STATE_DOWN);
+  return h.SeedSlurmCluster({{"ondemand", "gpu"}});
 }
 
 }  // namespace
