@@ -255,7 +255,7 @@ absl::Status SchedulerService::LoadConfigKind(size_t kind) {
   return absl::InternalError("unknown configuration kind");
 }
 
-absl::Status SchedulerService::Refresh() {
+absl::Status SchedulerService::Refresh(CycleReport& report) {
   changed_.clear();
   jobs_reloaded_ = !loaded_;
   config_changed_ = false;
@@ -281,6 +281,10 @@ absl::Status SchedulerService::Refresh() {
       absl::StatusOr<pg::SchedulerStore::Changes> changes =
           jobs_->LoadChanges(last_seq_, 10000);
       if (!changes.ok()) return changes.status();
+      report.refresh_events += changes->read_events;
+      report.refresh_jobs += changes->read_jobs;
+      report.events_read += changes->events;
+      report.jobs_read += static_cast<int>(changes->ids.size());
       for (int64_t id : changes->ids) {
         state_.jobs.erase(id);
         changed_.push_back(id);
@@ -298,6 +302,7 @@ absl::Status SchedulerService::Refresh() {
   // The configuration tables are read in full, each only when it changed
   // (one statement tells, per table): a dispatcher's heartbeat rewrites its
   // cluster's row, not the nodes.
+  const absl::Time config_start = absl::Now();
   absl::StatusOr<std::vector<std::string>> fingerprints =
       objects_->Fingerprints(ConfigKinds());
   if (!fingerprints.ok()) return fingerprints.status();
@@ -325,6 +330,7 @@ absl::Status SchedulerService::Refresh() {
       (clusters_changed && !SameButHeartbeats(old_clusters, state_.clusters));
   config_fingerprints_ = std::move(*fingerprints);
   config_loaded_ = true;
+  report.refresh_config = absl::Now() - config_start;
   return absl::OkStatus();
 }
 
@@ -352,7 +358,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   }
   CycleReport report;
   const absl::Time start = absl::Now();
-  if (absl::Status s = Refresh(); !s.ok()) {
+  if (absl::Status s = Refresh(report); !s.ok()) {
     // The database may have lost (or this process missed) anything: reload
     // every job and rewrite every explanation.
     loaded_ = false;
@@ -516,6 +522,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
         a.backfill ? " (backfill: ends before a reservation)" : "");
     admissions.push_back(std::move(admit));
   }
+  report.commit_prepare = absl::Now() - decided;
   if (!preemptions.empty() || !admissions.empty()) {
     absl::StatusOr<pg::DecisionOutcome> outcome =
         jobs_->ApplyDecisions(preemptions, admissions);
@@ -523,6 +530,11 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
       explained_.clear();  // Nothing of this cycle was written.
       return outcome.status();
     }
+    report.commit_lock_jobs = outcome->lock_jobs;
+    report.commit_writes = outcome->writes;
+    report.commit_outbox_wait = outcome->outbox_wait;
+    report.commit_events = outcome->events;
+    report.commit_commit = outcome->commit;
     report.admitted = static_cast<int>(outcome->admitted.size());
     report.preempted = static_cast<int>(outcome->preempted.size());
     report.dropped = static_cast<int>(outcome->dropped.size());

@@ -87,6 +87,19 @@ struct CycleReport {
   // does not wait; FlushExplanations() does).
   // load = refresh (reading what changed) + building the snapshot.
   absl::Duration load, refresh, decide, commit, explain;
+  // Parts of refresh (wall): reading the events since the last cycle and the
+  // jobs they name (jobs, newest attempts, checkpoints), and the
+  // configuration (the tables' fingerprints and the tables that changed);
+  // how many events and changed jobs were read.
+  absl::Duration refresh_events, refresh_jobs, refresh_config;
+  int events_read = 0;
+  int jobs_read = 0;
+  // Parts of commit (wall): the explanations' bookkeeping and building the
+  // decisions (this process), then the decisions' transaction: locking the
+  // jobs, the writes before the events, waiting for the outbox lock, the
+  // events' insert and notify, COMMIT.
+  absl::Duration commit_prepare, commit_lock_jobs, commit_writes,
+      commit_outbox_wait, commit_events, commit_commit;
 };
 
 class SchedulerService {
@@ -122,7 +135,7 @@ class SchedulerService {
   // but its decisions' commit); changes to the same job coalesce.
   absl::StatusOr<CycleReport> CycleOnce();
   void WriteExplanationsLoop();
-  absl::Status Refresh();
+  absl::Status Refresh(CycleReport& report);
   // Reads the configuration table of kConfigKinds()[kind] into state_.
   absl::Status LoadConfigKind(size_t kind);
   // The leader loop's hooks: a new leader trusts nothing it knew before; a

@@ -18,19 +18,26 @@ void PrepareJobBatchStatements(Database* db) {
                            "id FOR UPDATE"));
   // JobSaves: many jobs' state changes in one statement (the unnest columns
   // are named u_* so that RETURNING's job columns stay unambiguous).
-  db->Prepare(
-      "jobs_save_many",
-      absl::StrCat(
-          "UPDATE jobs SET state = u.u_state, state_reason = u.u_reason, "
-          "state_message = u.u_message, attempt_count = u.u_attempts, "
-          "resume_from = u.u_resume, cancel_requested = u.u_cancel, "
-          "end_time = CASE WHEN u.u_terminal THEN coalesce(jobs.end_time, "
-          "now()) ELSE NULL END, version = jobs.version + 1, update_time = "
-          "now() FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], "
-          "$5::int[], $6::text[], $7::boolean[], $8::boolean[]) AS u(u_id, "
-          "u_state, u_reason, u_message, u_attempts, u_resume, u_cancel, "
-          "u_terminal) WHERE jobs.id = u.u_id RETURNING ",
-          JobColumns()));
+  const std::string save_many = absl::StrCat(
+      "UPDATE jobs SET state = u.u_state, state_reason = u.u_reason, "
+      "state_message = u.u_message, attempt_count = u.u_attempts, "
+      "resume_from = u.u_resume, cancel_requested = u.u_cancel, "
+      "end_time = CASE WHEN u.u_terminal THEN coalesce(jobs.end_time, "
+      "now()) ELSE NULL END, version = jobs.version + 1, update_time = "
+      "now() FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], "
+      "$5::int[], $6::text[], $7::boolean[], $8::boolean[]) AS u(u_id, "
+      "u_state, u_reason, u_message, u_attempts, u_resume, u_cancel, "
+      "u_terminal) WHERE jobs.id = u.u_id RETURNING ",
+      JobColumns());
+  db->Prepare("jobs_save_many", save_many);
+  // The same with new attempt rows inserted by the same statement (one round
+  // trip fewer for the scheduler's admissions).
+  db->Prepare("jobs_save_many_new_attempts",
+              absl::StrCat("WITH new_attempts AS (INSERT INTO attempts "
+                           "(job_id, idx, cluster, flavor, body) SELECT * "
+                           "FROM unnest($9::bigint[], $10::int[], $11::text[], "
+                           "$12::text[], $13::bytea[])) ",
+                           save_many));
   db->Prepare(
       "attempts_update_many",
       "UPDATE attempts SET body = u.u_body, start_time = CASE WHEN u.u_start "
@@ -82,6 +89,18 @@ void JobSaves::AddAttempt(int64_t job_id, int idx,
   ++attempt_rows_;
 }
 
+void JobSaves::AddNewAttempt(int64_t job_id, int idx,
+                             const std::string& cluster_id,
+                             const std::string& flavor_id,
+                             const trainyard::v1::Attempt& a) {
+  new_attempt_jobs_.Int(job_id);
+  new_attempt_indexes_.Int(idx);
+  new_attempt_clusters_.Text(cluster_id);
+  new_attempt_flavors_.Text(flavor_id);
+  new_attempt_bodies_.Bytes(a.SerializeAsString());
+  ++new_attempt_rows_;
+}
+
 void JobSaves::Add(int64_t job_id, const Job& job, JobState from) {
   ids_.Int(job_id);
   states_.Int(static_cast<int>(job.state()));
@@ -96,18 +115,30 @@ void JobSaves::Add(int64_t job_id, const Job& job, JobState from) {
   job_ids_.insert(job_id);
 }
 
-absl::flat_hash_map<int64_t, Job> JobSaves::Flush(pqxx::work& txn) {
+absl::flat_hash_map<int64_t, Job> JobSaves::Flush(pqxx::work& txn,
+                                                  absl::Duration* outbox_wait,
+                                                  absl::Duration* events_time) {
   absl::flat_hash_map<int64_t, Job> saved;
   if (attempt_rows_ > 0) {
     txn.exec_prepared("attempts_update_many", attempt_jobs_.str(),
                       attempt_indexes_.str(), attempt_bodies_.str(),
                       attempt_starts_.str(), attempt_ends_.str());
   }
-  if (!changes_.empty()) {
-    for (const pqxx::row& row : txn.exec_prepared(
-             "jobs_save_many", ids_.str(), states_.str(), reasons_.str(),
-             messages_.str(), attempt_counts_.str(), resumes_.str(),
-             cancels_.str(), terminals_.str())) {
+  if (!changes_.empty() || new_attempt_rows_ > 0) {
+    pqxx::result rows =
+        new_attempt_rows_ > 0
+            ? txn.exec_prepared(
+                  "jobs_save_many_new_attempts", ids_.str(), states_.str(),
+                  reasons_.str(), messages_.str(), attempt_counts_.str(),
+                  resumes_.str(), cancels_.str(), terminals_.str(),
+                  new_attempt_jobs_.str(), new_attempt_indexes_.str(),
+                  new_attempt_clusters_.str(), new_attempt_flavors_.str(),
+                  new_attempt_bodies_.str())
+            : txn.exec_prepared("jobs_save_many", ids_.str(), states_.str(),
+                                reasons_.str(), messages_.str(),
+                                attempt_counts_.str(), resumes_.str(),
+                                cancels_.str(), terminals_.str());
+    for (const pqxx::row& row : rows) {
       const int64_t id = row[0].as<int64_t>();
       saved.emplace(id, RowToJob(row));
     }
@@ -119,7 +150,7 @@ absl::flat_hash_map<int64_t, Job> JobSaves::Flush(pqxx::work& txn) {
                   MakeEvent(job, trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED,
                             c.from, c.to, c.reason, c.message)));
     }
-    AppendEvents(txn, events);
+    AppendEvents(txn, events, outbox_wait, events_time);
   }
   *this = JobSaves();
   return saved;

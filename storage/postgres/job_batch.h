@@ -62,11 +62,19 @@ class JobSaves {
   void AddAttempt(int64_t job_id, int idx, const trainyard::v1::Attempt& a,
                   std::optional<int64_t> start_micros,
                   std::optional<int64_t> end_micros);
+  // Inserts a new attempt row (job_id, idx), in the same statement as the
+  // jobs' changes.
+  void AddNewAttempt(int64_t job_id, int idx, const std::string& cluster_id,
+                     const std::string& flavor_id,
+                     const trainyard::v1::Attempt& a);
   // `job` holds its new state, reason and message; `from` is its old state.
   void Add(int64_t job_id, const trainyard::v1::Job& job,
            trainyard::v1::JobState from);
   // Writes everything added and starts over; returns the saved jobs.
-  absl::flat_hash_map<int64_t, trainyard::v1::Job> Flush(pqxx::work& txn);
+  // `outbox_wait` and `events_time` (optional): AppendEvents's.
+  absl::flat_hash_map<int64_t, trainyard::v1::Job> Flush(
+      pqxx::work& txn, absl::Duration* outbox_wait = nullptr,
+      absl::Duration* events_time = nullptr);
 
  private:
   struct Change {
@@ -74,6 +82,9 @@ class JobSaves {
     trainyard::v1::JobState from, to;
     std::string reason, message;
   };
+  ArrayLiteral new_attempt_jobs_, new_attempt_indexes_, new_attempt_clusters_,
+      new_attempt_flavors_, new_attempt_bodies_;
+  int new_attempt_rows_ = 0;
   ArrayLiteral ids_, states_, reasons_, messages_, attempt_counts_, resumes_,
       cancels_, terminals_;
   std::vector<Change> changes_;

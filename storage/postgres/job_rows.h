@@ -50,7 +50,11 @@ struct PendingEvent {
 // and notifies the relay (NOTIFY ty_events) at commit. Must be the last
 // statement group of the transaction that made the changes, to hold the lock
 // briefly.
-void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events);
+// `outbox_wait` (optional) gets the time spent waiting for the outbox lock,
+// `events` that of the insert and the notify.
+void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events,
+                  absl::Duration* outbox_wait = nullptr,
+                  absl::Duration* events_time = nullptr);
 
 // --- For the job stores' own .cc files ---
 

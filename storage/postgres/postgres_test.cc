@@ -542,6 +542,46 @@ TEST_F(PostgresTest, OutboxSequenceNeverGoesBackwardsUnderConcurrentWriters) {
   EXPECT_EQ(all->size(), 180u);
 }
 
+// The append's one statement takes the outbox lock before it draws a
+// sequence number: a writer waiting for the lock has drawn none, so a number
+// drawn under the lock is never below one committed after it.
+TEST_F(PostgresTest, OutboxAppendDrawsNoSequenceBeforeItHoldsTheLock) {
+  SeedQueue("t");
+  ASSERT_TRUE(jobs_->SubmitMany({MakeJob("t", "first")}, false).ok());
+  pqxx::connection holder(url_);
+  pqxx::work hold(holder);
+  hold.exec("SELECT pg_advisory_xact_lock(" +
+            std::to_string(0x74796f7574626f78) + ")");
+  pqxx::connection observer(url_);
+  auto last_value = [&] {
+    pqxx::nontransaction n(observer);
+    return n.exec1("SELECT last_value FROM job_event_seq")[0].as<int64_t>();
+  };
+  const int64_t before = last_value();
+  std::thread writer([&] {
+    EXPECT_TRUE(jobs_->SubmitMany({MakeJob("t", "second")}, false).ok());
+  });
+  // Until the writer waits for the advisory lock.
+  bool waiting = false;
+  for (int i = 0; i < 500 && !waiting; ++i) {
+    pqxx::nontransaction n(observer);
+    waiting = n.exec1(
+                   "SELECT count(*) FROM pg_locks WHERE locktype = "
+                   "'advisory' AND NOT granted")[0]
+                  .as<int>() > 0;
+    if (!waiting) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(waiting);
+  EXPECT_EQ(last_value(), before);
+  hold.commit();
+  writer.join();
+  EXPECT_EQ(last_value(), before + 1);
+  auto all = jobs_->ReadEvents(0, {}, 100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_LT((*all)[0].sequence(), (*all)[1].sequence());
+}
+
 TEST_F(PostgresTest, TokensAndRoleBindings) {
   auto token = auth_->CreateToken("t1", "users/a", "hash", "desc", "users/root",
                                   absl::Now() + absl::Hours(1), nullptr);

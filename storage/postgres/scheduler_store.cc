@@ -48,10 +48,6 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
   db_->Prepare("events_changed",
                "SELECT seq, job_id FROM job_events WHERE seq > $1 ORDER BY seq "
                "LIMIT $2");
-  db_->Prepare("attempts_insert",
-               "INSERT INTO attempts (job_id, idx, cluster, flavor, body) "
-               "SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], "
-               "$4::text[], $5::bytea[])");
   db_->Prepare(
       "explanations_upsert",
       "INSERT INTO pending_explanations (job_id, reason, message, position) "
@@ -121,6 +117,7 @@ absl::StatusOr<SchedulerStore::Changes> SchedulerStore::LoadChanges(
     uint64_t after, int limit) {
   Changes out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    const absl::Time start = absl::Now();
     out = Changes{.last_seq = after};
     absl::flat_hash_set<int64_t> seen;
     int events = 0;
@@ -132,10 +129,14 @@ absl::StatusOr<SchedulerStore::Changes> SchedulerStore::LoadChanges(
       if (seen.insert(id).second) out.ids.push_back(id);
     }
     out.more = events >= limit;
+    out.events = events;
+    const absl::Time events_read = absl::Now();
+    out.read_events = events_read - start;
     // Read after the events: a job that changes in between is read in its
     // newer state now and again at the next call (its event is after
     // last_seq).
     out.active = ReadActiveJobs(txn, &out.ids);
+    out.read_jobs = absl::Now() - events_read;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -146,7 +147,9 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
     const std::vector<PreemptDecision>& preemptions,
     const std::vector<AdmitDecision>& admissions) {
   DecisionOutcome out;
+  absl::Time body_end;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    const absl::Time start = absl::Now();
     out = DecisionOutcome{};
     JobSaves saves;
     absl::flat_hash_set<int64_t> not_preempted;
@@ -154,6 +157,8 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
     for (const PreemptDecision& p : preemptions) ids.push_back(p.job_id);
     for (const AdmitDecision& a : admissions) ids.push_back(a.job_id);
     LockedJobs locked(txn, std::move(ids));
+    const absl::Time jobs_locked = absl::Now();
+    out.lock_jobs = jobs_locked - start;
     for (const PreemptDecision& p : preemptions) {
       absl::StatusOr<Job> job = locked.Get(p.tenant, p.job_id);
       JobState to = trainyard::v1::JOB_STATE_UNSPECIFIED;
@@ -183,8 +188,6 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
       out.preempted.push_back(p.job_id);
     }
     const absl::Time now = absl::Now();
-    ArrayLiteral new_job_ids, new_indexes, new_clusters, new_flavors,
-        new_bodies;
     for (const AdmitDecision& a : admissions) {
       bool blocked = false;
       for (int64_t v : a.victims) blocked |= not_preempted.contains(v);
@@ -202,12 +205,10 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
       attempt.set_backend_job_name(absl::StrCat("ty-", a.job_id, "-", index));
       attempt.set_resumed_from(job->resume_from());
       *attempt.mutable_admit_time() = ToTimestamp(now);
-      // Inserted together after the loop (one statement).
-      new_job_ids.Int(a.job_id);
-      new_indexes.Int(index);
-      new_clusters.Text(domain::NameId(attempt.cluster()));
-      new_flavors.Text(domain::NameId(attempt.flavor()));
-      new_bodies.Bytes(attempt.SerializeAsString());
+      // Inserted by the statement that saves the jobs.
+      saves.AddNewAttempt(
+          a.job_id, index, std::string(domain::NameId(attempt.cluster())),
+          std::string(domain::NameId(attempt.flavor())), attempt);
       job->set_attempt_count(index);
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
       job->set_state_reason("ADMITTED");
@@ -215,15 +216,13 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
       saves.Add(a.job_id, *job, trainyard::v1::JOB_STATE_QUEUED);
       out.admitted.push_back(a.job_id);
     }
-    if (!out.admitted.empty()) {
-      txn.exec_prepared("attempts_insert", new_job_ids.str(), new_indexes.str(),
-                        new_clusters.str(), new_flavors.str(),
-                        new_bodies.str());
-    }
-    saves.Flush(txn);
+    saves.Flush(txn, &out.outbox_wait, &out.events);
+    body_end = absl::Now();
+    out.writes = body_end - jobs_locked - out.outbox_wait - out.events;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
+  out.commit = absl::Now() - body_end;
   return out;
 }
 

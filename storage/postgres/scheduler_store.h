@@ -54,6 +54,10 @@ struct DecisionOutcome {
   // state), or, for an admission, because one of its victims could not be
   // preempted.
   std::vector<int64_t> dropped;
+  // Where the transaction's wall time went (its last try): locking the jobs
+  // (SELECT ... FOR UPDATE), the writes before the events (attempts, jobs),
+  // waiting for the outbox lock, inserting the events and the notify, COMMIT.
+  absl::Duration lock_jobs, writes, outbox_wait, events, commit;
 };
 
 // The scheduler's reads of the jobs it schedules and its writes of decisions
@@ -79,6 +83,10 @@ class SchedulerStore {
     std::vector<ActiveJob> active;
     uint64_t last_seq = 0;
     bool more = false;
+    // Events read; wall time of the events' read and of the jobs' (jobs,
+    // attempts, checkpoints), the last try's.
+    int events = 0;
+    absl::Duration read_events, read_jobs;
   };
   absl::StatusOr<Changes> LoadChanges(uint64_t after, int limit);
   // Applies preemptions, then admissions, in ONE transaction, each guarded by

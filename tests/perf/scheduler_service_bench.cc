@@ -82,6 +82,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -196,7 +197,36 @@ struct Sample {
   int64_t start = 0;
   int64_t pending = 0, running = 0, admitted = 0, preempted = 0, dropped = 0,
           reservations = 0, explanations = 0;
+  // CycleReport's parts of refresh and commit (microseconds; builds before
+  // 2026-11-27 report none) and the refresh's events and changed jobs.
+  int64_t refresh_events = 0, refresh_jobs = 0, refresh_config = 0,
+          events_read = 0, jobs_read = 0, commit_prepare = 0,
+          commit_lock_jobs = 0, commit_writes = 0, commit_outbox_wait = 0,
+          commit_events = 0, commit_commit = 0;
 };
+
+// The parts, by their JSON names (durations in ms, counts as they are).
+struct Part {
+  const char* name;
+  int64_t Sample::*field;
+  bool duration;
+};
+const std::vector<Part>& Parts() {
+  static const std::vector<Part> parts = {
+      {"refresh_events_ms", &Sample::refresh_events, true},
+      {"refresh_jobs_ms", &Sample::refresh_jobs, true},
+      {"refresh_config_ms", &Sample::refresh_config, true},
+      {"events_read", &Sample::events_read, false},
+      {"jobs_read", &Sample::jobs_read, false},
+      {"commit_prepare_ms", &Sample::commit_prepare, true},
+      {"commit_lock_jobs_ms", &Sample::commit_lock_jobs, true},
+      {"commit_writes_ms", &Sample::commit_writes, true},
+      {"commit_outbox_wait_ms", &Sample::commit_outbox_wait, true},
+      {"commit_events_ms", &Sample::commit_events, true},
+      {"commit_commit_ms", &Sample::commit_commit, true},
+  };
+  return parts;
+}
 
 Sample FromReport(const CycleReport& r) {
   Sample s;
@@ -212,20 +242,37 @@ Sample FromReport(const CycleReport& r) {
   s.dropped = r.dropped;
   s.reservations = r.reservations;
   s.explanations = r.explanations_written;
+  s.refresh_events = absl::ToInt64Microseconds(r.refresh_events);
+  s.refresh_jobs = absl::ToInt64Microseconds(r.refresh_jobs);
+  s.refresh_config = absl::ToInt64Microseconds(r.refresh_config);
+  s.events_read = r.events_read;
+  s.jobs_read = r.jobs_read;
+  s.commit_prepare = absl::ToInt64Microseconds(r.commit_prepare);
+  s.commit_lock_jobs = absl::ToInt64Microseconds(r.commit_lock_jobs);
+  s.commit_writes = absl::ToInt64Microseconds(r.commit_writes);
+  s.commit_outbox_wait = absl::ToInt64Microseconds(r.commit_outbox_wait);
+  s.commit_events = absl::ToInt64Microseconds(r.commit_events);
+  s.commit_commit = absl::ToInt64Microseconds(r.commit_commit);
   return s;
 }
 
 // The scheduler process's samples travel as text lines.
 std::string SampleLine(const Sample& s) {
-  return absl::StrCat("cycle ", s.start, " ", s.wall, " ", s.load, " ",
-                      s.refresh, " ", s.decide, " ", s.commit, " ", s.explain,
-                      " ", s.cpu, " ", s.pending, " ", s.running, " ",
-                      s.admitted, " ", s.preempted, " ", s.dropped, " ",
-                      s.reservations, " ", s.explanations, "\n");
+  std::string line = absl::StrCat(
+      "cycle ", s.start, " ", s.wall, " ", s.load, " ", s.refresh, " ",
+      s.decide, " ", s.commit, " ", s.explain, " ", s.cpu, " ", s.pending, " ",
+      s.running, " ", s.admitted, " ", s.preempted, " ", s.dropped, " ",
+      s.reservations, " ", s.explanations);
+  for (const Part& p : Parts()) absl::StrAppend(&line, " ", s.*p.field);
+  line.push_back('\n');
+  return line;
 }
 
 bool ParseSample(const std::vector<std::string>& f, Sample* s) {
-  if (f.size() != 16) return false;
+  if (f.size() != 16 + Parts().size()) return false;
+  for (size_t i = 0; i < Parts().size(); ++i) {
+    if (!absl::SimpleAtoi(f[16 + i], &(s->*Parts()[i].field))) return false;
+  }
   int64_t* fields[] = {&s->start,   &s->wall,         &s->load,
                        &s->refresh, &s->decide,       &s->commit,
                        &s->explain, &s->cpu,          &s->pending,
@@ -428,6 +475,19 @@ std::string CyclesJson(const std::vector<Sample>& cycles) {
   for (const Sample& s : cycles) v.push_back(s.load + s.decide + s.commit);
   absl::StrAppend(&json,
                   ", \"load_decide_commit_ms\": ", StatsJson(Summarize(v)));
+  for (const Part& p : Parts()) {
+    v.clear();
+    for (const Sample& s : cycles) v.push_back(s.*p.field);
+    Stats st = Summarize(v);
+    if (!p.duration) {
+      // Summarize() gives milliseconds of microseconds; counts as they are.
+      st.p50 *= 1000;
+      st.p99 *= 1000;
+      st.max *= 1000;
+      st.mean *= 1000;
+    }
+    absl::StrAppend(&json, ", \"", p.name, "\": ", StatsJson(st));
+  }
   int64_t admitted = 0, preempted = 0, dropped = 0, explanations = 0;
   for (const Sample& s : cycles) {
     admitted += s.admitted;
@@ -454,7 +514,16 @@ std::string SampleJson(const Sample& s) {
       ", \"pending\": ", s.pending, ", \"running\": ", s.running,
       ", \"admitted\": ", s.admitted, ", \"preempted\": ", s.preempted,
       ", \"dropped\": ", s.dropped, ", \"reservations\": ", s.reservations,
-      ", \"explanations_written\": ", s.explanations, "}");
+      ", \"explanations_written\": ", s.explanations,
+      absl::StrJoin(Parts(), "",
+                    [&](std::string* out, const Part& p) {
+                      absl::StrAppend(
+                          out, ", \"", p.name, "\": ",
+                          p.duration
+                              ? Ms(static_cast<double>(s.*p.field) / 1000)
+                              : absl::StrCat(s.*p.field));
+                    }),
+      "}");
 }
 
 std::string SampleSummary(const Sample& s) {
@@ -1362,6 +1431,14 @@ int Bench() {
       static_cast<double>(steady->peak_rss) / (1 << 20),
       static_cast<double>(takeover->create_us + first.wall) / 1000,
       static_cast<double>(takeover->peak_rss) / (1 << 20));
+  std::cerr << "steady state parts, p50:";
+  for (const Part& p : Parts()) {
+    std::vector<int64_t> v;
+    for (const Sample& s : measured) v.push_back(s.*p.field);
+    const Stats st = Summarize(v);
+    std::cerr << " " << p.name << " " << (p.duration ? st.p50 : st.p50 * 1000);
+  }
+  std::cerr << "\n";
 
   std::string json = absl::StrCat(
       "{\n  \"benchmark\": \"scheduler_service_bench\",\n  \"label\": \"",
