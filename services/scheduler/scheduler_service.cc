@@ -6,6 +6,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -260,12 +262,34 @@ absl::Status SchedulerService::Refresh() {
   jobs_reloaded_ = !loaded_;
   config_changed_ = false;
   if (!loaded_) {
+    // This process's explanation writes still under way first: the rows read
+    // below are then what was last written (a failed write changed nothing).
+    (void)FlushExplanations();
     // The sequence first: a job that changes after it is read again next cycle.
     absl::StatusOr<uint64_t> seq = api_jobs_->LastEventSequence();
     if (!seq.ok()) return seq.status();
+    // The explanations written (by this leader or the one before) are read
+    // while the jobs are, on a connection of their own.
+    absl::StatusOr<std::vector<pg::WrittenExplanation>> written;
+    std::thread explanations_reader(
+        [&written, this] { written = jobs_->LoadExplanations(); });
     absl::StatusOr<std::vector<pg::ActiveJob>> all =
         jobs_->LoadActiveJobs(nullptr);
+    explanations_reader.join();
     if (!all.ok()) return all.status();
+    if (!written.ok()) return written.status();
+    // What the table holds counts as written: the first cycle writes only
+    // what differs from it (as any cycle does), not every pending job's row,
+    // and removes the rows of jobs that are no longer pending.
+    explained_.clear();
+    explained_.reserve(written->size());
+    for (const pg::WrittenExplanation& e : *written) {
+      explained_[e.job_id] =
+          Explained{.message_hash = absl::HashOf(std::string_view(e.message)),
+                    .written = e.written,
+                    .cycle = explain_cycle_,
+                    .reason = ReasonCode(e.reason)};
+    }
     state_.jobs.clear();
     for (pg::ActiveJob& a : *all) {
       const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
@@ -415,7 +439,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   std::vector<DueRefresh> refreshes;
   auto explain = [&](int64_t id, uint16_t reason, std::string_view message,
                      int32_t position) {
-    const uint64_t hash = absl::HashOf(message);
+    const uint64_t hash = absl::HashOf(message);  // As a full load seeds it.
     auto [it, inserted] = explained_.try_emplace(id);
     Explained& last = it->second;
     last.cycle = this_cycle;

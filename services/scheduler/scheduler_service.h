@@ -158,7 +158,8 @@ class SchedulerService {
   std::vector<std::string> config_fingerprints_ ABSL_GUARDED_BY(cycle_mu_);
   // What was last written to pending_explanations, per job, so that only
   // changes are written: the reason's code (an index into reasons_) and a
-  // hash of the message, not the texts.
+  // hash of the message, not the texts. A full load (a new leader's first
+  // cycle, or after a failed one) starts it from the table's rows.
   struct Explained {
     uint64_t message_hash = 0;
     absl::Time written;
