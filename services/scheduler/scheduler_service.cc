@@ -268,14 +268,19 @@ absl::Status SchedulerService::Refresh() {
     // The sequence first: a job that changes after it is read again next cycle.
     absl::StatusOr<uint64_t> seq = api_jobs_->LastEventSequence();
     if (!seq.ok()) return seq.status();
-    // The explanations written (by this leader or the one before) are read
-    // while the jobs are, on a connection of their own.
+    // The jobs and the explanations written (by this leader or the one
+    // before) are read on threads (and connections) of their own while this
+    // one reads the configuration.
+    absl::StatusOr<std::vector<pg::ActiveJob>> all;
     absl::StatusOr<std::vector<pg::WrittenExplanation>> written;
+    std::thread jobs_reader(
+        [&all, this] { all = jobs_->LoadActiveJobs(nullptr); });
     std::thread explanations_reader(
         [&written, this] { written = jobs_->LoadExplanations(); });
-    absl::StatusOr<std::vector<pg::ActiveJob>> all =
-        jobs_->LoadActiveJobs(nullptr);
+    const absl::Status config = RefreshConfig();
+    jobs_reader.join();
     explanations_reader.join();
+    if (!config.ok()) return config;
     if (!all.ok()) return all.status();
     if (!written.ok()) return written.status();
     // What the table holds counts as written: the first cycle writes only
@@ -298,27 +303,30 @@ absl::Status SchedulerService::Refresh() {
     }
     last_seq_ = *seq;
     loaded_ = true;
-  } else {
-    // Only the jobs that have events since the last cycle, read with their
-    // events in one transaction.
-    while (true) {
-      absl::StatusOr<pg::SchedulerStore::Changes> changes =
-          jobs_->LoadChanges(last_seq_, 10000);
-      if (!changes.ok()) return changes.status();
-      for (int64_t id : changes->ids) {
-        state_.jobs.erase(id);
-        changed_.push_back(id);
-      }
-      for (pg::ActiveJob& a : changes->active) {
-        const int64_t id =
-            std::stoll(std::string(domain::NameId(a.job.name())));
-        state_.jobs[id] =
-            JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
-      }
-      last_seq_ = changes->last_seq;
-      if (!changes->more) break;
-    }
+    return absl::OkStatus();
   }
+  // Only the jobs that have events since the last cycle, read with their
+  // events in one transaction.
+  while (true) {
+    absl::StatusOr<pg::SchedulerStore::Changes> changes =
+        jobs_->LoadChanges(last_seq_, 10000);
+    if (!changes.ok()) return changes.status();
+    for (int64_t id : changes->ids) {
+      state_.jobs.erase(id);
+      changed_.push_back(id);
+    }
+    for (pg::ActiveJob& a : changes->active) {
+      const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
+      state_.jobs[id] =
+          JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
+    }
+    last_seq_ = changes->last_seq;
+    if (!changes->more) break;
+  }
+  return RefreshConfig();
+}
+
+absl::Status SchedulerService::RefreshConfig() {
   // The configuration tables are read in full, each only when it changed
   // (one statement tells, per table): a dispatcher's heartbeat rewrites its
   // cluster's row, not the nodes.

@@ -123,6 +123,8 @@ class SchedulerService {
   absl::StatusOr<CycleReport> CycleOnce();
   void WriteExplanationsLoop();
   absl::Status Refresh();
+  // Refresh()'s reload of the configuration tables that changed.
+  absl::Status RefreshConfig() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Reads the configuration table of kConfigKinds()[kind] into state_.
   absl::Status LoadConfigKind(size_t kind);
   // The leader loop's hooks: a new leader trusts nothing it knew before; a
