@@ -1,6 +1,7 @@
 #include "storage/postgres/scheduler_store.h"
 
 #include <algorithm>
+#include <exception>
 #include <thread>
 #include <utility>
 
@@ -22,11 +23,6 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
   db_->Prepare("jobs_active",
                absl::StrCat("SELECT ", JobColumns(),
                             " FROM jobs WHERE state NOT IN (5, 6, 7)"));
-  // Half of them (id % 2 = $1), for a full load read in two parts at once.
-  db_->Prepare("jobs_active_half",
-               absl::StrCat("SELECT ", JobColumns(),
-                            " FROM jobs WHERE state NOT IN (5, 6, 7) AND "
-                            "id % 2 = $1"));
   // A join that drives primary-key lookups: `id = ANY($1) AND state NOT IN
   // (...)` got a generic plan scanning every active job (all the queued ones)
   // on each cycle.
@@ -129,7 +125,7 @@ absl::StatusOr<std::vector<ActiveJob>> SchedulerStore::LoadActiveJobs(
     return out;
   }
   // All of them: the attempts and the checkpoints on connections (and
-  // threads) of their own while the jobs are read.
+  // threads) of their own while this one reads and parses the jobs.
   std::vector<std::pair<int64_t, trainyard::v1::Attempt>> attempts;
   std::vector<std::pair<int64_t, absl::Time>> checkpoints;
   absl::Status attempts_read, checkpoints_read;
@@ -158,43 +154,41 @@ absl::StatusOr<std::vector<ActiveJob>> SchedulerStore::LoadActiveJobs(
           return absl::OkStatus();
         });
   });
-  // The jobs in two halves (even and odd ids), each read and parsed on a
-  // connection and thread of its own: PostgreSQL formats the rows of both,
-  // and this process parses them, at once.
-  std::vector<ActiveJob> halves[2];
-  std::vector<int64_t> half_ids[2];
-  absl::Status halves_read[2];
-  auto read_half = [&](int h) {
-    halves_read[h] =
-        db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-          const pqxx::result rows = txn.exec_prepared("jobs_active_half", h);
-          halves[h].clear();
-          halves[h].resize(rows.size());
-          half_ids[h].resize(rows.size());
-          for (size_t i = 0; i < rows.size(); ++i) {
-            half_ids[h][i] = rows[i][0].as<int64_t>();
-            halves[h][i].job = RowToJob(rows[i]);
+  absl::flat_hash_map<int64_t, size_t> slot;
+  absl::Status jobs_read =
+      db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+        out.clear();
+        slot.clear();
+        const pqxx::result rows = txn.exec_prepared("jobs_active");
+        out.resize(rows.size());
+        // Parsed on two threads, half each (the result is only read).
+        const size_t half = rows.size() / 2;
+        std::exception_ptr failed;
+        std::thread second_half([&] {
+          try {
+            for (size_t i = half; i < rows.size(); ++i)
+              out[i].job = RowToJob(rows[i]);
+          } catch (...) {
+            failed = std::current_exception();
           }
-          return absl::OkStatus();
         });
-  };
-  std::thread odd_reader([&] { read_half(1); });
-  read_half(0);
-  odd_reader.join();
+        try {
+          for (size_t i = 0; i < half; ++i) out[i].job = RowToJob(rows[i]);
+          slot.reserve(rows.size());
+          for (size_t i = 0; i < rows.size(); ++i)
+            slot[rows[i][0].as<int64_t>()] = i;
+        } catch (...) {
+          second_half.join();
+          throw;
+        }
+        second_half.join();
+        if (failed) std::rethrow_exception(failed);
+        return absl::OkStatus();
+      });
   attempts_reader.join();
   checkpoints_reader.join();
-  for (const absl::Status& s :
-       {halves_read[0], halves_read[1], attempts_read, checkpoints_read}) {
+  for (const absl::Status& s : {jobs_read, attempts_read, checkpoints_read}) {
     if (!s.ok()) return s;
-  }
-  out.reserve(halves[0].size() + halves[1].size());
-  absl::flat_hash_map<int64_t, size_t> slot;
-  slot.reserve(halves[0].size() + halves[1].size());
-  for (int h = 0; h < 2; ++h) {
-    for (size_t i = 0; i < halves[h].size(); ++i) {
-      slot[half_ids[h][i]] = out.size();
-      out.push_back(std::move(halves[h][i]));
-    }
   }
   // Rows of jobs that were not active when the jobs were read are left out.
   for (auto& [id, attempt] : attempts) {

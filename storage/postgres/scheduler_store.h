@@ -75,11 +75,11 @@ class SchedulerStore {
 
   // Every non-terminal job (ids == nullptr) or those of `ids` that are not
   // terminal, with their newest attempt and checkpoint time. All of them (a
-  // new leader's full load) are read on four connections at once, the jobs
-  // (in two halves, even and odd ids), their attempts and their checkpoints
-  // each in a read transaction of its own and parsed on its own thread: like
-  // the one transaction of `ids` (READ COMMITTED: a snapshot per statement),
-  // each table as of some moment after the call began, not one moment for all
+  // new leader's full load) are read on three connections at once, the jobs,
+  // their attempts and their checkpoints each in a read transaction of its
+  // own (the jobs' rows parsed on two threads, half each): like the one
+  // transaction of `ids` (READ COMMITTED: a snapshot per statement), each
+  // table as of some moment after the call began, not one moment for all
   // three. The caller reads the outbox's last sequence first
   // (JobStore::LastEventSequence): a job whose rows change while they are read
   // has an event after it, and is read again whole by the next LoadChanges.
