@@ -6,6 +6,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -260,12 +262,39 @@ absl::Status SchedulerService::Refresh(CycleReport& report) {
   jobs_reloaded_ = !loaded_;
   config_changed_ = false;
   if (!loaded_) {
+    // This process's explanation writes still under way first: the rows read
+    // below are then what was last written (a failed write changed nothing).
+    (void)FlushExplanations();
     // The sequence first: a job that changes after it is read again next cycle.
     absl::StatusOr<uint64_t> seq = api_jobs_->LastEventSequence();
     if (!seq.ok()) return seq.status();
-    absl::StatusOr<std::vector<pg::ActiveJob>> all =
-        jobs_->LoadActiveJobs(nullptr);
+    // The jobs and the explanations written (by this leader or the one
+    // before) are read on threads (and connections) of their own while this
+    // one reads the configuration.
+    absl::StatusOr<std::vector<pg::ActiveJob>> all;
+    absl::StatusOr<std::vector<pg::WrittenExplanation>> written;
+    std::thread jobs_reader(
+        [&all, this] { all = jobs_->LoadActiveJobs(nullptr); });
+    std::thread explanations_reader(
+        [&written, this] { written = jobs_->LoadExplanations(); });
+    const absl::Status config = RefreshConfig(report);
+    jobs_reader.join();
+    explanations_reader.join();
+    if (!config.ok()) return config;
     if (!all.ok()) return all.status();
+    if (!written.ok()) return written.status();
+    // What the table holds counts as written: the first cycle writes only
+    // what differs from it (as any cycle does), not every pending job's row,
+    // and removes the rows of jobs that are no longer pending.
+    explained_.clear();
+    explained_.reserve(written->size());
+    for (const pg::WrittenExplanation& e : *written) {
+      explained_[e.job_id] =
+          Explained{.message_hash = absl::HashOf(std::string_view(e.message)),
+                    .written = e.written,
+                    .cycle = explain_cycle_,
+                    .reason = ReasonCode(e.reason)};
+    }
     state_.jobs.clear();
     for (pg::ActiveJob& a : *all) {
       const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
@@ -274,31 +303,34 @@ absl::Status SchedulerService::Refresh(CycleReport& report) {
     }
     last_seq_ = *seq;
     loaded_ = true;
-  } else {
-    // Only the jobs that have events since the last cycle, read with their
-    // events in one transaction.
-    while (true) {
-      absl::StatusOr<pg::SchedulerStore::Changes> changes =
-          jobs_->LoadChanges(last_seq_, 10000);
-      if (!changes.ok()) return changes.status();
-      report.refresh_events += changes->read_events;
-      report.refresh_jobs += changes->read_jobs;
-      report.events_read += changes->events;
-      report.jobs_read += static_cast<int>(changes->ids.size());
-      for (int64_t id : changes->ids) {
-        state_.jobs.erase(id);
-        changed_.push_back(id);
-      }
-      for (pg::ActiveJob& a : changes->active) {
-        const int64_t id =
-            std::stoll(std::string(domain::NameId(a.job.name())));
-        state_.jobs[id] =
-            JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
-      }
-      last_seq_ = changes->last_seq;
-      if (!changes->more) break;
-    }
+    return absl::OkStatus();
   }
+  // Only the jobs that have events since the last cycle, read with their
+  // events in one transaction.
+  while (true) {
+    absl::StatusOr<pg::SchedulerStore::Changes> changes =
+        jobs_->LoadChanges(last_seq_, 10000);
+    if (!changes.ok()) return changes.status();
+    report.refresh_events += changes->read_events;
+    report.refresh_jobs += changes->read_jobs;
+    report.events_read += changes->events;
+    report.jobs_read += static_cast<int>(changes->ids.size());
+    for (int64_t id : changes->ids) {
+      state_.jobs.erase(id);
+      changed_.push_back(id);
+    }
+    for (pg::ActiveJob& a : changes->active) {
+      const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
+      state_.jobs[id] =
+          JobView{std::move(a.job), std::move(a.attempt), a.last_checkpoint};
+    }
+    last_seq_ = changes->last_seq;
+    if (!changes->more) break;
+  }
+  return RefreshConfig(report);
+}
+
+absl::Status SchedulerService::RefreshConfig(CycleReport& report) {
   // The configuration tables are read in full, each only when it changed
   // (one statement tells, per table): a dispatcher's heartbeat rewrites its
   // cluster's row, not the nodes.
@@ -421,7 +453,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   std::vector<DueRefresh> refreshes;
   auto explain = [&](int64_t id, uint16_t reason, std::string_view message,
                      int32_t position) {
-    const uint64_t hash = absl::HashOf(message);
+    const uint64_t hash = absl::HashOf(message);  // As a full load seeds it.
     auto [it, inserted] = explained_.try_emplace(id);
     Explained& last = it->second;
     last.cycle = this_cycle;

@@ -135,7 +135,11 @@ class SchedulerService {
   // but its decisions' commit); changes to the same job coalesce.
   absl::StatusOr<CycleReport> CycleOnce();
   void WriteExplanationsLoop();
-  absl::Status Refresh(CycleReport& report);
+  absl::Status Refresh(CycleReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  // Refresh()'s reload of the configuration tables that changed.
+  absl::Status RefreshConfig(CycleReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Reads the configuration table of kConfigKinds()[kind] into state_.
   absl::Status LoadConfigKind(size_t kind);
   // The leader loop's hooks: a new leader trusts nothing it knew before; a
@@ -171,7 +175,8 @@ class SchedulerService {
   std::vector<std::string> config_fingerprints_ ABSL_GUARDED_BY(cycle_mu_);
   // What was last written to pending_explanations, per job, so that only
   // changes are written: the reason's code (an index into reasons_) and a
-  // hash of the message, not the texts.
+  // hash of the message, not the texts. A full load (a new leader's first
+  // cycle, or after a failed one) starts it from the table's rows.
   struct Explained {
     uint64_t message_hash = 0;
     absl::Time written;

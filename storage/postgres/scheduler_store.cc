@@ -1,6 +1,8 @@
 #include "storage/postgres/scheduler_store.h"
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -57,6 +59,10 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
       "message = excluded.message, position = excluded.position, update_time = "
       "now()");
   db_->Prepare(
+      "explanations_all",
+      absl::StrCat("SELECT job_id, reason, message, ",
+                   EpochMicros("update_time"), " FROM pending_explanations"));
+  db_->Prepare(
       "explanations_delete",
       "DELETE FROM pending_explanations WHERE job_id = ANY($1::bigint[])");
 }
@@ -105,8 +111,106 @@ std::vector<ActiveJob> ReadActiveJobs(pqxx::transaction_base& txn,
 absl::StatusOr<std::vector<ActiveJob>> SchedulerStore::LoadActiveJobs(
     const std::vector<int64_t>* ids) {
   std::vector<ActiveJob> out;
+  if (ids != nullptr) {
+    absl::Status s =
+        db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+          out = ReadActiveJobs(txn, ids);
+          return absl::OkStatus();
+        });
+    if (!s.ok()) return s;
+    return out;
+  }
+  // All of them: the attempts and the checkpoints on connections (and
+  // threads) of their own while this one reads and parses the jobs.
+  std::vector<std::pair<int64_t, trainyard::v1::Attempt>> attempts;
+  std::vector<std::pair<int64_t, absl::Time>> checkpoints;
+  absl::Status attempts_read, checkpoints_read;
+  std::thread attempts_reader([&] {
+    attempts_read = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+      attempts.clear();
+      const pqxx::result rows = txn.exec_prepared("attempts_latest_active");
+      attempts.resize(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        attempts[i].first = rows[i][0].as<int64_t>();
+        attempts[i].second.ParseFromString(BytesOf(rows[i][1]));
+      }
+      return absl::OkStatus();
+    });
+  });
+  std::thread checkpoints_reader([&] {
+    checkpoints_read =
+        db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+          checkpoints.clear();
+          const pqxx::result rows =
+              txn.exec_prepared("checkpoints_latest_active");
+          checkpoints.reserve(rows.size());
+          for (const pqxx::row& row : rows) {
+            checkpoints.emplace_back(row[0].as<int64_t>(), TimeOf(row[1]));
+          }
+          return absl::OkStatus();
+        });
+  });
+  absl::flat_hash_map<int64_t, size_t> slot;
+  absl::Status jobs_read =
+      db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+        out.clear();
+        slot.clear();
+        const pqxx::result rows = txn.exec_prepared("jobs_active");
+        out.resize(rows.size());
+        // Parsed on two threads, half each (the result is only read).
+        const size_t half = rows.size() / 2;
+        std::exception_ptr failed;
+        std::thread second_half([&] {
+          try {
+            for (size_t i = half; i < rows.size(); ++i)
+              out[i].job = RowToJob(rows[i]);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+        });
+        try {
+          for (size_t i = 0; i < half; ++i) out[i].job = RowToJob(rows[i]);
+          slot.reserve(rows.size());
+          for (size_t i = 0; i < rows.size(); ++i)
+            slot[rows[i][0].as<int64_t>()] = i;
+        } catch (...) {
+          second_half.join();
+          throw;
+        }
+        second_half.join();
+        if (failed) std::rethrow_exception(failed);
+        return absl::OkStatus();
+      });
+  attempts_reader.join();
+  checkpoints_reader.join();
+  for (const absl::Status& s : {jobs_read, attempts_read, checkpoints_read}) {
+    if (!s.ok()) return s;
+  }
+  // Rows of jobs that were not active when the jobs were read are left out.
+  for (auto& [id, attempt] : attempts) {
+    auto it = slot.find(id);
+    if (it != slot.end()) out[it->second].attempt = std::move(attempt);
+  }
+  for (const auto& [id, time] : checkpoints) {
+    auto it = slot.find(id);
+    if (it != slot.end()) out[it->second].last_checkpoint = time;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<WrittenExplanation>>
+SchedulerStore::LoadExplanations() {
+  std::vector<WrittenExplanation> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    out = ReadActiveJobs(txn, ids);
+    const pqxx::result rows = txn.exec_prepared("explanations_all");
+    out.clear();
+    out.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      out[i].job_id = rows[i][0].as<int64_t>();
+      out[i].reason = rows[i][1].c_str();
+      out[i].message = std::string(rows[i][2].c_str(), rows[i][2].size());
+      out[i].written = TimeOf(rows[i][3]);
+    }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -47,6 +47,14 @@ struct PreemptDecision {
   std::string message;
 };
 
+// A row of pending_explanations as a scheduler wrote it, with its write time.
+struct WrittenExplanation {
+  int64_t job_id = 0;
+  std::string reason;
+  std::string message;
+  absl::Time written;
+};
+
 struct DecisionOutcome {
   std::vector<int64_t> admitted;
   std::vector<int64_t> preempted;
@@ -70,9 +78,20 @@ class SchedulerStore {
   explicit SchedulerStore(Database* db);
 
   // Every non-terminal job (ids == nullptr) or those of `ids` that are not
-  // terminal, with their newest attempt and checkpoint time.
+  // terminal, with their newest attempt and checkpoint time. All of them (a
+  // new leader's full load) are read on three connections at once, the jobs,
+  // their attempts and their checkpoints each in a read transaction of its
+  // own (the jobs' rows parsed on two threads, half each): like the one
+  // transaction of `ids` (READ COMMITTED: a snapshot per statement), each
+  // table as of some moment after the call began, not one moment for all
+  // three. The caller reads the outbox's last sequence first
+  // (JobStore::LastEventSequence): a job whose rows change while they are read
+  // has an event after it, and is read again whole by the next LoadChanges.
   absl::StatusOr<std::vector<ActiveJob>> LoadActiveJobs(
       const std::vector<int64_t>* ids);
+  // Every row of pending_explanations (what the scheduler last wrote per
+  // job), in no particular order.
+  absl::StatusOr<std::vector<WrittenExplanation>> LoadExplanations();
   // What changed since event `after`, in one read transaction: the distinct
   // ids of jobs with events after it (at most `limit` events read), those of
   // them that are not terminal as LoadActiveJobs gives them, the highest

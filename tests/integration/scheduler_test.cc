@@ -1,14 +1,17 @@
 // The scheduler service over a real PostgreSQL and Redis, with jobs submitted
 // through the real api (docs/scheduler.md).
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/scheduler_service.h"
+#include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
 #include "storage/postgres/scheduler_store.h"
@@ -284,6 +287,164 @@ TEST_F(SchedulerTest, DecisionsAreGuardedByTheJobVersion) {
   EXPECT_EQ(out->admitted, std::vector<int64_t>{b});
   EXPECT_EQ(Get(a).state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(Get(b).state(), v1::JOB_STATE_ADMITTED);
+}
+
+// A new leader's full load (the jobs, attempts and checkpoints each read on a
+// connection of its own) gives what the one transaction of the steady
+// cycles' reads gives for the same jobs.
+TEST_F(SchedulerTest, TheFullLoadReadsWhatTheReadOfTheSameIdsReads) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(Submit(absl::StrCat("j", i), 1));
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->admitted, 4);  // 4 nodes of 8 GPUs, two jobs wait
+  absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
+      storage::postgres::Database::Open(
+          {.url = harness_->database_url(), .pool_size = 4});
+  ASSERT_TRUE(db.ok()) << db.status();
+  storage::postgres::JobStore api(db->get());
+  v1::Checkpoint checkpoint;
+  checkpoint.set_step(7);
+  checkpoint.set_uri("s3://ckpt/7");
+  // An admitted job's and a waiting job's checkpoint.
+  ASSERT_TRUE(api.ReportCheckpoint("acme", ids[0], checkpoint).ok());
+  ASSERT_TRUE(api.ReportCheckpoint("acme", ids[5], checkpoint).ok());
+  const int64_t done = Submit("done", 1);
+  ASSERT_TRUE(api.Transition("acme", done, Get(done).version(),
+                             v1::JOB_STATE_CANCELLED, "CANCELLED", "test")
+                  .ok());
+  ids.push_back(done);
+
+  storage::postgres::SchedulerStore store(db->get());
+  absl::StatusOr<std::vector<storage::postgres::ActiveJob>> all =
+      store.LoadActiveJobs(nullptr);
+  absl::StatusOr<std::vector<storage::postgres::ActiveJob>> by_id =
+      store.LoadActiveJobs(&ids);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_TRUE(by_id.ok()) << by_id.status();
+  ASSERT_EQ(all->size(), 6u);  // not the cancelled one
+  ASSERT_EQ(by_id->size(), all->size());
+  auto by_name = [](std::vector<storage::postgres::ActiveJob>& v) {
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+      return a.job.name() < b.job.name();
+    });
+  };
+  by_name(*all);
+  by_name(*by_id);
+  int with_attempt = 0, with_checkpoint = 0;
+  for (size_t i = 0; i < all->size(); ++i) {
+    const storage::postgres::ActiveJob& x = (*all)[i];
+    const storage::postgres::ActiveJob& y = (*by_id)[i];
+    EXPECT_TRUE(
+        google::protobuf::util::MessageDifferencer::Equals(x.job, y.job))
+        << x.job.DebugString() << " vs " << y.job.DebugString();
+    ASSERT_EQ(x.attempt.has_value(), y.attempt.has_value()) << x.job.name();
+    if (x.attempt.has_value()) {
+      ++with_attempt;
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+          *x.attempt, *y.attempt));
+    }
+    EXPECT_EQ(x.last_checkpoint, y.last_checkpoint) << x.job.name();
+    with_checkpoint += x.last_checkpoint.has_value();
+  }
+  EXPECT_EQ(with_attempt, 4);
+  EXPECT_EQ(with_checkpoint, 2);
+}
+
+// A new leader starts from the explanations in pending_explanations: it
+// rewrites only the rows that differ from what it would write (a new reason at
+// once, a new message once the refresh is due, a missing row) and removes the
+// rows of jobs that are not pending, leaving the others alone.
+TEST_F(SchedulerTest, ANewLeaderWritesOnlyTheExplanationsThatDiffer) {
+  const int64_t a = Submit("a", 2);  // 16 of the 32 GPUs: admitted
+  std::vector<int64_t> waiting;      // 32 GPUs each: they wait
+  for (const char* name : {"b", "c", "d", "e"})
+    waiting.push_back(Submit(name, 4));
+  const int64_t b = waiting[0], c = waiting[1], d = waiting[2], e = waiting[3];
+  {
+    absl::StatusOr<std::unique_ptr<SchedulerService>> first =
+        SchedulerService::Create(Options());
+    ASSERT_TRUE(first.ok()) << first.status();
+    absl::StatusOr<CycleReport> r = CycleAndFlush(**first);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->admitted, 1);
+    EXPECT_EQ(r->explanations_written, 4);
+  }
+  const std::string message = Explain(d).message();
+  ASSERT_EQ(Explain(b).reason(), "NO_CAPACITY");
+
+  absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
+      storage::postgres::Database::Open(
+          {.url = harness_->database_url(), .pool_size = 2});
+  ASSERT_TRUE(db.ok()) << db.status();
+  // b: as written, an hour ago; c: another reason, written just now; d: an
+  // older message, an hour ago; e: no row; a (admitted): a row left over.
+  ASSERT_TRUE((*db)
+                  ->Transact([&](pqxx::work& txn) {
+                    txn.exec(absl::StrCat(
+                        "UPDATE pending_explanations SET update_time = now() - "
+                        "interval '1 hour' WHERE job_id IN (",
+                        b, ", ", d, ")"));
+                    txn.exec(absl::StrCat(
+                        "UPDATE pending_explanations SET reason = "
+                        "'QUEUE_STOPPED', message = 'QUEUE_STOPPED: old' "
+                        "WHERE job_id = ",
+                        c));
+                    txn.exec(absl::StrCat(
+                        "UPDATE pending_explanations SET message = 'old' WHERE "
+                        "job_id = ",
+                        d));
+                    txn.exec(absl::StrCat(
+                        "DELETE FROM pending_explanations WHERE job_id = ", e));
+                    txn.exec(absl::StrCat(
+                        "INSERT INTO pending_explanations (job_id, reason, "
+                        "message, position) VALUES (",
+                        a, ", 'NO_CAPACITY', 'left over', 1)"));
+                    return absl::OkStatus();
+                  })
+                  .ok());
+
+  absl::StatusOr<std::unique_ptr<SchedulerService>> second =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**second);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 0);
+  EXPECT_EQ(r->pending, 4);
+  // c, d and e written, a's row removed; b left alone.
+  EXPECT_EQ(r->explanations_written, 4);
+  for (int64_t id : {c, d, e}) {
+    EXPECT_EQ(Explain(id).reason(), "NO_CAPACITY") << id;
+    EXPECT_EQ(Explain(id).message(), message) << id;
+  }
+  int64_t rows_of_a = -1;
+  bool b_untouched = false;
+  ASSERT_TRUE((*db)
+                  ->Read([&](pqxx::read_transaction& txn) {
+                    rows_of_a = txn.exec(absl::StrCat(
+                        "SELECT count(*) FROM pending_explanations "
+                        "WHERE job_id = ",
+                        a))[0][0]
+                                    .as<int64_t>();
+                    b_untouched = txn.exec(absl::StrCat(
+                        "SELECT update_time < now() - interval '30 "
+                        "minutes' FROM pending_explanations WHERE job_id = ",
+                        b))[0][0]
+                                      .as<bool>();
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_EQ(rows_of_a, 0);
+  EXPECT_TRUE(b_untouched) << "b's row was rewritten";
+  EXPECT_EQ(Explain(b).message(), message);
+
+  // Nothing changed: the next cycle writes nothing.
+  r = CycleAndFlush(**second);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->explanations_written, 0);
 }
 
 TEST_F(SchedulerTest, OneLeaderAndAStandbyTakesOver) {
