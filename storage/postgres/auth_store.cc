@@ -14,11 +14,6 @@ using trainyard::v1::ApiToken;
 using trainyard::v1::AuditEntry;
 using trainyard::v1::RoleBinding;
 
-google::protobuf::Timestamp ToTimestamp(absl::Time t) {
-  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
-      absl::ToUnixMicros(t));
-}
-
 std::string TokenColumns() {
   return absl::StrCat("id, principal, secret_hash, description, creator, ",
                       EpochMicros("create_time"), ", ",

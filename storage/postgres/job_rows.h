@@ -64,11 +64,6 @@ void AppendEvents(pqxx::work& txn, const std::vector<PendingEvent>& events,
 // statement twice is a no-op).
 void PrepareJobRowStatements(Database* db);
 
-inline google::protobuf::Timestamp ToTimestamp(absl::Time t) {
-  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
-      absl::ToUnixMicros(t));
-}
-
 // Text form of a PostgreSQL array literal, built element by element.
 class ArrayLiteral {
  public:

@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace trainyard::storage::postgres {
 
@@ -128,6 +130,11 @@ pqxx::binarystring Bytea(
 absl::Time TimeOf(const pqxx::field& field);
 // SQL expression of a timestamptz column in epoch microseconds, for TimeOf().
 std::string EpochMicros(const std::string& column);
+// Time (from TimeOf) → proto Timestamp.
+inline google::protobuf::Timestamp ToTimestamp(absl::Time t) {
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+      absl::ToUnixMicros(t));
+}
 
 }  // namespace trainyard::storage::postgres
 

@@ -17,7 +17,6 @@ namespace {
 
 namespace v1 = ::trainyard::v1;
 
-constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr int64_t kTiB = int64_t{1} << 40;
 
 void ExpectFieldError(const absl::Status& s, std::string_view field,
@@ -42,7 +41,7 @@ v1::JobSpec ValidSpec() {
   spec.mutable_resources()->set_gpus(8);
   spec.mutable_resources()->set_gpu_model("H100");
   spec.mutable_resources()->set_cpu_millis(64'000);
-  spec.mutable_resources()->set_memory_bytes(512 * kGiB);
+  spec.mutable_resources()->set_memory_bytes(kTiB / 2);
   spec.add_command("python");
   spec.add_command("train.py");
   (*spec.mutable_env())["BATCH"] = "64";

@@ -18,26 +18,13 @@
 namespace trainyard::scheduler::policy {
 namespace {
 
+using testing::AdmissionOf;
 using ::testing::HasSubstr;
 using testing::kHour;
+using testing::kMinute;
+using testing::PendingOf;
 using testing::SnapshotBuilder;
 using ::testing::StartsWith;
-
-constexpr TimeMicros kMinute = kHour / 60;
-
-const PendingDecision* PendingOf(const Decisions& d, JobId id) {
-  for (const PendingDecision& p : d.pending) {
-    if (p.job == id) return &p;
-  }
-  return nullptr;
-}
-
-const Admission* AdmissionOf(const Decisions& d, JobId id) {
-  for (const Admission& a : d.admissions) {
-    if (a.job == id) return &a;
-  }
-  return nullptr;
-}
 
 // Two 8-GPU nodes in one rack. Node 0 is fully used by job 100, which
 // reaches its time limit in 2 h; node 1 has 4 of 8 GPUs used by job 101,

@@ -16,6 +16,7 @@ namespace trainyard::scheduler::policy {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::PendingOf;
 using testing::SnapshotBuilder;
 using testing::SortedAdmitted;
 
@@ -23,8 +24,9 @@ using testing::SortedAdmitted;
 // use their 8, c uses 4: the cohort has 4 GPUs unused. Pending: a's
 // high-priority 8-GPU job (it would borrow 8), b's low-priority 2-GPU job (it
 // would borrow 2) and c's low-priority 2-GPU job (within c's nominal quota).
-struct Fixture {
-  explicit Fixture(std::optional<int64_t> a_borrowing_limit = std::nullopt) {
+struct HoldFixture {
+  explicit HoldFixture(
+      std::optional<int64_t> a_borrowing_limit = std::nullopt) {
     const FlavorId f = b.AddFlavor("gpu");
     const CohortId cohort = b.AddCohort("c");
     const QueueId qa = b.AddGpuQueue("a", cohort, f, 8, a_borrowing_limit);
@@ -44,21 +46,15 @@ struct Fixture {
   SnapshotBuilder b;
 };
 
-const PendingDecision* PendingOf(const Decisions& d, JobId id) {
-  for (const PendingDecision& p : d.pending)
-    if (p.job == id) return &p;
-  return nullptr;
-}
-
 TEST(BorrowingHoldTest, OffEverythingThatFitsIsAdmitted) {
-  Fixture fx;
+  HoldFixture fx;
   const Decisions d = Decide(fx.b.Build(), PolicyConfig{});
   EXPECT_THAT(SortedAdmitted(d), ::testing::ElementsAre(2, 3));
 }
 
 TEST(BorrowingHoldTest,
      LowerPriorityMayNotBorrowWhatAHigherPriorityJobWaitsFor) {
-  Fixture fx;
+  HoldFixture fx;
   for (bool classes : {true, false}) {
     for (bool index : {true, false}) {
       PolicyConfig config{.hold_borrowing_for_priority = true};
@@ -83,7 +79,7 @@ TEST(BorrowingHoldTest,
 TEST(BorrowingHoldTest, AJobItsOwnBorrowingLimitStopsHoldsNothing) {
   // a may not borrow at all: its job waits for a's own quota, which b's
   // borrowing does not take.
-  Fixture fx(/*a_borrowing_limit=*/0);
+  HoldFixture fx(/*a_borrowing_limit=*/0);
   const Decisions d =
       Decide(fx.b.Build(), PolicyConfig{.hold_borrowing_for_priority = true});
   EXPECT_THAT(SortedAdmitted(d), ::testing::ElementsAre(2, 3));

@@ -24,9 +24,9 @@ using testing::SortedAdmitted;
 // `extra_gpus` more are free on another node. Pending: a's high-priority 4-GPU
 // job 1 (it would borrow) and b's two low-priority 4-GPU jobs 2 and 3 (2 fits
 // b's nominal quota; 3 would borrow once 2 is admitted).
-struct Fixture {
-  explicit Fixture(int64_t extra_gpus, int64_t b_running = 4,
-                   int64_t free_gpus_in_n2 = 0) {
+struct NominalFirstFixture {
+  explicit NominalFirstFixture(int64_t extra_gpus, int64_t b_running = 4,
+                               int64_t free_gpus_in_n2 = 0) {
     const FlavorId f = b.AddFlavor("gpu");
     const CohortId cohort = b.AddCohort("c");
     const QueueId qa = b.AddGpuQueue("a", cohort, f, 8);
@@ -61,13 +61,13 @@ std::vector<PolicyConfig> Configs(bool nominal_first) {
 
 TEST(NominalFirstTest, OffHigherPriorityGoesFirst) {
   // Room for one job: the high-priority borrower takes it.
-  Fixture fx(/*extra_gpus=*/0);
+  NominalFirstFixture fx(/*extra_gpus=*/0);
   for (const PolicyConfig& config : Configs(false))
     EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)), ElementsAre(1));
 }
 
 TEST(NominalFirstTest, AJobWithinNominalQuotaGoesBeforeABorrower) {
-  Fixture fx(/*extra_gpus=*/0);
+  NominalFirstFixture fx(/*extra_gpus=*/0);
   for (const PolicyConfig& config : Configs(true))
     EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)), ElementsAre(2));
 }
@@ -77,7 +77,7 @@ TEST(NominalFirstTest, AQueuesNextJobBorrowsOnceItsFirstIsAdmitted) {
   // borrower 1 before b's job 3, which borrows after 2 is admitted. Were the
   // order computed from b's usage at the start of the cycle, 2 and 3 would
   // both go before 1.
-  Fixture fx(/*extra_gpus=*/4);
+  NominalFirstFixture fx(/*extra_gpus=*/4);
   for (const PolicyConfig& config : Configs(true))
     EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)),
                 ElementsAre(1, 2));
@@ -89,7 +89,8 @@ TEST(NominalFirstTest, AQueuesNextJobBorrowsOnceItsFirstIsAdmitted) {
 TEST(NominalFirstTest, PriorityOrdersJobsThatBorrow) {
   // b at its nominal quota too: both of the first jobs borrow, and the
   // high-priority one goes first although it was submitted last.
-  Fixture fx(/*extra_gpus=*/0, /*b_running=*/8, /*free_gpus_in_n2=*/4);
+  NominalFirstFixture fx(/*extra_gpus=*/0, /*b_running=*/8,
+                         /*free_gpus_in_n2=*/4);
   for (const PolicyConfig& config : Configs(true))
     EXPECT_THAT(SortedAdmitted(Decide(fx.b.Build(), config)), ElementsAre(1));
 }

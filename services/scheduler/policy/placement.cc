@@ -47,7 +47,7 @@ std::vector<std::pair<int, int64_t>> ChooseFewest(
 
 namespace {
 
-struct Candidate {
+struct NodeCandidate {
   NodeId node;
   int64_t workers;    // How many workers it can hold.
   int64_t free_gpus;  // Tie-break: fragmented nodes first.
@@ -60,7 +60,7 @@ struct Group {
   std::vector<int> members;  // Indexes into the level below.
 };
 
-void PlaceOnNodes(const std::vector<Candidate>& cands,
+void PlaceOnNodes(const std::vector<NodeCandidate>& cands,
                   const std::vector<int>& members, int64_t need,
                   std::vector<NodeId>& out) {
   std::vector<int64_t> caps, tie;
@@ -73,7 +73,7 @@ void PlaceOnNodes(const std::vector<Candidate>& cands,
   }
 }
 
-void PlaceOnRacks(const std::vector<Candidate>& cands,
+void PlaceOnRacks(const std::vector<NodeCandidate>& cands,
                   const std::vector<Group>& racks,
                   const std::vector<int>& members, int64_t need,
                   std::vector<NodeId>& out) {
@@ -108,7 +108,7 @@ PlacementResult PlaceGang(
     const PendingJob& job) {
   PlacementResult result;
   const int64_t need = job.workers;
-  std::vector<Candidate> cands;
+  std::vector<NodeCandidate> cands;
   for (NodeId id : nodes_of_flavor[flavor]) {
     const Node& node = s.nodes[id];
     if (!node.schedulable) continue;
@@ -120,7 +120,7 @@ PlacementResult PlaceGang(
     if (k > 0) cands.push_back({id, k, free[id].gpus});
   }
   int64_t total = 0;
-  for (const Candidate& c : cands) total += c.workers;
+  for (const NodeCandidate& c : cands) total += c.workers;
   result.capacity_workers = std::min(total, need);
   if (total < need) {
     result.failure = PlacementFailure::kNoCapacity;
@@ -129,7 +129,7 @@ PlacementResult PlaceGang(
   if (job.required_topology == TopologyLevel::kNone) {
     // One cluster: the smallest that holds the whole gang.
     std::map<int32_t, int64_t> per_cluster;
-    for (const Candidate& c : cands)
+    for (const NodeCandidate& c : cands)
       per_cluster[s.nodes[c.node].cluster] += c.workers;
     if (per_cluster.size() > 1) {
       std::optional<int32_t> best;
@@ -146,7 +146,7 @@ PlacementResult PlaceGang(
         result.failure = PlacementFailure::kNoFitCluster;
         return result;
       }
-      std::erase_if(cands, [&](const Candidate& c) {
+      std::erase_if(cands, [&](const NodeCandidate& c) {
         return s.nodes[c.node].cluster != *best;
       });
       result.best_group_workers = 0;

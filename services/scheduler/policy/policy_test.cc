@@ -12,17 +12,12 @@
 namespace trainyard::scheduler::policy {
 namespace {
 
+using testing::Admitted;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::kHour;
 using testing::SnapshotBuilder;
 using ::testing::StartsWith;
-
-std::vector<JobId> Admitted(const Decisions& d) {
-  std::vector<JobId> ids;
-  for (const Admission& a : d.admissions) ids.push_back(a.job);
-  return ids;
-}
 
 const PendingDecision* FindPending(const Decisions& d, JobId job) {
   for (const PendingDecision& p : d.pending) {

@@ -14,10 +14,9 @@
 namespace trainyard::scheduler::policy {
 namespace {
 
-constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
-
 int64_t Saturate(__int128 v) {
-  return v > kMaxInt64 ? kMaxInt64 : static_cast<int64_t>(v);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return v > kMax ? kMax : static_cast<int64_t>(v);
 }
 
 // Whether q uses more than its nominal quota of flavor f for a resource the

@@ -18,11 +18,12 @@
 #include "services/scheduler/policy/quota.h"
 #include "services/scheduler/policy/snapshot.h"
 #include "tests/support/policy/synthetic.h"
+#include "tests/support/policy/test_util.h"
 
 namespace trainyard::scheduler::policy {
 namespace {
 
-constexpr TimeMicros kHour = int64_t{3600} * 1000 * 1000;
+using testing::kHour;
 
 struct Lists {
   std::vector<int> tree_of_queue;

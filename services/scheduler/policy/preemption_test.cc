@@ -16,14 +16,14 @@
 namespace trainyard::scheduler::policy {
 namespace {
 
+using testing::Admitted;
 using testing::ApplyDecisions;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::kHour;
+using testing::kMinute;
 using testing::SnapshotBuilder;
 using ::testing::StartsWith;
-
-constexpr TimeMicros kMinute = kHour / 60;
 
 // A running gang: one worker of `gpus_per_worker` GPUs on each node in
 // `nodes`, started `age` ago, last checkpoint `since_checkpoint` ago (< 0:
@@ -49,12 +49,6 @@ void AddRunning(SnapshotBuilder& b, JobId id, QueueId q, FlavorId f,
 std::vector<JobId> Victims(const Decisions& d) {
   std::vector<JobId> ids;
   for (const Preemption& p : d.preemptions) ids.push_back(p.victim);
-  return ids;
-}
-
-std::vector<JobId> Admitted(const Decisions& d) {
-  std::vector<JobId> ids;
-  for (const Admission& a : d.admissions) ids.push_back(a.job);
   return ids;
 }
 

@@ -13,9 +13,8 @@ namespace trainyard::scheduler::policy {
 namespace {
 
 using testing::kHour;
+using testing::kMinute;
 using testing::SnapshotBuilder;
-
-constexpr TimeMicros kMinute = kHour / 60;
 
 PendingJob Job(int32_t workers, int64_t gpus) {
   return {.id = 1, .workers = workers, .worker = {.gpus = gpus}};
@@ -104,7 +103,7 @@ PendingJob& AddPricedJob(PricedCase& s, SpotPolicy policy) {
   return job;
 }
 
-FlavorId Admitted(const PricedCase& s) {
+FlavorId AdmittedFlavor(const PricedCase& s) {
   const Decisions d = Decide(s.b.Build());
   EXPECT_EQ(d.admissions.size(), 1u);
   return d.admissions.empty() ? -1 : d.admissions[0].flavor;
@@ -116,36 +115,36 @@ TEST(PricingTest, CandidatesAreOrderedByExpectedCost) {
   const PendingJob& job = s.b.Build().pending[0];
   EXPECT_EQ(CandidateFlavors(s.b.Build(), job, PolicyConfig{}),
             (std::vector<FlavorId>{s.spot, s.od_cheap, s.od_expensive}));
-  EXPECT_EQ(Admitted(s), s.spot);
+  EXPECT_EQ(AdmittedFlavor(s), s.spot);
 }
 
 TEST(PricingTest, CheaperOnDemandFlavorWinsOverQueueOrder) {
   PricedCase s = PricedSetup(0.1);
   AddPricedJob(s, SpotPolicy::kNever);
-  EXPECT_EQ(Admitted(s), s.od_cheap);
+  EXPECT_EQ(AdmittedFlavor(s), s.od_cheap);
 }
 
 TEST(PricingTest, FrequentReclaimsMakeSpotMoreExpensive) {
   // 1.5 x (1 + 1.5/h x (15 + 10) min) = 1.5 x 1.625 = 2.44 < 3: spot.
   PricedCase cheap = PricedSetup(1.5);
   AddPricedJob(cheap, SpotPolicy::kAllowed);
-  EXPECT_EQ(Admitted(cheap), cheap.spot);
+  EXPECT_EQ(AdmittedFlavor(cheap), cheap.spot);
   // Checkpointing every 4 h: 1.5 x (1 + 1.5 x (120 + 10) / 60) = 6.375 > 3.
   PricedCase rare = PricedSetup(1.5);
   AddPricedJob(rare, SpotPolicy::kAllowed).checkpoint_interval_micros =
       4 * kHour;
-  EXPECT_EQ(Admitted(rare), rare.od_cheap);
+  EXPECT_EQ(AdmittedFlavor(rare), rare.od_cheap);
 }
 
 TEST(PricingTest, JobThatCannotCheckpointUsesSpotOnlyWhenRequired) {
   for (SpotPolicy policy : {SpotPolicy::kAllowed, SpotPolicy::kPreferred}) {
     PricedCase s = PricedSetup(0.0);  // Spot is cheapest and never reclaimed.
     AddPricedJob(s, policy).can_checkpoint = false;
-    EXPECT_EQ(Admitted(s), s.od_cheap);
+    EXPECT_EQ(AdmittedFlavor(s), s.od_cheap);
   }
   PricedCase s = PricedSetup(0.0);
   AddPricedJob(s, SpotPolicy::kRequired).can_checkpoint = false;
-  EXPECT_EQ(Admitted(s), s.spot);
+  EXPECT_EQ(AdmittedFlavor(s), s.spot);
   // Only spot quota: allowed but cannot checkpoint => no eligible flavor.
   SnapshotBuilder b;
   const FlavorId spot = b.AddFlavor("spot", FlavorKind::kSpot);
@@ -162,16 +161,16 @@ TEST(PricingTest, PreferredTakesSpotEvenWhenDearer) {
   PricedCase s = PricedSetup(1.5);
   AddPricedJob(s, SpotPolicy::kPreferred).checkpoint_interval_micros =
       4 * kHour;
-  EXPECT_EQ(Admitted(s), s.spot);
+  EXPECT_EQ(AdmittedFlavor(s), s.spot);
 }
 
 TEST(PricingTest, FallsBackToNextCheapestWithoutCapacityOrQuota) {
   PricedCase s = PricedSetup(0.1);
   AddPricedJob(s, SpotPolicy::kAllowed);
   s.b.snapshot().nodes[s.spot].used.gpus = 4;  // Spot node half full.
-  EXPECT_EQ(Admitted(s), s.od_cheap);
+  EXPECT_EQ(AdmittedFlavor(s), s.od_cheap);
   s.b.snapshot().queues[0].quotas[s.od_cheap].resources[0]->nominal = 4;
-  EXPECT_EQ(Admitted(s), s.od_expensive);
+  EXPECT_EQ(AdmittedFlavor(s), s.od_expensive);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace trainyard::scheduler::policy::testing {
 
 inline constexpr int64_t kGiB = int64_t{1} << 30;
 inline constexpr TimeMicros kHour = int64_t{3600} * 1000 * 1000;
+inline constexpr TimeMicros kMinute = kHour / 60;
 
 class SnapshotBuilder {
  public:
@@ -127,6 +128,29 @@ class SnapshotBuilder {
  private:
   Snapshot s_;
 };
+
+// The ids of the admitted jobs, in the order of the admissions.
+inline std::vector<JobId> Admitted(const Decisions& d) {
+  std::vector<JobId> ids;
+  for (const Admission& a : d.admissions) ids.push_back(a.job);
+  return ids;
+}
+
+// The decision that left `job` pending, or null.
+inline const PendingDecision* PendingOf(const Decisions& d, JobId job) {
+  for (const PendingDecision& p : d.pending) {
+    if (p.job == job) return &p;
+  }
+  return nullptr;
+}
+
+// The admission of `job`, or null.
+inline const Admission* AdmissionOf(const Decisions& d, JobId job) {
+  for (const Admission& a : d.admissions) {
+    if (a.job == job) return &a;
+  }
+  return nullptr;
+}
 
 // The ids of the admitted jobs, sorted (for tests where the order of the
 // admissions does not matter).

@@ -61,7 +61,7 @@ ConfigError Error(std::vector<PathElem> path, std::string_view reason_code,
   return ConfigError{std::move(path), std::move(status)};
 }
 
-std::string Quoted(std::string_view s) {
+std::string QuotedEscaped(std::string_view s) {
   return Cat("\"", absl::CHexEscape(domain::AbslView(s.substr(0, 128))), "\"");
 }
 
@@ -90,7 +90,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
   }
   if (!domain::IsValidId(config.cluster())) {
     return Error({{"cluster"}}, reason::kInvalidName,
-                 Cat("invalid cluster id ", Quoted(config.cluster())));
+                 Cat("invalid cluster id ", QuotedEscaped(config.cluster())));
   }
   if (config.pools().empty()) {
     return Error({{"pools"}}, reason::kRequired, "at least one pool required");
@@ -106,19 +106,19 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     }
     if (!domain::IsValidId(pool.name())) {
       return Error(at("name"), reason::kInvalidName,
-                   Cat("invalid pool id ", Quoted(pool.name())));
+                   Cat("invalid pool id ", QuotedEscaped(pool.name())));
     }
     if (auto [it, inserted] = pools.emplace(pool.name(), i); !inserted) {
       return Error(at("name"), reason::kDuplicate,
-                   Cat("duplicate pool ", Quoted(pool.name()), " (also pools[",
-                       it->second, "])"));
+                   Cat("duplicate pool ", QuotedEscaped(pool.name()),
+                       " (also pools[", it->second, "])"));
     }
     if (pool.flavor().empty()) {
       return Error(at("flavor"), reason::kRequired, "required");
     }
     if (!domain::IsValidId(pool.flavor())) {
       return Error(at("flavor"), reason::kInvalidName,
-                   Cat("invalid flavor id ", Quoted(pool.flavor())));
+                   Cat("invalid flavor id ", QuotedEscaped(pool.flavor())));
     }
     if (pool.flavor_kind() == v1::FLAVOR_KIND_UNSPECIFIED) {
       return Error(at("flavor_kind"), reason::kRequired,
@@ -180,7 +180,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     }
     if (!pools.contains(entry.pool())) {
       return Error(at("pool"), reason::kInvalidValue,
-                   Cat("unknown pool ", Quoted(entry.pool())));
+                   Cat("unknown pool ", QuotedEscaped(entry.pool())));
     }
     const v1::Resources& cap = entry.capacity();
     const auto cap_at = [i](const char* field) {
@@ -199,7 +199,7 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
     }
     if (!domain::IsValidGpuModel(cap.gpu_model())) {
       return Error(cap_at("gpu_model"), reason::kInvalidValue,
-                   Cat("invalid GPU model ", Quoted(cap.gpu_model())));
+                   Cat("invalid GPU model ", QuotedEscaped(cap.gpu_model())));
     }
     const int count = named ? 1 : entry.count();
     for (int k = 0; k < count; ++k) {
@@ -207,12 +207,12 @@ std::optional<ConfigError> Check(const v1::SimClusterConfig& config) {
       const char* field = named ? "name" : "prefix";
       if (!domain::IsValidNodeId(name)) {
         return Error(at(field), reason::kInvalidName,
-                     Cat("invalid node name ", Quoted(name)));
+                     Cat("invalid node name ", QuotedEscaped(name)));
       }
       if (auto [it, inserted] = names.emplace(name, i); !inserted) {
         return Error(at(field), reason::kDuplicate,
-                     Cat("duplicate node ", Quoted(name), " (also nodes[",
-                         it->second, "])"));
+                     Cat("duplicate node ", QuotedEscaped(name),
+                         " (also nodes[", it->second, "])"));
       }
     }
   }
