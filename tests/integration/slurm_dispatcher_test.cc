@@ -325,11 +325,23 @@ TEST_F(SlurmDispatcherTest, ATakeoverInsideTheGracePeriodKeepsItsDeadline) {
     return req;
   };
   // The victim ignores the checkpoint signal: only the deadline stops it.
+  // Each of its two tasks marks that its trap is set, so that no signal can
+  // reach a task before (Slurm says RUNNING when the tasks start, and a task
+  // signalled before its trap dies of the signal: a user error, not a stop).
+  const std::string marks = slurm_->work_dir() + "/stubborn";
+  std::filesystem::remove_all(marks);
+  std::filesystem::create_directories(marks);
   const int64_t victim = harness_->SubmitJob(
-      token_, job("stubborn", "low", 4, "trap '' USR1 TERM; sleep 300"));
-  ASSERT_TRUE(
-      RunUntil([&] { return Get(victim).state() == v1::JOB_STATE_RUNNING; },
-               absl::Seconds(60)))
+      token_, job("stubborn", "low", 4,
+                  absl::StrCat("trap '' USR1 TERM; touch ", marks,
+                               "/trapped-$SLURM_PROCID; sleep 300")));
+  ASSERT_TRUE(RunUntil(
+      [&] {
+        return Get(victim).state() == v1::JOB_STATE_RUNNING &&
+               std::filesystem::exists(marks + "/trapped-0") &&
+               std::filesystem::exists(marks + "/trapped-1");
+      },
+      absl::Seconds(60)))
       << Get(victim).DebugString();
   const int64_t preemptor =
       harness_->SubmitJob(token_, job("urgent", "high", 4, "sleep 1"));
