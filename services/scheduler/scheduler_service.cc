@@ -437,8 +437,20 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   // jobs no longer pending go away. (Two different messages of one job with
   // the same 64-bit hash would leave the older text until the reason
   // changes; the odds are negligible.)
-  const int64_t this_cycle = ++explain_cycle_;
+  //
+  // Between two explaining cycles at least explanation_interval passes (a
+  // new leader's first cycle, one after a full reload and one after a
+  // failed write always explain):
+  // under steady churn cycles follow each other back to back, and comparing
+  // every pending job's explanation each time would cost more than the
+  // decisions themselves (docs/performance.md).
   const absl::Time explained_at = absl::Now();
+  const bool explain_now =
+      options_.explanation_interval <= absl::ZeroDuration() ||
+      jobs_reloaded_ || explained_.empty() ||
+      explained_at - last_explained_ >= options_.explanation_interval;
+  if (explain_now) last_explained_ = explained_at;
+  const int64_t this_cycle = explain_now ? ++explain_cycle_ : explain_cycle_;
   std::vector<pg::Explanation> upserts;
   // Rewrites due to the refresh alone, capped per cycle (the oldest first).
   // The texts stay valid through the cycle (decisions_, policy_state_).
@@ -480,15 +492,19 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   // The code of each policy::PendingReason, looked up once per cycle.
   std::array<int, 256> pending_codes;
   pending_codes.fill(-1);
-  for (const policy::PendingDecision& p : d.pending) {
-    int& code = pending_codes[static_cast<uint8_t>(p.reason)];
-    if (code < 0) code = ReasonCode(policy::PendingReasonCode(p.reason));
-    explain(p.job, static_cast<uint16_t>(code), p.message.str(), p.position);
-  }
-  for (const auto& [id, message] : policy_state_.excluded()) {
-    explain(id,
-            ReasonCode(std::string_view(message).substr(0, message.find(':'))),
-            message, 0);
+  if (explain_now) {
+    for (const policy::PendingDecision& p : d.pending) {
+      int& code = pending_codes[static_cast<uint8_t>(p.reason)];
+      if (code < 0) code = ReasonCode(policy::PendingReasonCode(p.reason));
+      explain(p.job, static_cast<uint16_t>(code), p.message.str(),
+              p.position);
+    }
+    for (const auto& [id, message] : policy_state_.excluded()) {
+      explain(
+          id,
+          ReasonCode(std::string_view(message).substr(0, message.find(':'))),
+          message, 0);
+    }
   }
   const size_t cap =
       options_.explanation_refresh_per_cycle > 0
@@ -595,7 +611,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   }
 
   std::vector<int64_t> done;
-  for (auto it = explained_.begin(); it != explained_.end();) {
+  for (auto it = explained_.begin(); explain_now && it != explained_.end();) {
     if (it->second.cycle != this_cycle) {
       done.push_back(it->first);
       explained_.erase(it++);

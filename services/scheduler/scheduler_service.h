@@ -64,6 +64,12 @@ struct SchedulerOptions {
   // for up to 20,000 row writes a second, more than PostgreSQL on two cores
   // takes beside the jobs' own writes (docs/performance.md). <= 0: no cap.
   int explanation_refresh_per_cycle = 2000;
+  // Pending jobs' explanations are compared with what was written (and the
+  // changes handed to the writer) at most this often: a cycle sooner after
+  // the last one that did only decides and commits. A new leader's first
+  // cycle and the first after a full reload always explain. <= 0: every
+  // cycle.
+  absl::Duration explanation_interval = absl::Seconds(1);
   // A cluster whose dispatcher's heartbeat is older than this gets no new
   // admissions (DispatcherLiveness; checked against the wall clock, not
   // `clock`). Dispatchers write one at least every 30 s. <= 0: no check.
@@ -187,6 +193,8 @@ class SchedulerService {
   };
   absl::flat_hash_map<int64_t, Explained> explained_ ABSL_GUARDED_BY(cycle_mu_);
   int64_t explain_cycle_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+  absl::Time last_explained_ ABSL_GUARDED_BY(cycle_mu_) =
+      absl::InfinitePast();
   // The reason codes seen (interned) and whether each is one of waiting for
   // resources (WaitsForResources).
   uint16_t ReasonCode(std::string_view reason)

@@ -50,6 +50,9 @@ class SchedulerTest : public ::testing::Test {
     o.redis_addr = absl::StrCat("127.0.0.1:", harness_->redis()->port());
     o.interval = absl::Milliseconds(200);
     o.standby_poll = absl::Milliseconds(200);
+    // Every cycle explains (the tests read explanations after each one);
+    // ExplanationsWaitForTheirInterval checks the interval.
+    o.explanation_interval = absl::ZeroDuration();
     return o;
   }
 
@@ -445,6 +448,47 @@ TEST_F(SchedulerTest, ANewLeaderWritesOnlyTheExplanationsThatDiffer) {
   r = CycleAndFlush(**second);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->explanations_written, 0);
+}
+
+TEST_F(SchedulerTest, ExplanationsWaitForTheirInterval) {
+  SchedulerOptions options = Options();
+  options.explanation_interval = absl::Hours(1);
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int64_t a = Submit("a", 2);  // 16 of the 32 GPUs: admitted
+  const int64_t b = Submit("b", 4);  // 32 GPUs: waits
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 1);
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_ADMITTED);
+  // A leader's first cycle explains.
+  EXPECT_EQ(r->explanations_written, 1);
+  EXPECT_EQ(Explain(b).reason(), "NO_CAPACITY");
+
+  // Within the hour: the cycle decides (c fits the 16 GPUs left) and
+  // commits, and explains nothing: d has no explanation yet.
+  const int64_t c = Submit("c", 2);
+  const int64_t d = Submit("d", 4);
+  r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 1);
+  EXPECT_EQ(Get(c).state(), v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(r->pending, 3);  // b, c and d before the cycle
+  EXPECT_EQ(r->explanations_written, 0);
+  EXPECT_EQ(Explain(d).reason(), "AWAITING_SCHEDULER");
+
+  // A new leader's first cycle explains at once.
+  s->reset();
+  absl::StatusOr<std::unique_ptr<SchedulerService>> next =
+      SchedulerService::Create(options);
+  ASSERT_TRUE(next.ok()) << next.status();
+  r = CycleAndFlush(**next);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->admitted, 0);
+  EXPECT_EQ(r->explanations_written, 1);  // d's; b's is as written
+  EXPECT_EQ(Explain(d).reason(), "NO_CAPACITY");
+  EXPECT_EQ(Explain(d).position_in_queue(), 2);
 }
 
 TEST_F(SchedulerTest, OneLeaderAndAStandbyTakesOver) {

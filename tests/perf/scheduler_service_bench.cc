@@ -30,8 +30,12 @@
 // them), until a cycle admits nothing (at most --prime_cycles).
 //
 // Measured: the scheduler runs as a separate process (this binary with
-// --serve), as `trainyard scheduler` does, calling RunCycle() every
-// --interval (the next cycle starts at once when one overruns) while this
+// --serve), as `trainyard scheduler` does: with --cadence=wakeup (the
+// default) after each cycle it waits --interval or until a wake-up arrives
+// on Redis (the api publishes one on every submit), as the leader loop does,
+// so under churn cycles follow each other back to back; with
+// --cadence=timer it calls RunCycle() every --interval (the next cycle
+// starts at once when one overruns). Meanwhile this
 // process applies the churn concurrently through PostgreSQL: --rate arrivals
 // per second through the api (SubmitBatch per tenant, 4 clients) and, as the
 // dispatchers would record them, --rate completions per second (RUNNING ->
@@ -94,6 +98,8 @@
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
 #include "storage/postgres/scheduler_store.h"
+#include "storage/redis/redis_options.h"
+#include "storage/redis/wakeup_subscriber.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/integration/api_test_harness.h"
 #include "tests/support/policy/synthetic.h"
@@ -109,6 +115,13 @@ ABSL_FLAG(int, warmup, 10, "Cycles run before the measured ones");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1),
           "Scheduler cycle interval (a cycle starts this long after the "
           "previous one started, or at once when that one overran)");
+ABSL_FLAG(std::string, cadence, "wakeup",
+          "When the scheduler process runs its next cycle: wakeup = as "
+          "`trainyard scheduler` (after a cycle it waits --interval, or less "
+          "when a wake-up arrives on Redis); timer = every --interval");
+ABSL_FLAG(absl::Duration, explanation_interval, absl::Seconds(1),
+          "The scheduler's explanation_interval (as `trainyard scheduler "
+          "--explanation_interval`; 0: every cycle explains)");
 ABSL_FLAG(int, prime_cycles, 5,
           "At most this many cycles admit the initial running set");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(30),
@@ -135,6 +148,7 @@ ABSL_FLAG(bool, serve, false,
           "Internal: be the scheduler process (Create, then --cycles cycles "
           "every --interval), writing its samples to --serve_out");
 ABSL_FLAG(std::string, postgres_url, "", "Internal: with --serve");
+ABSL_FLAG(std::string, redis_addr, "", "Internal: with --serve");
 ABSL_FLAG(std::string, serve_out, "", "Internal: with --serve");
 
 namespace {
@@ -297,10 +311,14 @@ absl::StatusOr<Sample> TimedCycle(SchedulerService& service) {
   return s;
 }
 
-SchedulerOptions ServiceOptions(const std::string& url) {
+SchedulerOptions ServiceOptions(const std::string& url,
+                                const std::string& redis_addr) {
   SchedulerOptions o;
   o.postgres_url = url;
-  o.redis_addr = "";  // Cycles on our clock only.
+  // For the dispatchers' wake-ups it publishes ("": none); its cycles are
+  // run by Serve(), not by its leader loop.
+  o.redis_addr = redis_addr;
+  o.explanation_interval = absl::GetFlag(FLAGS_explanation_interval);
   o.interval = absl::GetFlag(FLAGS_interval);
   return o;
 }
@@ -314,8 +332,8 @@ int Serve() {
   const int64_t create_cpu = CpuMicros();
   const absl::Time create_start = absl::Now();
   absl::StatusOr<std::unique_ptr<SchedulerService>> service =
-      SchedulerService::Create(
-          ServiceOptions(absl::GetFlag(FLAGS_postgres_url)));
+      SchedulerService::Create(ServiceOptions(
+          absl::GetFlag(FLAGS_postgres_url), absl::GetFlag(FLAGS_redis_addr)));
   if (!service.ok()) {
     out << "error " << service.status() << "\n";
     return 1;
@@ -323,10 +341,31 @@ int Serve() {
   out << "create " << absl::ToInt64Microseconds(absl::Now() - create_start)
       << " " << CpuMicros() - create_cpu << "\n";
   const absl::Duration interval = absl::GetFlag(FLAGS_interval);
+  // --cadence=wakeup: the leader loop's wait (services/leader/leader_loop.cc).
+  std::unique_ptr<trainyard::storage::redis::WakeupSubscriber> wakeups;
+  if (!absl::GetFlag(FLAGS_redis_addr).empty()) {
+    absl::StatusOr<trainyard::storage::redis::RedisOptions> redis =
+        trainyard::storage::redis::ParseRedisAddress(absl::GetFlag(FLAGS_redis_addr));
+    if (!redis.ok()) {
+      out << "error " << redis.status() << "\n";
+      return 1;
+    }
+    wakeups = std::make_unique<trainyard::storage::redis::WakeupSubscriber>(
+        *redis, std::vector<std::string>{
+                    trainyard::storage::redis::kSchedulerWakeupChannel});
+    if (!wakeups->WaitUntilSubscribed(absl::Seconds(10))) {
+      out << "error no subscription to the wake-ups\n";
+      return 1;
+    }
+  }
   const absl::Time first = absl::Now();
   absl::Time next = first;
   for (int i = 0; i < absl::GetFlag(FLAGS_cycles); ++i) {
-    absl::SleepFor(next - absl::Now());
+    if (wakeups != nullptr) {
+      if (i > 0) wakeups->Wait(interval);
+    } else {
+      absl::SleepFor(next - absl::Now());
+    }
     const absl::Time start = absl::Now();
     next = start + interval;
     absl::StatusOr<Sample> s = TimedCycle(**service);
@@ -361,6 +400,7 @@ struct ServeResult {
 
 // Runs this binary as the scheduler process for `cycles` cycles.
 absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
+                                         const std::string& redis_addr,
                                          const std::string& dir,
                                          const std::string& name, int cycles) {
   char self[4096];
@@ -376,7 +416,11 @@ absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
                 absl::StrCat("--cycles=", cycles),
                 absl::StrCat("--interval=", absl::FormatDuration(
                                                 absl::GetFlag(FLAGS_interval))),
-                absl::StrCat("--serve_out=", out_path)};
+                absl::StrCat("--serve_out=", out_path),
+                absl::StrCat("--redis_addr=", redis_addr),
+                absl::StrCat("--explanation_interval=",
+                             absl::FormatDuration(
+                                 absl::GetFlag(FLAGS_explanation_interval)))};
   spawn.log_path = log_path;
   spawn.working_dir = dir;
   absl::StatusOr<pid_t> pid = fixtures::Spawn(spawn);
@@ -1308,6 +1352,16 @@ int Bench() {
   CHECK_OK(harness.status());
   ApiHarness& h = **harness;
   const std::string url = h.database_url();
+  const std::string cadence = absl::GetFlag(FLAGS_cadence);
+  if (cadence != "wakeup" && cadence != "timer") {
+    std::cerr << "--cadence: wakeup or timer, not " << cadence << "\n";
+    return 1;
+  }
+  // The scheduler process's Redis: its wake-ups and the ones it publishes.
+  const std::string redis_addr =
+      cadence == "wakeup" ? absl::StrCat(h.redis()->host(), ":",
+                                         h.redis()->port())
+                          : "";
 
   // The platform.
   const Platform platform = MakePlatform();
@@ -1375,7 +1429,7 @@ int Bench() {
   t = absl::Now();
   {
     absl::StatusOr<std::unique_ptr<SchedulerService>> service =
-        SchedulerService::Create(ServiceOptions(url));
+        SchedulerService::Create(ServiceOptions(url, ""));
     CHECK_OK(service.status());
     for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_prime_cycles)); ++i) {
       // Loading took a while: the dispatchers are alive.
@@ -1397,10 +1451,11 @@ int Bench() {
   churn.Start(rate);
   const std::string load_during = LoadAverage();
   absl::StatusOr<ServeResult> steady =
-      RunScheduler(url, *dir, "steady", warmup + cycles);
+      RunScheduler(url, redis_addr, *dir, "steady", warmup + cycles);
   const std::string load_after = LoadAverage();
   absl::StatusOr<ServeResult> takeover =
-      steady.ok() ? RunScheduler(url, *dir, "takeover", 1) : steady;
+      steady.ok() ? RunScheduler(url, redis_addr, *dir, "takeover", 1)
+                  : steady;
   absl::Status churn_status = churn.Stop();
   CHECK_OK(steady.status());
   CHECK_OK(takeover.status());
@@ -1454,7 +1509,10 @@ int Bench() {
       ", \"tenants\": ", platform.tenants,
       ", \"cohorts\": ", platform.snapshot.cohorts.size(),
       ", \"rate_per_second\": ", rate, ", \"cycles\": ", cycles,
-      ", \"warmup\": ", warmup, ", \"interval_ms\": ",
+      ", \"warmup\": ", warmup, ", \"cadence\": \"", cadence,
+      "\", \"explanation_interval_ms\": ",
+      absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_explanation_interval)),
+      ", \"interval_ms\": ",
       absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_interval)),
       ", \"heartbeat_interval_s\": ",
       absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval)),

@@ -86,6 +86,9 @@ ABSL_FLAG(int, submit_batch, 256,
           "Most submits written in one group-commit transaction");
 ABSL_FLAG(absl::Duration, schedule_interval, absl::Seconds(1),
           "scheduler: a cycle runs at least this often (and on every wake-up)");
+ABSL_FLAG(absl::Duration, explanation_interval, absl::Seconds(1),
+          "scheduler: pending jobs' explanations are recomputed at most this "
+          "often (cycles in between only decide and commit); 0 = every cycle");
 ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "scheduler: a job that finds no room in its cohort for quota its "
           "queue may borrow keeps lower-priority jobs of the cohort from "
@@ -287,6 +290,7 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
   options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
   options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
   options.interval = absl::GetFlag(FLAGS_schedule_interval);
+  options.explanation_interval = absl::GetFlag(FLAGS_explanation_interval);
   options.policy.hold_borrowing_for_priority =
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   options.policy.nominal_before_borrowing =
