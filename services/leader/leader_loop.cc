@@ -21,10 +21,20 @@ void LeaderLoop::Start(storage::postgres::Database& db,
                        LeaderLoopOptions options,
                        std::function<void()> became_leader,
                        std::function<NextRound()> round) {
+  Start(db, std::move(options), std::move(became_leader), std::move(round),
+        nullptr);
+}
+
+void LeaderLoop::Start(storage::postgres::Database& db,
+                       LeaderLoopOptions options,
+                       std::function<void()> became_leader,
+                       std::function<NextRound()> round,
+                       std::function<void()> standby) {
   if (thread_.joinable()) return;
   options_ = std::move(options);
   became_leader_ = std::move(became_leader);
   round_ = std::move(round);
+  standby_ = std::move(standby);
   thread_ = std::thread([this, &db] { Run(db); });
 }
 
@@ -37,7 +47,10 @@ void LeaderLoop::Run(storage::postgres::Database& db) {
   storage::postgres::RunAsLeader(
       db, options_.lock_key, options_.standby_poll, stop_, leader_,
       [&](absl::FunctionRef<bool()> alive) { Lead(alive); },
-      [&](const absl::Status& s) { LogEvent("leader election failed", &s); });
+      [&](const absl::Status& s) { LogEvent("leader election failed", &s); },
+      [&] {
+        if (standby_) standby_();
+      });
 }
 
 void LeaderLoop::Lead(absl::FunctionRef<bool()> alive) {

@@ -5,7 +5,7 @@
 // Until Stop(), a LeaderLoop tries the PostgreSQL session advisory lock of
 // `lock_key` every `standby_poll` (storage/postgres/leader.h RunAsLeader).
 // Each time it gets the lock it logs "<name>: became the leader", calls the
-// service's `became_leader` hook (a new leader trusts nothing it knew
+// service's `became_leader` hook (what a new leader must not trust from
 // before), then runs `round` again and again until Stop() or the lock's
 // connection is lost, and logs "<name>: no longer the leader". Between rounds
 // it waits `interval` (or what the round asks for); a wake-up published on
@@ -86,6 +86,12 @@ class LeaderLoop {
   void Start(storage::postgres::Database& db, LeaderLoopOptions options,
              std::function<void()> became_leader,
              std::function<NextRound()> round);
+  // The same, and `standby` (may be null) runs on that thread after each try
+  // for the lock that failed, before the wait (a hot standby keeps its
+  // picture of the state current with it).
+  void Start(storage::postgres::Database& db, LeaderLoopOptions options,
+             std::function<void()> became_leader,
+             std::function<NextRound()> round, std::function<void()> standby);
   // Ends the loop (releasing the lock) and waits for it: a running round
   // finishes, and a wait for a wake-up ends at its timeout.
   void Stop();
@@ -101,6 +107,7 @@ class LeaderLoop {
   LeaderLoopOptions options_;
   std::function<void()> became_leader_;
   std::function<NextRound()> round_;
+  std::function<void()> standby_;
   std::atomic<bool> leader_{false};
   absl::Notification stop_;
   std::thread thread_;

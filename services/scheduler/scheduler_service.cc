@@ -201,16 +201,59 @@ void SchedulerService::Start() {
        .redis_addr = options_.redis_addr,
        .wakeup_channels = {storage::redis::kSchedulerWakeupChannel},
        .interval = options_.interval},
-      [this] { BecomeLeader(); }, [this] { return LeadRound(); });
+      [this] { BecomeLeader(); }, [this] { return LeadRound(); },
+      options_.hot_standby ? std::function<void()>([this] {
+        if (absl::Status s = Follow(); !s.ok()) {
+          Log(LogLevel::kWarning, "scheduler: standby refresh failed",
+              {{"error", s}});
+        }
+      })
+                           : nullptr);
 }
 
 void SchedulerService::Shutdown() { loop_.Stop(); }
 
 void SchedulerService::BecomeLeader() {
   absl::MutexLock l(&cycle_mu_);
+  if (options_.hot_standby && loaded_) {
+    // The picture followed the outbox (Follow(), or this process's own
+    // cycles as an earlier leader): the events since its last read reach
+    // the first cycle as any cycle's do. The policy's picture was not kept
+    // up, and what the old leader wrote to pending_explanations is not in
+    // explained_.
+    rebuild_policy_ = true;
+    reload_explanations_ = true;
+    return;
+  }
   loaded_ = false;
   config_loaded_ = false;
   explained_.clear();
+}
+
+absl::Status SchedulerService::Follow() {
+  absl::MutexLock l(&cycle_mu_);
+  CycleReport unused;
+  if (absl::Status s = Refresh(unused); !s.ok()) {
+    loaded_ = false;
+    config_loaded_ = false;
+    explained_.clear();
+    return s;
+  }
+  rebuild_policy_ = true;
+  return absl::OkStatus();
+}
+
+void SchedulerService::SeedExplained(
+    const std::vector<pg::WrittenExplanation>& written) {
+  explained_.clear();
+  explained_.reserve(written.size());
+  for (const pg::WrittenExplanation& e : written) {
+    explained_[e.job_id] =
+        Explained{.message_hash = absl::HashOf(std::string_view(e.message)),
+                  .written = e.written,
+                  .cycle = explain_cycle_,
+                  .reason = ReasonCode(e.reason)};
+  }
 }
 
 leader::NextRound SchedulerService::LeadRound() {
@@ -286,15 +329,9 @@ absl::Status SchedulerService::Refresh(CycleReport& report) {
     // What the table holds counts as written: the first cycle writes only
     // what differs from it (as any cycle does), not every pending job's row,
     // and removes the rows of jobs that are no longer pending.
-    explained_.clear();
-    explained_.reserve(written->size());
-    for (const pg::WrittenExplanation& e : *written) {
-      explained_[e.job_id] =
-          Explained{.message_hash = absl::HashOf(std::string_view(e.message)),
-                    .written = e.written,
-                    .cycle = explain_cycle_,
-                    .reason = ReasonCode(e.reason)};
-    }
+    SeedExplained(*written);
+    reload_explanations_ = false;
+    report.full_load = true;
     state_.jobs.clear();
     for (pg::ActiveJob& a : *all) {
       const int64_t id = std::stoll(std::string(domain::NameId(a.job.name())));
@@ -304,6 +341,16 @@ absl::Status SchedulerService::Refresh(CycleReport& report) {
     last_seq_ = *seq;
     loaded_ = true;
     return absl::OkStatus();
+  }
+  if (reload_explanations_) {
+    // A hot standby became the leader: what the old leader wrote.
+    (void)FlushExplanations();
+    absl::StatusOr<std::vector<pg::WrittenExplanation>> written =
+        jobs_->LoadExplanations();
+    if (!written.ok()) return written.status();
+    SeedExplained(*written);
+    reload_explanations_ = false;
+    explain_due_ = true;
   }
   // Only the jobs that have events since the last cycle, read with their
   // events in one transaction.
@@ -404,7 +451,8 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   const absl::Time now = options_.clock ? options_.clock() : absl::Now();
   const DispatcherLiveness liveness{.wall_now = absl::Now(),
                                     .timeout = options_.dispatcher_timeout};
-  if (jobs_reloaded_ || !policy_state_.built()) {
+  if (jobs_reloaded_ || rebuild_policy_ || !policy_state_.built()) {
+    rebuild_policy_ = false;
     policy_state_.Reset(state_, now, liveness);
   } else {
     if (config_changed_) policy_state_.ConfigChanged(state_, now, liveness);
@@ -447,9 +495,12 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   const absl::Time explained_at = absl::Now();
   const bool explain_now =
       options_.explanation_interval <= absl::ZeroDuration() ||
-      jobs_reloaded_ || explained_.empty() ||
+      jobs_reloaded_ || explain_due_ || explained_.empty() ||
       explained_at - last_explained_ >= options_.explanation_interval;
-  if (explain_now) last_explained_ = explained_at;
+  if (explain_now) {
+    last_explained_ = explained_at;
+    explain_due_ = false;
+  }
   const int64_t this_cycle = explain_now ? ++explain_cycle_ : explain_cycle_;
   std::vector<pg::Explanation> upserts;
   // Rewrites due to the refresh alone, capped per cycle (the oldest first).

@@ -46,9 +46,17 @@ struct SchedulerOptions {
   absl::Duration interval = absl::Seconds(1);
   // How often a standby tries to become the leader.
   absl::Duration standby_poll = absl::Seconds(1);
+  // A standby follows the outbox as the leader does (Follow(), after each
+  // try for the lock), so that when it becomes the leader its first cycle
+  // reads only what changed since instead of every active job. false: a new
+  // leader loads everything.
+  bool hot_standby = true;
   // Key of the session advisory lock that elects the leader.
   int64_t leader_lock_key = 0x7479736368656400;  // "tysched\0"
-  int db_pool_size = 4;
+  // A new leader's full load reads on up to seven connections at once (the
+  // jobs in four parts, the checkpoints, the explanations, the
+  // configuration).
+  int db_pool_size = 8;
   // The scheduler's clock ("now" of its snapshots); tests running the sim on
   // a virtual clock pass the same one. Default: absl::Now.
   std::function<absl::Time()> clock;
@@ -87,6 +95,9 @@ struct CycleReport {
   // Decisions dropped because their job changed since the snapshot.
   int dropped = 0;
   int explanations_written = 0;
+  // Whether the refresh read every active job (a new leader without a
+  // followed picture, or after a failed cycle) rather than what changed.
+  bool full_load = false;
   // commit = applying the decisions and handing the explanation changes to
   // the writer thread, which writes them behind the cycle; explain = the
   // time the cycle waited for earlier cycles' explanation writes (zero: it
@@ -126,6 +137,18 @@ class SchedulerService {
   // the cycle's explanation changes are written behind it by the writer
   // thread (call FlushExplanations() to wait for them).
   absl::StatusOr<CycleReport> RunCycle();
+  // A standby's round: brings this process's picture of the platform up to
+  // date from PostgreSQL as a cycle's refresh does (the first call reads
+  // every active job, later ones what the outbox says changed), deciding and
+  // writing nothing. The leader loop calls it on a standby when hot_standby
+  // is set; tests and benchmarks that run cycles themselves may call it.
+  absl::Status Follow();
+  // What the leader loop calls when this process becomes the leader (tests
+  // and benchmarks that run cycles themselves call it too): a picture kept
+  // by Follow() stays (hot_standby), but the policy's is rebuilt and the
+  // explanations the old leader wrote are read again; without one, the
+  // first cycle loads everything.
+  void BecomeLeader();
   // Blocks until every explanation change handed to the writer is written
   // (or the write failed: its error; the next cycle then rewrites every
   // explanation).
@@ -148,10 +171,11 @@ class SchedulerService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Reads the configuration table of kConfigKinds()[kind] into state_.
   absl::Status LoadConfigKind(size_t kind);
-  // The leader loop's hooks: a new leader trusts nothing it knew before; a
-  // round is one cycle, logged.
-  void BecomeLeader();
+  // The leader loop's round: one cycle, logged.
   leader::NextRound LeadRound();
+  // Starts explained_ from the rows of pending_explanations.
+  void SeedExplained(const std::vector<storage::postgres::WrittenExplanation>&
+                         written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
 
   const SchedulerOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;
@@ -174,6 +198,14 @@ class SchedulerService {
   bool jobs_reloaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
   bool config_changed_ ABSL_GUARDED_BY(cycle_mu_) = false;
   bool loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  // Set by Follow() and BecomeLeader(): the next cycle rebuilds the
+  // policy's picture from state_ (a standby does not keep one).
+  bool rebuild_policy_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  // Set by BecomeLeader() on a hot standby: the next refresh reads
+  // pending_explanations again (what the old leader wrote), and the next
+  // cycle explains.
+  bool reload_explanations_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  bool explain_due_ ABSL_GUARDED_BY(cycle_mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
   // ObjectStore::Fingerprints of the configuration tables last loaded, one
   // per kind: only the tables that changed are read again.

@@ -103,6 +103,8 @@ std::string JobName(const std::string& tenant, int64_t id);
 // The jobs table's columns as RowToJob reads them (21 columns: a statement
 // that selects more puts them after these).
 const std::string& JobColumns();
+// How many columns JobColumns() names (a statement's own columns follow).
+inline constexpr int kJobColumnCount = 21;
 trainyard::v1::Job RowToJob(const pqxx::row& row);
 
 // An event of `job` (its name, tenant, queue, job set and attempt), now.

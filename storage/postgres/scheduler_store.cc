@@ -20,9 +20,16 @@ using trainyard::v1::JobState;
 SchedulerStore::SchedulerStore(Database* db) : db_(db) {
   PrepareJobRowStatements(db_);
   PrepareJobBatchStatements(db_);
-  db_->Prepare("jobs_active",
-               absl::StrCat("SELECT ", JobColumns(),
-                            " FROM jobs WHERE state NOT IN (5, 6, 7)"));
+  // Every non-terminal job of one part (id % $1 = $2) with its newest
+  // attempt's body (the newest attempt is the one numbered attempt_count:
+  // the statement that inserts an attempt sets it).
+  db_->Prepare(
+      "jobs_active_part",
+      absl::StrCat("SELECT ", JobColumns(),
+                   ", CASE WHEN attempt_count > 0 THEN (SELECT a.body FROM "
+                   "attempts a WHERE a.job_id = jobs.id AND a.idx = "
+                   "jobs.attempt_count) END FROM jobs WHERE state NOT IN (5, "
+                   "6, 7) AND id % $1::bigint = $2::bigint"));
   // A join that drives primary-key lookups: `id = ANY($1) AND state NOT IN
   // (...)` got a generic plan scanning every active job (all the queued ones)
   // on each cycle.
@@ -30,10 +37,6 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
                absl::StrCat("SELECT ", JobColumns(),
                             " FROM unnest($1::bigint[]) AS wanted(id) JOIN "
                             "jobs USING (id) WHERE state NOT IN (5, 6, 7)"));
-  db_->Prepare("attempts_latest_active",
-               "SELECT DISTINCT ON (a.job_id) a.job_id, a.body FROM attempts a "
-               "JOIN jobs j ON j.id = a.job_id WHERE j.state NOT IN (5, 6, 7) "
-               "ORDER BY a.job_id, a.idx DESC");
   db_->Prepare("attempts_latest_ids",
                "SELECT DISTINCT ON (job_id) job_id, body FROM attempts "
                "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, idx DESC");
@@ -69,25 +72,21 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
 
 namespace {
 
-// Non-terminal jobs (ids == nullptr: all of them) with their newest attempt
-// and checkpoint time, in the caller's transaction.
+// The non-terminal jobs among `ids` with their newest attempt and checkpoint
+// time, in the caller's transaction.
 std::vector<ActiveJob> ReadActiveJobs(pqxx::transaction_base& txn,
-                                      const std::vector<int64_t>* ids) {
+                                      const std::vector<int64_t>& ids) {
   std::vector<ActiveJob> out;
-  if (ids != nullptr && ids->empty()) return out;
-  const std::string array = ids != nullptr ? IdArray(*ids) : std::string();
-  pqxx::result jobs = ids != nullptr
-                          ? txn.exec_prepared("jobs_active_ids", array)
-                          : txn.exec_prepared("jobs_active");
+  if (ids.empty()) return out;
+  const std::string array = IdArray(ids);
+  pqxx::result jobs = txn.exec_prepared("jobs_active_ids", array);
   absl::flat_hash_map<int64_t, size_t> slot;
   out.reserve(jobs.size());
   for (const pqxx::row& row : jobs) {
     slot[row[0].as<int64_t>()] = out.size();
     out.push_back(ActiveJob{.job = RowToJob(row)});
   }
-  pqxx::result attempts = ids != nullptr
-                              ? txn.exec_prepared("attempts_latest_ids", array)
-                              : txn.exec_prepared("attempts_latest_active");
+  pqxx::result attempts = txn.exec_prepared("attempts_latest_ids", array);
   for (const pqxx::row& row : attempts) {
     auto it = slot.find(row[0].as<int64_t>());
     if (it == slot.end()) continue;
@@ -96,8 +95,7 @@ std::vector<ActiveJob> ReadActiveJobs(pqxx::transaction_base& txn,
     out[it->second].attempt = std::move(a);
   }
   pqxx::result checkpoints =
-      ids != nullptr ? txn.exec_prepared("checkpoints_latest_ids", array)
-                     : txn.exec_prepared("checkpoints_latest_active");
+      txn.exec_prepared("checkpoints_latest_ids", array);
   for (const pqxx::row& row : checkpoints) {
     auto it = slot.find(row[0].as<int64_t>());
     if (it == slot.end()) continue;
@@ -114,86 +112,75 @@ absl::StatusOr<std::vector<ActiveJob>> SchedulerStore::LoadActiveJobs(
   if (ids != nullptr) {
     absl::Status s =
         db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-          out = ReadActiveJobs(txn, ids);
+          out = ReadActiveJobs(txn, *ids);
           return absl::OkStatus();
         });
     if (!s.ok()) return s;
     return out;
   }
-  // All of them: the attempts and the checkpoints on connections (and
-  // threads) of their own while this one reads and parses the jobs.
-  std::vector<std::pair<int64_t, trainyard::v1::Attempt>> attempts;
-  std::vector<std::pair<int64_t, absl::Time>> checkpoints;
-  absl::Status attempts_read, checkpoints_read;
-  std::thread attempts_reader([&] {
-    attempts_read = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-      attempts.clear();
-      const pqxx::result rows = txn.exec_prepared("attempts_latest_active");
-      attempts.resize(rows.size());
-      for (size_t i = 0; i < rows.size(); ++i) {
-        attempts[i].first = rows[i][0].as<int64_t>();
-        attempts[i].second.ParseFromString(BytesOf(rows[i][1]));
-      }
-      return absl::OkStatus();
-    });
-  });
-  std::thread checkpoints_reader([&] {
-    checkpoints_read =
-        db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-          checkpoints.clear();
-          const pqxx::result rows =
-              txn.exec_prepared("checkpoints_latest_active");
-          checkpoints.reserve(rows.size());
-          for (const pqxx::row& row : rows) {
-            checkpoints.emplace_back(row[0].as<int64_t>(), TimeOf(row[1]));
+  // All of them, in kLoadParts parts (by id), each read and parsed on a
+  // connection and thread of its own, and the checkpoints on another: while
+  // PostgreSQL sends one part, another is parsed.
+  constexpr int kLoadParts = 4;
+  struct Part {
+    std::vector<ActiveJob> jobs;
+    std::vector<int64_t> ids;
+    absl::Status status;
+  };
+  std::vector<Part> parts(kLoadParts);
+  std::vector<std::thread> readers;
+  readers.reserve(kLoadParts);
+  for (int k = 0; k < kLoadParts; ++k) {
+    readers.emplace_back([this, &part = parts[k], k] {
+      part.status = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+        const pqxx::result rows =
+            txn.exec_prepared("jobs_active_part", int64_t{kLoadParts},
+                              int64_t{k});
+        part.jobs.clear();
+        part.jobs.resize(rows.size());
+        part.ids.resize(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) {
+          part.ids[i] = rows[i][0].as<int64_t>();
+          part.jobs[i].job = RowToJob(rows[i]);
+          if (const pqxx::field body = rows[i][kJobColumnCount];
+              !body.is_null()) {
+            part.jobs[i].attempt.emplace().ParseFromString(BytesOf(body));
           }
-          return absl::OkStatus();
-        });
-  });
-  absl::flat_hash_map<int64_t, size_t> slot;
-  absl::Status jobs_read =
-      db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-        out.clear();
-        slot.clear();
-        const pqxx::result rows = txn.exec_prepared("jobs_active");
-        out.resize(rows.size());
-        // Parsed on two threads, half each (the result is only read).
-        const size_t half = rows.size() / 2;
-        std::exception_ptr failed;
-        std::thread second_half([&] {
-          try {
-            for (size_t i = half; i < rows.size(); ++i)
-              out[i].job = RowToJob(rows[i]);
-          } catch (...) {
-            failed = std::current_exception();
-          }
-        });
-        try {
-          for (size_t i = 0; i < half; ++i) out[i].job = RowToJob(rows[i]);
-          slot.reserve(rows.size());
-          for (size_t i = 0; i < rows.size(); ++i)
-            slot[rows[i][0].as<int64_t>()] = i;
-        } catch (...) {
-          second_half.join();
-          throw;
         }
-        second_half.join();
-        if (failed) std::rethrow_exception(failed);
         return absl::OkStatus();
       });
-  attempts_reader.join();
-  checkpoints_reader.join();
-  for (const absl::Status& s : {jobs_read, attempts_read, checkpoints_read}) {
-    if (!s.ok()) return s;
+    });
   }
-  // Rows of jobs that were not active when the jobs were read are left out.
-  for (auto& [id, attempt] : attempts) {
-    auto it = slot.find(id);
-    if (it != slot.end()) out[it->second].attempt = std::move(attempt);
+  absl::flat_hash_map<int64_t, absl::Time> checkpoints;
+  const absl::Status checkpoints_read =
+      db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+        checkpoints.clear();
+        const pqxx::result rows =
+            txn.exec_prepared("checkpoints_latest_active");
+        checkpoints.reserve(rows.size());
+        for (const pqxx::row& row : rows) {
+          checkpoints.emplace(row[0].as<int64_t>(), TimeOf(row[1]));
+        }
+        return absl::OkStatus();
+      });
+  size_t total = 0;
+  for (int k = 0; k < kLoadParts; ++k) {
+    readers[k].join();
+    total += parts[k].jobs.size();
   }
-  for (const auto& [id, time] : checkpoints) {
-    auto it = slot.find(id);
-    if (it != slot.end()) out[it->second].last_checkpoint = time;
+  for (const Part& part : parts) {
+    if (!part.status.ok()) return part.status;
+  }
+  if (!checkpoints_read.ok()) return checkpoints_read;
+  // Checkpoints of jobs that were not active when the jobs were read are
+  // left out.
+  out.reserve(total);
+  for (Part& part : parts) {
+    for (size_t i = 0; i < part.jobs.size(); ++i) {
+      out.push_back(std::move(part.jobs[i]));
+      auto it = checkpoints.find(part.ids[i]);
+      if (it != checkpoints.end()) out.back().last_checkpoint = it->second;
+    }
   }
   return out;
 }
@@ -239,7 +226,7 @@ absl::StatusOr<SchedulerStore::Changes> SchedulerStore::LoadChanges(
     // Read after the events: a job that changes in between is read in its
     // newer state now and again at the next call (its event is after
     // last_seq).
-    out.active = ReadActiveJobs(txn, &out.ids);
+    out.active = ReadActiveJobs(txn, out.ids);
     out.read_jobs = absl::Now() - events_read;
     return absl::OkStatus();
   });

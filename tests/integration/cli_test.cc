@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,14 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_TRUE(ready) << fx::ReadFileTail(log);
+  // It executed itself again with glibc's malloc on huge pages
+  // (malloc_tuning.h): the same process, the tunable in its environment.
+  {
+    std::ifstream environ(absl::StrCat("/proc/", *pid, "/environ"));
+    const std::string env((std::istreambuf_iterator<char>(environ)),
+                          std::istreambuf_iterator<char>());
+    EXPECT_THAT(env, HasSubstr("GLIBC_TUNABLES=glibc.malloc.hugetlb=1"));
+  }
   auto healthz = HttpGet(*http_port, "/healthz");
   EXPECT_EQ(healthz.first, 200);
   EXPECT_THAT(healthz.second, HasSubstr("\"ok\""));

@@ -491,6 +491,56 @@ TEST_F(SchedulerTest, ExplanationsWaitForTheirInterval) {
   EXPECT_EQ(Explain(d).position_in_queue(), 2);
 }
 
+TEST_F(SchedulerTest, AHotStandbyTakesOverWithWhatChangedSince) {
+  absl::StatusOr<std::unique_ptr<SchedulerService>> leader =
+      SchedulerService::Create(Options());
+  absl::StatusOr<std::unique_ptr<SchedulerService>> standby =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(leader.ok() && standby.ok());
+  const int64_t a = Submit("a", 2);  // 16 of the 32 GPUs
+  const int64_t b = Submit("b", 4);  // 32 GPUs: waits
+  ASSERT_TRUE((*standby)->Follow().ok());  // reads everything
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**leader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->full_load);
+  EXPECT_EQ(r->admitted, 1);
+  const std::string message_of_b = Explain(b).message();
+  ASSERT_EQ(Explain(b).reason(), "NO_CAPACITY");
+  const int64_t c = Submit("c", 2);        // fits the 16 GPUs left
+  ASSERT_TRUE((*standby)->Follow().ok());  // a admitted, c submitted
+  const int64_t d = Submit("d", 4);        // after the standby's last read
+  leader->reset();                         // the leader is gone
+
+  (*standby)->BecomeLeader();
+  r = CycleAndFlush(**standby);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->full_load);
+  EXPECT_EQ(r->jobs_read, 1);  // d, the one change since its last read
+  EXPECT_EQ(r->admitted, 1);
+  EXPECT_EQ(Get(c).state(), v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(Get(a).attempt_count(), 1) << "a was never admitted twice";
+  // The old leader's row of b was read again and stays as it was written
+  // (its numbers moved, its reason did not); d's is new.
+  EXPECT_EQ(r->explanations_written, 1);
+  EXPECT_EQ(Explain(b).message(), message_of_b);
+  EXPECT_EQ(Explain(d).reason(), "NO_CAPACITY");
+
+  // Without a hot standby a new leader loads everything.
+  SchedulerOptions cold = Options();
+  cold.hot_standby = false;
+  absl::StatusOr<std::unique_ptr<SchedulerService>> other =
+      SchedulerService::Create(cold);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->Follow().ok());
+  standby->reset();
+  (*other)->BecomeLeader();
+  r = CycleAndFlush(**other);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->full_load);
+  EXPECT_EQ(r->admitted, 0);
+  EXPECT_EQ(r->explanations_written, 0);
+}
+
 TEST_F(SchedulerTest, OneLeaderAndAStandbyTakesOver) {
   const int64_t a = Submit("a", 1);
   absl::StatusOr<std::unique_ptr<SchedulerService>> first =

@@ -92,6 +92,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
+#include "services/lib/runtime/malloc_tuning.h"
 #include "services/scheduler/scheduler_service.h"
 #include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
@@ -338,6 +339,8 @@ int Serve() {
     out << "error " << service.status() << "\n";
     return 1;
   }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  out << "tunables " << (tunables != nullptr ? tunables : "") << "\n";
   out << "create " << absl::ToInt64Microseconds(absl::Now() - create_start)
       << " " << CpuMicros() - create_cpu << "\n";
   const absl::Duration interval = absl::GetFlag(FLAGS_interval);
@@ -396,6 +399,8 @@ struct ServeResult {
   int64_t peak_rss = 0, rss = 0;
   // The explanation writes still behind the service after its last cycle.
   int64_t flush_us = 0;
+  // The scheduler process's GLIBC_TUNABLES ("" when unset).
+  std::string tunables;
 };
 
 // Runs this binary as the scheduler process for `cycles` cycles.
@@ -451,6 +456,8 @@ absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
     } else if (f[0] == "rss" && f.size() == 3) {
       (void)absl::SimpleAtoi(f[1], &result.peak_rss);
       (void)absl::SimpleAtoi(f[2], &result.rss);
+    } else if (f[0] == "tunables") {
+      result.tunables = line.substr(std::min(line.size(), size_t{9}));
     } else if (f[0] == "error") {
       error = line;
     }
@@ -1534,7 +1541,8 @@ int Bench() {
       Ms(static_cast<double>(steady->create_us) / 1000),
       ", \"peak_rss_bytes\": ", steady->peak_rss,
       ", \"rss_bytes_at_end\": ", steady->rss, ", \"explanations_flush_ms\": ",
-      Ms(static_cast<double>(steady->flush_us) / 1000), "}",
+      Ms(static_cast<double>(steady->flush_us) / 1000),
+      ", \"glibc_tunables\": \"", steady->tunables, "\"}",
       ",\n  \"takeover\": {\"create_ms\": ",
       Ms(static_cast<double>(takeover->create_us) / 1000),
       ", \"first_cycle\": ", SampleJson(first), ", \"create_plus_first_ms\": ",
@@ -1576,6 +1584,10 @@ int Bench() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (absl::GetFlag(FLAGS_serve)) return Serve();
+  if (absl::GetFlag(FLAGS_serve)) {
+    // As `trainyard` does (the same process, executed again at most once).
+    trainyard::runtime::UseHugePageMalloc(argv);
+    return Serve();
+  }
   return Bench();
 }

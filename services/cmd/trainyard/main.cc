@@ -47,6 +47,7 @@
 #include "services/lib/runtime/http_server.h"
 #include "services/lib/runtime/job_token.h"
 #include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/malloc_tuning.h"
 #include "services/lib/runtime/metrics.h"
 #include "services/scheduler/scheduler_service.h"
 #include "storage/postgres/auth_store.h"
@@ -89,6 +90,10 @@ ABSL_FLAG(absl::Duration, schedule_interval, absl::Seconds(1),
 ABSL_FLAG(absl::Duration, explanation_interval, absl::Seconds(1),
           "scheduler: pending jobs' explanations are recomputed at most this "
           "often (cycles in between only decide and commit); 0 = every cycle");
+ABSL_FLAG(bool, hot_standby, true,
+          "scheduler: a standby follows the outbox as the leader does, so "
+          "that its first cycle as the leader reads only what changed "
+          "(false: a new leader loads every active job)");
 ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "scheduler: a job that finds no room in its cohort for quota its "
           "queue may borrow keeps lower-priority jobs of the cohort from "
@@ -291,6 +296,7 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
   options.redis_addr = absl::GetFlag(FLAGS_redis_addr);
   options.interval = absl::GetFlag(FLAGS_schedule_interval);
   options.explanation_interval = absl::GetFlag(FLAGS_explanation_interval);
+  options.hot_standby = absl::GetFlag(FLAGS_hot_standby);
   options.policy.hold_borrowing_for_priority =
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   options.policy.nominal_before_borrowing =
@@ -701,6 +707,8 @@ int Serve(bool with_scheduler) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: it may execute the program again (malloc_tuning.h).
+  trainyard::runtime::UseHugePageMalloc(argv);
   if (absl::Status s = trainyard::dispatcher::RegisterBuiltinAdapters();
       !s.ok()) {
     std::cerr << "dispatcher backends: " << s << "\n";

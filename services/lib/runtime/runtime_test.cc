@@ -1,5 +1,6 @@
 
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "services/lib/runtime/http_server.h"
 #include "services/lib/runtime/job_token.h"
 #include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/malloc_tuning.h"
 #include "services/lib/runtime/metrics.h"
 
 namespace trainyard::runtime {
@@ -341,4 +343,17 @@ TEST(JobTokenTest, KeyFilesAreCheckedWhenLoaded) {
 }
 
 }  // namespace
+TEST(MallocTuningTest, AddsTheHugePageTunableUnlessOneIsChosen) {
+  EXPECT_EQ(TunablesWithHugePageMalloc(nullptr), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(TunablesWithHugePageMalloc(""), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(TunablesWithHugePageMalloc("glibc.malloc.arena_max=2"),
+            "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
+  // The operator's choice stands, whatever it is.
+  EXPECT_EQ(TunablesWithHugePageMalloc("glibc.malloc.hugetlb=0"),
+            std::nullopt);
+  EXPECT_EQ(TunablesWithHugePageMalloc(
+                "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"),
+            std::nullopt);
+}
+
 }  // namespace trainyard::runtime
