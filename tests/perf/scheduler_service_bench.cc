@@ -71,6 +71,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <pqxx/pqxx>
 #include <random>
 #include <sstream>
@@ -123,6 +124,10 @@ ABSL_FLAG(std::string, cadence, "wakeup",
 ABSL_FLAG(absl::Duration, explanation_interval, absl::Seconds(1),
           "The scheduler's explanation_interval (as `trainyard scheduler "
           "--explanation_interval`; 0: every cycle explains)");
+ABSL_FLAG(bool, hot_standby, true,
+          "Also run a hot standby scheduler process beside the measured one "
+          "(it follows the outbox, as `trainyard scheduler` standbys do) and "
+          "measure its first cycle once it takes over");
 ABSL_FLAG(int, prime_cycles, 5,
           "At most this many cycles admit the initial running set");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(30),
@@ -150,6 +155,9 @@ ABSL_FLAG(bool, serve, false,
           "every --interval), writing its samples to --serve_out");
 ABSL_FLAG(std::string, postgres_url, "", "Internal: with --serve");
 ABSL_FLAG(std::string, redis_addr, "", "Internal: with --serve");
+ABSL_FLAG(std::string, standby_file, "",
+          "Internal: with --serve, follow as a hot standby (Follow() every "
+          "second) until this file exists, then become the leader");
 ABSL_FLAG(std::string, serve_out, "", "Internal: with --serve");
 
 namespace {
@@ -361,6 +369,24 @@ int Serve() {
       return 1;
     }
   }
+  if (const std::string file = absl::GetFlag(FLAGS_standby_file);
+      !file.empty()) {
+    // A hot standby, as the leader loop runs one (a try for the lock, then
+    // Follow(), every standby_poll), until the leader is gone.
+    int64_t follows = 0, last_us = 0;
+    while (!std::filesystem::exists(file)) {
+      const absl::Time f = absl::Now();
+      if (absl::Status s = (*service)->Follow(); !s.ok()) {
+        out << "error " << s << "\n";
+        return 1;
+      }
+      last_us = absl::ToInt64Microseconds(absl::Now() - f);
+      ++follows;
+      absl::SleepFor(absl::Seconds(1));
+    }
+    out << "follow " << follows << " " << last_us << "\n";
+    (*service)->BecomeLeader();
+  }
   const absl::Time first = absl::Now();
   absl::Time next = first;
   for (int i = 0; i < absl::GetFlag(FLAGS_cycles); ++i) {
@@ -401,13 +427,24 @@ struct ServeResult {
   int64_t flush_us = 0;
   // The scheduler process's GLIBC_TUNABLES ("" when unset).
   std::string tunables;
+  // A hot standby's Follow() calls before it took over, and the last one's
+  // wall time.
+  int64_t follows = 0, last_follow_us = 0;
 };
 
-// Runs this binary as the scheduler process for `cycles` cycles.
-absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
-                                         const std::string& redis_addr,
-                                         const std::string& dir,
-                                         const std::string& name, int cycles) {
+// A scheduler process started by StartScheduler.
+struct SchedulerProcess {
+  pid_t pid = 0;
+  std::string name, out_path, log_path;
+  int cycles = 0;
+};
+
+// Starts this binary as a scheduler process for `cycles` cycles; with a
+// `standby_file`, it first follows as a hot standby until that file exists.
+absl::StatusOr<SchedulerProcess> StartScheduler(
+    const std::string& url, const std::string& redis_addr,
+    const std::string& dir, const std::string& name, int cycles,
+    const std::string& standby_file = "") {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return absl::InternalError("readlink /proc/self/exe");
@@ -426,14 +463,30 @@ absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
                 absl::StrCat("--explanation_interval=",
                              absl::FormatDuration(
                                  absl::GetFlag(FLAGS_explanation_interval)))};
+  if (!standby_file.empty()) {
+    spawn.argv.push_back(absl::StrCat("--standby_file=", standby_file));
+  }
   spawn.log_path = log_path;
   spawn.working_dir = dir;
   absl::StatusOr<pid_t> pid = fixtures::Spawn(spawn);
   if (!pid.ok()) return pid.status();
+  return SchedulerProcess{.pid = *pid,
+                          .name = name,
+                          .out_path = out_path,
+                          .log_path = log_path,
+                          .cycles = cycles};
+}
+
+// Waits for a scheduler process and reads what it wrote.
+absl::StatusOr<ServeResult> FinishScheduler(const SchedulerProcess& p) {
+  const std::string& name = p.name;
+  const std::string& out_path = p.out_path;
+  const std::string& log_path = p.log_path;
+  const int cycles = p.cycles;
   absl::StatusOr<int> status =
-      fixtures::WaitForExit(*pid, absl::GetFlag(FLAGS_child_timeout));
+      fixtures::WaitForExit(p.pid, absl::GetFlag(FLAGS_child_timeout));
   if (!status.ok()) {
-    fixtures::TerminateAndReap(*pid, SIGKILL, absl::ZeroDuration());
+    fixtures::TerminateAndReap(p.pid, SIGKILL, absl::ZeroDuration());
     return absl::DeadlineExceededError(
         absl::StrCat(name, ": scheduler process still running after ",
                      absl::FormatDuration(absl::GetFlag(FLAGS_child_timeout))));
@@ -456,6 +509,9 @@ absl::StatusOr<ServeResult> RunScheduler(const std::string& url,
     } else if (f[0] == "rss" && f.size() == 3) {
       (void)absl::SimpleAtoi(f[1], &result.peak_rss);
       (void)absl::SimpleAtoi(f[2], &result.rss);
+    } else if (f[0] == "follow" && f.size() == 3) {
+      (void)absl::SimpleAtoi(f[1], &result.follows);
+      (void)absl::SimpleAtoi(f[2], &result.last_follow_us);
     } else if (f[0] == "tunables") {
       result.tunables = line.substr(std::min(line.size(), size_t{9}));
     } else if (f[0] == "error") {
@@ -1457,15 +1513,37 @@ int Bench() {
   Churn churn(h, platform, **dispatchers, next_job);
   churn.Start(rate);
   const std::string load_during = LoadAverage();
-  absl::StatusOr<ServeResult> steady =
-      RunScheduler(url, redis_addr, *dir, "steady", warmup + cycles);
+  // A hot standby follows while the leader runs its cycles, and takes over
+  // when the leader is gone (the file below).
+  const std::string leader_gone = absl::StrCat(*dir, "/leader-gone");
+  absl::StatusOr<SchedulerProcess> standby_process =
+      absl::GetFlag(FLAGS_hot_standby)
+          ? StartScheduler(url, redis_addr, *dir, "hot-standby", 1,
+                           leader_gone)
+          : absl::StatusOr<SchedulerProcess>(SchedulerProcess{});
+  CHECK_OK(standby_process.status());
+  absl::StatusOr<SchedulerProcess> steady_process =
+      StartScheduler(url, redis_addr, *dir, "steady", warmup + cycles);
+  CHECK_OK(steady_process.status());
+  absl::StatusOr<ServeResult> steady = FinishScheduler(*steady_process);
+  std::optional<absl::StatusOr<ServeResult>> hot;
+  if (absl::GetFlag(FLAGS_hot_standby)) {
+    std::ofstream(leader_gone) << "\n";
+    hot = FinishScheduler(*standby_process);
+  }
   const std::string load_after = LoadAverage();
   absl::StatusOr<ServeResult> takeover =
-      steady.ok() ? RunScheduler(url, redis_addr, *dir, "takeover", 1)
+      steady.ok() ? [&]() -> absl::StatusOr<ServeResult> {
+        absl::StatusOr<SchedulerProcess> p =
+            StartScheduler(url, redis_addr, *dir, "takeover", 1);
+        if (!p.ok()) return p.status();
+        return FinishScheduler(*p);
+      }()
                   : steady;
   absl::Status churn_status = churn.Stop();
   CHECK_OK(steady.status());
   CHECK_OK(takeover.status());
+  if (hot.has_value()) CHECK_OK(hot->status());
   CHECK_OK(churn_status);
   const Dispatchers::Counts counts = (*dispatchers)->counts();
 
@@ -1479,6 +1557,13 @@ int Bench() {
   std::cerr << "takeover: create "
             << static_cast<double>(takeover->create_us) / 1000
             << " ms, first cycle " << SampleSummary(first) << "\n";
+  if (hot.has_value()) {
+    std::cerr << "hot standby takeover: " << (*hot)->follows
+              << " follows (the last "
+              << static_cast<double>((*hot)->last_follow_us) / 1000
+              << " ms), first cycle "
+              << SampleSummary((*hot)->cycles.front()) << "\n";
+  }
 
   const Stats wall = Summarize([&] {
     std::vector<int64_t> v;
@@ -1550,6 +1635,14 @@ int Bench() {
       ", \"peak_rss_bytes\": ", takeover->peak_rss,
       ", \"explanations_flush_ms\": ",
       Ms(static_cast<double>(takeover->flush_us) / 1000), "}",
+      hot.has_value()
+          ? absl::StrCat(
+                ",\n  \"hot_standby_takeover\": {\"follows\": ",
+                (*hot)->follows, ", \"last_follow_ms\": ",
+                Ms(static_cast<double>((*hot)->last_follow_us) / 1000),
+                ", \"first_cycle\": ", SampleJson((*hot)->cycles.front()),
+                ", \"peak_rss_bytes\": ", (*hot)->peak_rss, "}")
+          : std::string(),
       ",\n  \"churn\": {\"seconds\": ", Ms(churn.seconds()),
       ", \"arrivals\": ", churn.arrived(), ", \"arrivals_per_s\": ",
       Ms(static_cast<double>(churn.arrived()) / churn.seconds()),
