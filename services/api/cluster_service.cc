@@ -148,6 +148,12 @@ constexpr ResourceKind<v1::Node> kNodes = {
     },
 };
 
+// SetNodeState: platform admins drain nodes and make them ready again.
+constexpr Verb kSetNodeStates = {
+    .name = "set",
+    .access = {.rule = Access::Rule::kPlatformAdmin},
+    .plural = "node states"};
+
 // A ReportNodes request checked whole before anything is written: the ids of
 // its nodes (with their index in the request), and the nodes of the cluster
 // it does not list when it is `complete`.
@@ -338,11 +344,9 @@ class ClusterServiceImpl final : public ApiService<v1::ClusterService> {
                             const v1::SetNodeStateRequest* request,
                             v1::Node* response) override {
     return MutateResource(
-        ctx_, context, Method("SetNodeState"), *request, kNodes,
+        ctx_, context, Method("SetNodeState"), *request, kNodes, kSetNodeStates,
         request->name(), "name",
-        [&](const Caller& caller, MutationAudit& audit,
-            const NamedObject& node) -> absl::Status {
-          TY_RETURN_IF_ERROR(RequirePlatformAdmin(caller, "set node states"));
+        [&](MutationAudit& audit, const NamedObject& node) -> absl::Status {
           if (request->state() != v1::NODE_STATE_READY &&
               request->state() != v1::NODE_STATE_DRAINING) {
             return domain::FieldError(
@@ -355,25 +359,16 @@ class ClusterServiceImpl final : public ApiService<v1::ClusterService> {
                 domain::Cat("must be at most ", domain::kMaxDescriptionChars,
                             " bytes, got ", request->reason().size()));
           }
-          absl::StatusOr<pg::StoredObject> row = ctx_->objects->Update(
-              pg::NodeKind(), node.key, /*expected_version=*/0,
-              [&](const pg::StoredObject& current)
-                  -> absl::StatusOr<pg::ObjectStore::Mutation> {
-                v1::Node changed;
-                if (!changed.ParseFromString(current.body)) {
-                  return absl::InternalError(StoredBodyError(node.name));
-                }
-                changed.set_state(request->state());
-                changed.set_state_message(request->reason());
-                // The body as stored (the dispatcher's reports keep the name).
-                return pg::ObjectStore::Mutation{
-                    changed.SerializeAsString(),
-                    ExtraColumnsOf(kNodes, changed)};
-              },
-              &audit.record);
-          if (!row.ok()) return ExplainStorageError(row.status(), node.name);
-          audit.committed = true;
-          TY_ASSIGN_OR_RETURN(*response, Decode<v1::Node>(*row, node.name));
+          // The dispatcher's reports keep the name in the stored body.
+          TY_ASSIGN_OR_RETURN(
+              *response, ModifyObject<v1::Node>(
+                             *ctx_, kNodes, node.key, node.name, /*etag=*/"",
+                             [&](v1::Node& stored) {
+                               stored.set_state(request->state());
+                               stored.set_state_message(request->reason());
+                               return absl::OkStatus();
+                             },
+                             audit));
           InvalidateCaches(*ctx_);
           return absl::OkStatus();
         });

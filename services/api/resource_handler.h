@@ -260,10 +260,41 @@ absl::StatusOr<T> CreateObject(ApiContext& ctx, const ResourceKind<T>& kind,
   return Decode<T>(*row, name);
 }
 
+// Read-modify-write of one object with the audit row: compares `etag` (none:
+// any version; ABORTED on a mismatch), lets `modify` change the stored object
+// (as stored, server fields included) and writes it with its extra columns.
+template <typename T>
+absl::StatusOr<T> ModifyObject(
+    ApiContext& ctx, const ResourceKind<T>& kind, const ResourceKey& key,
+    std::string_view name, std::string_view etag,
+    absl::FunctionRef<absl::Status(T& object)> modify, MutationAudit& audit,
+    const std::vector<ConstraintMessage>& messages = {}) {
+  TY_ASSIGN_OR_RETURN(const int64_t expected, ExpectedVersion(etag, name));
+  absl::StatusOr<storage::postgres::StoredObject> row = ctx.objects->Update(
+      kind.store(), key, expected,
+      [&](const storage::postgres::StoredObject& current)
+          -> absl::StatusOr<storage::postgres::ObjectStore::Mutation> {
+        T object;
+        if (!object.ParseFromString(current.body)) {
+          return absl::InternalError(StoredBodyError(name));
+        }
+        TY_RETURN_IF_ERROR(modify(object));
+        return storage::postgres::ObjectStore::Mutation{
+            object.SerializeAsString(), ExtraColumnsOf(kind, object)};
+      },
+      &audit.record);
+  if (!row.ok()) {
+    if (IsEtagMismatch(row.status())) return EtagMismatch(name, etag);
+    return ExplainStorageError(row.status(), name, messages);
+  }
+  audit.committed = true;
+  return Decode<T>(*row, name);
+}
+
 // Read-modify-write of one object with the audit row: checks the mask,
-// compares the etag of `patch` (ABORTED on a mismatch), merges the masked
-// fields of `patch` into the stored object, validates the result
-// (kind.validate, prefixed with kind.field) and writes it.
+// compares the etag of `patch`, merges the masked fields of `patch` into the
+// stored object, validates the result (kind.validate, prefixed with
+// kind.field) and writes it (server fields cleared).
 template <typename T>
 absl::StatusOr<T> UpdateObject(ApiContext& ctx, const ResourceKind<T>& kind,
                                const ResourceKey& key, std::string_view name,
@@ -272,29 +303,14 @@ absl::StatusOr<T> UpdateObject(ApiContext& ctx, const ResourceKind<T>& kind,
                                MutationAudit& audit,
                                const std::vector<ConstraintMessage>& messages) {
   TY_RETURN_IF_ERROR(CheckUpdateMask(mask, T::descriptor(), kind.updatable));
-  TY_ASSIGN_OR_RETURN(const int64_t expected,
-                      ExpectedVersion(patch.etag(), name));
-  absl::StatusOr<storage::postgres::StoredObject> row = ctx.objects->Update(
-      kind.store(), key, expected,
-      [&](const storage::postgres::StoredObject& current)
-          -> absl::StatusOr<storage::postgres::ObjectStore::Mutation> {
-        T merged;
-        if (!merged.ParseFromString(current.body)) {
-          return absl::InternalError(StoredBodyError(name));
-        }
+  return ModifyObject<T>(
+      ctx, kind, key, name, patch.etag(),
+      [&](T& merged) -> absl::Status {
         ApplyUpdateMask(patch, mask, kind.updatable, &merged);
         ClearServerFields(&merged);
-        TY_RETURN_IF_ERROR(
-            domain::PrefixField(kind.validate(ctx, key, merged), kind.field));
-        return Stored(kind, std::move(merged));
+        return domain::PrefixField(kind.validate(ctx, key, merged), kind.field);
       },
-      &audit.record);
-  if (!row.ok()) {
-    if (IsEtagMismatch(row.status())) return EtagMismatch(name, patch.etag());
-    return ExplainStorageError(row.status(), name, messages);
-  }
-  audit.committed = true;
-  return Decode<T>(*row, name);
+      audit, messages);
 }
 
 // Marks the Directory cache (and, for `drops_bindings`, the authentication
@@ -366,6 +382,24 @@ struct NamedObject {
   std::string name;
 };
 
+// A verb on one object ("update") and who may use it: Authorize's rule, and
+// the objects a refusal names ("<verb> <plural>": the kind's plural unless
+// `plural` is given).
+struct Verb {
+  std::string_view name;
+  Access access;
+  std::string_view plural;
+};
+
+// Applies `verb` to `object`, of `kind`.
+template <typename T>
+absl::Status Authorize(const Caller& caller, const ResourceKind<T>& kind,
+                       const Verb& verb, const NamedObject& object) {
+  return Authorize(caller, verb.access, verb.name,
+                   verb.plural.empty() ? kind.plural : verb.plural,
+                   TenantOf(kind, object.key), object.name);
+}
+
 // Runs a reading handler on the object of `kind` that `name` names: parses it
 // (field "name"), applies kind.access.read, and runs `fn`.
 template <typename T>
@@ -376,8 +410,8 @@ grpc::Status ReadResource(
   return Run(ctx, context, [&](const Caller& caller) -> absl::Status {
     TY_ASSIGN_OR_RETURN(ResourceKey key, kind.parse_name(name, "name"));
     const NamedObject object{key, kind.name_of(key)};
-    TY_RETURN_IF_ERROR(Authorize(caller, kind.access.read, "read", kind.plural,
-                                 TenantOf(kind, key), object.name));
+    TY_RETURN_IF_ERROR(
+        Authorize(caller, kind, {"read", kind.access.read}, object));
     return fn(caller, object);
   });
 }
@@ -401,6 +435,23 @@ grpc::Status MutateResource(
         audit.record.resource = object.name;
         audit.record.tenant = TenantOf(kind, key);
         return fn(caller, audit, object);
+      });
+}
+
+// MutateResource for the callers `verb` admits: applies it to the object
+// before `fn` runs.
+template <typename T>
+grpc::Status MutateResource(
+    ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
+    const google::protobuf::Message& request, const ResourceKind<T>& kind,
+    const Verb& verb, const std::string& name, std::string_view field,
+    absl::FunctionRef<absl::Status(MutationAudit&, const NamedObject&)> fn) {
+  return MutateResource(
+      ctx, context, method, request, kind, name, field,
+      [&](const Caller& caller, MutationAudit& audit,
+          const NamedObject& object) -> absl::Status {
+        TY_RETURN_IF_ERROR(Authorize(caller, kind, verb, object));
+        return fn(audit, object);
       });
 }
 
@@ -476,14 +527,10 @@ grpc::Status UpdateResource(ApiContext* ctx, grpc::ServerContext* context,
                             const google::protobuf::FieldMask& mask,
                             T* response) {
   return MutateResource(
-      ctx, context, method, request, kind, patch.name(),
-      domain::JoinField(kind.field, "name"),
-      [&](const Caller& caller, MutationAudit& audit,
-          const NamedObject& object) -> absl::Status {
+      ctx, context, method, request, kind, {"update", kind.access.update},
+      patch.name(), domain::JoinField(kind.field, "name"),
+      [&](MutationAudit& audit, const NamedObject& object) -> absl::Status {
         const ResourceKey& key = object.key;
-        TY_RETURN_IF_ERROR(Authorize(caller, kind.access.update, "update",
-                                     kind.plural, TenantOf(kind, key),
-                                     object.name));
         if (kind.check_references != nullptr) {
           TY_RETURN_IF_ERROR(kind.check_references(*ctx, key, patch, &mask));
         }
@@ -503,12 +550,9 @@ grpc::Status DeleteResource(ApiContext* ctx, grpc::ServerContext* context,
                             const ResourceKind<T>& kind,
                             const std::string& name) {
   return MutateResource(
-      ctx, context, method, request, kind, name, "name",
-      [&](const Caller& caller, MutationAudit& audit,
-          const NamedObject& object) -> absl::Status {
-        TY_RETURN_IF_ERROR(Authorize(caller, kind.access.remove, "delete",
-                                     kind.plural, TenantOf(kind, object.key),
-                                     object.name));
+      ctx, context, method, request, kind, {"delete", kind.access.remove}, name,
+      "name",
+      [&](MutationAudit& audit, const NamedObject& object) -> absl::Status {
         std::vector<ConstraintMessage> messages;
         if (kind.delete_conflicts != nullptr) {
           messages = kind.delete_conflicts(object.key);

@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "services/lib/domain/errors.h"
 #include "services/dispatcher/adapters/clock.h"
+#include "services/lib/domain/errors.h"
+#include "tests/support/dispatcher/launch_request.h"
 
 namespace trainyard::dispatcher {
 namespace {
@@ -17,14 +18,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 LaunchRequest ValidRequest() {
-  LaunchRequest r;
-  r.job_id = 42;
-  r.attempt = 2;
-  r.name = "ty-42-2";
-  r.tenant = "acme";
-  r.spec.set_workers(2);
-  r.spec.mutable_resources()->set_gpus(8);
-  r.worker_nodes = {"a-0001", "a-0002"};
+  LaunchRequest r = AttemptRequest(42, 2, "acme", {"a-0001", "a-0002"}, 8);
   r.flavor = "spot-h100";
   return r;
 }

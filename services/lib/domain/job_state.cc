@@ -10,17 +10,7 @@
 namespace trainyard::domain {
 namespace {
 
-using trainyard::v1::JOB_STATE_ADMITTED;
-using trainyard::v1::JOB_STATE_CANCELLED;
-using trainyard::v1::JOB_STATE_DISPATCHING;
-using trainyard::v1::JOB_STATE_FAILED;
-using trainyard::v1::JOB_STATE_HELD;
-using trainyard::v1::JOB_STATE_PREEMPTING;
-using trainyard::v1::JOB_STATE_QUEUED;
-using trainyard::v1::JOB_STATE_RECOVERING;
-using trainyard::v1::JOB_STATE_RUNNING;
-using trainyard::v1::JOB_STATE_SUCCEEDED;
-using trainyard::v1::JOB_STATE_UNSPECIFIED;
+using enum trainyard::v1::JobState;
 
 constexpr int kNumStates = 11;  // 0 (UNSPECIFIED) .. 10 (HELD)
 

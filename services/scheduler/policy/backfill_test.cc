@@ -42,8 +42,7 @@ GangSetup TwoNodes() {
   GangSetup x;
   SnapshotBuilder& b = x.b;
   x.f = b.AddFlavor("h100");
-  b.AddNode(x.f, 8, 0, 0);
-  b.AddNode(x.f, 8, 0, 0);
+  b.AddNodes(2, x.f, 8, 0, 0);
   x.q = b.AddQueue("research");
   b.AddGpuQuota(x.q, x.f, 64);
   const PriorityClassId high = b.AddPriority("high", 100);

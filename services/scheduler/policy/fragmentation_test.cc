@@ -32,10 +32,9 @@ TEST(FragmentationTest, EmptyClusterIsWholeFree) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   // Block 0: racks 0 (3 nodes) and 1 (1 node); block 1: rack 2 (2 nodes).
-  for (int i = 0; i < 3; ++i) b.AddNode(f, 8, /*block=*/0, /*rack=*/0);
+  b.AddNodes(3, f, 8, /*block=*/0, /*rack=*/0);
   b.AddNode(f, 8, 0, 1);
-  b.AddNode(f, 8, 1, 2);
-  b.AddNode(f, 8, 1, 2);
+  b.AddNodes(2, f, 8, 1, 2);
   const FragmentationReport r = MeasureFragmentation(b.Build());
   const FragmentationStats want{.nodes = 6,
                                 .gpus = 48,
@@ -56,8 +55,7 @@ TEST(FragmentationTest, PartlyUsedNodes) {
   FlavorId f = b.AddFlavor("a100");
   NodeId n0 = b.AddNode(f, 8, /*block=*/0, /*rack=*/0);
   b.AddNode(f, 8, 0, 0);
-  b.AddNode(f, 8, 0, 1);
-  b.AddNode(f, 8, 0, 1);
+  b.AddNodes(2, f, 8, 0, 1);
   NodeId n4 = b.AddNode(f, 8, 1, 2);
   NodeId n5 = b.AddNode(f, 8, 1, 2);
   b.AddNode(f, 8);  // No labels: counts, but never within a rack or block.
@@ -183,8 +181,7 @@ TEST(FragmentationTest, AdmissionsAreChargedWithTheJobsWorkerShape) {
 TEST(FragmentationTest, InvalidAdmissionsAreSkippedAndCounted) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 8);
-  b.AddNode(f, 8);
+  b.AddNodes(2, f, 8);
   QueueId q = b.AddQueue("q");
   b.AddJob(7, q, /*workers=*/2, /*gpus=*/2);
   const Snapshot& s = b.Build();
@@ -208,11 +205,11 @@ TEST(FragmentationTest, FlavorsAreMeasuredSeparately) {
   FlavorId h100 = b.AddFlavor("h100");
   FlavorId spot = b.AddFlavor("h100-spot", FlavorKind::kSpot);  // No nodes.
   // a100: 3 x 8 GPUs in rack 0 / block 0, one partly used.
-  for (int i = 0; i < 3; ++i) b.AddNode(a100, 8, /*block=*/0, /*rack=*/0);
+  b.AddNodes(3, a100, 8, /*block=*/0, /*rack=*/0);
   Use(b, 0, 4);
   // h100: mixed sizes. 4 x 4 GPUs and 2 x 2 GPUs (the same rack label as the
   // a100 nodes: a gang never mixes flavors, so they are counted apart).
-  for (int i = 0; i < 4; ++i) b.AddNode(h100, 4, /*block=*/0, /*rack=*/0);
+  b.AddNodes(4, h100, 4, /*block=*/0, /*rack=*/0);
   NodeId small = b.AddNode(h100, 2, 0, 0);
   b.AddNode(h100, 2, 0, 0);
   Use(b, 3, 1);  // An h100 4-GPU node, 3 free.

@@ -397,24 +397,30 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
   EXPECT_GT(preempted, 20);
 }
 
+// One H100 node of 8 GPUs (block 1, rack 1) and the queue "research" with 64
+// GPUs of quota.
+class OneNodeSchedulerTest : public ::testing::Test {
+ protected:
+  testing::SnapshotBuilder b_;
+  const FlavorId f_ = b_.AddFlavor("h100");
+  const NodeId n_ = b_.AddNode(f_, 8, /*block=*/1, /*rack=*/1);
+  const QueueId q_ = b_.AddGpuQueue("research", std::nullopt, f_, 64);
+};
+
 // A running attempt's workers release on their nodes exactly what they were
 // charged, also when it holds no quota (a job being preempted).
-TEST(SchedulerTest, RunningWorkReleasesWhatItsWorkersHold) {
-  testing::SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("h100");
-  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
-  Scheduler scheduler(b.Build());
+TEST_F(OneNodeSchedulerTest, RunningWorkReleasesWhatItsWorkersHold) {
+  Scheduler scheduler(b_.Build());
   RunningAttempt stopping{.job = 7,
-                          .queue = q,
-                          .flavor = f,
-                          .placement = {n, n},
+                          .queue = q_,
+                          .flavor = f_,
+                          .placement = {n_, n_},
                           .resources = {},
                           .worker_resources = {.gpus = 3}};
   ASSERT_TRUE(scheduler.AddRunning(stopping));
-  EXPECT_EQ(scheduler.snapshot().nodes[n].used.gpus, 6);
+  EXPECT_EQ(scheduler.snapshot().nodes[n_].used.gpus, 6);
   ASSERT_TRUE(scheduler.CompleteRunning(7));
-  EXPECT_EQ(scheduler.snapshot().nodes[n].used.gpus, 0);
+  EXPECT_EQ(scheduler.snapshot().nodes[n_].used.gpus, 0);
   EXPECT_FALSE(scheduler.CompleteRunning(7));
   EXPECT_FALSE(scheduler.SetLastCheckpoint(7, 0));
   EXPECT_FALSE(scheduler.UpdateRunning(stopping));
@@ -459,15 +465,11 @@ TEST(SchedulerTest, InvalidJobDefersToDecide) {
 // Explanations are kept per equivalence class across cycles and reused
 // while the details they were formatted from (reason, flavor, the numbers in
 // the text) are equal; otherwise they are formatted again.
-TEST(SchedulerTest, UnchangedFailureSharesItsExplanationAcrossCycles) {
-  testing::SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("h100");
-  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
-  b.AddRunning(1, q, f, n, 6);
-  b.AddJob(10, q, 4, 1, 1);
-  b.AddJob(11, q, 4, 1, 2);
-  Scheduler scheduler(b.Build());
+TEST_F(OneNodeSchedulerTest, UnchangedFailureSharesItsExplanationAcrossCycles) {
+  b_.AddRunning(1, q_, f_, n_, 6);
+  b_.AddJob(10, q_, 4, 1, 1);
+  b_.AddJob(11, q_, 4, 1, 2);
+  Scheduler scheduler(b_.Build());
   const Decisions first = scheduler.Cycle();
   ASSERT_EQ(first.pending.size(), 2u);
   EXPECT_EQ(first.pending[0].message,
@@ -481,19 +483,15 @@ TEST(SchedulerTest, UnchangedFailureSharesItsExplanationAcrossCycles) {
   EXPECT_EQ(&second.pending[0].message.str(), &second.pending[1].message.str());
 }
 
-TEST(SchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
-  testing::SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("h100");
-  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
-  const QueueId small = b.AddGpuQueue("small", std::nullopt, f, 4);
-  b.AddRunning(1, q, f, n, 1);
-  b.AddRunning(2, q, f, n, 5);
-  b.AddRunningQuotaOnly(3, small, f, 1);
-  b.AddRunningQuotaOnly(4, small, f, 2);
-  b.AddJob(10, q, 4, 1, 1);
-  b.AddJob(11, small, 1, 3, 2);
-  Scheduler scheduler(b.Build());
+TEST_F(OneNodeSchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
+  const QueueId small = b_.AddGpuQueue("small", std::nullopt, f_, 4);
+  b_.AddRunning(1, q_, f_, n_, 1);
+  b_.AddRunning(2, q_, f_, n_, 5);
+  b_.AddRunningQuotaOnly(3, small, f_, 1);
+  b_.AddRunningQuotaOnly(4, small, f_, 2);
+  b_.AddJob(10, q_, 4, 1, 1);
+  b_.AddJob(11, small, 1, 3, 2);
+  Scheduler scheduler(b_.Build());
   Decisions d = scheduler.Cycle();
   ExpectSame(Decide(scheduler.snapshot()), d);
   ASSERT_EQ(d.pending.size(), 2u);
@@ -515,7 +513,7 @@ TEST(SchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
             "3 (flavor h100)");
   // And back (a job that uses the same GPU again).
   scheduler.AddPending(
-      {.id = 12, .queue = q, .workers = 1, .worker = {.gpus = 1}});
+      {.id = 12, .queue = q_, .workers = 1, .worker = {.gpus = 1}});
   d = scheduler.Cycle();
   ExpectSame(Decide(scheduler.snapshot()), d);
   ASSERT_EQ(d.admissions.size(), 1u);
@@ -531,22 +529,18 @@ TEST(SchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
             PendingReason::kInvalidSnapshot);
   ASSERT_TRUE(scheduler.RemovePending(99));
   scheduler.AddPending(
-      {.id = 13, .queue = q, .workers = 3, .worker = {.gpus = 1}});
+      {.id = 13, .queue = q_, .workers = 3, .worker = {.gpus = 1}});
   d = scheduler.Cycle();
   ExpectSame(Decide(scheduler.snapshot()), d);
 }
 
 // Classes are numbered anew when the scheduler rebuilds its state (after an
 // invalid snapshot): no explanation kept under the old numbering is reused.
-TEST(SchedulerTest, RebuildDropsKeptExplanations) {
-  testing::SnapshotBuilder b;
-  const FlavorId f = b.AddFlavor("h100");
-  const NodeId n = b.AddNode(f, 8, /*block=*/1, /*rack=*/1);
-  const QueueId q = b.AddGpuQueue("research", std::nullopt, f, 64);
-  b.AddRunning(1, q, f, n, 7);
-  b.AddJob(10, q, 2, 1, 1);
-  b.AddJob(11, q, 4, 1, 2);
-  Scheduler scheduler(b.Build());
+TEST_F(OneNodeSchedulerTest, RebuildDropsKeptExplanations) {
+  b_.AddRunning(1, q_, f_, n_, 7);
+  b_.AddJob(10, q_, 2, 1, 1);
+  b_.AddJob(11, q_, 4, 1, 2);
+  Scheduler scheduler(b_.Build());
   Decisions d = scheduler.Cycle();
   ASSERT_EQ(d.pending.size(), 2u);
   EXPECT_EQ(d.pending[0].message,

@@ -189,23 +189,11 @@ PlacementResult PlaceGang(
     const std::vector<Group>& groups = rack_level ? racks : blocks;
     const std::vector<bool>& labelled =
         rack_level ? rack_labelled : block_labelled;
-    int best = -1;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      if (!labelled[g]) continue;
-      result.best_group_workers =
-          std::max(result.best_group_workers, groups[g].workers);
-      if (groups[g].workers < need) continue;
-      if (best < 0 || groups[g].workers < groups[best].workers ||
-          (groups[g].workers == groups[best].workers &&
-           groups[g].key < groups[best].key)) {
-        best = static_cast<int>(g);
-      }
-    }
-    result.best_group_workers = std::min(result.best_group_workers, need);
-    if (best < 0) {
-      result.failure = PlacementFailure::kNoFitTopology;
-      return result;
-    }
+    const int best = ChooseRequiredGroup(
+        groups.size(), need, [&](size_t g) { return labelled[g]; },
+        [&](size_t g) { return groups[g].workers; },
+        [&](size_t g) { return groups[g].key; }, result);
+    if (best < 0) return result;
     if (rack_level) {
       PlaceOnNodes(cands, racks[best].members, need, out);
     } else {

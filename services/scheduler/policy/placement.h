@@ -16,6 +16,8 @@
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PLACEMENT_H_
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -58,6 +60,31 @@ int64_t WorkersThatFit(const Resources& free, const WorkerShape& shape,
 std::vector<std::pair<int, int64_t>> ChooseFewest(
     const std::vector<int64_t>& caps, const std::vector<int64_t>& tie,
     int64_t need);
+
+// The group of a gang's required level (rack, block): among the `count`
+// groups of that level that are `eligible(g)`, the smallest that holds all
+// `need` workers (`workers(g)`), ties to the smaller `key(g)`; -1 if none.
+// Sets result.best_group_workers (the most an eligible group holds, capped at
+// `need`) and, when none holds the gang, kNoFitTopology. Shared by PlaceGang
+// and the incremental scheduler's index (placement_index.cc).
+template <typename Eligible, typename Workers, typename Key>
+int ChooseRequiredGroup(size_t count, int64_t need, Eligible eligible,
+                        Workers workers, Key key, PlacementResult& result) {
+  int best = -1;
+  for (size_t g = 0; g < count; ++g) {
+    if (!eligible(g)) continue;
+    const int64_t held = workers(g);
+    result.best_group_workers = std::max(result.best_group_workers, held);
+    if (held < need) continue;
+    if (best < 0 || held < workers(best) ||
+        (held == workers(best) && key(g) < key(best))) {
+      best = static_cast<int>(g);
+    }
+  }
+  result.best_group_workers = std::min(result.best_group_workers, need);
+  if (best < 0) result.failure = PlacementFailure::kNoFitTopology;
+  return best;
+}
 
 // Free resources of every node (capacity - used, less what this cycle placed).
 // `nodes_of_flavor[f]` lists the nodes of flavor f in id order.

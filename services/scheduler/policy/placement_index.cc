@@ -129,23 +129,11 @@ PlacementResult ShapeIndex::Place(const std::vector<Resources>& free,
       job.required_topology == TopologyLevel::kBlock) {
     const std::vector<int64_t>& workers =
         rack_level ? rack_workers : block_workers;
-    int best = -1;
-    for (size_t g = 0; g < workers.size(); ++g) {
-      if (workers[g] <= 0) continue;
-      result.best_group_workers =
-          std::max(result.best_group_workers, workers[g]);
-      if (workers[g] < need) continue;
-      if (best < 0 || workers[g] < workers[best] ||
-          (workers[g] == workers[best] &&
-           Label(rack_level, g) < Label(rack_level, best))) {
-        best = static_cast<int>(g);
-      }
-    }
-    result.best_group_workers = std::min(result.best_group_workers, need);
-    if (best < 0) {
-      result.failure = PlacementFailure::kNoFitTopology;
-      return result;
-    }
+    const int best = ChooseRequiredGroup(
+        workers.size(), need, [&](size_t g) { return workers[g] > 0; },
+        [&](size_t g) { return workers[g]; },
+        [&](size_t g) { return Label(rack_level, g); }, result);
+    if (best < 0) return result;
     if (rack_level) {
       PlaceOnNodes(free, best, need, need, out);
     } else {

@@ -44,8 +44,7 @@ TEST(WorkersThatFitTest, MinimumOverRequestedResources) {
 TEST(PlacementTest, GangIsAllOrNothing) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 8);
-  b.AddNode(f, 8);
+  b.AddNodes(2, f, 8);
   PendingJob& job = b.AddJob(1, 0, /*workers=*/3, /*gpus=*/8);
   PlacementResult r = Place(b.Build(), job);
   EXPECT_EQ(r.failure, PlacementFailure::kNoCapacity);
@@ -91,8 +90,7 @@ TEST(PlacementTest, PacksOntoTheFewestBlocksBestFit) {
   FlavorId f = b.AddFlavor("a100");
   // Block 0: 4 nodes; block 1: 2 nodes.
   for (int i = 0; i < 4; ++i) b.AddNode(f, 8, /*block=*/0, /*rack=*/i);
-  b.AddNode(f, 8, /*block=*/1, /*rack=*/10);
-  b.AddNode(f, 8, /*block=*/1, /*rack=*/10);
+  b.AddNodes(2, f, 8, /*block=*/1, /*rack=*/10);
   // Two workers: block 1 holds them and is the smaller block.
   PlacementResult two = Place(b.Build(), b.AddJob(1, 0, 2, 8));
   ASSERT_EQ(two.failure, PlacementFailure::kNone);
@@ -111,8 +109,7 @@ TEST(PlacementTest, PacksOntoTheFewestRacksWithinABlock) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
   b.AddNode(f, 8, 0, /*rack=*/0);
-  b.AddNode(f, 8, 0, /*rack=*/1);
-  b.AddNode(f, 8, 0, /*rack=*/1);
+  b.AddNodes(2, f, 8, 0, /*rack=*/1);
   b.AddNode(f, 8, 0, /*rack=*/2);
   PlacementResult r = Place(b.Build(), b.AddJob(1, 0, 2, 8));
   ASSERT_EQ(r.failure, PlacementFailure::kNone);
@@ -134,8 +131,7 @@ TEST(PlacementTest, BestFitNodeKeepsWholeNodesFree) {
 TEST(PlacementTest, FewestNodes) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 2, 0, 0);
-  b.AddNode(f, 2, 0, 0);
+  b.AddNodes(2, f, 2, 0, 0);
   NodeId big = b.AddNode(f, 8, 0, 0);
   PlacementResult r = Place(b.Build(), b.AddJob(1, 0, 4, 1));
   ASSERT_EQ(r.failure, PlacementFailure::kNone);

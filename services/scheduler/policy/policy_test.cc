@@ -29,8 +29,7 @@ const PendingDecision* FindPending(const Decisions& d, JobId job) {
 TEST(DecideTest, AdmitsAGangWithAPlacementPerWorker) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 8, 0, 0);
-  b.AddNode(f, 8, 0, 0);
+  b.AddNodes(2, f, 8, 0, 0);
   QueueId q = b.AddGpuQueue("research-a", std::nullopt, f, 64);
   b.AddJob(7, q, 2, 8);
   Decisions d = Decide(b.Build());
@@ -45,8 +44,7 @@ TEST(DecideTest, AdmitsAGangWithAPlacementPerWorker) {
 TEST(DecideTest, GangIsNeverPartiallyAdmitted) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 8, 0, 0);
-  b.AddNode(f, 8, 0, 0);
+  b.AddNodes(2, f, 8, 0, 0);
   QueueId q = b.AddGpuQueue("research-a", std::nullopt, f, 64);
   b.AddJob(1, q, 3, 8);
   Decisions d = Decide(b.Build());

@@ -344,8 +344,7 @@ TEST(QuotaTreeTest, ValidateSnapshotChecksCohortQuotas) {
 TEST(QuotaTreeTest, DecideAdmitsOnCohortQuotaAndHoldsAtCohortBorrowingLimit) {
   SnapshotBuilder b;
   FlavorId f = b.AddFlavor("a100");
-  b.AddNode(f, 8);
-  b.AddNode(f, 8);
+  b.AddNodes(2, f, 8);
   CohortId org = b.AddCohort("org");
   CohortId lab = b.AddCohort("lab", org);
   QueueId a = b.AddGpuQueue("a", org, f, 2);

@@ -50,6 +50,15 @@ class SnapshotBuilder {
     return id;
   }
 
+  // `count` nodes alike (AddNode); the id of the first.
+  NodeId AddNodes(int count, FlavorId flavor, int64_t gpus,
+                  TopologyLabel block = kNoLabel,
+                  TopologyLabel rack = kNoLabel) {
+    const NodeId first = static_cast<NodeId>(s_.nodes.size());
+    for (int i = 0; i < count; ++i) AddNode(flavor, gpus, block, rack);
+    return first;
+  }
+
   CohortId AddCohort(std::string name,
                      std::optional<CohortId> parent = std::nullopt) {
     s_.cohorts.push_back({.name = std::move(name), .parent = parent});

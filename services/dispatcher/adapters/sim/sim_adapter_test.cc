@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "services/lib/domain/errors.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/lib/domain/errors.h"
+#include "tests/support/dispatcher/launch_request.h"
 
 namespace trainyard::dispatcher::sim {
 namespace {
@@ -89,18 +90,11 @@ v1::SimClusterConfig Config(std::string_view text = kConfig) {
 LaunchRequest Request(int64_t job, std::vector<std::string> nodes,
                       int32_t gpus = 8,
                       std::map<std::string, std::string> env = {}) {
-  LaunchRequest r;
-  r.job_id = job;
-  r.attempt = 1;
-  r.name = BackendJobName(job, 1);
-  r.tenant = "acme";
-  r.spec.set_workers(static_cast<int32_t>(nodes.size()));
-  r.spec.mutable_resources()->set_gpus(gpus);
+  LaunchRequest r = AttemptRequest(job, 1, "acme", std::move(nodes), gpus);
   r.spec.mutable_resources()->set_gpu_model("H100");
   r.spec.mutable_resources()->set_cpu_millis(8000);
   r.spec.mutable_resources()->set_memory_bytes(int64_t{64} << 30);
   for (const auto& [k, v] : env) (*r.spec.mutable_env())[k] = v;
-  r.worker_nodes = std::move(nodes);
   return r;
 }
 

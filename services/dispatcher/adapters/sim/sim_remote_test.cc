@@ -9,10 +9,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/lib/runtime/grpc_server.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
+#include "services/lib/runtime/grpc_server.h"
+#include "tests/support/dispatcher/launch_request.h"
 
 namespace trainyard::dispatcher::sim {
 namespace {
@@ -59,17 +60,10 @@ const absl::Time kStart = absl::FromUnixSeconds(1'800'000'000);
 
 LaunchRequest Request(int64_t job, std::string node, int32_t gpus,
                       std::string flavor = "") {
-  LaunchRequest r;
-  r.job_id = job;
-  r.attempt = 1;
-  r.name = BackendJobName(job, 1);
-  r.tenant = "acme";
-  r.spec.set_workers(1);
-  r.spec.mutable_resources()->set_gpus(gpus);
+  LaunchRequest r = AttemptRequest(job, 1, "acme", {std::move(node)}, gpus);
   r.spec.mutable_resources()->set_cpu_millis(1000);
   r.spec.mutable_checkpoint()->mutable_interval()->set_seconds(10);
   (*r.spec.mutable_env())["SIM_DURATION"] = "45s";
-  r.worker_nodes = {std::move(node)};
   r.flavor = std::move(flavor);
   r.resume_from = "";
   r.env["EXTRA"] = "1";

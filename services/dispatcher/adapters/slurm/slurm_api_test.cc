@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/dispatcher/adapters/slurm/slurm_settings.h"
+#include "tests/support/dispatcher/launch_request.h"
 
 namespace trainyard::dispatcher::slurm {
 namespace {
@@ -34,13 +35,7 @@ SlurmSettings Settings() {
 }
 
 LaunchRequest Request() {
-  LaunchRequest r;
-  r.name = "ty-42-2";
-  r.job_id = 42;
-  r.attempt = 2;
-  r.tenant = "acme";
-  r.spec.set_workers(2);
-  r.spec.mutable_resources()->set_gpus(2);
+  LaunchRequest r = AttemptRequest(42, 2, "acme", {"gpu2", "gpu1"}, 2);
   r.spec.mutable_resources()->set_cpu_millis(1500);
   r.spec.mutable_resources()->set_memory_bytes(int64_t{300} << 20);
   r.spec.add_command("python3");
@@ -49,7 +44,6 @@ LaunchRequest Request() {
   r.spec.mutable_time_limit()->set_seconds(90);
   r.spec.mutable_checkpoint()->set_directory("/shared/ckpt/42");
   (*r.spec.mutable_env())["LR"] = "0.1";
-  r.worker_nodes = {"gpu2", "gpu1"};
   r.flavor = "gpu";
   r.resume_from = "/shared/ckpt/42/step-7";
   return r;
