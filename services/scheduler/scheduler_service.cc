@@ -203,6 +203,9 @@ void SchedulerService::Start() {
        .interval = options_.interval},
       [this] { BecomeLeader(); }, [this] { return LeadRound(); },
       options_.hot_standby ? std::function<void()>([this] {
+        const absl::Time now = absl::Now();
+        if (now - last_follow_ < options_.standby_follow_interval) return;
+        last_follow_ = now;
         if (absl::Status s = Follow(); !s.ok()) {
           Log(LogLevel::kWarning, "scheduler: standby refresh failed",
               {{"error", s}});

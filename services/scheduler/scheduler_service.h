@@ -51,6 +51,10 @@ struct SchedulerOptions {
   // reads only what changed since instead of every active job. false: a new
   // leader loads everything.
   bool hot_standby = true;
+  // A hot standby follows at most this often (it tries for the lock every
+  // standby_poll): the rarer, the less it reads (a job that changed several
+  // times is read once) and the more its first cycle as the leader reads.
+  absl::Duration standby_follow_interval = absl::Seconds(5);
   // Key of the session advisory lock that elects the leader.
   int64_t leader_lock_key = 0x7479736368656400;  // "tysched\0"
   // A new leader's full load reads on up to seven connections at once (the
@@ -206,6 +210,8 @@ class SchedulerService {
   // cycle explains.
   bool reload_explanations_ ABSL_GUARDED_BY(cycle_mu_) = false;
   bool explain_due_ ABSL_GUARDED_BY(cycle_mu_) = false;
+  // When the leader loop's standby hook last ran Follow() (its thread only).
+  absl::Time last_follow_ = absl::InfinitePast();
   uint64_t last_seq_ ABSL_GUARDED_BY(cycle_mu_) = 0;
   // ObjectStore::Fingerprints of the configuration tables last loaded, one
   // per kind: only the tables that changed are read again.

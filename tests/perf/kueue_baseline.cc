@@ -63,6 +63,9 @@ ABSL_FLAG(int, nodes, 1,
           "baseline admits against quota only (its runner has no nodes): the "
           "default, one node, compares like with like; more nodes add "
           "bin-packing (e.g. --nodes=10: 60-CPU nodes)");
+ABSL_FLAG(absl::Duration, explanation_interval, absl::Seconds(1),
+          "The scheduler's explanation_interval (as `trainyard scheduler "
+          "--explanation_interval`; 0: every cycle explains)");
 ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "PolicyConfig::hold_borrowing_for_priority: a job that finds no room "
           "in its cohort keeps lower-priority jobs from borrowing there for "
@@ -270,6 +273,7 @@ int main(int argc, char** argv) {
   so.postgres_url = h.database_url();
   so.redis_addr = h.redis()->Address();
   so.interval = absl::GetFlag(FLAGS_schedule_interval);
+  so.explanation_interval = absl::GetFlag(FLAGS_explanation_interval);
   so.policy.hold_borrowing_for_priority =
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   so.policy.nominal_before_borrowing =

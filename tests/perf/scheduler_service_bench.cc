@@ -371,11 +371,20 @@ int Serve() {
   }
   if (const std::string file = absl::GetFlag(FLAGS_standby_file);
       !file.empty()) {
-    // A hot standby, as the leader loop runs one (a try for the lock, then
-    // Follow(), every standby_poll), until the leader is gone.
+    // A hot standby, as the leader loop runs one (a try for the lock every
+    // standby_poll, 1 s; Follow() at most every standby_follow_interval),
+    // until the leader is gone.
+    const absl::Duration follow_every =
+        SchedulerOptions().standby_follow_interval;
     int64_t follows = 0, last_us = 0;
+    absl::Time last_follow = absl::InfinitePast();
     while (!std::filesystem::exists(file)) {
       const absl::Time f = absl::Now();
+      if (f - last_follow < follow_every) {
+        absl::SleepFor(absl::Seconds(1));
+        continue;
+      }
+      last_follow = f;
       if (absl::Status s = (*service)->Follow(); !s.ok()) {
         out << "error " << s << "\n";
         return 1;

@@ -94,6 +94,8 @@ ABSL_FLAG(bool, hot_standby, true,
           "scheduler: a standby follows the outbox as the leader does, so "
           "that its first cycle as the leader reads only what changed "
           "(false: a new leader loads every active job)");
+ABSL_FLAG(absl::Duration, standby_follow_interval, absl::Seconds(5),
+          "scheduler: how often a hot standby follows the outbox");
 ABSL_FLAG(bool, hold_borrowing_for_priority, false,
           "scheduler: a job that finds no room in its cohort for quota its "
           "queue may borrow keeps lower-priority jobs of the cohort from "
@@ -297,6 +299,8 @@ trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
   options.interval = absl::GetFlag(FLAGS_schedule_interval);
   options.explanation_interval = absl::GetFlag(FLAGS_explanation_interval);
   options.hot_standby = absl::GetFlag(FLAGS_hot_standby);
+  options.standby_follow_interval =
+      absl::GetFlag(FLAGS_standby_follow_interval);
   options.policy.hold_borrowing_for_priority =
       absl::GetFlag(FLAGS_hold_borrowing_for_priority);
   options.policy.nominal_before_borrowing =
