@@ -15,9 +15,9 @@
 //
 // Where it lives: it ties storage (the lock of storage/postgres, the wake-ups
 // of storage/redis) to the runtime's logging (services/lib/runtime). storage/
-// logs nothing through the runtime and services/lib/runtime, the runtime library,
-// must not depend on storage, so it is a library of its own between them,
-// linked by the services that elect a leader.
+// logs nothing through the runtime and services/lib/runtime, the runtime
+// library, must not depend on storage, so it is a library of its own between
+// them, linked by the services that elect a leader.
 #ifndef TRAINYARD_SERVICES_LEADER_LEADER_LOOP_H_
 #define TRAINYARD_SERVICES_LEADER_LEADER_LOOP_H_
 

@@ -497,8 +497,8 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   // decisions themselves (docs/performance.md).
   const absl::Time explained_at = absl::Now();
   const bool explain_now =
-      options_.explanation_interval <= absl::ZeroDuration() ||
-      jobs_reloaded_ || explain_due_ || explained_.empty() ||
+      options_.explanation_interval <= absl::ZeroDuration() || jobs_reloaded_ ||
+      explain_due_ || explained_.empty() ||
       explained_at - last_explained_ >= options_.explanation_interval;
   if (explain_now) {
     last_explained_ = explained_at;
@@ -550,8 +550,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     for (const policy::PendingDecision& p : d.pending) {
       int& code = pending_codes[static_cast<uint8_t>(p.reason)];
       if (code < 0) code = ReasonCode(policy::PendingReasonCode(p.reason));
-      explain(p.job, static_cast<uint16_t>(code), p.message.str(),
-              p.position);
+      explain(p.job, static_cast<uint16_t>(code), p.message.str(), p.position);
     }
     for (const auto& [id, message] : policy_state_.excluded()) {
       explain(

@@ -178,8 +178,9 @@ class SchedulerService {
   // The leader loop's round: one cycle, logged.
   leader::NextRound LeadRound();
   // Starts explained_ from the rows of pending_explanations.
-  void SeedExplained(const std::vector<storage::postgres::WrittenExplanation>&
-                         written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  void SeedExplained(
+      const std::vector<storage::postgres::WrittenExplanation>& written)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
 
   const SchedulerOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;
@@ -231,8 +232,7 @@ class SchedulerService {
   };
   absl::flat_hash_map<int64_t, Explained> explained_ ABSL_GUARDED_BY(cycle_mu_);
   int64_t explain_cycle_ ABSL_GUARDED_BY(cycle_mu_) = 0;
-  absl::Time last_explained_ ABSL_GUARDED_BY(cycle_mu_) =
-      absl::InfinitePast();
+  absl::Time last_explained_ ABSL_GUARDED_BY(cycle_mu_) = absl::InfinitePast();
   // The reason codes seen (interned) and whether each is one of waiting for
   // resources (WaitsForResources).
   uint16_t ReasonCode(std::string_view reason)

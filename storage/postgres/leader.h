@@ -26,11 +26,12 @@ namespace trainyard::storage::postgres {
 // database (or a lost lock connection) is passed to `on_error`, and the loop
 // goes on. After each try that did not get the lock, `standby` runs (a
 // standby keeping its picture of the state warm) before the wait.
-void RunAsLeader(Database& db, int64_t key, absl::Duration standby_poll,
-                 const absl::Notification& stop, std::atomic<bool>& leader,
-                 absl::FunctionRef<void(absl::FunctionRef<bool()> alive)> lead,
-                 absl::FunctionRef<void(const absl::Status&)> on_error,
-                 absl::FunctionRef<void()> standby = [] {});
+void RunAsLeader(
+    Database& db, int64_t key, absl::Duration standby_poll,
+    const absl::Notification& stop, std::atomic<bool>& leader,
+    absl::FunctionRef<void(absl::FunctionRef<bool()> alive)> lead,
+    absl::FunctionRef<void(const absl::Status&)> on_error,
+    absl::FunctionRef<void()> standby = [] {});
 
 }  // namespace trainyard::storage::postgres
 

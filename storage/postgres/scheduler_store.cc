@@ -94,8 +94,7 @@ std::vector<ActiveJob> ReadActiveJobs(pqxx::transaction_base& txn,
     a.ParseFromString(BytesOf(row[1]));
     out[it->second].attempt = std::move(a);
   }
-  pqxx::result checkpoints =
-      txn.exec_prepared("checkpoints_latest_ids", array);
+  pqxx::result checkpoints = txn.exec_prepared("checkpoints_latest_ids", array);
   for (const pqxx::row& row : checkpoints) {
     auto it = slot.find(row[0].as<int64_t>());
     if (it == slot.end()) continue;
@@ -133,9 +132,8 @@ absl::StatusOr<std::vector<ActiveJob>> SchedulerStore::LoadActiveJobs(
   for (int k = 0; k < kLoadParts; ++k) {
     readers.emplace_back([this, &part = parts[k], k] {
       part.status = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-        const pqxx::result rows =
-            txn.exec_prepared("jobs_active_part", int64_t{kLoadParts},
-                              int64_t{k});
+        const pqxx::result rows = txn.exec_prepared(
+            "jobs_active_part", int64_t{kLoadParts}, int64_t{k});
         part.jobs.clear();
         part.jobs.resize(rows.size());
         part.ids.resize(rows.size());

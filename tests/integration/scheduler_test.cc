@@ -497,8 +497,8 @@ TEST_F(SchedulerTest, AHotStandbyTakesOverWithWhatChangedSince) {
   absl::StatusOr<std::unique_ptr<SchedulerService>> standby =
       SchedulerService::Create(Options());
   ASSERT_TRUE(leader.ok() && standby.ok());
-  const int64_t a = Submit("a", 2);  // 16 of the 32 GPUs
-  const int64_t b = Submit("b", 4);  // 32 GPUs: waits
+  const int64_t a = Submit("a", 2);        // 16 of the 32 GPUs
+  const int64_t b = Submit("b", 4);        // 32 GPUs: waits
   ASSERT_TRUE((*standby)->Follow().ok());  // reads everything
   absl::StatusOr<CycleReport> r = CycleAndFlush(**leader);
   ASSERT_TRUE(r.ok()) << r.status();

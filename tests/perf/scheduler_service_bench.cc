@@ -341,8 +341,8 @@ int Serve() {
   const int64_t create_cpu = CpuMicros();
   const absl::Time create_start = absl::Now();
   absl::StatusOr<std::unique_ptr<SchedulerService>> service =
-      SchedulerService::Create(ServiceOptions(
-          absl::GetFlag(FLAGS_postgres_url), absl::GetFlag(FLAGS_redis_addr)));
+      SchedulerService::Create(ServiceOptions(absl::GetFlag(FLAGS_postgres_url),
+                                              absl::GetFlag(FLAGS_redis_addr)));
   if (!service.ok()) {
     out << "error " << service.status() << "\n";
     return 1;
@@ -356,7 +356,8 @@ int Serve() {
   std::unique_ptr<trainyard::storage::redis::WakeupSubscriber> wakeups;
   if (!absl::GetFlag(FLAGS_redis_addr).empty()) {
     absl::StatusOr<trainyard::storage::redis::RedisOptions> redis =
-        trainyard::storage::redis::ParseRedisAddress(absl::GetFlag(FLAGS_redis_addr));
+        trainyard::storage::redis::ParseRedisAddress(
+            absl::GetFlag(FLAGS_redis_addr));
     if (!redis.ok()) {
       out << "error " << redis.status() << "\n";
       return 1;
@@ -461,17 +462,18 @@ absl::StatusOr<SchedulerProcess> StartScheduler(
   const std::string out_path = absl::StrCat(dir, "/", name, ".samples");
   const std::string log_path = absl::StrCat(dir, "/", name, ".log");
   fixtures::SpawnOptions spawn;
-  spawn.argv = {self,
-                "--serve",
-                absl::StrCat("--postgres_url=", url),
-                absl::StrCat("--cycles=", cycles),
-                absl::StrCat("--interval=", absl::FormatDuration(
-                                                absl::GetFlag(FLAGS_interval))),
-                absl::StrCat("--serve_out=", out_path),
-                absl::StrCat("--redis_addr=", redis_addr),
-                absl::StrCat("--explanation_interval=",
-                             absl::FormatDuration(
-                                 absl::GetFlag(FLAGS_explanation_interval)))};
+  spawn.argv = {
+      self,
+      "--serve",
+      absl::StrCat("--postgres_url=", url),
+      absl::StrCat("--cycles=", cycles),
+      absl::StrCat("--interval=",
+                   absl::FormatDuration(absl::GetFlag(FLAGS_interval))),
+      absl::StrCat("--serve_out=", out_path),
+      absl::StrCat("--redis_addr=", redis_addr),
+      absl::StrCat(
+          "--explanation_interval=",
+          absl::FormatDuration(absl::GetFlag(FLAGS_explanation_interval)))};
   if (!standby_file.empty()) {
     spawn.argv.push_back(absl::StrCat("--standby_file=", standby_file));
   }
@@ -1431,9 +1433,9 @@ int Bench() {
   }
   // The scheduler process's Redis: its wake-ups and the ones it publishes.
   const std::string redis_addr =
-      cadence == "wakeup" ? absl::StrCat(h.redis()->host(), ":",
-                                         h.redis()->port())
-                          : "";
+      cadence == "wakeup"
+          ? absl::StrCat(h.redis()->host(), ":", h.redis()->port())
+          : "";
 
   // The platform.
   const Platform platform = MakePlatform();
@@ -1527,8 +1529,7 @@ int Bench() {
   const std::string leader_gone = absl::StrCat(*dir, "/leader-gone");
   absl::StatusOr<SchedulerProcess> standby_process =
       absl::GetFlag(FLAGS_hot_standby)
-          ? StartScheduler(url, redis_addr, *dir, "hot-standby", 1,
-                           leader_gone)
+          ? StartScheduler(url, redis_addr, *dir, "hot-standby", 1, leader_gone)
           : absl::StatusOr<SchedulerProcess>(SchedulerProcess{});
   CHECK_OK(standby_process.status());
   absl::StatusOr<SchedulerProcess> steady_process =
@@ -1543,12 +1544,12 @@ int Bench() {
   const std::string load_after = LoadAverage();
   absl::StatusOr<ServeResult> takeover =
       steady.ok() ? [&]() -> absl::StatusOr<ServeResult> {
-        absl::StatusOr<SchedulerProcess> p =
-            StartScheduler(url, redis_addr, *dir, "takeover", 1);
-        if (!p.ok()) return p.status();
-        return FinishScheduler(*p);
-      }()
-                  : steady;
+    absl::StatusOr<SchedulerProcess> p =
+        StartScheduler(url, redis_addr, *dir, "takeover", 1);
+    if (!p.ok()) return p.status();
+    return FinishScheduler(*p);
+  }()
+      : steady;
   absl::Status churn_status = churn.Stop();
   CHECK_OK(steady.status());
   CHECK_OK(takeover.status());
@@ -1570,8 +1571,8 @@ int Bench() {
     std::cerr << "hot standby takeover: " << (*hot)->follows
               << " follows (the last "
               << static_cast<double>((*hot)->last_follow_us) / 1000
-              << " ms), first cycle "
-              << SampleSummary((*hot)->cycles.front()) << "\n";
+              << " ms), first cycle " << SampleSummary((*hot)->cycles.front())
+              << "\n";
   }
 
   const Stats wall = Summarize([&] {

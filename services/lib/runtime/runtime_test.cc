@@ -349,8 +349,7 @@ TEST(MallocTuningTest, AddsTheHugePageTunableUnlessOneIsChosen) {
   EXPECT_EQ(TunablesWithHugePageMalloc("glibc.malloc.arena_max=2"),
             "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
   // The operator's choice stands, whatever it is.
-  EXPECT_EQ(TunablesWithHugePageMalloc("glibc.malloc.hugetlb=0"),
-            std::nullopt);
+  EXPECT_EQ(TunablesWithHugePageMalloc("glibc.malloc.hugetlb=0"), std::nullopt);
   EXPECT_EQ(TunablesWithHugePageMalloc(
                 "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"),
             std::nullopt);
