@@ -193,9 +193,13 @@ class Client:
         s = self.settings
         if not s.target:
             raise ConfigError("no API address: set TRAINYARD_ADDR or a context target")
+        # Reconnect soon after a lost connection (100 ms, then up to 2 s). Not
+        # grpc.min_reconnect_backoff_ms: gRPC takes it as the shortest time a connection
+        # attempt may take (20 s by default), and at 100 ms a server busy for a moment
+        # before it sent its HTTP/2 settings failed the call ("connection attempt timed
+        # out before receiving SETTINGS frame").
         options = [
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2000),
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 30000),
