@@ -501,8 +501,11 @@ class QueueServiceImpl final : public ApiService<v1::QueueService> {
             (*response->mutable_jobs_by_state())[std::string(
                 domain::StateName(state))] += count;
           }
-          // weighted_share stays the scheduler's (it depends on the whole
-          // cohort).
+          // The weighted share is the scheduler's (it depends on the whole
+          // cohort tree): as it last wrote it.
+          TY_ASSIGN_OR_RETURN(const double share,
+                              ctx_->jobs->QueueShare(tenant, id));
+          response->set_weighted_share(share);
           TY_ASSIGN_OR_RETURN(const auto held,
                               ctx_->jobs->QueueUsage(tenant, id));
           v1::Queue stored;

@@ -41,8 +41,9 @@ std::unique_ptr<grpc::Service> NewJobService(ApiContext* ctx);
 //   GetQueueStatus  viewer. Reports jobs per state and `usage`: per flavor and
 //                   resource, what the queue's ADMITTED, DISPATCHING and
 //                   RUNNING jobs hold, its nominal quota and what is borrowed
-//                   above it. `weighted_share` stays 0 (it depends on the
-//                   whole cohort; the scheduler does not publish it).
+//                   above it, and `weighted_share`: the queue's fair share
+//                   (docs/scheduling.md) as the scheduler last published it
+//                   (it writes changes at most every explanation interval).
 //
 // Every mutation writes an audit row (in its own transaction when it succeeds,
 // separately when it is refused or fails) and invalidates the Directory cache.

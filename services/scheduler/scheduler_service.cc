@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -126,16 +128,20 @@ SchedulerService::~SchedulerService() {
 void SchedulerService::WriteExplanationsLoop() {
   while (true) {
     absl::flat_hash_map<int64_t, std::optional<pg::Explanation>> batch;
+    absl::flat_hash_map<std::pair<std::string, std::string>, double> shares;
     {
       absl::MutexLock l(&writes_mu_);
       writes_mu_.Await(absl::Condition(
           +[](SchedulerService* s)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->writes_mu_) {
-                 return s->writer_stop_ || !s->writes_.empty();
+                 return s->writer_stop_ || !s->writes_.empty() ||
+                        !s->share_writes_.empty();
                },
           this));
-      if (writes_.empty()) return;  // Stopping, nothing left to write.
+      // Stopping, nothing left to write.
+      if (writes_.empty() && share_writes_.empty()) return;
       batch.swap(writes_);
+      shares.swap(share_writes_);
       writing_ = true;
     }
     std::vector<pg::Explanation> upserts;
@@ -154,6 +160,17 @@ void SchedulerService::WriteExplanationsLoop() {
               });
     std::sort(done.begin(), done.end());
     absl::Status s = jobs_->WriteExplanations(upserts, done);
+    std::vector<pg::QueueShareRow> share_rows;
+    for (const auto& [key, share] : shares) {
+      share_rows.push_back(
+          {.tenant = key.first, .queue = key.second, .weighted_share = share});
+    }
+    std::sort(share_rows.begin(), share_rows.end(),
+              [](const pg::QueueShareRow& a, const pg::QueueShareRow& b) {
+                return std::tie(a.tenant, a.queue) <
+                       std::tie(b.tenant, b.queue);
+              });
+    if (s.ok()) s = jobs_->WriteQueueShares(share_rows);
     absl::MutexLock l(&writes_mu_);
     writing_ = false;
     if (!s.ok()) write_failure_ = s;
@@ -164,7 +181,7 @@ absl::Status SchedulerService::FlushExplanations() {
   absl::MutexLock l(&writes_mu_);
   writes_mu_.Await(absl::Condition(
       +[](SchedulerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->writes_mu_) {
-        return s->writes_.empty() && !s->writing_;
+        return s->writes_.empty() && s->share_writes_.empty() && !s->writing_;
       },
       this));
   return write_failure_;
@@ -231,6 +248,7 @@ void SchedulerService::BecomeLeader() {
   loaded_ = false;
   config_loaded_ = false;
   explained_.clear();
+  shares_written_.clear();
 }
 
 absl::Status SchedulerService::Follow() {
@@ -240,6 +258,7 @@ absl::Status SchedulerService::Follow() {
     loaded_ = false;
     config_loaded_ = false;
     explained_.clear();
+    shares_written_.clear();
     return s;
   }
   rebuild_policy_ = true;
@@ -249,6 +268,7 @@ absl::Status SchedulerService::Follow() {
 void SchedulerService::SeedExplained(
     const std::vector<pg::WrittenExplanation>& written) {
   explained_.clear();
+  shares_written_.clear();
   explained_.reserve(written.size());
   for (const pg::WrittenExplanation& e : written) {
     explained_[e.job_id] =
@@ -436,6 +456,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     if (!write_failure_.ok()) {
       write_failure_ = absl::OkStatus();
       explained_.clear();
+      shares_written_.clear();
     }
   }
   CycleReport report;
@@ -446,6 +467,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     loaded_ = false;
     config_loaded_ = false;
     explained_.clear();
+    shares_written_.clear();
     return s;
   }
   report.refresh = absl::Now() - start;
@@ -634,7 +656,8 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     absl::StatusOr<pg::DecisionOutcome> outcome =
         jobs_->ApplyDecisions(preemptions, admissions);
     if (!outcome.ok()) {
-      explained_.clear();  // Nothing of this cycle was written.
+      explained_.clear();
+      shares_written_.clear();
       return outcome.status();
     }
     report.commit_lock_jobs = outcome->lock_jobs;
@@ -679,8 +702,26 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     }
   }
   report.explanations_written = static_cast<int>(upserts.size() + done.size());
+  // The queues' weighted shares, with the explanations and when they changed.
+  std::vector<std::pair<std::pair<std::string, std::string>, double>>
+      share_changes;
+  if (explain_now) {
+    const std::vector<int64_t> shares = policy_state_.QueueShares();
+    for (size_t q = 0; q < shares.size() && q < index.queue_keys.size(); ++q) {
+      auto [it, inserted] =
+          shares_written_.try_emplace(index.queue_keys[q], shares[q]);
+      if (!inserted && it->second == shares[q]) continue;
+      it->second = shares[q];
+      share_changes.push_back(
+          {index.queue_keys[q], shares[q] == policy::QuotaTree::kInfiniteShare
+                                    ? std::numeric_limits<double>::infinity()
+                                    : static_cast<double>(shares[q]) /
+                                          policy::QuotaTree::kShareOne});
+    }
+  }
   {
     absl::MutexLock w(&writes_mu_);
+    for (auto& [key, share] : share_changes) share_writes_[key] = share;
     for (pg::Explanation& e : upserts) {
       const int64_t id = e.job_id;
       writes_[id] = std::move(e);

@@ -247,6 +247,12 @@ class SchedulerService {
   absl::Mutex writes_mu_;
   absl::flat_hash_map<int64_t, std::optional<storage::postgres::Explanation>>
       writes_ ABSL_GUARDED_BY(writes_mu_);
+  // Queues' weighted shares not written yet, and what was handed to the
+  // writer last (a share is written when it changes).
+  absl::flat_hash_map<std::pair<std::string, std::string>, double> share_writes_
+      ABSL_GUARDED_BY(writes_mu_);
+  absl::flat_hash_map<std::pair<std::string, std::string>, int64_t>
+      shares_written_ ABSL_GUARDED_BY(cycle_mu_);
   bool writing_ ABSL_GUARDED_BY(writes_mu_) = false;
   bool writer_stop_ ABSL_GUARDED_BY(writes_mu_) = false;
   absl::Status write_failure_ ABSL_GUARDED_BY(writes_mu_);

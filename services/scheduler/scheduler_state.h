@@ -54,6 +54,12 @@ class SchedulerState {
   void Cycle(policy::Decisions& out) { scheduler_->Cycle(out); }
 
   const policy::Snapshot& snapshot() const { return scheduler_->snapshot(); }
+  // Each queue's weighted fair share (policy::Scheduler::QueueShares), by
+  // the snapshot's queue ids.
+  std::vector<int64_t> QueueShares() const {
+    return scheduler_ != nullptr ? scheduler_->QueueShares()
+                                 : std::vector<int64_t>{};
+  }
   // Names of the snapshot's ids (its `excluded` is unused: see excluded()).
   const SnapshotIndex& index() const { return index_; }
   // Pending jobs left out of the snapshot, with why ("<CODE>: ...").

@@ -228,6 +228,7 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     if (!c.parent().empty() && parent != cohort_ids.end())
       cohort.parent = parent->second;
     cohort.quotas = QuotasOf(c.quotas(), flavor_ids_);
+    cohort.weight = c.fair_share_weight() > 0 ? c.fair_share_weight() : 1.0;
   }
   // A cohort chain that loops would be refused by ValidateSnapshot: cut it.
   for (size_t c = 0; c < s.cohorts.size(); ++c) {
@@ -288,6 +289,10 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     queue.fair_share_preemption =
         fs == v1::FAIR_SHARE_PREEMPTION_LESS_THAN_OR_EQUAL_TO_FINAL_SHARE ||
         fs == v1::FAIR_SHARE_PREEMPTION_LESS_THAN_INITIAL_SHARE;
+    if (fs == v1::FAIR_SHARE_PREEMPTION_LESS_THAN_INITIAL_SHARE) {
+      queue.fair_share_strategy =
+          policy::FairShareStrategy::kLessThanInitialShare;
+    }
     s.queues.push_back(std::move(queue));
   }
 

@@ -110,6 +110,9 @@ JobStore::JobStore(Database* db) : db_(db) {
       "AND a.idx = j.attempt_count WHERE j.tenant = $1 AND j.queue = $2 AND "
       "j.state IN (2, 3, 4)");
   db_->Prepare("events_last", "SELECT coalesce(max(seq), 0) FROM job_events");
+  db_->Prepare("queue_share_get",
+               "SELECT weighted_share FROM queue_shares WHERE tenant = $1 AND "
+               "queue = $2");
   db_->Prepare("explanation_get",
                "SELECT reason, message, position FROM pending_explanations "
                "WHERE job_id = $1");
@@ -426,10 +429,10 @@ absl::StatusOr<Job> JobStore::SetHold(const std::string& tenant, int64_t job_id,
       return absl::OkStatus();
     }
     if (from != source) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(job->name(), " is ", std::string(domain::StateName(from)),
-                       hold ? "; only a QUEUED job can be held"
-                            : "; only a HELD job can be released"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          job->name(), " is ", std::string(domain::StateName(from)),
+          hold ? "; only a QUEUED job can be held"
+               : "; only a HELD job can be released"));
     }
     const std::string verb = hold ? "held" : "released";
     const std::string message =
@@ -548,7 +551,8 @@ absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant,
     pqxx::result r = txn.exec_prepared(
         "job_position", tenant, job.spec().queue(), job.priority(), job_id);
     out.queue_length = r[0][1].as<int64_t>();
-    if (domain::IsPending(job.state())) out.position = r[0][0].as<int64_t>() + 1;
+    if (domain::IsPending(job.state()))
+      out.position = r[0][0].as<int64_t>() + 1;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -595,6 +599,18 @@ JobStore::QueueUsage(const std::string& tenant, const std::string& queue) {
   });
   if (!s.ok()) return s;
   return out;
+}
+
+absl::StatusOr<double> JobStore::QueueShare(const std::string& tenant,
+                                            const std::string& queue) {
+  double share = 0.0;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    pqxx::result r = txn.exec_prepared("queue_share_get", tenant, queue);
+    share = r.empty() ? 0.0 : r[0][0].as<double>();
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return share;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobStore::ReadEvents(

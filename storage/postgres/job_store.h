@@ -150,6 +150,10 @@ class JobStore {
   };
   absl::StatusOr<std::map<std::string, FlavorHeld>> QueueUsage(
       const std::string& tenant, const std::string& queue);
+  // The queue's weighted fair share as the scheduler last wrote it
+  // (queue_shares); 0 where it wrote none.
+  absl::StatusOr<double> QueueShare(const std::string& tenant,
+                                    const std::string& queue);
 
   // Events with sequence > after, ascending, at most `limit`.
   absl::StatusOr<std::vector<trainyard::v1::JobEvent>> ReadEvents(

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "services/lib/domain/job_state.h"
 #include "services/lib/domain/names.h"
 #include "storage/postgres/job_batch.h"
@@ -65,6 +66,11 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
       "explanations_all",
       absl::StrCat("SELECT job_id, reason, message, ",
                    EpochMicros("update_time"), " FROM pending_explanations"));
+  db_->Prepare("queue_shares_upsert",
+               "INSERT INTO queue_shares (tenant, queue, weighted_share) "
+               "SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) "
+               "ON CONFLICT (tenant, queue) DO UPDATE SET weighted_share = "
+               "excluded.weighted_share, update_time = now()");
   db_->Prepare(
       "explanations_delete",
       "DELETE FROM pending_explanations WHERE job_id = ANY($1::bigint[])");
@@ -338,6 +344,23 @@ absl::Status SchedulerStore::WriteExplanations(
       txn.exec_prepared("explanations_upsert", ids.str(), reasons.str(),
                         messages.str(), positions.str());
     }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status SchedulerStore::WriteQueueShares(
+    const std::vector<QueueShareRow>& shares) {
+  if (shares.empty()) return absl::OkStatus();
+  return db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec0("SET LOCAL synchronous_commit = off");
+    ArrayLiteral tenants, queues, values;
+    for (const QueueShareRow& row : shares) {
+      tenants.Text(row.tenant);
+      queues.Text(row.queue);
+      values.Text(absl::StrFormat("%.17g", row.weighted_share));
+    }
+    txn.exec_prepared("queue_shares_upsert", tenants.str(), queues.str(),
+                      values.str());
     return absl::OkStatus();
   });
 }

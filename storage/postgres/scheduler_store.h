@@ -55,6 +55,13 @@ struct WrittenExplanation {
   absl::Time written;
 };
 
+// A queue's weighted fair share (queue_shares).
+struct QueueShareRow {
+  std::string tenant;
+  std::string queue;
+  double weighted_share = 0.0;
+};
+
 struct DecisionOutcome {
   std::vector<int64_t> admitted;
   std::vector<int64_t> preempted;
@@ -117,6 +124,8 @@ class SchedulerStore {
   // Upserts explanations and removes those of `done` jobs.
   absl::Status WriteExplanations(const std::vector<Explanation>& upserts,
                                  const std::vector<int64_t>& done);
+  // Upserts queues' weighted fair shares.
+  absl::Status WriteQueueShares(const std::vector<QueueShareRow>& shares);
 
  private:
   Database* db_;

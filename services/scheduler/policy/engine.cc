@@ -231,7 +231,7 @@ class Engine final : public CycleRunner {
     uint32_t flavor_mask;
     uint32_t quota_mask;
     uint64_t index_mask;
-    double share;
+    int64_t share;
   };
 
   void BeginRuns() {
@@ -381,14 +381,14 @@ class Engine final : public CycleRunner {
   }
 
   // Key() when q's share is `share`.
-  HeadKey KeyWithShare(const QueueEntry& e, QueueId q, double share) const {
+  HeadKey KeyWithShare(const QueueEntry& e, QueueId q, int64_t share) const {
     const bool aged =
         state_.config->aging_threshold > 0 &&
         state_.s->now - e.submit_time >= state_.config->aging_threshold;
     return {.major = HeadKey::Major(state_.config->nominal_before_borrowing &&
                                         Borrows(e.job_class, q),
                                     e.neg_priority, !aged),
-            .share = aged ? 0.0 : share,
+            .share = aged ? 0 : share,
             .submit_time = e.submit_time,
             .job = e.id,
             .queue = q,

@@ -178,9 +178,9 @@ struct EngineState {
   // --- Fair share ---
 
   // Share() changes only when the queue's own usage does; cached per queue.
-  double CachedShare(QueueId q) {
+  int64_t CachedShare(QueueId q) {
     if (!share_valid[q]) {
-      share[q] = WeightedShare(*s, *quota, total, q);
+      share[q] = QueueShare(*s, *quota, q);
       share_valid[q] = true;
     }
     return share[q];
@@ -215,7 +215,7 @@ struct EngineState {
   // use).
   std::vector<bool> awaited_attempts;
   // Per queue: CachedShare(), and whether it is valid.
-  std::vector<double> share;
+  std::vector<int64_t> share;
   std::vector<bool> share_valid;
   // Per (queue, flavor): AvailableQuota() of the resources in `known`,
   // computed in `cycle` at quota epoch `epoch`.

@@ -33,6 +33,17 @@ void Scheduler::Rebuild() {
   built_ = true;
 }
 
+std::vector<int64_t> Scheduler::QueueShares() const {
+  std::vector<int64_t> shares(s_.queues.size(), 0);
+  if (!built_ || !running_quota_.has_value() ||
+      running_quota_->QueueCount() != static_cast<int>(s_.queues.size())) {
+    return shares;
+  }
+  for (size_t q = 0; q < shares.size(); ++q)
+    shares[q] = QueueShare(s_, *running_quota_, static_cast<QueueId>(q));
+  return shares;
+}
+
 Scheduler::QueueEntry Scheduler::EntryOf(int index) {
   return internal::MakeEntry(s_, config_, classes_, index);
 }

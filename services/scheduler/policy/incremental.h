@@ -76,6 +76,11 @@ class Scheduler {
   // Appends a GPU model name (for explanations); returns its id.
   GpuModelId AddGpuModelName(std::string name);
 
+  // Each queue's weighted fair share under the running work
+  // (QuotaTree::Share, in units of 1 / QuotaTree::kShareOne), as of the last
+  // cycle; zeros before the first.
+  std::vector<int64_t> QueueShares() const;
+
   // One scheduling cycle on the current snapshot; == Decide(snapshot()).
   Decisions Cycle();
   // The same, into `out` (its earlier contents replaced), reusing the memory

@@ -63,20 +63,11 @@ struct Candidate {
 
 }  // namespace
 
-double WeightedShare(const Snapshot& s, const QuotaTree& quota,
-                     const Resources& total, QueueId q) {
-  double dominant = 0.0;
-  for (Resource r : kAllResources) {
-    const int64_t cap = total.Get(r);
-    const int64_t above = quota.AboveNominal(q, r);
-    if (above <= 0) continue;
-    dominant =
-        std::max(dominant, cap > 0 ? static_cast<double>(above) / cap
-                                   : std::numeric_limits<double>::infinity());
-  }
-  if (dominant == 0.0) return 0.0;
-  const double w = s.queues[q].weight;
-  return w > 0.0 ? dominant / w : std::numeric_limits<double>::infinity();
+int64_t NodeShare(const Snapshot& s, const QuotaTree& quota, int node) {
+  const double weight = node < quota.QueueCount()
+                            ? s.queues[node].weight
+                            : s.cohorts[node - quota.QueueCount()].weight;
+  return quota.Share(node, weight);
 }
 
 Resources WorkerShare(const RunningAttempt& r, size_t i) {
@@ -351,22 +342,26 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
         reason = PreemptionReason::kReclaimedByCohort;
       } else if (c.rule == 3) {
         if (!Borrows(quota, r.queue, f, need)) continue;
-        const double victim_with =
-            WeightedShare(s, quota, state.total, r.queue);
-        const double mine_without =
-            WeightedShare(s, quota, state.total, job.queue);
+        // The shares that decide: the victim's and the preemptor's nodes
+        // below their lowest common cohort (the queues themselves when
+        // they are siblings).
+        const auto [victim_node, my_node] = quota.AlmostLca(r.queue, job.queue);
+        const int64_t victim_with = NodeShare(s, quota, victim_node);
+        const int64_t mine_without = NodeShare(s, quota, my_node);
         change(r, true);
-        const double victim_without =
-            WeightedShare(s, quota, state.total, r.queue);
+        const int64_t victim_without = NodeShare(s, quota, victim_node);
         quota.Add(job.queue, f, need);
-        const double mine_with =
-            WeightedShare(s, quota, state.total, job.queue);
+        const int64_t mine_with = NodeShare(s, quota, my_node);
         Resources negative;
         negative -= need;
         quota.Add(job.queue, f, negative);
         change(r, false);
-        if (!(mine_with <= victim_without && mine_without < victim_with))
-          continue;
+        const bool allowed =
+            queue.fair_share_strategy ==
+                    FairShareStrategy::kLessThanInitialShare
+                ? mine_with < victim_with
+                : mine_with <= victim_without && mine_without < victim_with;
+        if (!allowed) continue;
         reason = PreemptionReason::kFairShare;
       }
       change(r, true);

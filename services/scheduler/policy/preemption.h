@@ -9,11 +9,12 @@
 //      job, jobs of other queues of its cohort tree that borrow (use more than
 //      their nominal quota of the flavor) -> RECLAIMED_BY_COHORT;
 //   3. fair share (Queue::fair_share_preemption): borrowing jobs of other
-//      queues of the cohort tree with priority <= the preemptor's, when
-//      share(victim queue without the victim) >= share(preemptor queue with
-//      the job) and share(victim queue with the victim) > share(preemptor
-//      queue without the job) -> FAIR_SHARE. The two conditions together make
-//      the reverse preemption impossible (no loops; see docs/scheduling.md).
+//      queues of the cohort tree with priority <= the preemptor's, when the
+//      shares of the two sides (QuotaTree::AlmostLca: the queues, or the
+//      cohorts below their lowest common one) meet the queue's
+//      FairShareStrategy (snapshot.h) -> FAIR_SHARE. The default strategy
+//      makes the reverse preemption impossible (no loops; see
+//      docs/scheduling.md).
 //   4. node capacity (PolicyConfig::preempt_for_capacity): if the job fits
 //      its quota and its queue stays within its nominal quota on the flavor,
 //      jobs of strictly lower priority of any queue -> PREEMPTED_BY_PRIORITY.
@@ -47,10 +48,14 @@
 
 namespace trainyard::scheduler::policy {
 
-// Weighted dominant-resource share of usage above nominal (as the ordering in
-// policy.cc computes it) under `quota`; `total` is the schedulable capacity.
-double WeightedShare(const Snapshot& s, const QuotaTree& quota,
-                     const Resources& total, QueueId q);
+// The weighted share (QuotaTree::Share) of a node of the quota tree: a queue
+// with its weight, or a cohort with its.
+int64_t NodeShare(const Snapshot& s, const QuotaTree& quota, int node);
+// The weighted share of queue q (its node's): what the ordering uses.
+inline int64_t QueueShare(const Snapshot& s, const QuotaTree& quota,
+                          QueueId q) {
+  return NodeShare(s, quota, q);
+}
 
 // Root cohort of q's cohort tree; -1 for a queue without a cohort.
 int CohortRoot(const Snapshot& s, QueueId q);

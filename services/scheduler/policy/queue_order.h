@@ -47,7 +47,8 @@ struct HeadKey {
   // job would borrow (PolicyConfig::nominal_before_borrowing; always 0
   // without it), then its negated priority, then not aged (0 = aged).
   uint64_t major;
-  double share;
+  // The queue's weighted share (QuotaTree::Share).
+  int64_t share;
   TimeMicros submit_time;
   // Unique among heads: it decides every tie (the queue never has to).
   JobId job;

@@ -1,7 +1,9 @@
 #include "services/scheduler/policy/quota.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace trainyard::scheduler::policy {
@@ -64,7 +66,79 @@ QuotaTree::QuotaTree(const Snapshot& s)
       }
     }
   }
+  // Parents before children: potential(root) = subtree(root); below it,
+  // potential(n) = guaranteed(n) + potential(parent), capped at subtree(n) +
+  // borrowing_limit(n) where n has a borrowing limit.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const int node = *it;
+    for (FlavorId f = 0; f < num_flavors_; ++f) {
+      for (Resource r : kAllResources) {
+        Cell& c = cells_[CellIndex(node, f, r)];
+        if (!c.tracked) continue;
+        if (parent_[node] < 0) {
+          c.potential = c.subtree;
+          continue;
+        }
+        c.potential =
+            Guaranteed(c) + cells_[CellIndex(parent_[node], f, r)].potential;
+        if (c.borrowing_limit >= 0)
+          c.potential = std::min(c.potential, c.subtree + c.borrowing_limit);
+      }
+    }
+  }
   for (const RunningAttempt& a : s.running) Add(a.queue, a.flavor, a.resources);
+}
+
+int64_t QuotaTree::Lendable(int node, FlavorId f, Resource r) const {
+  if (parent_[node] < 0) return 0;
+  return cells_[CellIndex(parent_[node], f, r)].potential;
+}
+
+int64_t QuotaTree::Share(int node, double weight) const {
+  if (parent_[node] < 0) return 0;
+  // The largest above / lendable, compared exactly as fractions.
+  int64_t above_max = 0;
+  int64_t lendable_max = 1;
+  for (FlavorId f = 0; f < num_flavors_; ++f) {
+    for (Resource r : kAllResources) {
+      const Cell& c = cells_[CellIndex(node, f, r)];
+      if (!c.tracked || c.usage <= c.subtree) continue;
+      const int64_t lendable = cells_[CellIndex(parent_[node], f, r)].potential;
+      if (lendable <= 0) continue;
+      const int64_t above = c.usage - c.subtree;
+      if (static_cast<__int128>(above) * lendable_max >
+          static_cast<__int128>(above_max) * lendable) {
+        above_max = above;
+        lendable_max = lendable;
+      }
+    }
+  }
+  if (above_max == 0) return 0;
+  if (!(weight > 0.0)) return kInfiniteShare;
+  // Weights in thousandths, as Kueue's milli-values.
+  const int64_t weight_milli =
+      std::max<int64_t>(1, std::llround(std::min(weight, 1e12) * 1000.0));
+  const __int128 share = static_cast<__int128>(above_max) * kShareOne * 1000 /
+                         (static_cast<__int128>(lendable_max) * weight_milli);
+  return share >= kInfiniteShare ? kInfiniteShare - 1
+                                 : static_cast<int64_t>(share);
+}
+
+std::pair<int, int> QuotaTree::AlmostLca(int a, int b) const {
+  std::vector<int> path_a;
+  std::vector<int> path_b;
+  for (int n = a; n >= 0; n = parent_[n]) path_a.push_back(n);
+  for (int n = b; n >= 0; n = parent_[n]) path_b.push_back(n);
+  if (path_a.back() != path_b.back()) return {-1, -1};
+  // Walk down from the common root while the paths agree.
+  size_t i = path_a.size() - 1;
+  size_t j = path_b.size() - 1;
+  while (i > 0 && j > 0 && path_a[i - 1] == path_b[j - 1]) {
+    --i;
+    --j;
+  }
+  if (i == 0 || j == 0) return {path_a[i], path_b[j]};  // one contains other
+  return {path_a[i - 1], path_b[j - 1]};
 }
 
 int64_t QuotaTree::ParentPart(int node, FlavorId f, Resource r) const {

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "services/scheduler/policy/snapshot.h"
@@ -99,6 +100,32 @@ class QuotaTree {
   }
   // Sum over flavors of max(0, usage - nominal) for resource r.
   int64_t AboveNominal(QueueId q, Resource r) const;
+
+  // --- Fair share (Kueue's dominant resource share) ---
+  // Shares are fixed-point: kShareOne is a share of 1 (a node that borrows
+  // all its cohort tree could lend it), so equal fractions compare equal.
+  static constexpr int64_t kShareOne = 1'000'000'000;
+  static constexpr int64_t kInfiniteShare = std::numeric_limits<int64_t>::max();
+  // Tree nodes: queue q is node q, cohort c is node QueueCount() + c.
+  int QueueCount() const { return num_queues_; }
+  int CohortNode(CohortId c) const { return num_queues_ + c; }
+  // The parent of a tree node; -1 at a root.
+  int Parent(int node) const { return parent_[node]; }
+  // The share of tree node `node`: the largest, over the (flavor, resource)
+  // cells it tracks, of its usage above its own quota (a queue: nominal; a
+  // cohort: its subtree quota) divided by Lendable() of that cell, then
+  // divided by `weight`; in units of 1 / kShareOne, rounded down. 0 for a
+  // root (a queue without a cohort) and within quota; kInfiniteShare above
+  // quota at weight 0. Cells whose Lendable() is 0 are skipped (as Kueue).
+  int64_t Share(int node, double weight) const;
+  // What node's parent could lend it of (f, r) if the whole tree were idle
+  // (Kueue's potentialAvailable of the parent): static, from the quotas and
+  // limits alone.
+  int64_t Lendable(int node, FlavorId f, Resource r) const;
+  // The two children of the lowest common ancestor of nodes a and b on their
+  // paths to it (Kueue's "almost LCA"): the nodes whose shares decide between
+  // a and b. {a, b} for siblings; {-1, -1} when they share no root.
+  std::pair<int, int> AlmostLca(int a, int b) const;
   // Usage charged to a cohort (what its children use beyond their guarantees).
   int64_t CohortUsage(CohortId c, FlavorId f, Resource r) const;
   int64_t CohortSubtreeQuota(CohortId c, FlavorId f, Resource r) const;
@@ -111,6 +138,9 @@ class QuotaTree {
     int64_t lending_limit = -1;    // -1: unlimited
     int64_t subtree = 0;
     int64_t usage = 0;
+    // Kueue's potentialAvailable: the most this node could take of the tree
+    // if every other node were idle (quota.cc).
+    int64_t potential = 0;
   };
 
   int CellIndex(int node, FlavorId f, Resource r) const {

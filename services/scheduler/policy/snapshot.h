@@ -147,6 +147,16 @@ enum class WithinQueuePreemption {
 // Reclaim within the cohort: when the queue is below its nominal quota, which
 // running jobs of other queues that borrow it may preempt.
 enum class ReclaimWithinCohort { kNever, kLowerPriority, kAny };
+// When fair-share preemption may take a victim (Kueue's fair sharing
+// preemption strategies), with A the node of the victim's side and B the
+// preemptor's (QuotaTree::AlmostLca):
+//   kLessThanOrEqualToFinalShare: share(B with the job) <= share(A without
+//     the victim), and share(B without the job) < share(A with the victim);
+//   kLessThanInitialShare: share(B with the job) < share(A with the victim).
+enum class FairShareStrategy {
+  kLessThanOrEqualToFinalShare,
+  kLessThanInitialShare
+};
 
 struct Cohort {
   std::string name;
@@ -159,6 +169,10 @@ struct Cohort {
   // it never lets a queue use a flavor, nor limits a resource, that the queue
   // itself has no quota entry for (quota.h). At most one entry per flavor.
   std::vector<FlavorQuota> quotas;
+  // Fair-share weight among its siblings (> 0; 0 means "always last when
+  // borrowing"): divides the cohort's share where two queues of its tree
+  // are compared across it (QuotaTree::AlmostLca).
+  double weight = 1.0;
   friend bool operator==(const Cohort&, const Cohort&) = default;
 };
 
@@ -178,6 +192,8 @@ struct Queue {
   // Whether jobs of this queue may preempt borrowing jobs of other queues in
   // its cohort tree whose fair share would stay above the preemptor's.
   bool fair_share_preemption = false;
+  FairShareStrategy fair_share_strategy =
+      FairShareStrategy::kLessThanOrEqualToFinalShare;
   // The budget its jobs spend (usually the tenant's); none = unlimited.
   std::optional<BudgetId> budget;
   friend bool operator==(const Queue&, const Queue&) = default;

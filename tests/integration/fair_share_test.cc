@@ -1,0 +1,185 @@
+// Fair share end to end: queues and a cohort made through the api, the real
+// scheduler service over PostgreSQL and Redis, the shares read back through
+// GetQueueStatus. The reference is Dominant Resource Fairness's own example
+// (9 CPUs and 18 GiB; A's jobs <1 CPU, 4 GiB>, B's <3 CPU, 1 GiB>: A three
+// jobs, B two, both at a dominant share of 2/3) on a platform that also holds
+// 32 GPUs of another flavor and pool.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "services/scheduler/scheduler_service.h"
+#include "tests/integration/api_test_harness.h"
+
+namespace trainyard::testing {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using scheduler::SchedulerOptions;
+using scheduler::SchedulerService;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+class FairShareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
+    ASSERT_TRUE(h.ok()) << h.status();
+    harness_ = std::move(*h);
+    // The sim cluster's four 8-GPU nodes (flavor gpu) and the default queue.
+    ASSERT_TRUE(harness_->SeedTenant("acme").ok());
+    token_ = harness_->Token("users/alice", v1::ROLE_TENANT_ADMIN, "acme");
+    const std::string& admin = harness_->admin_token();
+    auto clusters = harness_->clusters();
+    auto queues = harness_->queues();
+    {
+      v1::CreateFlavorRequest req;
+      req.set_flavor_id("cpu");
+      req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_ON_DEMAND);
+      v1::Flavor out;
+      ASSERT_TRUE(
+          clusters->CreateFlavor(ApiHarness::Context(admin).get(), req, &out)
+              .ok());
+    }
+    {
+      v1::CreatePoolRequest req;
+      req.set_parent("clusters/sim");
+      req.set_pool_id("cpu");
+      req.mutable_pool()->set_flavor("cpu");
+      v1::Pool out;
+      ASSERT_TRUE(
+          clusters->CreatePool(ApiHarness::Context(admin).get(), req, &out)
+              .ok());
+    }
+    {
+      v1::ReportNodesRequest req;
+      req.set_parent("clusters/sim");
+      v1::Node* n = req.add_nodes();
+      n->set_name("clusters/sim/nodes/c0");
+      n->set_pool("cpu");
+      n->set_state(v1::NODE_STATE_READY);
+      n->mutable_capacity()->set_cpu_millis(9000);
+      n->mutable_capacity()->set_memory_bytes(18 * kGiB);
+      v1::ReportNodesResponse out;
+      grpc::Status s =
+          clusters->ReportNodes(ApiHarness::Context(admin).get(), req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    {
+      v1::CreateCohortRequest req;
+      req.set_cohort_id("cpu-pool");
+      *req.mutable_cohort()->add_quotas() = CpuMemory(9000, 18 * kGiB);
+      v1::Cohort out;
+      grpc::Status s =
+          queues->CreateCohort(ApiHarness::Context(admin).get(), req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    for (const char* id : {"a", "b"}) {
+      v1::CreateQueueRequest req;
+      req.set_parent("tenants/acme");
+      req.set_queue_id(id);
+      req.mutable_queue()->set_cohort("cpu-pool");
+      *req.mutable_queue()->add_quotas() = CpuMemory(0, 0);
+      req.mutable_queue()->mutable_preemption()->set_fair_share(
+          v1::FAIR_SHARE_PREEMPTION_LESS_THAN_OR_EQUAL_TO_FINAL_SHARE);
+      v1::Queue out;
+      grpc::Status s =
+          queues->CreateQueue(ApiHarness::Context(admin).get(), req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+  }
+
+  static v1::FlavorQuotas CpuMemory(int64_t cpu_millis, int64_t memory) {
+    v1::FlavorQuotas q;
+    q.set_flavor("cpu");
+    v1::ResourceQuota* cpu = q.add_resources();
+    cpu->set_resource(v1::RESOURCE_NAME_CPU);
+    cpu->set_nominal(cpu_millis);
+    v1::ResourceQuota* mem = q.add_resources();
+    mem->set_resource(v1::RESOURCE_NAME_MEMORY);
+    mem->set_nominal(memory);
+    return q;
+  }
+
+  SchedulerOptions Options() const {
+    SchedulerOptions o;
+    o.postgres_url = harness_->database_url();
+    o.redis_addr = absl::StrCat("127.0.0.1:", harness_->redis()->port());
+    o.explanation_interval = absl::ZeroDuration();
+    return o;
+  }
+
+  // Five CPU-only jobs into queue a (<1 CPU, 4 GiB>) or b (<3 CPU, 1 GiB>).
+  void SubmitFive(const std::string& queue) {
+    for (int k = 0; k < 5; ++k) {
+      v1::SubmitJobRequest req =
+          MinimalSubmit("acme", absl::StrCat(queue, "-", k));
+      v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+      spec->set_queue(queue);
+      spec->mutable_resources()->set_gpus(0);
+      spec->mutable_resources()->set_cpu_millis(queue == "a" ? 1000 : 3000);
+      spec->mutable_resources()->set_memory_bytes(queue == "a" ? 4 * kGiB
+                                                               : kGiB);
+      ASSERT_NE(harness_->SubmitJob(token_, req), 0);
+    }
+  }
+
+  // Cycles (each flushed) until one admits and preempts nothing.
+  void Converge(SchedulerService& s) {
+    for (int i = 0; i < 10; ++i) {
+      absl::StatusOr<scheduler::CycleReport> r = s.RunCycle();
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(s.FlushExplanations().ok());
+      if (r->admitted == 0 && r->preempted == 0) return;
+    }
+    FAIL() << "no fixed point after 10 cycles";
+  }
+
+  // Jobs of the queue per state, and its weighted share, from
+  // GetQueueStatus.
+  v1::QueueStatus Status(const std::string& queue) {
+    v1::GetQueueStatusRequest req;
+    req.set_name(absl::StrCat("tenants/acme/queues/", queue));
+    v1::QueueStatus out;
+    grpc::Status s = harness_->queues()->GetQueueStatus(
+        ApiHarness::Context(token_).get(), req, &out);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out;
+  }
+  int64_t Admitted(const std::string& queue) {
+    const v1::QueueStatus status = Status(queue);
+    auto it = status.jobs_by_state().find("ADMITTED");
+    return it == status.jobs_by_state().end() ? 0 : it->second;
+  }
+
+  std::unique_ptr<ApiHarness> harness_;
+  std::string token_;
+};
+
+TEST_F(FairShareTest, TheDrfAllocationWhateverElseThePlatformHolds) {
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  // b fills what it can alone (CPU binds at three), then a arrives and takes
+  // its share back by fair-sharing preemption.
+  SubmitFive("b");
+  Converge(**s);
+  EXPECT_EQ(Admitted("b"), 3);
+  EXPECT_DOUBLE_EQ(Status("b").weighted_share(), 1.0);  // 9 of 9 CPUs
+  SubmitFive("a");
+  Converge(**s);
+  EXPECT_EQ(Admitted("a"), 3);
+  EXPECT_EQ(Admitted("b"), 2);
+  EXPECT_EQ(Status("b").jobs_by_state().at("QUEUED"), 3);
+  // Both at 2/3 (a: 12 of 18 GiB; b: 6 of 9 CPUs), as published.
+  EXPECT_NEAR(Status("a").weighted_share(), 2.0 / 3, 1e-9);
+  EXPECT_NEAR(Status("b").weighted_share(), 2.0 / 3, 1e-9);
+  // The default queue (GPUs, within its nominal) has none.
+  EXPECT_EQ(Status("default").weighted_share(), 0.0);
+}
+
+}  // namespace
+}  // namespace trainyard::testing
