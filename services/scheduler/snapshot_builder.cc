@@ -289,6 +289,14 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     queue.fair_share_preemption =
         fs == v1::FAIR_SHARE_PREEMPTION_LESS_THAN_OR_EQUAL_TO_FINAL_SHARE ||
         fs == v1::FAIR_SHARE_PREEMPTION_LESS_THAN_INITIAL_SHARE;
+    if (q.preemption().has_borrow_within_cohort_max_priority()) {
+      queue.borrow_within_cohort_max_priority =
+          q.preemption().borrow_within_cohort_max_priority();
+    }
+    queue.try_next_when_borrowing =
+        q.flavor_fungibility().when_can_borrow() != v1::FLAVOR_FALLBACK_STOP;
+    queue.try_next_when_preempting =
+        q.flavor_fungibility().when_can_preempt() != v1::FLAVOR_FALLBACK_STOP;
     if (fs == v1::FAIR_SHARE_PREEMPTION_LESS_THAN_INITIAL_SHARE) {
       queue.fair_share_strategy =
           policy::FairShareStrategy::kLessThanInitialShare;

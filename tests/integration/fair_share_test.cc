@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -155,6 +156,56 @@ class FairShareTest : public ::testing::Test {
     return it == status.jobs_by_state().end() ? 0 : it->second;
   }
 
+  // Cohort `id` owning `gpus` GPUs of flavor gpu.
+  void GpuCohort(const std::string& id, int64_t gpus) {
+    v1::CreateCohortRequest req;
+    req.set_cohort_id(id);
+    v1::FlavorQuotas* q = req.mutable_cohort()->add_quotas();
+    q->set_flavor("gpu");
+    q->add_resources()->set_resource(v1::RESOURCE_NAME_GPU);
+    q->mutable_resources(0)->set_nominal(gpus);
+    v1::Cohort out;
+    grpc::Status s = harness_->queues()->CreateCohort(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // Queue `id` of acme in `cohort` with GPU quotas {flavor, nominal}, in
+  // that order of preference, edited by `edit`.
+  template <typename Edit>
+  void GpuQueue(const std::string& id, const std::string& cohort,
+                const std::vector<std::pair<std::string, int64_t>>& quotas,
+                Edit edit) {
+    v1::CreateQueueRequest req;
+    req.set_parent("tenants/acme");
+    req.set_queue_id(id);
+    req.mutable_queue()->set_cohort(cohort);
+    for (const auto& [flavor, nominal] : quotas) {
+      v1::FlavorQuotas* q = req.mutable_queue()->add_quotas();
+      q->set_flavor(flavor);
+      q->add_resources()->set_resource(v1::RESOURCE_NAME_GPU);
+      q->mutable_resources(0)->set_nominal(nominal);
+    }
+    edit(*req.mutable_queue());
+    v1::Queue out;
+    grpc::Status s = harness_->queues()->CreateQueue(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // One job of `workers` x `gpus` into `queue`; its id.
+  int64_t SubmitGpus(const std::string& queue, const std::string& request_id,
+                     int gpus, const std::string& priority_class = "") {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", request_id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_queue(queue);
+    spec->mutable_resources()->set_gpus(gpus);
+    spec->set_priority_class(priority_class);
+    return harness_->SubmitJob(token_, req);
+  }
+
+  v1::Job Get(int64_t id) { return harness_->GetJob(token_, "acme", id); }
+
   std::unique_ptr<ApiHarness> harness_;
   std::string token_;
 };
@@ -179,6 +230,109 @@ TEST_F(FairShareTest, TheDrfAllocationWhateverElseThePlatformHolds) {
   EXPECT_NEAR(Status("b").weighted_share(), 2.0 / 3, 1e-9);
   // The default queue (GPUs, within its nominal) has none.
   EXPECT_EQ(Status("default").weighted_share(), 0.0);
+}
+
+TEST_F(FairShareTest, FlavorFungibilityIsActedOn) {
+  // A second GPU flavor, gpu2, with one 8-GPU node. Queues f1 and f2 list
+  // gpu first (nominal 0: only by borrowing from cohort "fung") and gpu2
+  // second (nominal 8). TRY_NEXT_FLAVOR (the default) takes gpu2 within
+  // nominal; STOP borrows on gpu at once.
+  auto clusters = harness_->clusters();
+  const std::string& admin = harness_->admin_token();
+  {
+    v1::CreateFlavorRequest req;
+    req.set_flavor_id("gpu2");
+    req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_ON_DEMAND);
+    req.mutable_flavor()->set_gpu_model("H100");
+    // The same price as gpu: the expected cost ties, the queue's order
+    // decides (docs/scheduling.md, "Flavor choice").
+    req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
+    req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(2000000);
+    v1::Flavor out;
+    ASSERT_TRUE(
+        clusters->CreateFlavor(ApiHarness::Context(admin).get(), req, &out)
+            .ok());
+    v1::CreatePoolRequest pool;
+    pool.set_parent("clusters/sim");
+    pool.set_pool_id("gpu2");
+    pool.mutable_pool()->set_flavor("gpu2");
+    v1::Pool created;
+    ASSERT_TRUE(
+        clusters->CreatePool(ApiHarness::Context(admin).get(), pool, &created)
+            .ok());
+    v1::ReportNodesRequest nodes;
+    nodes.set_parent("clusters/sim");
+    v1::Node* n = nodes.add_nodes();
+    n->set_name("clusters/sim/nodes/g0");
+    n->set_pool("gpu2");
+    n->set_state(v1::NODE_STATE_READY);
+    n->mutable_capacity()->set_gpus(8);
+    n->mutable_capacity()->set_gpu_model("H100");
+    n->mutable_capacity()->set_cpu_millis(64000);
+    n->mutable_capacity()->set_memory_bytes(512 * kGiB);
+    v1::ReportNodesResponse reported;
+    ASSERT_TRUE(
+        clusters
+            ->ReportNodes(ApiHarness::Context(admin).get(), nodes, &reported)
+            .ok());
+  }
+  GpuCohort("fung", 8);
+  GpuQueue("f1", "fung", {{"gpu", 0}, {"gpu2", 8}}, [](v1::Queue&) {});
+  GpuQueue("f2", "fung", {{"gpu", 0}, {"gpu2", 8}}, [](v1::Queue& q) {
+    q.mutable_flavor_fungibility()->set_when_can_borrow(
+        v1::FLAVOR_FALLBACK_STOP);
+  });
+  const int64_t j1 = SubmitGpus("f1", "f1-a", 4);
+  const int64_t j2 = SubmitGpus("f2", "f2-a", 4);
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  Converge(**s);
+  ASSERT_EQ(Get(j1).attempts_size(), 1);
+  EXPECT_EQ(Get(j1).attempts(0).flavor(), "flavors/gpu2");
+  ASSERT_EQ(Get(j2).attempts_size(), 1);
+  EXPECT_EQ(Get(j2).attempts(0).flavor(), "flavors/gpu");
+}
+
+TEST_F(FairShareTest, BorrowWithinCohortIsActedOnAndRefusedWithoutReclaim) {
+  ASSERT_TRUE(harness_->SeedPriorityPreemption("acme").ok());
+  // Cohort "bw" owns 8 GPUs; v (nominal 0) borrows them all with a low job;
+  // p (nominal 0) reclaims for a high job that will borrow, as its
+  // borrow_within_cohort_max_priority (50) covers low (10).
+  GpuCohort("bw", 8);
+  GpuQueue("v", "bw", {{"gpu", 0}}, [](v1::Queue&) {});
+  GpuQueue("p", "bw", {{"gpu", 0}}, [](v1::Queue& q) {
+    q.mutable_preemption()->set_reclaim_within_cohort(
+        v1::RECLAIM_WITHIN_COHORT_LOWER_PRIORITY);
+    q.mutable_preemption()->set_borrow_within_cohort_max_priority(50);
+  });
+  // Without reclaim the threshold would never be read: refused.
+  {
+    v1::CreateQueueRequest req;
+    req.set_parent("tenants/acme");
+    req.set_queue_id("bad");
+    req.mutable_queue()
+        ->mutable_preemption()
+        ->set_borrow_within_cohort_max_priority(50);
+    v1::Queue out;
+    auto context = ApiHarness::Context(harness_->admin_token());
+    grpc::Status st = harness_->queues()->CreateQueue(context.get(), req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(ErrorInfoOf(*context).field(),
+              "queue.preemption.borrow_within_cohort_max_priority")
+        << st.error_message();
+  }
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int64_t low = SubmitGpus("v", "v-low", 8, "low");
+  Converge(**s);
+  EXPECT_EQ(Get(low).state(), v1::JOB_STATE_ADMITTED);
+  const int64_t high = SubmitGpus("p", "p-high", 4, "high");
+  Converge(**s);
+  EXPECT_EQ(Get(high).state(), v1::JOB_STATE_ADMITTED);
+  // Not yet dispatched, the low job's admission is revoked: queued again.
+  EXPECT_EQ(Get(low).state(), v1::JOB_STATE_QUEUED);
 }
 
 }  // namespace

@@ -754,6 +754,17 @@ absl::Status ValidateQueue(const v1::Queue& queue, const Limits& limits) {
   TY_RETURN_IF_ERROR(CheckEnum("preemption.fair_share", p.fair_share(),
                                &v1::FairSharePreemption_IsValid,
                                /*required=*/false));
+  // Borrowing jobs reclaim through the reclaim rule (as Kueue's
+  // borrowWithinCohort needs reclaimWithinCohort): without it the threshold
+  // would be stored and never read.
+  if (p.has_borrow_within_cohort_max_priority() &&
+      (p.reclaim_within_cohort() == v1::RECLAIM_WITHIN_COHORT_UNSPECIFIED ||
+       p.reclaim_within_cohort() == v1::RECLAIM_WITHIN_COHORT_NEVER)) {
+    return FieldError("preemption.borrow_within_cohort_max_priority",
+                      reason::kInvalidValue,
+                      "needs preemption.reclaim_within_cohort LOWER_PRIORITY "
+                      "or ANY");
+  }
   const v1::FlavorFungibility& f = queue.flavor_fungibility();
   TY_RETURN_IF_ERROR(CheckEnum("flavor_fungibility.when_can_borrow",
                                f.when_can_borrow(), &v1::FlavorFallback_IsValid,

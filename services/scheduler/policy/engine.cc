@@ -481,6 +481,14 @@ class Engine final : public CycleRunner {
     std::vector<FlavorId>& reservable = reservable_;
     affordable.clear();
     reservable.clear();
+    // Flavor fungibility: the first flavor that takes the job only by
+    // borrowing, while later ones are tried within nominal quota.
+    std::optional<FlavorId> borrow_flavor;
+    std::vector<NodeId> borrow_nodes;
+    // Whether a flavor that needs preemption is preempted on at once.
+    const bool preempt_now = !queue.try_next_when_preempting &&
+                             PreemptionEnabled(queue, *state_.config);
+    if (speculative && preempt_now) return Outcome::kDeferred;
     for (size_t i = 0; i < flavors.size(); ++i) {
       const FlavorId f = flavors[i];
       Resource failed = Resource::kGpu;
@@ -516,6 +524,14 @@ class Engine final : public CycleRunner {
           indexed |= uint64_t{1} << i;
         if (placement.failure == PlacementFailure::kNone) {
           if (speculative) return Outcome::kDeferred;
+          if (queue.try_next_when_borrowing &&
+              state_.OverNominal(job.queue, f, need).has_value()) {
+            if (!borrow_flavor.has_value()) {
+              borrow_flavor = f;
+              borrow_nodes = std::move(placement.worker_nodes);
+            }
+            continue;
+          }
           state_.Admit(job, entry.id, f, std::move(placement.worker_nodes),
                        out);
           return Outcome::kAdmitted;
@@ -540,6 +556,18 @@ class Engine final : public CycleRunner {
                       .a = placement.capacity_workers});
         }
       }
+      if (preempt_now && !borrow_flavor.has_value()) {
+        victim_queues_.clear();
+        if (preemption_.TryPreempt(job, entry.id, {f}, out, victim_queues_)) {
+          for (QueueId vq : victim_queues_) RefreshHead(vq);
+          return Outcome::kAdmitted;
+        }
+      }
+    }
+    if (borrow_flavor.has_value()) {
+      // No later flavor took it within nominal quota: borrow on the first.
+      state_.Admit(job, entry.id, *borrow_flavor, std::move(borrow_nodes), out);
+      return Outcome::kAdmitted;
     }
     if (PreemptionEnabled(queue, *state_.config)) {
       if (speculative) {
@@ -553,8 +581,9 @@ class Engine final : public CycleRunner {
         }
       } else {
         victim_queues_.clear();
-        if (preemption_.TryPreempt(job, entry.id, affordable, out,
-                                   victim_queues_)) {
+        // (With preempt_now every flavor was tried already, in the loop.)
+        if (!preempt_now && preemption_.TryPreempt(job, entry.id, affordable,
+                                                   out, victim_queues_)) {
           // The victims' queues' shares went down: their heads move up now.
           for (QueueId vq : victim_queues_) RefreshHead(vq);
           return Outcome::kAdmitted;

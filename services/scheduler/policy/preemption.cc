@@ -132,9 +132,17 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     return state.tree_of_queue != nullptr ? (*state.tree_of_queue)[q] == root
                                           : CohortRoot(s, q) == root;
   };
+  const bool within_nominal_after =
+      WithinNominalAfter(*state.quota, job.queue, f, need);
   const bool reclaim_ok =
       queue.reclaim_within_cohort != ReclaimWithinCohort::kNever &&
-      WithinNominalAfter(*state.quota, job.queue, f, need);
+      within_nominal_after;
+  // Kueue's borrowWithinCohort: a job that will borrow may still reclaim,
+  // from jobs of lower priority at or below the threshold.
+  const bool borrow_reclaim_ok =
+      queue.reclaim_within_cohort != ReclaimWithinCohort::kNever &&
+      !within_nominal_after &&
+      queue.borrow_within_cohort_max_priority.has_value();
   // Rule 4: only capacity is missing, and the job keeps its queue within
   // nominal quota.
   const bool capacity_ok = config.preempt_for_capacity &&
@@ -178,6 +186,9 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
             (queue.reclaim_within_cohort == ReclaimWithinCohort::kAny ||
              pc.value < priority)) {
           rule = 2;
+        } else if (borrow_reclaim_ok && pc.value < priority &&
+                   pc.value <= *queue.borrow_within_cohort_max_priority) {
+          rule = 2;
         } else if (queue.fair_share_preemption && pc.value <= priority) {
           rule = 3;
         }
@@ -195,7 +206,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
   if (by_queue) {
     const size_t flavors = s.flavors.size();
     if (!queue.cohort.has_value() ||
-        (!reclaim_ok && !queue.fair_share_preemption)) {
+        (!reclaim_ok && !borrow_reclaim_ok && !queue.fair_share_preemption)) {
       // Only rule 1 can apply: the queue's own attempts, if it has any of a
       // lower (or, for LowerOrNewerEqualPriority, equal) priority.
       const size_t queue_flavor = static_cast<size_t>(job.queue) * flavors + f;

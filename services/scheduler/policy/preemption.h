@@ -7,7 +7,10 @@
 //   2. reclaim within the cohort (Queue::reclaim_within_cohort): if the
 //      preemptor's queue stays within its nominal quota after admitting the
 //      job, jobs of other queues of its cohort tree that borrow (use more than
-//      their nominal quota of the flavor) -> RECLAIMED_BY_COHORT;
+//      their nominal quota of the flavor) -> RECLAIMED_BY_COHORT; and, with
+//      Queue::borrow_within_cohort_max_priority set (Kueue's
+//      borrowWithinCohort), also when the preemptor's queue will borrow,
+//      but then only jobs of lower priority that is at most the threshold;
 //   3. fair share (Queue::fair_share_preemption): borrowing jobs of other
 //      queues of the cohort tree with priority <= the preemptor's, when the
 //      shares of the two sides (QuotaTree::AlmostLca: the queues, or the

@@ -189,11 +189,26 @@ struct Queue {
   // Preemption (docs/scheduling.md, "Preemption"); all off by default.
   WithinQueuePreemption within_queue_preemption = WithinQueuePreemption::kNever;
   ReclaimWithinCohort reclaim_within_cohort = ReclaimWithinCohort::kNever;
+  // Kueue's borrowWithinCohort (LowerPriority, maxPriorityThreshold): with
+  // reclaim on, a job that will borrow may still reclaim from borrowing
+  // jobs of other queues whose priority is below its own and at most this.
+  // nullopt: reclaim only while the job keeps its queue within nominal.
+  std::optional<int32_t> borrow_within_cohort_max_priority;
   // Whether jobs of this queue may preempt borrowing jobs of other queues in
   // its cohort tree whose fair share would stay above the preemptor's.
   bool fair_share_preemption = false;
   FairShareStrategy fair_share_strategy =
       FairShareStrategy::kLessThanOrEqualToFinalShare;
+  // Flavor fungibility (Kueue's flavorFungibility), over the job's candidate
+  // flavors in order. When a flavor takes the job only by borrowing:
+  // try_next_when_borrowing tries the later flavors for one within nominal
+  // quota first, and borrows on the first such flavor only if none is; off,
+  // it borrows there at once. When a flavor takes it only by preempting:
+  // try_next_when_preempting tries every later flavor without preemption
+  // first (preemption comes after all of them); off, it preempts on that
+  // flavor at once if a plan exists there.
+  bool try_next_when_borrowing = true;
+  bool try_next_when_preempting = true;
   // The budget its jobs spend (usually the tenant's); none = unlimited.
   std::optional<BudgetId> budget;
   friend bool operator==(const Queue&, const Queue&) = default;
