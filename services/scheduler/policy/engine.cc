@@ -569,7 +569,7 @@ class Engine final : public CycleRunner {
       if (speculative) return Outcome::kDeferred;
       std::string& message = scratch_;
       message.clear();
-      AppendDetails(*state_.s, job, details, message);
+      AppendDetails(*state_.s, *state_.config, job, details, message);
       if (reservations_.TryReserve(actual(), reservable, message, out,
                                    &searched)) {
         // Not remembered: the reservation changed the state, and the next
@@ -614,7 +614,7 @@ class Engine final : public CycleRunner {
     }
     std::string& message = scratch_;
     message.clear();
-    AppendDetails(*state_.s, job, details, message);
+    AppendDetails(*state_.s, *state_.config, job, details, message);
     failure.reason = reason;
     failure.message = texts_.New(message);
     failure.text_valid = details.size() <= kKeptDetails;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "services/scheduler/policy/decisions.h"
+#include "services/scheduler/policy/policy_config.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy::internal {
@@ -63,9 +64,12 @@ inline PendingReason ReasonOf(Detail::Kind kind) {
 }
 
 // "<CODE of the first detail>: <detail>; <detail>..." for a job of the
-// class of `job` (its representative) in `s`.
-void AppendDetails(const Snapshot& s, const PendingJob& job,
-                   const std::vector<Detail>& details, std::string& out);
+// class of `job` (its representative) in `s`. Each detail names its flavor;
+// one with reclaims (reclaim_rate_per_hour > 0) also the restart overhead its
+// expected cost counted per reclaim (RestartOverhead(), pricing.h).
+void AppendDetails(const Snapshot& s, const PolicyConfig& config,
+                   const PendingJob& job, const std::vector<Detail>& details,
+                   std::string& out);
 
 // The texts of explanations, in blocks: every Message of a block shares the
 // block's reference count (one hot counter instead of a cold one per text),
