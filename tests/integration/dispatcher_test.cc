@@ -587,5 +587,68 @@ TEST_F(DispatcherTest, TheQueuesMinimumRuntimeHoldsOffPreemption) {
   EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_ADMITTED);
 }
 
+// STOP_POLICY_HOLD keeps running jobs; STOP_POLICY_HOLD_AND_DRAIN preempts
+// them (grace period, then back to QUEUED) and admits nothing until the
+// stop policy is NONE again, when they run again.
+TEST_F(DispatcherTest, HoldAndDrainStopsTheQueuesRunningJobsUntilResumed) {
+  auto job = [&](const std::string& id) {
+    v1::SubmitJobRequest req = Job(id, 1, "3600s", "60s");
+    req.mutable_job()
+        ->mutable_spec()
+        ->mutable_checkpoint()
+        ->mutable_grace_period()
+        ->set_seconds(30);
+    return Submit(req);
+  };
+  const int64_t a = job("a");
+  const int64_t b = job("b");
+  Step();
+  ASSERT_EQ(Get(a).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Get(b).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(70));
+
+  v1::Queue queue;
+  queue.set_stop_policy(v1::STOP_POLICY_HOLD);
+  UpdateQueue(queue, {"stop_policy"});
+  Step();
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(b).state(), v1::JOB_STATE_RUNNING);
+
+  queue.set_stop_policy(v1::STOP_POLICY_HOLD_AND_DRAIN);
+  UpdateQueue(queue, {"stop_policy"});
+  const int64_t c = job("c");
+  Step();  // the scheduler preempts both; the dispatcher signals them
+  for (int64_t id : {a, b}) {
+    EXPECT_EQ(Get(id).state(), v1::JOB_STATE_PREEMPTING) << id;
+    EXPECT_EQ(Get(id).state_reason(), "QUEUE_DRAINED") << id;
+  }
+  EXPECT_EQ(last_pass_.stops, 2);
+  clock_.Advance(absl::Seconds(10));  // inside the 30 s grace period
+  Step();
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_PREEMPTING);
+  clock_.Advance(absl::Seconds(25));  // past it
+  Step();
+  Step();
+  for (int64_t id : {a, b}) {
+    const v1::Job stopped = Get(id);
+    EXPECT_EQ(stopped.state(), v1::JOB_STATE_QUEUED) << id;
+    EXPECT_EQ(stopped.attempts(0).failure_class(),
+              v1::FAILURE_CLASS_PREEMPTION);
+    EXPECT_FALSE(stopped.resume_from().empty());
+    EXPECT_EQ(Explain(id).reason(), "QUEUE_STOPPED");
+  }
+  EXPECT_EQ(Get(c).state(), v1::JOB_STATE_QUEUED);
+
+  queue.set_stop_policy(v1::STOP_POLICY_NONE);
+  UpdateQueue(queue, {"stop_policy"});
+  Step();
+  Step();
+  for (int64_t id : {a, b, c}) {
+    const v1::Job resumed = Get(id);
+    EXPECT_EQ(resumed.state(), v1::JOB_STATE_RUNNING) << id;
+  }
+  EXPECT_EQ(Get(a).attempt_count(), 2);
+}
+
 }  // namespace
 }  // namespace trainyard::testing
