@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
@@ -308,6 +309,57 @@ TEST_F(SchedulerTest, AFlavorsRestartOverheadDecidesTheExpectedCostPlacement) {
   EXPECT_NE(
       e.message().find("(flavor spot, restart overhead 3600 s per reclaim)"),
       std::string::npos)
+      << e.message();
+}
+
+// A job kept off free GPUs that a reservation holds for the head job says so
+// in its explanation, naming the job and when it is expected to start. The
+// sim cluster has 4 × 8 GPUs: "forever" (no time limit) and "limited" (2 × 8,
+// 1 h limit) leave one node free; "head" (3 × 8) can start only once
+// "limited" ends, and holds the free node until then; "small" (4 GPUs, no
+// limit) would fit there but would delay it.
+TEST_F(SchedulerTest, AJobKeptOffReservedGpusNamesTheReservation) {
+  auto submit = [&](const std::string& id, int workers, int gpus,
+                    int64_t limit_seconds) {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", id);
+    req.mutable_job()->set_display_name(id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_workers(workers);
+    spec->mutable_resources()->set_gpus(gpus);
+    if (limit_seconds > 0)
+      spec->mutable_time_limit()->set_seconds(limit_seconds);
+    return harness_->SubmitJob(token_, req);
+  };
+  const int64_t forever = submit("forever", 1, 8, 0);
+  const int64_t limited = submit("limited", 2, 8, 3600);
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(Get(forever).state(), v1::JOB_STATE_ADMITTED);
+  ASSERT_EQ(Get(limited).state(), v1::JOB_STATE_ADMITTED);
+
+  const int64_t head = submit("head", 3, 8, 0);
+  const int64_t small = submit("small", 1, 4, 0);
+  r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reservations, 1);
+  EXPECT_EQ(Get(head).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Explain(head).reason(), "WAITING_FOR_RESERVATION");
+  const v1::ExplainPendingResponse e = Explain(small);
+  EXPECT_EQ(e.reason(), "NO_CAPACITY");
+  // The reservation starts when "limited" reaches its limit: admit time + 1 h.
+  const absl::Time start =
+      absl::FromUnixSeconds(Get(limited).attempts(0).admit_time().seconds()) +
+      absl::Hours(1);
+  const std::string at =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", start, absl::UTCTimeZone());
+  EXPECT_NE(e.message().find(absl::StrCat(
+                "free capacity (8 GPUs) on flavor gpu is reserved for job ",
+                head, " (head), expected to start at ", at)),
+            std::string::npos)
       << e.message();
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -538,6 +539,20 @@ class Engine final : public CycleRunner {
           add_detail({.kind = Detail::kNoCapacity,
                       .flavor = f,
                       .a = placement.capacity_workers});
+        }
+        // Free capacity held for a reservation is not free to this job: say
+        // for whom, and from when.
+        if (!reservations_.empty()) {
+          if (std::optional<Reservations::HeldFor> held =
+                  reservations_.HeldOn(f, job.worker.AsResources())) {
+            const int64_t gpus = std::clamp<int64_t>(
+                held->held.gpus, 0, std::numeric_limits<int32_t>::max());
+            add_detail({.kind = Detail::kReservedFor,
+                        .flavor = f,
+                        .a = (gpus << 32) | held->pending_index,
+                        .b = state_.s->pending[held->pending_index].id,
+                        .c = held->start_time});
+          }
         }
       }
     }

@@ -10,6 +10,7 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "services/scheduler/policy/pricing.h"
 
 namespace trainyard::scheduler::policy::internal {
@@ -152,6 +153,20 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
              << " workers ";
         flavor_tag();
         break;
+      case Detail::kReservedFor: {
+        const PendingJob& reserved = s.pending[d.a & 0xFFFFFFFF];
+        const int64_t gpus = d.a >> 32;
+        text << "free capacity";
+        if (gpus > 0) text << " (" << gpus << " GPUs)";
+        text << " on flavor " << flavor << " is reserved for job "
+             << reserved.id;
+        if (!reserved.name.empty()) text << " (" << reserved.name << ")";
+        text << ", expected to start at "
+             << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                 absl::FromUnixMicros(d.c), absl::UTCTimeZone())
+             << " when running jobs reach their time limits";
+        break;
+      }
     }
   }
 }

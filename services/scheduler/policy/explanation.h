@@ -30,6 +30,12 @@ struct Detail {
     kNoFitCluster,   // a: best group's workers
     kNoFitTopology,  // a: best group's workers
     kNoCapacity,     // a: workers the free nodes hold
+    // Follows a placement failure on `flavor` while a reservation holds free
+    // capacity there: a: GPUs it holds (high 32 bits, at most INT32_MAX) and
+    // the reserved job's index in Snapshot::pending (low 32 bits; for its
+    // name), b: its id (so that equal details name the same job), c: when
+    // the reservation starts.
+    kReservedFor,
   };
   Kind kind = kNoEligibleFlavor;
   // For kRebalancing and kHeld: whether some resource exceeds the nominal
@@ -58,6 +64,7 @@ inline PendingReason ReasonOf(Detail::Kind kind) {
     case Detail::kNoFitTopology:
       return PendingReason::kNoFitTopology;
     case Detail::kNoCapacity:
+    case Detail::kReservedFor:
       return PendingReason::kNoCapacity;
   }
   return PendingReason::kNoCapacity;
