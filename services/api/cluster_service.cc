@@ -68,7 +68,8 @@ constexpr std::string_view kFlavorFields[] = {"kind",
                                               "gpu_hour_price",
                                               "cpu_hour_price",
                                               "memory_gib_hour_price",
-                                              "reclaim_rate_per_hour"};
+                                              "reclaim_rate_per_hour",
+                                              "restart_overhead"};
 
 constexpr ResourceKind<v1::Flavor> kFlavors = {
     .field = "flavor",

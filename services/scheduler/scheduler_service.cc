@@ -448,6 +448,48 @@ uint16_t SchedulerService::ReasonCode(std::string_view reason) {
   return code;
 }
 
+// Queues stopped with STOP_POLICY_HOLD_AND_DRAIN (as Kueue's HoldAndDrain):
+// besides admitting nothing (their pending jobs are left out of the
+// snapshot, QUEUE_STOPPED), every job of theirs that holds resources is
+// preempted through the same path as the policy's victims: a RUNNING job
+// goes PREEMPTING (its dispatcher stops it after its grace period and it
+// returns to QUEUED), an ADMITTED one back to QUEUED. A DISPATCHING job is
+// taken once it runs. The jobs stay in their queue and are admitted again
+// once its stop policy is NONE. Only while some queue drains are the jobs
+// scanned.
+void SchedulerService::DrainStoppedQueues(
+    const policy::Decisions& d,
+    std::vector<pg::PreemptDecision>& preemptions) const {
+  std::set<std::pair<std::string, std::string>> draining;
+  for (const auto& [key, queue] : state_.queues) {
+    if (queue.stop_policy() == v1::STOP_POLICY_HOLD_AND_DRAIN)
+      draining.insert(key);
+  }
+  if (draining.empty()) return;
+  absl::flat_hash_set<int64_t> victims;
+  for (const policy::Preemption& p : d.preemptions) victims.insert(p.victim);
+  for (const auto& [id, view] : state_.jobs) {
+    const v1::Job& job = view.job;
+    if (job.state() != v1::JOB_STATE_RUNNING &&
+        job.state() != v1::JOB_STATE_ADMITTED) {
+      continue;
+    }
+    if (!draining.contains({job.tenant(), job.spec().queue()}) ||
+        victims.contains(id)) {
+      continue;
+    }
+    preemptions.push_back(
+        {.tenant = job.tenant(),
+         .job_id = id,
+         .expected_version = job.version(),
+         .reason = "QUEUE_DRAINED",
+         .message = absl::StrCat(
+             "QUEUE_DRAINED: queue ", job.tenant(), "/", job.spec().queue(),
+             " is stopped with HOLD_AND_DRAIN; the job returns to its queue "
+             "and is admitted again once the queue's stop policy is NONE")});
+  }
+}
+
 absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   absl::MutexLock l(&cycle_mu_);
   {
@@ -624,6 +666,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
                            .message = p.message});
     victims_of[p.preemptor].push_back(p.victim);
   }
+  DrainStoppedQueues(d, preemptions);
   std::vector<pg::AdmitDecision> admissions;
   for (const policy::Admission& a : d.admissions) {
     auto it = state_.jobs.find(a.job);

@@ -167,6 +167,13 @@ class SchedulerService {
   // which writes them while the next cycles run (a cycle waits for nothing
   // but its decisions' commit); changes to the same job coalesce.
   absl::StatusOr<CycleReport> CycleOnce();
+  // Appends a preemption (QUEUE_DRAINED) of every ADMITTED or RUNNING job of a
+  // queue stopped with STOP_POLICY_HOLD_AND_DRAIN that `d` does not preempt
+  // already.
+  void DrainStoppedQueues(
+      const policy::Decisions& d,
+      std::vector<storage::postgres::PreemptDecision>& preemptions) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   void WriteExplanationsLoop();
   absl::Status Refresh(CycleReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);

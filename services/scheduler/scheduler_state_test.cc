@@ -305,6 +305,25 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
           ++seen["price"];
           break;
         }
+        case 7: {  // A queue's minimum runtime (in place).
+          v1::Queue& q =
+              st.queues[{"acme", absl::StrCat("q", Uniform(rng, 0, 3))}];
+          q.mutable_min_runtime()->set_seconds(Uniform(rng, 0, 3) * 1800);
+          config = true;
+          ++seen["min runtime"];
+          break;
+        }
+        case 8: {  // A flavor's restart overhead (in place).
+          v1::Flavor& f = st.flavors["h100-spot"];
+          if (Uniform(rng, 0, 2) == 0) {
+            f.clear_restart_overhead();
+          } else {
+            f.mutable_restart_overhead()->set_seconds(Uniform(rng, 0, 60) * 60);
+          }
+          config = true;
+          ++seen["restart overhead"];
+          break;
+        }
         default:
           break;
       }
@@ -319,7 +338,7 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
   for (const char* kind :
        {"admitted", "preempted", "completed", "checkpoint", "backoff",
         "requeued", "quota", "node", "cordon", "heartbeat", "stop", "add node",
-        "price", "reset", "in place"}) {
+        "price", "min runtime", "restart overhead", "reset", "in place"}) {
     EXPECT_GT(seen[kind], 5) << kind;
   }
   for (const auto& [kind, n] : seen) std::printf("%s %d\n", kind.c_str(), n);

@@ -162,6 +162,10 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
          .price_micros_per_gpu_hour =
              std::max<int64_t>(0, f.gpu_hour_price().micros()),
          .reclaim_rate_per_hour = std::max(0.0, f.reclaim_rate_per_hour())});
+    if (f.has_restart_overhead()) {
+      s.flavors.back().restart_overhead_micros =
+          std::max<int64_t>(0, Micros(f.restart_overhead()));
+    }
   }
 
   // Topology labels are per cluster: a gang never spans clusters, and racks
@@ -301,6 +305,8 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
       queue.fair_share_strategy =
           policy::FairShareStrategy::kLessThanInitialShare;
     }
+    if (q.has_min_runtime())
+      queue.min_runtime = std::max<int64_t>(0, Micros(q.min_runtime()));
     s.queues.push_back(std::move(queue));
   }
 

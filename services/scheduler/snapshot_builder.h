@@ -61,7 +61,8 @@ struct SnapshotIndex {
 };
 
 // Builds the policy's snapshot:
-//   - flavors with their GPU-hour price (micros) and reclaim rate;
+//   - flavors with their GPU-hour price (micros), reclaim rate and restart
+//     overhead (where set);
 //   - nodes of every cluster (READY and the cluster not cordoned, not
 //     UNHEALTHY and its dispatcher not gone == schedulable), GPU model ids
 //     interned by name, block and rack labels (a rack is identified by block +
@@ -69,7 +70,8 @@ struct SnapshotIndex {
 //     them (each worker the job's shape); a PREEMPTING job holds its nodes
 //     until it stops, but no quota (its preemptor is charged it);
 //   - cohorts and queues with their quotas (flavors not in `flavors` are
-//     dropped), weights, strategies and preemption policies;
+//     dropped), weights, strategies, preemption policies and minimum
+//     runtimes;
 //   - priority classes by name (a job whose class is unknown gets its
 //     resolved priority value, preemptible); jobs being preempted are not
 //     preemptible again;

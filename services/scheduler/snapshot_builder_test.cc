@@ -73,6 +73,27 @@ PlatformState Platform() {
   return st;
 }
 
+TEST(SnapshotBuilderTest, MapsMinimumRuntimesAndRestartOverheads) {
+  PlatformState st = Platform();
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_EQ(s.queues.size(), 1u);
+  EXPECT_EQ(s.queues[0].min_runtime, 0);
+  ASSERT_EQ(s.flavors.size(), 2u);
+  EXPECT_FALSE(s.flavors[0].restart_overhead_micros.has_value());
+  EXPECT_FALSE(s.flavors[1].restart_overhead_micros.has_value());
+
+  st.queues[{"acme", "default"}].mutable_min_runtime()->set_seconds(600);
+  st.flavors[s.flavors[1].name].mutable_restart_overhead()->set_seconds(90);
+  st.flavors[s.flavors[0].name].mutable_restart_overhead();  // Set to 0.
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_TRUE(policy::ValidateSnapshot(s).ok()) << policy::ValidateSnapshot(s);
+  EXPECT_EQ(s.queues[0].min_runtime, 600 * 1000000);
+  EXPECT_EQ(s.flavors[1].restart_overhead_micros, 90 * 1000000);
+  EXPECT_EQ(s.flavors[0].restart_overhead_micros, 0);
+}
+
 TEST(SnapshotBuilderTest, MapsPlatformObjectsToThePolicyModel) {
   PlatformState st = Platform();
   // Running: job 1 on n1 with 6 GPUs, checkpointed.

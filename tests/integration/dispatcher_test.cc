@@ -90,6 +90,8 @@ class DispatcherTest : public ::testing::Test {
     so.postgres_url = harness_->database_url();
     so.redis_addr = "";
     so.clock = [this] { return clock_.Now(); };
+    // Every cycle explains (Explain() reads explanations after a Step()).
+    so.explanation_interval = absl::ZeroDuration();
     absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
         scheduler::SchedulerService::Create(so);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -140,6 +142,31 @@ class DispatcherTest : public ::testing::Test {
       out[{u.flavor(), u.resource()}] = u;
     }
     return out;
+  }
+
+  // Updates `paths` of acme's default queue to what `queue` has.
+  void UpdateQueue(v1::Queue queue, const std::vector<std::string>& paths) {
+    v1::UpdateQueueRequest req;
+    queue.set_name("tenants/acme/queues/default");
+    *req.mutable_queue() = std::move(queue);
+    for (const std::string& p : paths) req.mutable_update_mask()->add_paths(p);
+    v1::Queue out;
+    grpc::Status s = harness_->queues()->UpdateQueue(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // What ExplainPending says once the scheduler's explanations are written.
+  v1::ExplainPendingResponse Explain(int64_t id) {
+    absl::Status flushed = scheduler_->FlushExplanations();
+    EXPECT_TRUE(flushed.ok()) << flushed;
+    v1::ExplainPendingRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    v1::ExplainPendingResponse resp;
+    grpc::Status s = harness_->jobs()->ExplainPending(
+        ApiHarness::Context(token_).get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
   }
 
   // One scheduler cycle, then one dispatcher pass.
@@ -526,6 +553,101 @@ TEST_F(DispatcherTest,
   const v1::Job v = Get(victim);
   ASSERT_GE(v.attempts_size(), 1);
   EXPECT_EQ(v.attempts(0).failure_class(), v1::FAILURE_CLASS_PREEMPTION);
+}
+
+// Queue.min_runtime protects a job that has run less than it from
+// preemption: the low-priority gang that has run 48 s of the queue's 600 s
+// keeps running; once it has run 600 s the high-priority job preempts it.
+TEST_F(DispatcherTest, TheQueuesMinimumRuntimeHoldsOffPreemption) {
+  ASSERT_TRUE(harness_->SeedPriorityPreemption("acme").ok());
+  v1::Queue queue;
+  queue.mutable_min_runtime()->set_seconds(600);
+  UpdateQueue(queue, {"min_runtime"});
+
+  v1::SubmitJobRequest low = Job("low", 4, "3600s", "60s");
+  low.mutable_job()->mutable_spec()->set_priority_class("low");
+  const int64_t victim = Submit(low);
+  Step();
+  ASSERT_EQ(Get(victim).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(48));
+
+  v1::SubmitJobRequest high = Job("high", 1, "60s");
+  high.mutable_job()->mutable_spec()->set_priority_class("high");
+  const int64_t preemptor = Submit(high);
+  Step();
+  Step();
+  EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Explain(preemptor).reason(), "NO_CAPACITY");
+
+  clock_.Advance(absl::Seconds(600 - 48));
+  Step();
+  EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_EQ(Get(victim).state_reason(), "PREEMPTED_BY_PRIORITY");
+  EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_ADMITTED);
+}
+
+// STOP_POLICY_HOLD keeps running jobs; STOP_POLICY_HOLD_AND_DRAIN preempts
+// them (grace period, then back to QUEUED) and admits nothing until the
+// stop policy is NONE again, when they run again.
+TEST_F(DispatcherTest, HoldAndDrainStopsTheQueuesRunningJobsUntilResumed) {
+  auto job = [&](const std::string& id) {
+    v1::SubmitJobRequest req = Job(id, 1, "3600s", "60s");
+    req.mutable_job()
+        ->mutable_spec()
+        ->mutable_checkpoint()
+        ->mutable_grace_period()
+        ->set_seconds(30);
+    return Submit(req);
+  };
+  const int64_t a = job("a");
+  const int64_t b = job("b");
+  Step();
+  ASSERT_EQ(Get(a).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Get(b).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(70));
+
+  v1::Queue queue;
+  queue.set_stop_policy(v1::STOP_POLICY_HOLD);
+  UpdateQueue(queue, {"stop_policy"});
+  Step();
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(b).state(), v1::JOB_STATE_RUNNING);
+
+  queue.set_stop_policy(v1::STOP_POLICY_HOLD_AND_DRAIN);
+  UpdateQueue(queue, {"stop_policy"});
+  const int64_t c = job("c");
+  Step();  // the scheduler preempts both; the dispatcher signals them
+  for (int64_t id : {a, b}) {
+    EXPECT_EQ(Get(id).state(), v1::JOB_STATE_PREEMPTING) << id;
+    EXPECT_EQ(Get(id).state_reason(), "QUEUE_DRAINED") << id;
+  }
+  EXPECT_EQ(last_pass_.stops, 2);
+  clock_.Advance(absl::Seconds(10));  // inside the 30 s grace period
+  Step();
+  EXPECT_EQ(Get(a).state(), v1::JOB_STATE_PREEMPTING);
+  clock_.Advance(absl::Seconds(25));  // past it
+  Step();
+  Step();
+  for (int64_t id : {a, b}) {
+    const v1::Job stopped = Get(id);
+    EXPECT_EQ(stopped.state(), v1::JOB_STATE_QUEUED) << id;
+    EXPECT_EQ(stopped.attempts(0).failure_class(),
+              v1::FAILURE_CLASS_PREEMPTION);
+    EXPECT_FALSE(stopped.resume_from().empty());
+    EXPECT_EQ(Explain(id).reason(), "QUEUE_STOPPED");
+  }
+  EXPECT_EQ(Get(c).state(), v1::JOB_STATE_QUEUED);
+
+  queue.set_stop_policy(v1::STOP_POLICY_NONE);
+  UpdateQueue(queue, {"stop_policy"});
+  Step();
+  Step();
+  for (int64_t id : {a, b, c}) {
+    const v1::Job resumed = Get(id);
+    EXPECT_EQ(resumed.state(), v1::JOB_STATE_RUNNING) << id;
+  }
+  EXPECT_EQ(Get(a).attempt_count(), 2);
 }
 
 }  // namespace

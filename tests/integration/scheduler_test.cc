@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
@@ -181,6 +182,185 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
   r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Get(b).state(), v1::JOB_STATE_ADMITTED);
+}
+
+// A flavor's restart_overhead reaches the expected-cost placement: spot at
+// 1.00/GPU-hour with 1.5 reclaims an hour and a 30 min checkpoint interval
+// (15 min lost per reclaim) against on-demand "gpu" at 2.00 costs
+// 1.00 x (1 + 1.5 x (15 + 10) / 60) = 1.63 with the default 10 min overhead
+// (spot wins) and 1.00 x (1 + 1.5 x (15 + 60) / 60) = 2.88 with a 60 min one
+// (on-demand wins); the explanation of a job kept waiting on spot names the
+// overhead its expected cost counted.
+TEST_F(SchedulerTest, AFlavorsRestartOverheadDecidesTheExpectedCostPlacement) {
+  const int64_t seed = Submit("seed", 1, 8);  // Seeds the sim cluster.
+  {
+    v1::CreateFlavorRequest req;
+    req.set_flavor_id("spot");
+    req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_SPOT);
+    req.mutable_flavor()->set_gpu_model("H100");
+    req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
+    req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(1000000);
+    req.mutable_flavor()->set_reclaim_rate_per_hour(1.5);
+    v1::Flavor out;
+    grpc::Status st = harness_->clusters()->CreateFlavor(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_FALSE(out.has_restart_overhead());
+  }
+  {
+    v1::CreatePoolRequest req;
+    req.set_parent("clusters/sim");
+    req.set_pool_id("spot");
+    req.mutable_pool()->set_flavor("spot");
+    v1::Pool out;
+    grpc::Status st = harness_->clusters()->CreatePool(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    v1::ReportNodesRequest req;
+    req.set_parent("clusters/sim");
+    for (int i = 8; i < 10; ++i) {
+      v1::Node* n = req.add_nodes();
+      n->set_name(absl::StrCat("clusters/sim/nodes/n", i));
+      n->set_pool("spot");
+      n->set_state(v1::NODE_STATE_READY);
+      n->mutable_capacity()->set_gpus(8);
+      n->mutable_capacity()->set_gpu_model("H100");
+      n->mutable_capacity()->set_cpu_millis(64000);
+      n->mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
+    }
+    v1::ReportNodesResponse out;
+    grpc::Status st = harness_->clusters()->ReportNodes(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    v1::GetQueueRequest get;
+    get.set_name("tenants/acme/queues/default");
+    v1::Queue queue;
+    grpc::Status st = harness_->queues()->GetQueue(
+        ApiHarness::Context(harness_->admin_token()).get(), get, &queue);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    v1::FlavorQuotas spot = queue.quotas(0);
+    spot.set_flavor("spot");
+    v1::UpdateQueueRequest update;
+    *update.mutable_queue()->mutable_quotas() = queue.quotas();
+    *update.mutable_queue()->add_quotas() = spot;
+    update.mutable_queue()->set_name(queue.name());
+    update.mutable_update_mask()->add_paths("quotas");
+    v1::Queue updated;
+    st = harness_->queues()->UpdateQueue(
+        ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  auto submit = [&](const std::string& id, v1::SpotPolicy policy, int workers) {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_workers(workers);
+    spec->mutable_resources()->set_gpus(8);
+    spec->set_spot_policy(policy);
+    spec->mutable_expected_runtime()->set_seconds(10 * 3600);
+    spec->mutable_checkpoint()->set_resumable(true);
+    spec->mutable_checkpoint()->set_directory("sim://checkpoints");
+    spec->mutable_checkpoint()->mutable_interval()->set_seconds(30 * 60);
+    return harness_->SubmitJob(token_, req);
+  };
+
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int64_t cheap = submit("cheap", v1::SPOT_POLICY_ALLOWED, 1);
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(Get(cheap).state(), v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(Get(cheap).attempts(0).flavor(), "flavors/spot");
+  EXPECT_EQ(Get(seed).attempts(0).flavor(), "flavors/gpu");
+
+  // Replacing a reclaimed spot VM takes an hour here.
+  v1::UpdateFlavorRequest update;
+  update.mutable_flavor()->set_name("flavors/spot");
+  update.mutable_flavor()->mutable_restart_overhead()->set_seconds(3600);
+  update.mutable_update_mask()->add_paths("restart_overhead");
+  v1::Flavor updated;
+  grpc::Status st = harness_->clusters()->UpdateFlavor(
+      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(updated.restart_overhead().seconds(), 3600);
+  // Bounded: at most a day, never negative.
+  update.mutable_flavor()->mutable_restart_overhead()->set_seconds(-1);
+  st = harness_->clusters()->UpdateFlavor(
+      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  update.mutable_flavor()->mutable_restart_overhead()->set_seconds(86401);
+  st = harness_->clusters()->UpdateFlavor(
+      ApiHarness::Context(harness_->admin_token()).get(), update, &updated);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const int64_t dear = submit("dear", v1::SPOT_POLICY_ALLOWED, 1);
+  // Spot only, more than the one free spot node holds.
+  const int64_t waits = submit("waits", v1::SPOT_POLICY_REQUIRED, 2);
+  r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(Get(dear).state(), v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(Get(dear).attempts(0).flavor(), "flavors/gpu");
+  const v1::ExplainPendingResponse e = Explain(waits);
+  EXPECT_EQ(e.reason(), "NO_CAPACITY");
+  EXPECT_NE(
+      e.message().find("(flavor spot, restart overhead 3600 s per reclaim)"),
+      std::string::npos)
+      << e.message();
+}
+
+// A job kept off free GPUs that a reservation holds for the head job says so
+// in its explanation, naming the job and when it is expected to start. The
+// sim cluster has 4 × 8 GPUs: "forever" (no time limit) and "limited" (2 × 8,
+// 1 h limit) leave one node free; "head" (3 × 8) can start only once
+// "limited" ends, and holds the free node until then; "small" (4 GPUs, no
+// limit) would fit there but would delay it.
+TEST_F(SchedulerTest, AJobKeptOffReservedGpusNamesTheReservation) {
+  auto submit = [&](const std::string& id, int workers, int gpus,
+                    int64_t limit_seconds) {
+    v1::SubmitJobRequest req = MinimalSubmit("acme", id);
+    req.mutable_job()->set_display_name(id);
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_workers(workers);
+    spec->mutable_resources()->set_gpus(gpus);
+    if (limit_seconds > 0)
+      spec->mutable_time_limit()->set_seconds(limit_seconds);
+    return harness_->SubmitJob(token_, req);
+  };
+  const int64_t forever = submit("forever", 1, 8, 0);
+  const int64_t limited = submit("limited", 2, 8, 3600);
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(Get(forever).state(), v1::JOB_STATE_ADMITTED);
+  ASSERT_EQ(Get(limited).state(), v1::JOB_STATE_ADMITTED);
+
+  const int64_t head = submit("head", 3, 8, 0);
+  const int64_t small = submit("small", 1, 4, 0);
+  r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reservations, 1);
+  EXPECT_EQ(Get(head).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Explain(head).reason(), "WAITING_FOR_RESERVATION");
+  const v1::ExplainPendingResponse e = Explain(small);
+  EXPECT_EQ(e.reason(), "NO_CAPACITY");
+  // The reservation starts when "limited" reaches its limit: admit time + 1 h.
+  const absl::Time start =
+      absl::FromUnixSeconds(Get(limited).attempts(0).admit_time().seconds()) +
+      absl::Hours(1);
+  const std::string at =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", start, absl::UTCTimeZone());
+  EXPECT_NE(e.message().find(absl::StrCat(
+                "free capacity (8 GPUs) on flavor gpu is reserved for job ",
+                head, " (head), expected to start at ", at)),
+            std::string::npos)
+      << e.message();
 }
 
 TEST_F(SchedulerTest, NoAdmissionsOntoAClusterWhoseDispatcherIsGone) {

@@ -856,6 +856,12 @@ absl::Status ValidateFlavor(const v1::Flavor& flavor) {
     return FieldError("reclaim_rate_per_hour", reason::kInconsistent,
                       "must be 0 unless kind is FLAVOR_KIND_SPOT");
   }
+  if (flavor.has_restart_overhead()) {
+    TY_RETURN_IF_ERROR(CheckNonNegativeDuration(flavor.restart_overhead(),
+                                                "restart_overhead",
+                                                absl::Hours(24))
+                           .status());
+  }
   return absl::OkStatus();
 }
 

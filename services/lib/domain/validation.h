@@ -161,7 +161,8 @@ double EffectiveFairShareWeight(double weight);
 
 // kind required; gpu_model empty or valid; prices non-negative with currency
 // empty (USD) or three upper-case letters, all prices in one currency;
-// reclaim_rate_per_hour >= 0, finite, and 0 unless kind is SPOT.
+// reclaim_rate_per_hour >= 0, finite, and 0 unless kind is SPOT;
+// restart_overhead, when set, 0 to 24 h.
 absl::Status ValidateFlavor(const trainyard::v1::Flavor& flavor);
 // backend required and known; the settings oneof, when set, must match the
 // backend; Slurm: rest_url http(s):// or unix://, preemption_signal

@@ -778,6 +778,17 @@ TEST(ValidateFlavorTest, Table) {
        },
        "", ""},
       {"cpu only", [](auto& f) { f.clear_gpu_model(); }, "", ""},
+      {"restart overhead negative",
+       [](auto& f) { SetDuration(f.mutable_restart_overhead(), -1); },
+       "restart_overhead", "OUT_OF_RANGE"},
+      {"restart overhead over a day",
+       [](auto& f) { SetDuration(f.mutable_restart_overhead(), 86401); },
+       "restart_overhead", "OUT_OF_RANGE"},
+      {"restart overhead zero",
+       [](auto& f) { SetDuration(f.mutable_restart_overhead(), 0); }, "", ""},
+      {"restart overhead a day",
+       [](auto& f) { SetDuration(f.mutable_restart_overhead(), 86400); }, "",
+       ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -94,7 +94,10 @@ bool Reservations::TryReserve(const PendingJob& job,
   // Hold what is free now on the chosen nodes (up to the gang's need there)
   // and remember the rest as awaited.
   if (awaited_.empty()) awaited_.assign(state_.free.size(), Resources{});
-  ReservationState reservation{.flavor = f, .start_time = best_start};
+  ReservationState reservation{
+      .flavor = f,
+      .start_time = best_start,
+      .pending_index = static_cast<int32_t>(&job - state_.s->pending.data())};
   const Resources worker = job.worker.AsResources();
   for (size_t i = 0; i < best_nodes.size();) {
     const NodeId n = best_nodes[i];
@@ -153,6 +156,25 @@ bool Reservations::TryReserve(const PendingJob& job,
                               .start_time = best_start,
                               .worker_nodes = std::move(best_nodes)});
   return true;
+}
+
+std::optional<Reservations::HeldFor> Reservations::HeldOn(
+    FlavorId f, const Resources& worker) const {
+  for (const ReservationState& r : reservations_) {
+    if (r.flavor != f) continue;
+    Resources held;
+    for (const Hold& h : r.held) held += h.amount;
+    bool matters = false;
+    for (Resource res : kAllResources) {
+      if (worker.gpus > 0 && res != Resource::kGpu) continue;
+      matters |= worker.Get(res) > 0 && held.Get(res) > 0;
+    }
+    if (!matters) continue;
+    return HeldFor{.pending_index = r.pending_index,
+                   .start_time = r.start_time,
+                   .held = held};
+  }
+  return std::nullopt;
 }
 
 std::vector<Reservations::ReservationState*> Reservations::EligibleReservations(

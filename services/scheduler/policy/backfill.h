@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +56,17 @@ class Reservations {
   // before; admits it as backfill.
   bool TryBackfill(const PendingJob& job, FlavorId f, Decisions& out);
 
+  // The first reservation made this cycle that holds free capacity on f now
+  // of what a worker of this shape needs (GPUs, where it needs any; else any
+  // resource it needs), for explanations: its job's index in
+  // Snapshot::pending, its start and what it holds on f.
+  struct HeldFor {
+    int32_t pending_index = 0;
+    TimeMicros start_time = 0;
+    Resources held;
+  };
+  std::optional<HeldFor> HeldOn(FlavorId f, const Resources& worker) const;
+
   // Reserves capacity for `job` on the flavor (of `flavors`, which fit its
   // quota and budget) where it can start earliest; appends the explanation
   // to `message` (which holds why it cannot start now). `searched` is set
@@ -70,6 +82,8 @@ class Reservations {
   struct ReservationState {
     FlavorId flavor;
     TimeMicros start_time;
+    // The reserved job's index in Snapshot::pending.
+    int32_t pending_index;
     // Free capacity taken now, usable only by jobs that end by start_time.
     std::vector<Hold> held;
   };

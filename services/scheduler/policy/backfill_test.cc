@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/incremental.h"
@@ -103,6 +104,52 @@ TEST(BackfillTest, ReservesForTheGangAndBackfillsOnlyJobsThatEndBefore) {
   EXPECT_EQ(PendingOf(d, 2)->reason, PendingReason::kNoCapacity);
   ASSERT_NE(PendingOf(d, 4), nullptr);
   EXPECT_EQ(PendingOf(d, 4)->reason, PendingReason::kNoCapacity);
+}
+
+// A job kept off free GPUs held for a reservation says so: which job they
+// are held for and when it is expected to start. Once the holds are used up
+// (job 3 backfills them) later jobs see no held capacity.
+TEST(BackfillTest, JobsKeptOffHeldCapacityNameTheReservation) {
+  GangSetup x = TwoNodes();
+  Snapshot& snap = x.b.snapshot();
+  snap.pending[0].name = "head-gang";
+  const Snapshot& s = x.b.Build();
+  const Decisions d = Decide(s);
+  ASSERT_EQ(d.reservations.size(), 1u);
+  const std::string start = absl::FormatTime(
+      "%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMicros(s.now + 2 * kHour),
+      absl::UTCTimeZone());
+  const PendingDecision* two = PendingOf(d, 2);
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(two->reason, PendingReason::kNoCapacity);
+  EXPECT_EQ(two->message.str(),
+            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor h100); free "
+            "capacity (4 GPUs) on flavor h100 is reserved for job 1 "
+            "(head-gang), expected to start at " +
+                start + " when running jobs reach their time limits");
+  // Job 3 took the held GPUs: job 4 is told only that nothing is free.
+  const PendingDecision* four = PendingOf(d, 4);
+  ASSERT_NE(four, nullptr);
+  EXPECT_EQ(four->message.str(),
+            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor h100)");
+
+  // Without job 3, job 4 too names the reservation; the incremental
+  // Scheduler explains the same.
+  GangSetup without = TwoNodes();
+  without.b.snapshot().pending[0].name = "head-gang";
+  without.b.snapshot().pending.erase(without.b.snapshot().pending.begin() + 2);
+  const Snapshot& s2 = without.b.Build();
+  const Decisions d2 = Decide(s2);
+  ASSERT_NE(PendingOf(d2, 4), nullptr);
+  EXPECT_THAT(PendingOf(d2, 4)->message.str(),
+              HasSubstr("is reserved for job 1 (head-gang), expected to start "
+                        "at " +
+                        start));
+  Scheduler scheduler(s2);
+  EXPECT_EQ(scheduler.Cycle(), d2);
+  EXPECT_EQ(Decide(s2, {.use_placement_index = false,
+                        .use_equivalence_classes = false}),
+            d2);
 }
 
 TEST(BackfillTest, WithoutReservationsSmallJobsTakeTheGangsCapacity) {

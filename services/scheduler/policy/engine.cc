@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -555,6 +556,20 @@ class Engine final : public CycleRunner {
                       .flavor = f,
                       .a = placement.capacity_workers});
         }
+        // Free capacity held for a reservation is not free to this job: say
+        // for whom, and from when.
+        if (!reservations_.empty()) {
+          if (std::optional<Reservations::HeldFor> held =
+                  reservations_.HeldOn(f, job.worker.AsResources())) {
+            const int64_t gpus = std::clamp<int64_t>(
+                held->held.gpus, 0, std::numeric_limits<int32_t>::max());
+            add_detail({.kind = Detail::kReservedFor,
+                        .flavor = f,
+                        .a = (gpus << 32) | held->pending_index,
+                        .b = state_.s->pending[held->pending_index].id,
+                        .c = held->start_time});
+          }
+        }
       }
       if (preempt_now && !borrow_flavor.has_value()) {
         victim_queues_.clear();
@@ -598,7 +613,7 @@ class Engine final : public CycleRunner {
       if (speculative) return Outcome::kDeferred;
       std::string& message = scratch_;
       message.clear();
-      AppendDetails(*state_.s, job, details, message);
+      AppendDetails(*state_.s, *state_.config, job, details, message);
       if (reservations_.TryReserve(actual(), reservable, message, out,
                                    &searched)) {
         // Not remembered: the reservation changed the state, and the next
@@ -643,7 +658,7 @@ class Engine final : public CycleRunner {
     }
     std::string& message = scratch_;
     message.clear();
-    AppendDetails(*state_.s, job, details, message);
+    AppendDetails(*state_.s, *state_.config, job, details, message);
     failure.reason = reason;
     failure.message = texts_.New(message);
     failure.text_valid = details.size() <= kKeptDetails;

@@ -10,6 +10,7 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "services/scheduler/policy/pricing.h"
 
 namespace trainyard::scheduler::policy::internal {
@@ -70,8 +71,9 @@ class Appender {
 
 }  // namespace
 
-void AppendDetails(const Snapshot& s, const PendingJob& job,
-                   const std::vector<Detail>& details, std::string& out) {
+void AppendDetails(const Snapshot& s, const PolicyConfig& config,
+                   const PendingJob& job, const std::vector<Detail>& details,
+                   std::string& out) {
   const Queue& queue = s.queues[job.queue];
   const Resources need = job.worker.AsResources() * job.workers;
   Appender text(out);
@@ -87,6 +89,19 @@ void AppendDetails(const Snapshot& s, const PendingJob& job,
         d.kind == Detail::kNoEligibleFlavor
             ? absl::string_view()
             : absl::string_view(s.flavors[d.flavor].name);
+    // Where reclaims are expected, the restart overhead the expected cost
+    // (and so the flavor's place in the job's order) counted per reclaim.
+    const bool reclaimed = d.kind != Detail::kNoEligibleFlavor &&
+                           s.flavors[d.flavor].reclaim_rate_per_hour > 0.0;
+    auto flavor_tag = [&] {
+      text << "(flavor " << flavor;
+      if (reclaimed) {
+        text << ", restart overhead "
+             << RestartOverhead(s.flavors[d.flavor], config) / 1000000
+             << " s per reclaim";
+      }
+      text << ")";
+    };
     switch (d.kind) {
       case Detail::kNoEligibleFlavor:
         text << "queue " << queue.name
@@ -96,42 +111,62 @@ void AppendDetails(const Snapshot& s, const PendingJob& job,
       case Detail::kBudget:
         text << "budget " << s.budgets[*queue.budget].name << " has "
              << FormatMicros(d.a) << " left, expected cost "
-             << FormatMicros(d.b) << " (flavor " << flavor << ")";
+             << FormatMicros(d.b) << " ";
+        flavor_tag();
         break;
       case Detail::kQuota:
         text << "queue " << queue.name << " " << ResourceName(resource) << " "
              << d.a << "/" << d.b << ", cohort lends " << d.c << ", job needs "
-             << need.Get(resource) << " (flavor " << flavor << ")";
+             << need.Get(resource) << " ";
+        flavor_tag();
         break;
       case Detail::kRebalancing:
         if (!d.has_resource) break;
         text << "queue " << queue.name << " " << ResourceName(resource) << " "
              << d.a << "/" << d.b << ", job needs " << need.Get(resource)
-             << ", cohort lends 0 while preemption frees quota (flavor "
-             << flavor << ")";
+             << ", cohort lends 0 while preemption frees quota ";
+        flavor_tag();
         break;
       case Detail::kHeld:
         if (!d.has_resource) break;
         text << "queue " << queue.name << " " << ResourceName(resource) << " "
              << d.a << "/" << d.b << ", job needs " << need.Get(resource)
              << ", cohort lends 0 while a job of priority " << d.c
-             << " waits for its quota (flavor " << flavor << ")";
+             << " waits for its quota ";
+        flavor_tag();
         break;
       case Detail::kNoFitCluster:
         text << "no single cluster holds " << job.workers
-             << " workers (best holds " << d.a << ") (flavor " << flavor << ")";
+             << " workers (best holds " << d.a << ") ";
+        flavor_tag();
         break;
       case Detail::kNoFitTopology:
         text << "no single "
              << (job.required_topology == TopologyLevel::kRack ? "rack"
                                                                : "block")
              << " holds " << job.workers << " workers (best holds " << d.a
-             << ") (flavor " << flavor << ")";
+             << ") ";
+        flavor_tag();
         break;
       case Detail::kNoCapacity:
         text << "free nodes hold " << d.a << " of " << job.workers
-             << " workers (flavor " << flavor << ")";
+             << " workers ";
+        flavor_tag();
         break;
+      case Detail::kReservedFor: {
+        const PendingJob& reserved = s.pending[d.a & 0xFFFFFFFF];
+        const int64_t gpus = d.a >> 32;
+        text << "free capacity";
+        if (gpus > 0) text << " (" << gpus << " GPUs)";
+        text << " on flavor " << flavor << " is reserved for job "
+             << reserved.id;
+        if (!reserved.name.empty()) text << " (" << reserved.name << ")";
+        text << ", expected to start at "
+             << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                 absl::FromUnixMicros(d.c), absl::UTCTimeZone())
+             << " when running jobs reach their time limits";
+        break;
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "services/scheduler/policy/decisions.h"
+#include "services/scheduler/policy/policy_config.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy::internal {
@@ -29,6 +30,12 @@ struct Detail {
     kNoFitCluster,   // a: best group's workers
     kNoFitTopology,  // a: best group's workers
     kNoCapacity,     // a: workers the free nodes hold
+    // Follows a placement failure on `flavor` while a reservation holds free
+    // capacity there: a: GPUs it holds (high 32 bits, at most INT32_MAX) and
+    // the reserved job's index in Snapshot::pending (low 32 bits; for its
+    // name), b: its id (so that equal details name the same job), c: when
+    // the reservation starts.
+    kReservedFor,
   };
   Kind kind = kNoEligibleFlavor;
   // For kRebalancing and kHeld: whether some resource exceeds the nominal
@@ -57,15 +64,19 @@ inline PendingReason ReasonOf(Detail::Kind kind) {
     case Detail::kNoFitTopology:
       return PendingReason::kNoFitTopology;
     case Detail::kNoCapacity:
+    case Detail::kReservedFor:
       return PendingReason::kNoCapacity;
   }
   return PendingReason::kNoCapacity;
 }
 
 // "<CODE of the first detail>: <detail>; <detail>..." for a job of the
-// class of `job` (its representative) in `s`.
-void AppendDetails(const Snapshot& s, const PendingJob& job,
-                   const std::vector<Detail>& details, std::string& out);
+// class of `job` (its representative) in `s`. Each detail names its flavor;
+// one with reclaims (reclaim_rate_per_hour > 0) also the restart overhead its
+// expected cost counted per reclaim (RestartOverhead(), pricing.h).
+void AppendDetails(const Snapshot& s, const PolicyConfig& config,
+                   const PendingJob& job, const std::vector<Detail>& details,
+                   std::string& out);
 
 // The texts of explanations, in blocks: every Message of a block shares the
 // block's reference count (one hot counter instead of a cold one per text),

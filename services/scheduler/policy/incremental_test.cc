@@ -71,6 +71,9 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
       q.reclaim_within_cohort =
           static_cast<ReclaimWithinCohort>(Uniform(rng, 0, 2));
       q.fair_share_preemption = Uniform(rng, 0, 1) == 1;
+      // Some queues protect young jobs for up to 2 h.
+      if (Uniform(rng, 0, 2) == 0)
+        q.min_runtime = Uniform(rng, 0, 120) * int64_t{60} * 1000000;
     }
     if (!s.priority_classes.empty())
       s.priority_classes.back().preemptible = false;
@@ -108,6 +111,11 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
     if (Uniform(rng, 0, 19) == 0) {
       job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
     }
+  }
+  // Some flavors have a restart overhead of their own.
+  for (Flavor& f : s.flavors) {
+    if (Uniform(rng, 0, 2) == 0)
+      f.restart_overhead_micros = Uniform(rng, 0, 60) * int64_t{60} * 1000000;
   }
   return s;
 }
@@ -328,6 +336,9 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
                                : QueueingStrategy::kStrictFifo;
             }
             q.fair_share_preemption = Uniform(rng, 0, 1) == 1;
+            q.min_runtime = Uniform(rng, 0, 1) == 0
+                                ? Uniform(rng, 0, 120) * int64_t{60} * 1000000
+                                : 0;
             scheduler.SetQueue(id, q);
             ++applied["SetQueue"];
             break;
@@ -352,6 +363,13 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
             const FlavorId id = Pick<FlavorId>(rng, s.flavors);
             Flavor f = s.flavors[id];
             f.price_micros_per_gpu_hour = Uniform(rng, 0, 8) * 1000000;
+            f.reclaim_rate_per_hour = Uniform(rng, 0, 4) / 2.0;
+            if (Uniform(rng, 0, 1) == 0) {
+              f.restart_overhead_micros =
+                  Uniform(rng, 0, 60) * int64_t{60} * 1000000;
+            } else {
+              f.restart_overhead_micros.reset();
+            }
             scheduler.SetFlavor(id, f);
             ++applied["SetFlavor"];
             break;

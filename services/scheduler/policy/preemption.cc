@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "services/scheduler/policy/placement.h"
+#include "services/scheduler/policy/pricing.h"
 #include "services/scheduler/policy/quota.h"
 
 namespace trainyard::scheduler::policy {
@@ -96,6 +97,14 @@ bool PreemptionEnabled(const Queue& queue, const PolicyConfig& config) {
          queue.fair_share_preemption || config.preempt_for_capacity;
 }
 
+TimeMicros MinRuntime(const Snapshot& s, const PolicyConfig& config,
+                      QueueId q) {
+  const TimeMicros of_queue = q >= 0 && static_cast<size_t>(q) < s.queues.size()
+                                  ? s.queues[q].min_runtime
+                                  : 0;
+  return std::max(config.min_runtime_guarantee, of_queue);
+}
+
 int64_t LostWork(const Snapshot& s, const RunningAttempt& r) {
   const TimeMicros since = r.last_checkpoint_time.value_or(r.start_time);
   const TimeMicros elapsed = std::max<TimeMicros>(0, s.now - since);
@@ -161,7 +170,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     }
     const PriorityClass& pc = s.priority_classes[r.priority_class];
     if (!pc.preemptible) return;
-    if (s.now - r.start_time < config.min_runtime_guarantee) return;
+    if (s.now - r.start_time < MinRuntime(s, config, r.queue)) return;
     int rule = 0;
     if (r.queue == job.queue) {
       switch (queue.within_queue_preemption) {
@@ -267,7 +276,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
     const __int128 gpu_micros =
         static_cast<__int128>(lost) +
         static_cast<__int128>(std::max<int64_t>(0, r.resources.gpus)) *
-            std::max<TimeMicros>(0, config.restart_overhead);
+            RestartOverhead(s.flavors[r.flavor], config);
     const __int128 cost =
         gpu_micros *
         std::max<int64_t>(0, s.flavors[r.flavor].price_micros_per_gpu_hour);

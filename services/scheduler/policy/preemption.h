@@ -30,7 +30,9 @@
 // plus a restart, then lowest priority, then newest, until the job fits both
 // quota and capacity; then victims that turn out unnecessary are given back
 // (last taken kept). Never preempted: non-preemptible priority classes, jobs
-// that started less than PolicyConfig::min_runtime_guarantee ago, jobs already
+// that started less than MinRuntime() ago (the larger of
+// PolicyConfig::min_runtime_guarantee and the victim's Queue::min_runtime),
+// jobs already
 // chosen as victims this cycle, jobs whose end a reservation waits for. Victims
 // are whole running attempts (gangs are never split). Only victims on the
 // flavor being tried are considered.
@@ -134,6 +136,11 @@ Resources WorkerShare(const RunningAttempt& r, size_t i);
 // entry).
 void ReleaseAttempt(const RunningAttempt& r, QuotaTree& quota,
                     std::vector<Resources>& free);
+
+// How long a running attempt of queue q is protected from preemption after
+// its start: the larger of PolicyConfig::min_runtime_guarantee (the
+// platform's floor) and the queue's own Queue::min_runtime.
+TimeMicros MinRuntime(const Snapshot& s, const PolicyConfig& config, QueueId q);
 
 // Lost work of a running attempt: GPUs x (now - last checkpoint, or start),
 // in GPU-microseconds, saturating.

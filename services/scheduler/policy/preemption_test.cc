@@ -506,5 +506,60 @@ TEST(PreemptionTest, AVictimQueueMovesUpInTheSameCycle) {
   EXPECT_EQ(scheduler.Cycle(), decisions);
 }
 
+// The victim's queue's min_runtime protects its young jobs from every rule;
+// the larger of it and the platform's guarantee applies.
+TEST(PreemptionTest, VictimQueueMinimumRuntimeProtectsFromEveryRule) {
+  // Rule 1, within the queue: the victim ran 2 h.
+  WithinQueue within =
+      WithinQueueSetup(WithinQueuePreemption::kLowerPriority, 0);
+  within.b.snapshot().queues[within.q].min_runtime = 3 * kHour;
+  Decisions d = Decide(within.b.Build());
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_TRUE(d.admissions.empty());
+  within.b.snapshot().queues[within.q].min_runtime = 2 * kHour;
+  EXPECT_THAT(Victims(Decide(within.b.Build())), ElementsAre(100));
+  // The larger of the queue's and the platform's guarantee.
+  PolicyConfig config;
+  config.min_runtime_guarantee = 3 * kHour;
+  EXPECT_TRUE(Decide(within.b.Build(), config).preemptions.empty());
+  config.min_runtime_guarantee = kHour;
+  within.b.snapshot().queues[within.q].min_runtime = 3 * kHour;
+  EXPECT_TRUE(Decide(within.b.Build(), config).preemptions.empty());
+
+  // Rule 2, reclaim: b's jobs ran 10 h; the victim's queue (b) counts, not
+  // the preemptor's.
+  CohortCase reclaim = ReclaimSetup(ReclaimWithinCohort::kAny);
+  reclaim.b.snapshot().queues[reclaim.a].min_runtime = 11 * kHour;
+  EXPECT_THAT(Victims(Decide(reclaim.b.Build())), ElementsAre(100));
+  reclaim.b.snapshot().queues[reclaim.other].min_runtime = 11 * kHour;
+  EXPECT_TRUE(Decide(reclaim.b.Build()).preemptions.empty());
+
+  // Rule 3, fair share: b's jobs ran 10 h.
+  SnapshotBuilder fair = FairShareSetup(true);
+  fair.snapshot().queues[2].min_runtime = 10 * kHour + kMinute;
+  d = Decide(fair.Build());
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_TRUE(d.admissions.empty());
+
+  // Rule 4, node capacity: the victim ran 2 h.
+  ForCapacity capacity = ForCapacitySetup(0);
+  PolicyConfig for_capacity;
+  for_capacity.preempt_for_capacity = true;
+  capacity.b.snapshot().queues[capacity.other].min_runtime = 2 * kHour + 1;
+  d = Decide(capacity.b.Build(), for_capacity);
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_TRUE(d.admissions.empty());
+  capacity.b.snapshot().queues[capacity.other].min_runtime = 2 * kHour;
+  EXPECT_THAT(Victims(Decide(capacity.b.Build(), for_capacity)),
+              ElementsAre(100));
+  // The incremental Scheduler agrees, also after the queue changes.
+  Scheduler scheduler(capacity.b.Build(), for_capacity);
+  EXPECT_THAT(Victims(scheduler.Cycle()), ElementsAre(100));
+  Queue protected_queue = capacity.b.snapshot().queues[capacity.other];
+  protected_queue.min_runtime = 3 * kHour;
+  scheduler.SetQueue(capacity.other, protected_queue);
+  EXPECT_TRUE(scheduler.Cycle().preemptions.empty());
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy

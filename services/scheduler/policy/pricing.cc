@@ -27,12 +27,18 @@ TimeMicros ExpectedRuntime(const PendingJob& job, const PolicyConfig& config) {
   return std::max<TimeMicros>(0, config.default_expected_runtime);
 }
 
-TimeMicros LossPerReclaim(const PendingJob& job, const PolicyConfig& config) {
+TimeMicros RestartOverhead(const Flavor& flavor, const PolicyConfig& config) {
+  return std::max<TimeMicros>(
+      0, flavor.restart_overhead_micros.value_or(config.restart_overhead));
+}
+
+TimeMicros LossPerReclaim(const PendingJob& job, const Flavor& flavor,
+                          const PolicyConfig& config) {
   const TimeMicros lost =
       job.can_checkpoint
           ? std::max<TimeMicros>(0, job.checkpoint_interval_micros) / 2
           : ExpectedRuntime(job, config) / 2;
-  return SaturatingAdd(lost, std::max<TimeMicros>(0, config.restart_overhead));
+  return SaturatingAdd(lost, RestartOverhead(flavor, config));
 }
 
 TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
@@ -42,7 +48,7 @@ TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
   const double reclaims = flavor.reclaim_rate_per_hour *
                           (static_cast<double>(runtime) / kMicrosPerHour);
   const double extra =
-      reclaims * static_cast<double>(LossPerReclaim(job, config));
+      reclaims * static_cast<double>(LossPerReclaim(job, flavor, config));
   if (!(extra < 9.0e18)) return kMaxInt64;
   return SaturatingAdd(runtime, std::llround(extra));
 }

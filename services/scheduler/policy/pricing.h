@@ -3,10 +3,10 @@
 // runtime is the job's runtime inflated by the expected number of reclaims
 // (reclaim rate per hour x runtime in hours) times the work lost per reclaim
 // (half the checkpoint interval, or half the runtime for a job that cannot
-// checkpoint, plus the restart overhead). Money is integer micros; the only
-// floating-point step is the reclaim count (rate is a double), whose product
-// with the loss is rounded to the nearest microsecond with std::llround, so the
-// result is deterministic. See docs/scheduling.md.
+// checkpoint, plus the flavor's restart overhead, RestartOverhead()). Money is
+// integer micros; the only floating-point step is the reclaim count (rate is a
+// double), whose product with the loss is rounded to the nearest microsecond
+// with std::llround, so the result is deterministic. See docs/scheduling.md.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
 
@@ -25,9 +25,15 @@ inline constexpr int64_t kMicrosPerHour = int64_t{3600} * 1000 * 1000;
 // limit, else config.default_expected_runtime.
 TimeMicros ExpectedRuntime(const PendingJob& job, const PolicyConfig& config);
 
-// Work lost by one reclaim of `job`: half its checkpoint interval (half its
-// runtime if it cannot checkpoint) plus config.restart_overhead.
-TimeMicros LossPerReclaim(const PendingJob& job, const PolicyConfig& config);
+// Time each restart on `flavor` loses on top of the work since the last
+// checkpoint: the flavor's own restart_overhead_micros where set, else
+// config.restart_overhead (never negative).
+TimeMicros RestartOverhead(const Flavor& flavor, const PolicyConfig& config);
+
+// Work lost by one reclaim of `job` on `flavor`: half its checkpoint interval
+// (half its runtime if it cannot checkpoint) plus RestartOverhead().
+TimeMicros LossPerReclaim(const PendingJob& job, const Flavor& flavor,
+                          const PolicyConfig& config);
 
 // The runtime inflated by expected reclaims on `flavor`:
 // runtime + round(reclaim_rate_per_hour x runtime_hours x loss_per_reclaim).

@@ -37,10 +37,30 @@ TEST(PricingTest, LossPerReclaimIsHalfTheIntervalPlusRestart) {
   PendingJob job = Job(1, 1);
   job.expected_runtime_micros = 10 * kHour;
   job.checkpoint_interval_micros = 2 * kHour;
-  EXPECT_EQ(LossPerReclaim(job, config), 70 * kMinute);
+  const Flavor spot{.kind = FlavorKind::kSpot, .reclaim_rate_per_hour = 0.1};
+  EXPECT_EQ(LossPerReclaim(job, spot, config), 70 * kMinute);
   // A job that cannot checkpoint loses half its runtime on average.
   job.can_checkpoint = false;
-  EXPECT_EQ(LossPerReclaim(job, config), 5 * kHour + 10 * kMinute);
+  EXPECT_EQ(LossPerReclaim(job, spot, config), 5 * kHour + 10 * kMinute);
+}
+
+TEST(PricingTest, FlavorRestartOverheadReplacesTheDefault) {
+  PolicyConfig config;
+  config.restart_overhead = 10 * kMinute;
+  PendingJob job = Job(1, 1);
+  job.expected_runtime_micros = 10 * kHour;
+  job.checkpoint_interval_micros = 2 * kHour;
+  Flavor spot{.kind = FlavorKind::kSpot, .reclaim_rate_per_hour = 0.1};
+  EXPECT_EQ(RestartOverhead(spot, config), 10 * kMinute);
+  spot.restart_overhead_micros = 2 * kMinute;  // A fast Slurm requeue.
+  EXPECT_EQ(RestartOverhead(spot, config), 2 * kMinute);
+  EXPECT_EQ(LossPerReclaim(job, spot, config), 62 * kMinute);
+  // 1 expected reclaim x 62 min lost.
+  EXPECT_EQ(InflatedRuntime(job, spot, config), 11 * kHour + 2 * kMinute);
+  spot.restart_overhead_micros = 0;  // Set to zero is not "unset".
+  EXPECT_EQ(LossPerReclaim(job, spot, config), 60 * kMinute);
+  spot.restart_overhead_micros = 45 * kMinute;  // A slow VM replacement.
+  EXPECT_EQ(InflatedRuntime(job, spot, config), 11 * kHour + 45 * kMinute);
 }
 
 TEST(PricingTest, ExpectedCostInflatesRuntimeByReclaims) {
@@ -171,6 +191,23 @@ TEST(PricingTest, FallsBackToNextCheapestWithoutCapacityOrQuota) {
   EXPECT_EQ(AdmittedFlavor(s), s.od_cheap);
   s.b.snapshot().queues[0].quotas[s.od_cheap].resources[0]->nominal = 4;
   EXPECT_EQ(AdmittedFlavor(s), s.od_expensive);
+}
+
+TEST(PricingTest, FlavorRestartOverheadDecidesBetweenSpotAndOnDemand) {
+  // Spot at 1.5 with 1.5 reclaims/h, checkpoint every 30 min (15 min lost per
+  // reclaim) against on-demand at 3: with the default 10 min overhead spot
+  // costs 1.5 x (1 + 1.5 x 25/60) = 2.44 (< 3); with a 60 min overhead on the
+  // spot flavor 1.5 x (1 + 1.5 x 75/60) = 4.31 (> 3).
+  PricedCase s = PricedSetup(1.5);
+  AddPricedJob(s, SpotPolicy::kAllowed);
+  EXPECT_EQ(AdmittedFlavor(s), s.spot);
+  s.b.snapshot().flavors[s.spot].restart_overhead_micros = 60 * kMinute;
+  EXPECT_EQ(AdmittedFlavor(s), s.od_cheap);
+  // The flavor's own value wins over the configured default either way.
+  PolicyConfig config;
+  config.restart_overhead = 0;
+  const Snapshot snap = s.b.Build();
+  EXPECT_EQ(Decide(snap, config).admissions.at(0).flavor, s.od_cheap);
 }
 
 }  // namespace

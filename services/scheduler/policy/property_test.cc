@@ -359,6 +359,10 @@ Snapshot RandomPreemptionSnapshot(Rng& rng) {
         static_cast<WithinQueuePreemption>(rng.Int(0, 2));
     q.reclaim_within_cohort = static_cast<ReclaimWithinCohort>(rng.Int(0, 2));
     q.fair_share_preemption = rng.Chance(50);
+    q.min_runtime = rng.Chance(30) ? rng.Int(0, 3 * kHour) : 0;
+  }
+  for (Flavor& f : s.flavors) {
+    if (rng.Chance(30)) f.restart_overhead_micros = rng.Int(0, kHour);
   }
   for (PriorityClass& pc : s.priority_classes) pc.preemptible = rng.Chance(80);
   UsageMap usage;
@@ -468,6 +472,7 @@ TEST(PolicyPropertyTest, InvariantsHoldWithPreemption) {
       const PriorityClass& vpc = s.priority_classes[r.priority_class];
       ASSERT_TRUE(vpc.preemptible);
       ASSERT_GE(s.now - r.start_time, config.min_runtime_guarantee);
+      ASSERT_GE(s.now - r.start_time, s.queues[r.queue].min_runtime);
       ASSERT_EQ(p.victim_queue, r.queue);
       ASSERT_EQ(p.grace_period, config.preemption_grace_period);
       ASSERT_TRUE(admitted.count(p.preemptor)) << "preemptor not admitted";

@@ -103,6 +103,11 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
       return Invalid(absl::StrCat(
           "flavors[", i, "].reclaim_rate_per_hour: must be finite and >= 0"));
     }
+    if (f.restart_overhead_micros.has_value() &&
+        *f.restart_overhead_micros < 0) {
+      return Invalid(absl::StrCat("flavors[", i,
+                                  "].restart_overhead_micros: must be >= 0"));
+    }
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const Node& n = s.nodes[i];
@@ -140,6 +145,9 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     }
     if (q.budget.has_value() && !InRange(*q.budget, s.budgets.size())) {
       return Invalid(absl::StrCat("queues[", i, "].budget: out of range"));
+    }
+    if (q.min_runtime < 0) {
+      return Invalid(absl::StrCat("queues[", i, "].min_runtime: must be >= 0"));
     }
     absl::Status quotas =
         ValidateQuotas(s, q.quotas, absl::StrCat("queues[", i, "].quotas"));

@@ -87,6 +87,11 @@ struct Flavor {
   int64_t price_micros_per_gpu_hour = 0;
   // Expected reclaims per hour (spot); 0 for on-demand/reserved.
   double reclaim_rate_per_hour = 0.0;
+  // Time each restart on this flavor loses on top of the work since the last
+  // checkpoint (rescheduling, image pull, restore): a Slurm requeue and a
+  // cloud VM replacement differ by minutes. nullopt =
+  // PolicyConfig::restart_overhead (RestartOverhead() in pricing.h).
+  std::optional<TimeMicros> restart_overhead_micros;
   friend bool operator==(const Flavor&, const Flavor&) = default;
 };
 
@@ -211,6 +216,10 @@ struct Queue {
   bool try_next_when_preempting = true;
   // The budget its jobs spend (usually the tenant's); none = unlimited.
   std::optional<BudgetId> budget;
+  // A running job of this queue younger than this (now - start time) is
+  // never a victim, by any preemption rule; the larger of this and
+  // PolicyConfig::min_runtime_guarantee applies (MinRuntime()).
+  TimeMicros min_runtime = 0;
   friend bool operator==(const Queue&, const Queue&) = default;
 };
 
@@ -306,12 +315,11 @@ struct Snapshot {
 
 // Checks referential integrity: ids in range, no cohort cycles, positive gang
 // sizes, non-negative quantities (resources, queue and cohort quotas, prices,
-// reclaim rates, time limits, runtime estimates, checkpoint intervals), unique
-// pending job ids, at most one quota entry per flavor per queue and per
-// cohort. The error names the field, e.g.
-// "flavors[2].reclaim_rate_per_hour: must be finite and >= 0".
-// Decide() refuses (every job pending with INVALID_SNAPSHOT) a snapshot that
-// fails this.
+// reclaim rates, restart overheads, queue minimum runtimes, time limits,
+// runtime estimates, checkpoint intervals), unique pending job ids, at most one
+// quota entry per flavor per queue and per cohort. The error names the field,
+// e.g. "flavors[2].reclaim_rate_per_hour: must be finite and >= 0". Decide()
+// refuses (every job pending with INVALID_SNAPSHOT) a snapshot that fails this.
 absl::Status ValidateSnapshot(const Snapshot& snapshot);
 
 }  // namespace trainyard::scheduler::policy
