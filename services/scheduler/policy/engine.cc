@@ -503,14 +503,20 @@ class Engine final : public CycleRunner {
       }
       affordable.push_back(f);
       if (!state_.FitsQuota(job.queue, f, need, &failed)) {
+        const QuotaTree::Binding binding =
+            state_.quota->BindingLimit(job.queue, f, failed, need.Get(failed));
         add_detail({.kind = Detail::kQuota,
                     .resource = static_cast<uint8_t>(failed),
+                    .limit = static_cast<uint8_t>(binding.kind),
                     .flavor = f,
+                    .limit_cohort = binding.cohort,
                     .a = state_.quota->Usage(job.queue, f, failed),
                     .b = state_.quota->Nominal(job.queue, f, failed),
                     .c = state_.quota->CohortLends(
                         job.queue, f, failed,
-                        state_.AvailableQuota(job.queue, f, failed))});
+                        state_.AvailableQuota(job.queue, f, failed)),
+                    .limit_value = binding.value,
+                    .limit_withheld = binding.withheld});
         preemption_.HoldBorrowingFor(job, f, need);
       } else if (preemption_.BorrowsWhileRebalancing(job, f, need)) {
         add_detail(OverNominalDetail(Detail::kRebalancing, job, f, need, 0));

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "services/scheduler/policy/pricing.h"
+#include "services/scheduler/policy/quota.h"
 
 namespace trainyard::scheduler::policy::internal {
 namespace {
@@ -114,12 +115,51 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
              << FormatMicros(d.b) << " ";
         flavor_tag();
         break;
-      case Detail::kQuota:
+      case Detail::kQuota: {
         text << "queue " << queue.name << " " << ResourceName(resource) << " "
              << d.a << "/" << d.b << ", cohort lends " << d.c << ", job needs "
              << need.Get(resource) << " ";
         flavor_tag();
+        // What binds: the limit to change, or what must end first.
+        const absl::string_view cohort =
+            d.limit_cohort >= 0
+                ? absl::string_view(s.cohorts[d.limit_cohort].name)
+                : absl::string_view();
+        switch (static_cast<QuotaTree::Binding::Kind>(d.limit)) {
+          case QuotaTree::Binding::kNone:
+            break;
+          case QuotaTree::Binding::kNoCohort:
+            text << ": the queue has no cohort to borrow from";
+            break;
+          case QuotaTree::Binding::kQueueBorrowingLimit:
+            text << ": the queue's borrowing limit (" << d.limit_value
+                 << ") binds";
+            break;
+          case QuotaTree::Binding::kNominalLent:
+            text << ": " << d.limit_value
+                 << " of its nominal quota is lent to other queues";
+            if (queue.reclaim_within_cohort == ReclaimWithinCohort::kNever) {
+              text << " and its reclaim_within_cohort is NEVER";
+            } else {
+              text << " and reclaim found no victim";
+            }
+            break;
+          case QuotaTree::Binding::kCohortBorrowingLimit:
+            text << ": cohort " << cohort << "'s borrowing limit ("
+                 << d.limit_value << ") binds";
+            break;
+          case QuotaTree::Binding::kTreeInUse:
+            text << ": cohort tree " << cohort << " has " << d.limit_value
+                 << " left to lend";
+            break;
+          case QuotaTree::Binding::kWithheld:
+            text << ": cohort tree " << cohort << " has " << d.limit_value
+                 << " left to lend; lending limits withhold "
+                 << d.limit_withheld << " more";
+            break;
+        }
         break;
+      }
       case Detail::kRebalancing:
         if (!d.has_resource) break;
         text << "queue " << queue.name << " " << ResourceName(resource) << " "

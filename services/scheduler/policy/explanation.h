@@ -24,7 +24,7 @@ struct Detail {
   enum Kind : uint8_t {
     kNoEligibleFlavor,
     kBudget,         // a: budget remaining, b: expected cost
-    kQuota,          // a: usage, b: nominal, c: cohort lends
+    kQuota,          // a: usage, b: nominal, c: cohort lends; limit*
     kRebalancing,    // a: usage, b: nominal
     kHeld,           // a: usage, b: nominal, c: holding priority
     kNoFitCluster,   // a: best group's workers
@@ -44,8 +44,13 @@ struct Detail {
   // The resource (kQuota, kRebalancing, kHeld); the job needs
   // AsResources() * workers of it.
   uint8_t resource = 0;
+  // kQuota: the limit that binds (QuotaTree::Binding::Kind), its cohort
+  // (-1: none) and its value.
+  uint8_t limit = 0;
   FlavorId flavor = 0;
+  CohortId limit_cohort = -1;
   int64_t a = 0, b = 0, c = 0;
+  int64_t limit_value = 0, limit_withheld = 0;
   friend bool operator==(const Detail&, const Detail&) = default;
 };
 

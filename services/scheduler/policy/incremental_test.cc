@@ -517,7 +517,7 @@ TEST_F(OneNodeSchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
             "NO_CAPACITY: free nodes hold 2 of 4 workers (flavor h100)");
   EXPECT_EQ(d.pending[1].message,
             "QUOTA_EXHAUSTED: queue small gpu 3/4, cohort lends 0, job needs "
-            "3 (flavor h100)");
+            "3 (flavor h100): the queue has no cohort to borrow from");
   // One GPU more is free, one less is used: both texts change.
   ASSERT_TRUE(scheduler.CompleteRunning(1));
   ASSERT_TRUE(scheduler.CompleteRunning(3));
@@ -528,7 +528,7 @@ TEST_F(OneNodeSchedulerTest, ExplanationFollowsChangedNumbersAcrossCycles) {
             "NO_CAPACITY: free nodes hold 3 of 4 workers (flavor h100)");
   EXPECT_EQ(d.pending[1].message,
             "QUOTA_EXHAUSTED: queue small gpu 2/4, cohort lends 0, job needs "
-            "3 (flavor h100)");
+            "3 (flavor h100): the queue has no cohort to borrow from");
   // And back (a job that uses the same GPU again).
   scheduler.AddPending(
       {.id = 12, .queue = q_, .workers = 1, .worker = {.gpus = 1}});

@@ -88,8 +88,8 @@ TEST(DecideTest, QuotaExhaustedExplainsUsageAndWhatTheCohortLends) {
   EXPECT_EQ(d.pending[0].reason, PendingReason::kQuotaExhausted);
   EXPECT_EQ(d.pending[0].message,
             "QUOTA_EXHAUSTED: queue research-a gpu 64/64, cohort lends 0, job "
-            "needs 8 "
-            "(flavor a100)");
+            "needs 8 (flavor a100): cohort tree research has 0 left to lend; "
+            "lending limits withhold 16 more");
 }
 
 // Failures that leave the state unchanged are taken in runs from their
@@ -157,7 +157,8 @@ TEST(DecideTest, LendingLimitKeepsPartOfTheLendersQuota) {
   ASSERT_EQ(d.pending.size(), 1u);
   EXPECT_EQ(d.pending[0].message,
             "QUOTA_EXHAUSTED: queue a gpu 8/0, cohort lends 0, job needs 8 "
-            "(flavor a100)");
+            "(flavor a100): cohort tree research has 0 left to lend; lending "
+            "limits withhold 8 more");
   // Without the lending limit the lender lends all 16.
   b.snapshot().queues[lender].quotas[0].resources[0]->lending_limit.reset();
   EXPECT_THAT(Admitted(Decide(b.Build())), ElementsAre(1, 2));
@@ -381,7 +382,7 @@ TEST(DecideTest, FallsBackToTheNextFlavorWithoutQuotaAndExplainsEach) {
   EXPECT_EQ(none.pending[0].reason, PendingReason::kQuotaExhausted);
   EXPECT_EQ(none.pending[0].message,
             "QUOTA_EXHAUSTED: queue q gpu 0/4, cohort lends 0, job needs 8 "
-            "(flavor od); "
+            "(flavor od): the queue has no cohort to borrow from; "
             "free nodes hold 0 of 1 workers (flavor spot)");
 }
 

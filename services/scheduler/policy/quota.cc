@@ -86,7 +86,68 @@ QuotaTree::QuotaTree(const Snapshot& s)
       }
     }
   }
+  for (int node = 0; node < num_nodes; ++node) {
+    bool lends = false;
+    for (size_t i = static_cast<size_t>(CellIndex(node, 0, Resource::kGpu));
+         i < static_cast<size_t>(CellIndex(node + 1, 0, Resource::kGpu)); ++i)
+      lends |= cells_[i].lending_limit >= 0;
+    if (!lends) continue;
+    int root = node;
+    while (parent_[root] >= 0) root = parent_[root];
+    lenders_of_root_[root].push_back(node);
+  }
   for (const RunningAttempt& a : s.running) Add(a.queue, a.flavor, a.resources);
+}
+
+QuotaTree::Binding QuotaTree::BindingLimit(QueueId q, FlavorId f, Resource r,
+                                           int64_t want) const {
+  if (!Tracks(q, f, r) || want <= Available(q, f, r)) return {};
+  const Cell& c = cells_[CellIndex(q, f, r)];
+  if (parent_[q] < 0) return {.kind = Binding::kNoCohort, .value = c.nominal};
+  if (c.borrowing_limit >= 0 &&
+      c.usage + want > c.subtree + c.borrowing_limit) {
+    return {.kind = Binding::kQueueBorrowingLimit, .value = c.borrowing_limit};
+  }
+  if (c.usage + want <= c.nominal) {
+    // Its own nominal quota would hold the job: others borrow it.
+    return {.kind = Binding::kNominalLent,
+            .value =
+                std::max<int64_t>(0, c.nominal - c.usage - Available(q, f, r))};
+  }
+  // Up the tree: the first cohort whose borrowing limit gives its subtree
+  // less than its parent has left.
+  int node = parent_[q];
+  while (parent_[node] >= 0) {
+    const Cell& n = cells_[CellIndex(node, f, r)];
+    if (n.borrowing_limit >= 0) {
+      const int64_t g = Guaranteed(n);
+      const int64_t cap =
+          n.subtree - g - std::max<int64_t>(0, n.usage - g) + n.borrowing_limit;
+      if (cap < AvailableAt(parent_[node], f, r)) {
+        return {.kind = Binding::kCohortBorrowingLimit,
+                .cohort = node - num_queues_,
+                .value = n.borrowing_limit};
+      }
+    }
+    node = parent_[node];
+  }
+  const Cell& root = cells_[CellIndex(node, f, r)];
+  Binding binding{.kind = Binding::kTreeInUse,
+                  .cohort = node - num_queues_,
+                  .value = std::max<int64_t>(0, root.subtree - root.usage)};
+  // What lenders elsewhere in the tree keep for themselves, unused.
+  if (auto it = lenders_of_root_.find(node); it != lenders_of_root_.end()) {
+    for (int lender : it->second) {
+      bool on_path = false;
+      for (int n = q; n >= 0 && !on_path; n = parent_[n]) on_path = n == lender;
+      if (on_path) continue;
+      const Cell& l = cells_[CellIndex(lender, f, r)];
+      if (!l.tracked || l.lending_limit < 0) continue;
+      binding.withheld += std::max<int64_t>(0, Guaranteed(l) - l.usage);
+    }
+  }
+  if (binding.withheld > 0) binding.kind = Binding::kWithheld;
+  return binding;
 }
 
 int64_t QuotaTree::Lendable(int node, FlavorId f, Resource r) const {

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy {
@@ -100,6 +101,27 @@ class QuotaTree {
   }
   // Sum over flavors of max(0, usage - nominal) for resource r.
   int64_t AboveNominal(QueueId q, Resource r) const;
+
+  // The limit that keeps queue q from taking `want` more of (f, r) (for
+  // explanations, where Fits() failed on r), from the queue up:
+  struct Binding {
+    enum Kind : uint8_t {
+      kNone,                  // it fits
+      kNoCohort,              // no cohort: nominal is all it may use
+      kQueueBorrowingLimit,   // value: the queue's borrowing limit
+      kNominalLent,           // within nominal; value: of it lent to others
+      kCohortBorrowingLimit,  // value: the limit of cohort `cohort`
+      kTreeInUse,             // value: left to lend in the tree (cohort:
+                              // the root)
+      kWithheld,              // as kTreeInUse, and lending limits of other
+                              // queues and cohorts withhold `withheld` more
+    };
+    Kind kind = kNone;
+    CohortId cohort = -1;
+    int64_t value = 0;
+    int64_t withheld = 0;
+  };
+  Binding BindingLimit(QueueId q, FlavorId f, Resource r, int64_t want) const;
 
   // --- Fair share (Kueue's dominant resource share) ---
   // Shares are fixed-point: kShareOne is a share of 1 (a node that borrows
@@ -159,6 +181,8 @@ class QuotaTree {
   int num_flavors_ = 0;
   // Tree nodes: queues are [0, num_queues_), cohort c is num_queues_ + c.
   std::vector<int> parent_;  // -1 for roots
+  // Per root node: the nodes of its tree with a lending limit (few).
+  absl::flat_hash_map<int, std::vector<int>> lenders_of_root_;
   std::vector<Cell> cells_;
 };
 

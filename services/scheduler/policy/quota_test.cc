@@ -363,7 +363,7 @@ TEST(QuotaTreeTest, DecideAdmitsOnCohortQuotaAndHoldsAtCohortBorrowingLimit) {
   // l may use its 2 + lab's limit of 1; org still has 6 unused.
   EXPECT_EQ(d.pending[0].message,
             "QUOTA_EXHAUSTED: queue l gpu 0/2, cohort lends 1, job needs 4 "
-            "(flavor a100)");
+            "(flavor a100): cohort lab's borrowing limit (1) binds");
 
   // Without the borrowing limit the tree's unused quota admits job 2 too.
   b.snapshot().cohorts[lab].quotas.clear();
