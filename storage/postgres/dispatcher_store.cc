@@ -32,6 +32,9 @@ DispatcherStore::DispatcherStore(Database* db) : db_(db) {
                absl::StrCat("SELECT ", EpochMicros("create_time"),
                             ", body FROM job_events WHERE job_id = $1 ORDER BY "
                             "seq DESC LIMIT 100"));
+  db_->Prepare("job_events_newest_first",
+               "SELECT body FROM job_events WHERE job_id = $1 ORDER BY seq "
+               "DESC");
 }
 
 absl::StatusOr<std::vector<ClusterAttempt>> DispatcherStore::ClusterAttempts(
@@ -162,6 +165,28 @@ absl::StatusOr<std::optional<absl::Time>> DispatcherStore::StateEnteredAt(
       if (e.type() == trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED &&
           e.to_state() == state) {
         out = TimeOf(row[0]);
+        break;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::string> DispatcherStore::CancelRequestMessage(
+    int64_t job_id) {
+  std::string out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    // Once per cancelled job: all its events, newest first, until the
+    // request.
+    for (const pqxx::row& row :
+         txn.exec_prepared("job_events_newest_first", job_id)) {
+      JobEvent e;
+      if (!e.ParseFromString(BytesOf(row[0]))) continue;
+      if (e.type() == trainyard::v1::JOB_EVENT_TYPE_CANCEL_REQUESTED) {
+        out = e.message();
         break;
       }
     }

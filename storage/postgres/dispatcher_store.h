@@ -76,6 +76,12 @@ class DispatcherStore {
   absl::StatusOr<std::optional<absl::Time>> StateEnteredAt(
       int64_t job_id, trainyard::v1::JobState state);
 
+  // The message of the job's newest cancel request ("cancelled by
+  // users/alice: <reason>", as CancelJob recorded it in the job's
+  // CANCEL_REQUESTED event), "" if it has none: the dispatcher that stops a
+  // cancelled attempt ends the job with it.
+  absl::StatusOr<std::string> CancelRequestMessage(int64_t job_id);
+
  private:
   Database* db_;
 };

@@ -367,7 +367,9 @@ TEST_F(JobApiTest, RateLimitAnswersResourceExhaustedWithRetryDelay) {
   EXPECT_LE(ok, 4);
   ASSERT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << last.error_message();
-  EXPECT_EQ(info.reason(), "");  // not a field error
+  // Not a field error, but it carries its reason (docs/api.md, "Errors").
+  EXPECT_EQ(info.field(), "");
+  EXPECT_EQ(info.reason(), "RATE_LIMITED");
   EXPECT_GT(info.retry_delay().seconds() * 1000 +
                 info.retry_delay().nanos() / 1000000,
             0);

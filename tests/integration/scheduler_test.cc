@@ -149,6 +149,42 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
   EXPECT_EQ(Explain(d).position_in_queue(), 1);
 }
 
+TEST_F(SchedulerTest, ExplainPendingSaysWhenTheSchedulerEvaluatedTheJob) {
+  (void)Submit("a", 2);
+  const int64_t gang = Submit("gang", 4);  // 32 GPUs; 16 free after "a"
+  const v1::ExplainPendingResponse before = Explain(gang);
+  EXPECT_EQ(before.reason(), "AWAITING_SCHEDULER");
+  EXPECT_FALSE(before.has_evaluate_time());
+
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  // A millisecond of slack either side: the stored time is rounded to the
+  // microsecond.
+  const absl::Time start = absl::Now() - absl::Milliseconds(1);
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const absl::Time end = absl::Now() + absl::Milliseconds(1);
+  const v1::ExplainPendingResponse e = Explain(gang);
+  EXPECT_EQ(e.reason(), "NO_CAPACITY");
+  ASSERT_TRUE(e.has_evaluate_time());
+  const absl::Time evaluated =
+      absl::FromUnixSeconds(e.evaluate_time().seconds()) +
+      absl::Nanoseconds(e.evaluate_time().nanos());
+  EXPECT_GE(evaluated, start);
+  EXPECT_LE(evaluated, end);
+
+  // A job that is no longer pending has no scheduler's reason, nor its time.
+  v1::CancelJobRequest cancel;
+  cancel.set_name(absl::StrCat("tenants/acme/jobs/", gang));
+  v1::Job cancelled;
+  ASSERT_TRUE(
+      harness_->jobs()
+          ->Cancel(ApiHarness::Context(token_).get(), cancel, &cancelled)
+          .ok());
+  EXPECT_FALSE(Explain(gang).has_evaluate_time());
+}
+
 TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
   absl::StatusOr<std::unique_ptr<SchedulerService>> s =
       SchedulerService::Create(Options());
