@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "storage/postgres/job_rows.h"
@@ -83,6 +85,10 @@ class DispatcherStore {
   absl::StatusOr<std::string> CancelRequestMessage(int64_t job_id);
 
  private:
+  absl::StatusOr<std::optional<std::pair<absl::Time, trainyard::v1::JobEvent>>>
+  NewestEvent(const char* statement, int64_t job_id,
+              absl::FunctionRef<bool(const trainyard::v1::JobEvent&)> match);
+
   Database* db_;
 };
 

@@ -1091,10 +1091,12 @@ std::vector<Row> AdminRows() {
       Calls(
           &Env::admin, &AdminStub::RevokeApiToken,
           [](const Call& c, v1::RevokeApiTokenRequest& req) {
-            // The anonymous caller has no principal: it tries a token of the
-            // root user's.
-            req.set_name(c.env->NewToken(
-                c.who == Who::kAnonymous ? "users/root" : c.principal()));
+            // The anonymous caller has no principal, and a job token's (its
+            // job) holds no API tokens: they try a token of the root user's.
+            req.set_name(c.env->NewToken(c.who == Who::kAnonymous ||
+                                                 c.who == Who::kJobToken
+                                             ? "users/root"
+                                             : c.principal()));
           },
           [](const Call&, const v1::RevokeApiTokenRequest&,
              const v1::ApiToken& resp) {

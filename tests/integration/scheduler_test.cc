@@ -77,6 +77,15 @@ class SchedulerTest : public ::testing::Test {
     return resp;
   }
 
+  void Cancel(int64_t id) {
+    v1::CancelJobRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    v1::Job cancelled;
+    grpc::Status s = harness_->jobs()->Cancel(ApiHarness::Context(token_).get(),
+                                              req, &cancelled);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
   std::unique_ptr<ApiHarness> harness_;
   std::string token_;
 };
@@ -136,13 +145,7 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Explain(d).reason(), "NO_CAPACITY");
   EXPECT_EQ(Explain(d).position_in_queue(), 2);
-  v1::CancelJobRequest cancel;
-  cancel.set_name(absl::StrCat("tenants/acme/jobs/", c));
-  v1::Job cancelled;
-  ASSERT_TRUE(
-      harness_->jobs()
-          ->Cancel(ApiHarness::Context(token_).get(), cancel, &cancelled)
-          .ok());
+  Cancel(c);
   r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Explain(c).reason(), "NOT_PENDING");
@@ -175,13 +178,7 @@ TEST_F(SchedulerTest, ExplainPendingSaysWhenTheSchedulerEvaluatedTheJob) {
   EXPECT_LE(evaluated, end);
 
   // A job that is no longer pending has no scheduler's reason, nor its time.
-  v1::CancelJobRequest cancel;
-  cancel.set_name(absl::StrCat("tenants/acme/jobs/", gang));
-  v1::Job cancelled;
-  ASSERT_TRUE(
-      harness_->jobs()
-          ->Cancel(ApiHarness::Context(token_).get(), cancel, &cancelled)
-          .ok());
+  Cancel(gang);
   EXPECT_FALSE(Explain(gang).has_evaluate_time());
 }
 
