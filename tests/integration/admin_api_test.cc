@@ -1616,6 +1616,17 @@ TEST_F(AdminApiTest, NulBytesInAnyStringFieldAreRefusedNamingTheField) {
                      }),
                  "description", "CreateApiToken");
   EXPECT_EQ(token_count(), tokens_before);
+  // Bytes that are not UTF-8 in a string field never reach a handler:
+  // protobuf refuses them when it parses the request (field 2, description;
+  // gRPC answers INTERNAL with no message, docs/api.md "Errors").
+  const google::protobuf::MethodDescriptor* create =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+          "trainyard.v1.AdminService.CreateApiToken");
+  ASSERT_NE(create, nullptr);
+  grpc::Status raw =
+      h_->CallUnary(admin_, *create, std::string("\x12\x02\xff\xfe", 4));
+  EXPECT_FALSE(raw.ok());
+  EXPECT_EQ(token_count(), tokens_before);
 
   // A label value of a project, a tenant's display name.
   v1::CreateProjectRequest project;
