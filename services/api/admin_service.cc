@@ -54,12 +54,9 @@ absl::StatusOr<IdPage> ParseIdPage(int32_t page_size,
   IdPage page;
   TY_ASSIGN_OR_RETURN(page.limit, PageSize(page_size));
   if (token.empty()) return page;
-  absl::StatusOr<std::vector<std::string>> key = pg::DecodePageToken(token);
-  if (!key.ok() || key->size() != 1 || !absl::SimpleAtoi((*key)[0], &page.id) ||
-      page.id <= 0) {
-    return domain::FieldError(
-        "page_token", domain::reason::kInvalidValue,
-        "malformed; pass the next_page_token of the previous page");
+  TY_ASSIGN_OR_RETURN(const std::vector<std::string> key, PageKey(token, 1));
+  if (!absl::SimpleAtoi(key[0], &page.id) || page.id <= 0) {
+    return PageTokenError();
   }
   return page;
 }
@@ -179,9 +176,8 @@ class AdminServiceImpl final : public ApiService<v1::AdminService> {
  public:
   using ApiService::ApiService;
 
-  grpc::Status CreateApiToken(grpc::ServerContext* context,
-                              const v1::CreateApiTokenRequest* request,
-                              v1::CreateApiTokenResponse* response) override {
+  TY_RPC(CreateApiToken, v1::CreateApiTokenRequest,
+         v1::CreateApiTokenResponse) {
     return RunMutation(
         ctx_, context, Method("CreateApiToken"), *request, "apiTokens",
         [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
@@ -213,55 +209,48 @@ class AdminServiceImpl final : public ApiService<v1::AdminService> {
         });
   }
 
-  grpc::Status ListApiTokens(grpc::ServerContext* context,
-                             const v1::ListApiTokensRequest* request,
-                             v1::ListApiTokensResponse* response) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      std::string principal = request->principal();
-      if (principal.empty()) {
-        principal = caller.principal;
-      } else if (principal == domain::kAllId) {
-        TY_RETURN_IF_ERROR(
-            RequirePlatformAdmin(caller, "list every principal's tokens"));
-        principal.clear();
-      } else if (principal != caller.principal) {
-        TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
-        TY_RETURN_IF_ERROR(
-            RequirePlatformAdmin(caller, "list another principal's tokens"));
-      }
-      TY_ASSIGN_OR_RETURN(const int limit, PageSize(request->page_size()));
-      std::string after_id;
-      if (!request->page_token().empty()) {
-        absl::StatusOr<std::vector<std::string>> key =
-            pg::DecodePageToken(request->page_token());
-        if (!key.ok() || key->size() != 1 ||
-            !domain::IsValidGeneratedId((*key)[0])) {
-          return domain::FieldError(
-              "page_token", domain::reason::kInvalidValue,
-              "malformed; pass the next_page_token of the previous page");
-        }
-        after_id = (*key)[0];
-      }
-      bool more = false;
-      TY_ASSIGN_OR_RETURN(
-          std::vector<v1::ApiToken> tokens,
-          ctx_->auth_store->ListTokens(principal, after_id, limit, &more));
-      for (v1::ApiToken& token : tokens) {
-        *response->add_tokens() = std::move(token);
-      }
-      if (more && response->tokens_size() > 0) {
-        absl::StatusOr<std::string> last = domain::ParseApiTokenName(
-            response->tokens(response->tokens_size() - 1).name(), "name");
-        if (!last.ok()) return absl::InternalError(last.status().message());
-        response->set_next_page_token(pg::EncodePageToken({*last}));
-      }
-      return absl::OkStatus();
-    });
+  TY_RPC(ListApiTokens, v1::ListApiTokensRequest, v1::ListApiTokensResponse) {
+    return Run(
+        ctx_, context, Method("ListApiTokens"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          std::string principal = request->principal();
+          if (principal.empty()) {
+            principal = caller.principal;
+          } else if (principal == domain::kAllId) {
+            TY_RETURN_IF_ERROR(
+                RequirePlatformAdmin(caller, "list every principal's tokens"));
+            principal.clear();
+          } else if (principal != caller.principal) {
+            TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
+            TY_RETURN_IF_ERROR(RequirePlatformAdmin(
+                caller, "list another principal's tokens"));
+          }
+          TY_ASSIGN_OR_RETURN(const int limit, PageSize(request->page_size()));
+          std::string after_id;
+          if (!request->page_token().empty()) {
+            TY_ASSIGN_OR_RETURN(
+                const std::vector<std::string> key,
+                PageKey(request->page_token(), 1, &domain::IsValidGeneratedId));
+            after_id = key[0];
+          }
+          bool more = false;
+          TY_ASSIGN_OR_RETURN(
+              std::vector<v1::ApiToken> tokens,
+              ctx_->auth_store->ListTokens(principal, after_id, limit, &more));
+          for (v1::ApiToken& token : tokens) {
+            *response->add_tokens() = std::move(token);
+          }
+          if (more && response->tokens_size() > 0) {
+            absl::StatusOr<std::string> last = domain::ParseApiTokenName(
+                response->tokens(response->tokens_size() - 1).name(), "name");
+            if (!last.ok()) return absl::InternalError(last.status().message());
+            response->set_next_page_token(pg::EncodePageToken({*last}));
+          }
+          return absl::OkStatus();
+        });
   }
 
-  grpc::Status RevokeApiToken(grpc::ServerContext* context,
-                              const v1::RevokeApiTokenRequest* request,
-                              v1::ApiToken* response) override {
+  TY_RPC(RevokeApiToken, v1::RevokeApiTokenRequest, v1::ApiToken) {
     return MutateResource(
         ctx_, context, Method("RevokeApiToken"), *request, kApiTokens,
         request->name(), "name",
@@ -287,9 +276,7 @@ class AdminServiceImpl final : public ApiService<v1::AdminService> {
         });
   }
 
-  grpc::Status CreateRoleBinding(grpc::ServerContext* context,
-                                 const v1::CreateRoleBindingRequest* request,
-                                 v1::RoleBinding* response) override {
+  TY_RPC(CreateRoleBinding, v1::CreateRoleBindingRequest, v1::RoleBinding) {
     return RunMutation(
         ctx_, context, Method("CreateRoleBinding"), *request, "roleBindings",
         [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
@@ -313,86 +300,88 @@ class AdminServiceImpl final : public ApiService<v1::AdminService> {
         });
   }
 
-  grpc::Status ListRoleBindings(
-      grpc::ServerContext* context, const v1::ListRoleBindingsRequest* request,
-      v1::ListRoleBindingsResponse* response) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      const std::string& tenant = request->tenant();
-      const std::string& principal = request->principal();
-      TY_RETURN_IF_ERROR(CheckTenantFilter(tenant));
-      if (!principal.empty()) {
-        TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
-      }
-      TY_ASSIGN_OR_RETURN(
-          const IdPage page,
-          ParseIdPage(request->page_size(), request->page_token()));
-
-      std::vector<v1::RoleBinding> bindings;
-      bool more = false;
-      // Appends the first page.limit bindings of `who` (any: "") after page.id,
-      // in `tenants` when set.
-      auto add = [&](const std::string& who,
-                     const std::optional<std::vector<std::string>>& tenants)
-          -> absl::Status {
-        bool part_more = false;
-        TY_ASSIGN_OR_RETURN(
-            std::vector<v1::RoleBinding> part,
-            ctx_->auth_store->ListRoleBindings(tenant, who, tenants, page.id,
-                                               page.limit, &part_more));
-        more = more || part_more;
-        for (v1::RoleBinding& b : part) bindings.push_back(std::move(b));
-        return absl::OkStatus();
-      };
-      if (caller.platform_admin) {
-        TY_RETURN_IF_ERROR(add(principal, std::nullopt));
-      } else {
-        // The bindings of the tenants the caller administers, plus the caller's
-        // own: two keyset queries merged by id (each returns the first
-        // page.limit after page.id, so the first page.limit of their union are
-        // among them).
-        std::vector<std::string> administered;
-        for (const std::string& t : caller.VisibleTenants()) {
-          if ((tenant.empty() || t == tenant) &&
-              caller.Can(t, Permission::kAdminTenant)) {
-            administered.push_back(t);
+  TY_RPC(ListRoleBindings, v1::ListRoleBindingsRequest,
+         v1::ListRoleBindingsResponse) {
+    return Run(
+        ctx_, context, Method("ListRoleBindings"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          const std::string& tenant = request->tenant();
+          const std::string& principal = request->principal();
+          TY_RETURN_IF_ERROR(CheckTenantFilter(tenant));
+          if (!principal.empty()) {
+            TY_RETURN_IF_ERROR(CheckPrincipal("principal", principal));
           }
-        }
-        if (!administered.empty()) {
-          TY_RETURN_IF_ERROR(add(principal, administered));
-        }
-        if (principal.empty() || principal == caller.principal) {
-          TY_RETURN_IF_ERROR(add(caller.principal, std::nullopt));
-        }
-        std::sort(bindings.begin(), bindings.end(),
-                  [](const v1::RoleBinding& a, const v1::RoleBinding& b) {
-                    return BindingId(a.name()) < BindingId(b.name());
-                  });
-        bindings.erase(
-            std::unique(bindings.begin(), bindings.end(),
-                        [](const v1::RoleBinding& a, const v1::RoleBinding& b) {
-                          return a.name() == b.name();
-                        }),
-            bindings.end());
-        if (bindings.size() > static_cast<size_t>(page.limit)) {
-          bindings.resize(page.limit);
-          more = true;
-        }
-      }
-      for (v1::RoleBinding& b : bindings) {
-        *response->add_role_bindings() = std::move(b);
-      }
-      if (more && response->role_bindings_size() > 0) {
-        const int64_t last = BindingId(
-            response->role_bindings(response->role_bindings_size() - 1).name());
-        response->set_next_page_token(pg::EncodePageToken({domain::Cat(last)}));
-      }
-      return absl::OkStatus();
-    });
+          TY_ASSIGN_OR_RETURN(
+              const IdPage page,
+              ParseIdPage(request->page_size(), request->page_token()));
+
+          std::vector<v1::RoleBinding> bindings;
+          bool more = false;
+          // Appends the first page.limit bindings of `who` (any: "") after
+          // page.id, in `tenants` when set.
+          auto add = [&](const std::string& who,
+                         const std::optional<std::vector<std::string>>& tenants)
+              -> absl::Status {
+            bool part_more = false;
+            TY_ASSIGN_OR_RETURN(
+                std::vector<v1::RoleBinding> part,
+                ctx_->auth_store->ListRoleBindings(
+                    tenant, who, tenants, page.id, page.limit, &part_more));
+            more = more || part_more;
+            for (v1::RoleBinding& b : part) bindings.push_back(std::move(b));
+            return absl::OkStatus();
+          };
+          if (caller.platform_admin) {
+            TY_RETURN_IF_ERROR(add(principal, std::nullopt));
+          } else {
+            // The bindings of the tenants the caller administers, plus the
+            // caller's own: two keyset queries merged by id (each returns the
+            // first page.limit after page.id, so the first page.limit of their
+            // union are among them).
+            std::vector<std::string> administered;
+            for (const std::string& t : caller.VisibleTenants()) {
+              if ((tenant.empty() || t == tenant) &&
+                  caller.Can(t, Permission::kAdminTenant)) {
+                administered.push_back(t);
+              }
+            }
+            if (!administered.empty()) {
+              TY_RETURN_IF_ERROR(add(principal, administered));
+            }
+            if (principal.empty() || principal == caller.principal) {
+              TY_RETURN_IF_ERROR(add(caller.principal, std::nullopt));
+            }
+            std::sort(bindings.begin(), bindings.end(),
+                      [](const v1::RoleBinding& a, const v1::RoleBinding& b) {
+                        return BindingId(a.name()) < BindingId(b.name());
+                      });
+            bindings.erase(std::unique(bindings.begin(), bindings.end(),
+                                       [](const v1::RoleBinding& a,
+                                          const v1::RoleBinding& b) {
+                                         return a.name() == b.name();
+                                       }),
+                           bindings.end());
+            if (bindings.size() > static_cast<size_t>(page.limit)) {
+              bindings.resize(page.limit);
+              more = true;
+            }
+          }
+          for (v1::RoleBinding& b : bindings) {
+            *response->add_role_bindings() = std::move(b);
+          }
+          if (more && response->role_bindings_size() > 0) {
+            const int64_t last = BindingId(
+                response->role_bindings(response->role_bindings_size() - 1)
+                    .name());
+            response->set_next_page_token(
+                pg::EncodePageToken({domain::Cat(last)}));
+          }
+          return absl::OkStatus();
+        });
   }
 
-  grpc::Status DeleteRoleBinding(grpc::ServerContext* context,
-                                 const v1::DeleteRoleBindingRequest* request,
-                                 google::protobuf::Empty*) override {
+  TY_RPC(DeleteRoleBinding, v1::DeleteRoleBindingRequest,
+         google::protobuf::Empty) {
     return MutateResource(
         ctx_, context, Method("DeleteRoleBinding"), *request, kRoleBindings,
         request->name(), "name",
@@ -416,57 +405,60 @@ class AdminServiceImpl final : public ApiService<v1::AdminService> {
         });
   }
 
-  grpc::Status ListAuditLog(grpc::ServerContext* context,
-                            const v1::ListAuditLogRequest* request,
-                            v1::ListAuditLogResponse* response) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      const std::string& tenant = request->tenant();
-      TY_RETURN_IF_ERROR(CheckTenantFilter(tenant));
-      if (!caller.platform_admin) {
-        if (tenant.empty()) {
-          return absl::PermissionDeniedError(domain::Cat(
-              caller.principal,
-              " needs role platform-admin to read the whole audit log; "
-              "set tenant to a "
-              "tenant it administers"));
-        }
-        TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kAdminTenant,
-                                   domain::TenantName(tenant)));
-      }
-      TY_ASSIGN_OR_RETURN(const std::optional<absl::Time> start,
-                          OptionalTime(request->has_start_time(),
-                                       request->start_time(), "start_time"));
-      TY_ASSIGN_OR_RETURN(const std::optional<absl::Time> end,
-                          OptionalTime(request->has_end_time(),
-                                       request->end_time(), "end_time"));
-      TY_ASSIGN_OR_RETURN(
-          const IdPage page,
-          ParseIdPage(request->page_size(), request->page_token()));
-      bool more = false;
-      TY_ASSIGN_OR_RETURN(
-          std::vector<v1::AuditEntry> entries,
-          ctx_->auth_store->ListAudit(tenant, request->principal(), start, end,
-                                      page.id, page.limit, &more));
-      for (v1::AuditEntry& e : entries) *response->add_entries() = std::move(e);
-      if (more && response->entries_size() > 0) {
-        response->set_next_page_token(pg::EncodePageToken({domain::Cat(
-            response->entries(response->entries_size() - 1).id())}));
-      }
-      return absl::OkStatus();
-    });
+  TY_RPC(ListAuditLog, v1::ListAuditLogRequest, v1::ListAuditLogResponse) {
+    return Run(
+        ctx_, context, Method("ListAuditLog"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          const std::string& tenant = request->tenant();
+          TY_RETURN_IF_ERROR(CheckTenantFilter(tenant));
+          if (!caller.platform_admin) {
+            if (tenant.empty()) {
+              return absl::PermissionDeniedError(domain::Cat(
+                  caller.principal,
+                  " needs role platform-admin to read the whole audit log; "
+                  "set tenant to a "
+                  "tenant it administers"));
+            }
+            TY_RETURN_IF_ERROR(Require(caller, tenant, Permission::kAdminTenant,
+                                       domain::TenantName(tenant)));
+          }
+          TY_ASSIGN_OR_RETURN(
+              const std::optional<absl::Time> start,
+              OptionalTime(request->has_start_time(), request->start_time(),
+                           "start_time"));
+          TY_ASSIGN_OR_RETURN(const std::optional<absl::Time> end,
+                              OptionalTime(request->has_end_time(),
+                                           request->end_time(), "end_time"));
+          TY_ASSIGN_OR_RETURN(
+              const IdPage page,
+              ParseIdPage(request->page_size(), request->page_token()));
+          bool more = false;
+          TY_ASSIGN_OR_RETURN(
+              std::vector<v1::AuditEntry> entries,
+              ctx_->auth_store->ListAudit(tenant, request->principal(), start,
+                                          end, page.id, page.limit, &more));
+          for (v1::AuditEntry& e : entries)
+            *response->add_entries() = std::move(e);
+          if (more && response->entries_size() > 0) {
+            response->set_next_page_token(pg::EncodePageToken({domain::Cat(
+                response->entries(response->entries_size() - 1).id())}));
+          }
+          return absl::OkStatus();
+        });
   }
 
-  grpc::Status WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest*,
-                      v1::Caller* response) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      TY_ASSIGN_OR_RETURN(std::vector<v1::RoleBinding> bindings,
-                          ctx_->auth_store->BindingsOf(caller.principal));
-      response->set_principal(caller.principal);
-      for (v1::RoleBinding& b : bindings) {
-        *response->add_bindings() = std::move(b);
-      }
-      return absl::OkStatus();
-    });
+  TY_RPC(WhoAmI, v1::WhoAmIRequest, v1::Caller) {
+    return Run(ctx_, context, Method("WhoAmI"), *request,
+               [&](const Caller& caller) -> absl::Status {
+                 TY_ASSIGN_OR_RETURN(
+                     std::vector<v1::RoleBinding> bindings,
+                     ctx_->auth_store->BindingsOf(caller.principal));
+                 response->set_principal(caller.principal);
+                 for (v1::RoleBinding& b : bindings) {
+                   *response->add_bindings() = std::move(b);
+                 }
+                 return absl::OkStatus();
+               });
   }
 };
 

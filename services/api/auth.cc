@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/lib/runtime/crypto.h"
 #include "services/lib/domain/string_view.h"
+#include "services/lib/runtime/crypto.h"
 
 namespace trainyard::api {
 namespace {
@@ -107,6 +107,22 @@ absl::Status RejectJobToken(const Caller& caller, std::string_view action) {
       "the job token of ", caller.principal, " may not ", std::string(action),
       ": a job token may only Get, Watch, ExplainPending, ListCheckpoints and "
       "ReportCheckpoint its own job; use a personal token"));
+}
+
+absl::Status AllowJobTokenMethod(const Caller& caller,
+                                 std::string_view method) {
+  if (!caller.job_scoped()) return absl::OkStatus();
+  for (std::string_view allowed : kJobTokenMethods) {
+    if (method == allowed) return absl::OkStatus();
+  }
+  // "/trainyard.v1.QueueService/ListQueues" → "QueueService.ListQueues".
+  std::string_view rpc = method;
+  if (const size_t dot = rpc.rfind('.'); dot != std::string_view::npos) {
+    rpc.remove_prefix(dot + 1);
+  }
+  std::string call(rpc);
+  std::replace(call.begin(), call.end(), '/', '.');
+  return RejectJobToken(caller, absl::StrCat("call ", call));
 }
 
 absl::Status RequirePlatformAdmin(const Caller& caller,

@@ -66,8 +66,24 @@ absl::Status RequireJob(const Caller& caller, std::string_view tenant,
                         int64_t job_id, Permission p,
                         std::string_view resource);
 // PERMISSION_DENIED for a job token, naming `action`; OK otherwise. For
-// methods that never take one (listings across a tenant).
+// requests a job token may not make within a method it may call (a Watch of
+// the whole tenant).
 absl::Status RejectJobToken(const Caller& caller, std::string_view action);
+// The methods a job token may call at all (docs/security.md "Job tokens"),
+// by full name ("/trainyard.v1.JobService/Get"): JobService's Get, Watch,
+// ExplainPending, ListCheckpoints and ReportCheckpoint. Every handler runs
+// AllowJobTokenMethod first (services/api/handler.h), so a new RPC is closed
+// to job tokens unless it is added here.
+inline constexpr std::string_view kJobTokenMethods[] = {
+    "/trainyard.v1.JobService/Get",
+    "/trainyard.v1.JobService/Watch",
+    "/trainyard.v1.JobService/ExplainPending",
+    "/trainyard.v1.JobService/ListCheckpoints",
+    "/trainyard.v1.JobService/ReportCheckpoint",
+};
+// OK for callers that are not job tokens and for kJobTokenMethods; else
+// PERMISSION_DENIED naming the token's job and the method.
+absl::Status AllowJobTokenMethod(const Caller& caller, std::string_view method);
 // PERMISSION_DENIED unless platform admin.
 absl::Status RequirePlatformAdmin(const Caller& caller,
                                   std::string_view action);

@@ -269,9 +269,7 @@ class ClusterServiceImpl final : public ApiService<v1::ClusterService> {
   TY_GET_METHOD(Node, kNodes)
   TY_LIST_METHOD(Nodes, nodes, kNodes, SelectNodes)
 
-  grpc::Status ReportNodes(grpc::ServerContext* context,
-                           const v1::ReportNodesRequest* request,
-                           v1::ReportNodesResponse* response) override {
+  TY_RPC(ReportNodes, v1::ReportNodesRequest, v1::ReportNodesResponse) {
     return RunMutation(
         ctx_, context, Method("ReportNodes"), *request, request->parent(),
         [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
@@ -341,9 +339,7 @@ class ClusterServiceImpl final : public ApiService<v1::ClusterService> {
         });
   }
 
-  grpc::Status SetNodeState(grpc::ServerContext* context,
-                            const v1::SetNodeStateRequest* request,
-                            v1::Node* response) override {
+  TY_RPC(SetNodeState, v1::SetNodeStateRequest, v1::Node) {
     return MutateResource(
         ctx_, context, Method("SetNodeState"), *request, kNodes, kSetNodeStates,
         request->name(), "name",
@@ -375,29 +371,29 @@ class ClusterServiceImpl final : public ApiService<v1::ClusterService> {
         });
   }
 
-  grpc::Status GetCapacity(grpc::ServerContext* context,
-                           const v1::GetCapacityRequest*,
-                           v1::CapacitySummary* response) override {
-    return Run(ctx_, context, [&](const Caller&) -> absl::Status {
-      TY_ASSIGN_OR_RETURN(const std::vector<v1::Flavor> flavors,
-                          ReadAll(*ctx_, kFlavors));
-      TY_ASSIGN_OR_RETURN(const std::vector<pg::StoredObject> pool_rows,
-                          ListAll(ctx_->objects, pg::PoolKind(), {}));
-      std::vector<std::pair<std::string, std::string>> pool_flavor;
-      for (const pg::StoredObject& row : pool_rows) {
-        TY_ASSIGN_OR_RETURN(const v1::Pool pool,
-                            Decode<v1::Pool>(row, kPools.name_of(row.key)));
-        pool_flavor.emplace_back(domain::Cat(row.key[0], "/", row.key[1]),
-                                 pool.flavor());
-      }
-      pg::ListQuery ready;
-      ready.equals.emplace_back(
-          "state", domain::Cat(static_cast<int>(v1::NODE_STATE_READY)));
-      TY_ASSIGN_OR_RETURN(const std::vector<v1::Node> nodes,
-                          ReadAll(*ctx_, kNodes, ready));
-      *response = SumReadyCapacity(flavors, pool_flavor, nodes);
-      return absl::OkStatus();
-    });
+  TY_RPC(GetCapacity, v1::GetCapacityRequest, v1::CapacitySummary) {
+    return Run(
+        ctx_, context, Method("GetCapacity"), *request,
+        [&](const Caller&) -> absl::Status {
+          TY_ASSIGN_OR_RETURN(const std::vector<v1::Flavor> flavors,
+                              ReadAll(*ctx_, kFlavors));
+          TY_ASSIGN_OR_RETURN(const std::vector<pg::StoredObject> pool_rows,
+                              ListAll(ctx_->objects, pg::PoolKind(), {}));
+          std::vector<std::pair<std::string, std::string>> pool_flavor;
+          for (const pg::StoredObject& row : pool_rows) {
+            TY_ASSIGN_OR_RETURN(const v1::Pool pool,
+                                Decode<v1::Pool>(row, kPools.name_of(row.key)));
+            pool_flavor.emplace_back(domain::Cat(row.key[0], "/", row.key[1]),
+                                     pool.flavor());
+          }
+          pg::ListQuery ready;
+          ready.equals.emplace_back(
+              "state", domain::Cat(static_cast<int>(v1::NODE_STATE_READY)));
+          TY_ASSIGN_OR_RETURN(const std::vector<v1::Node> nodes,
+                              ReadAll(*ctx_, kNodes, ready));
+          *response = SumReadyCapacity(flavors, pool_flavor, nodes);
+          return absl::OkStatus();
+        });
   }
 };
 

@@ -5,10 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
-#include "services/lib/runtime/logging.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
+#include "services/lib/runtime/logging.h"
 
 namespace trainyard::api {
 
@@ -51,9 +52,10 @@ absl::Status Directory::CheckInTenant(
   absl::StatusOr<bool> ok = Exists(kind, {tenant, id});
   if (!ok.ok()) return ok.status();
   if (*ok) return absl::OkStatus();
-  return domain::FieldError(field, reason,
-                          absl::StrCat(domain::AbslView(what), " \"", id,
-                                       "\" does not exist in tenant ", tenant));
+  return domain::FieldError(
+      field, reason,
+      absl::StrCat(domain::AbslView(what), " \"", id,
+                   "\" does not exist in tenant ", tenant));
 }
 
 absl::Status Directory::CheckQueue(const std::string& tenant,
@@ -190,18 +192,12 @@ void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
   audit.result = std::string(absl::StatusCodeToString(status.code()));
   if (absl::Status s = ctx.auth_store->WriteAudit(audit); !s.ok()) {
     runtime::Log(runtime::LogLevel::kWarning, "could not write audit row",
-                {{"method", audit.method}, {"error", s}});
+                 {{"method", audit.method}, {"error", s}});
   }
 }
 
 absl::StatusOr<int> PageSize(int32_t requested, std::string_view field) {
-  if (requested == 0) return 100;
-  if (requested < 0 || requested > 1000) {
-    return domain::FieldError(
-        field, "OUT_OF_RANGE",
-        absl::StrCat("must be between 1 and 1000, got ", requested));
-  }
-  return requested;
+  return domain::ResolvePageSize(requested, field);
 }
 
 }  // namespace trainyard::api

@@ -114,8 +114,9 @@ storage::postgres::AuditRecord MakeAudit(
 void AuditFailure(const ApiContext& ctx, storage::postgres::AuditRecord audit,
                   const absl::Status& status);
 
-// Page size from a request: 0 → 100, otherwise 1..1000, else INVALID_ARGUMENT
-// on `field`.
+// Page size from a request (domain::ResolvePageSize): 0 → 100, 1..1000 as
+// asked, above 1000 → 1000 (AIP-158 lets a server coerce), negative →
+// INVALID_ARGUMENT on `field`.
 absl::StatusOr<int> PageSize(int32_t requested,
                              std::string_view field = "page_size");
 

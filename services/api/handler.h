@@ -1,9 +1,17 @@
 // The one path every API handler takes (JobService, QueueService,
-// ClusterService, AdminService): authenticate the caller, run the handler's
-// body (which authorizes and does the work, and reports through an
-// absl::Status), write the audit row of a refused or failed mutation, and turn
-// the status into the gRPC reply (Reply: the ErrorInfo trailer; INTERNAL
-// details are logged, not returned).
+// ClusterService, AdminService): authenticate the caller, admit the call (the
+// rules that hold for every method, below), run the handler's body (which
+// authorizes and does the work, and reports through an absl::Status), write
+// the audit row of a refused or failed mutation, and turn the status into the
+// gRPC reply (Reply: the ErrorInfo trailer; INTERNAL details are logged, not
+// returned).
+//
+// Admission, before any body runs:
+//   * a job token may call only the methods of auth.h's kJobTokenMethods
+//     (PERMISSION_DENIED naming the token's job);
+//   * every string field of the request is valid UTF-8 without NUL bytes
+//     (domain::CheckRequestText: INVALID_ARGUMENT naming the field), so no
+//     handler can store text that PostgreSQL would refuse or cut short.
 //
 // Unauthenticated calls are refused before the body runs, without an audit row
 // (there is no principal to record).
@@ -36,15 +44,19 @@ struct MutationAudit {
 };
 
 // Runs a handler that writes no audit row (reads; JobService, whose changes
-// the job's own history records): authenticates the caller, runs `fn`, and
-// returns Reply(context, status).
+// the job's own history records): authenticates the caller, admits the call
+// (`method`: the full RPC name, see ApiService::Method; `request`: its
+// message), runs `fn`, and returns Reply(context, status).
 grpc::Status Run(ApiContext* ctx, grpc::ServerContextBase* context,
+                 std::string_view method,
+                 const google::protobuf::Message& request,
                  absl::FunctionRef<absl::Status(const Caller&)> fn);
 
 // Runs an audited mutation: authenticates the caller, builds its audit record
-// (MakeAudit(caller, method, resource, "", request)), runs `fn`, and when `fn`
-// fails before its change committed writes the failure's audit row
-// (AuditFailure). Returns Reply(context, status).
+// (MakeAudit(caller, method, resource, "", request)), admits the call, runs
+// `fn`, and when the call is refused or `fn` fails before its change committed
+// writes the failure's audit row (AuditFailure). Returns Reply(context,
+// status).
 grpc::Status RunMutation(
     ApiContext* ctx, grpc::ServerContextBase* context, std::string_view method,
     const google::protobuf::Message& request, std::string resource,
@@ -67,6 +79,16 @@ class ApiService : public Base {
 
   ApiContext* ctx_;
 };
+
+// Declares, in a service class, the handler of the unary RPC `Rpc` that takes
+// a `Request` and answers a `Response`; its parameters are `context`,
+// `request` and `response`:
+//   TY_RPC(GetCapacity, v1::GetCapacityRequest, v1::CapacitySummary) {
+//     return Run(ctx_, context, Method("GetCapacity"), *request, ...);
+//   }
+#define TY_RPC(Rpc, Request, Response)                                   \
+  grpc::Status Rpc(grpc::ServerContext* context, const Request* request, \
+                   [[maybe_unused]] Response* response) override
 
 // `result` of a storage call that carried `audit.record`; marks the record
 // committed when the call succeeded.

@@ -13,6 +13,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/api/events.h"
 #include "services/api/handler.h"
+#include "services/api/resource_util.h"
 #include "services/api/services.h"
 #include "services/api/status.h"
 #include "services/api/submit_batcher.h"
@@ -77,7 +78,7 @@ absl::StatusOr<std::string> SubmitTenant(const Caller& caller,
 absl::StatusOr<int64_t> BeforeIdFromPageToken(const std::string& token) {
   int64_t before = 0;
   if (!token.empty() && (!absl::SimpleAtoi(token, &before) || before <= 0)) {
-    return domain::FieldError("page_token", "INVALID", "malformed page token");
+    return PageTokenError();
   }
   return before;
 }
@@ -106,9 +107,11 @@ class JobServiceImpl final
     storage::redis::RateDecision d = ctx_->rate_limiter->Check(tenant, cost);
     if (d.allowed) return absl::OkStatus();
     return WithRetryDelay(
-        absl::ResourceExhaustedError(absl::StrCat(
-            "tenant ", tenant, " is over its submit rate limit; retry in ",
-            absl::FormatDuration(d.retry_after))),
+        domain::AttachErrorInfo(
+            absl::ResourceExhaustedError(absl::StrCat(
+                "tenant ", tenant, " is over its submit rate limit; retry in ",
+                absl::FormatDuration(d.retry_after))),
+            "", reason::kRateLimited),
         d.retry_after);
   }
 
@@ -162,13 +165,14 @@ class JobServiceImpl final
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     NewJob job;
     grpc::Status checked =
-        Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-          TY_ASSIGN_OR_RETURN(const std::string tenant,
-                              SubmitTenant(caller, request->parent()));
-          TY_RETURN_IF_ERROR(CheckRate(tenant, 1));
-          TY_ASSIGN_OR_RETURN(job, Prepare(caller, tenant, *request));
-          return absl::OkStatus();
-        });
+        Run(ctx_, context, Method("Submit"), *request,
+            [&](const Caller& caller) -> absl::Status {
+              TY_ASSIGN_OR_RETURN(const std::string tenant,
+                                  SubmitTenant(caller, request->parent()));
+              TY_RETURN_IF_ERROR(CheckRate(tenant, 1));
+              TY_ASSIGN_OR_RETURN(job, Prepare(caller, tenant, *request));
+              return absl::OkStatus();
+            });
     if (!checked.ok()) {
       reactor->Finish(checked);
       return reactor;
@@ -187,57 +191,57 @@ class JobServiceImpl final
     return reactor;
   }
 
-  grpc::Status SubmitBatch(
-      grpc::ServerContext* context,
-      const trainyard::v1::SubmitJobBatchRequest* request,
-      trainyard::v1::SubmitJobBatchResponse* response) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      TY_ASSIGN_OR_RETURN(const std::string tenant,
-                          SubmitTenant(caller, request->parent()));
-      if (request->requests().empty()) {
-        return domain::FieldError("requests", "REQUIRED", "must not be empty");
-      }
-      if (static_cast<size_t>(request->requests_size()) > kMaxBatch) {
-        return domain::FieldError(
-            "requests", "TOO_LARGE",
-            absl::StrCat("at most ", kMaxBatch, " jobs, got ",
-                         request->requests_size()));
-      }
-      TY_RETURN_IF_ERROR(CheckRate(tenant, request->requests_size()));
-      std::vector<NewJob> jobs;
-      jobs.reserve(request->requests_size());
-      for (int i = 0; i < request->requests_size(); ++i) {
-        const auto& item = request->requests(i);
-        const std::string prefix = domain::IndexField("requests", i);
-        if (!item.parent().empty() && item.parent() != request->parent()) {
-          return domain::FieldError(
-              domain::JoinField(prefix, "parent"), "INCONSISTENT",
-              "must be empty or equal to the batch's parent");
-        }
-        absl::StatusOr<NewJob> job = Prepare(caller, tenant, item);
-        if (!job.ok()) return domain::PrefixField(job.status(), prefix);
-        jobs.push_back(*std::move(job));
-      }
-      TY_ASSIGN_OR_RETURN(
-          std::vector<storage::postgres::SubmitOutcome> outcomes,
-          ctx_->jobs->SubmitMany(jobs, /*atomic=*/true));
-      for (auto& o : outcomes) {
-        auto* r = response->add_responses();
-        *r->mutable_job() = std::move(o.job);
-        r->set_deduplicated(o.deduplicated);
-      }
-      if (ctx_->redis != nullptr) {
-        (void)ctx_->redis->Notify(kSchedulerWakeup, "submit");
-      }
-      return absl::OkStatus();
-    });
+  TY_RPC(SubmitBatch, trainyard::v1::SubmitJobBatchRequest,
+         trainyard::v1::SubmitJobBatchResponse) {
+    return Run(
+        ctx_, context, Method("SubmitBatch"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          TY_ASSIGN_OR_RETURN(const std::string tenant,
+                              SubmitTenant(caller, request->parent()));
+          if (request->requests().empty()) {
+            return domain::FieldError("requests", "REQUIRED",
+                                      "must not be empty");
+          }
+          if (static_cast<size_t>(request->requests_size()) > kMaxBatch) {
+            return domain::FieldError(
+                "requests", "TOO_LARGE",
+                absl::StrCat("at most ", kMaxBatch, " jobs, got ",
+                             request->requests_size()));
+          }
+          TY_RETURN_IF_ERROR(CheckRate(tenant, request->requests_size()));
+          std::vector<NewJob> jobs;
+          jobs.reserve(request->requests_size());
+          for (int i = 0; i < request->requests_size(); ++i) {
+            const auto& item = request->requests(i);
+            const std::string prefix = domain::IndexField("requests", i);
+            if (!item.parent().empty() && item.parent() != request->parent()) {
+              return domain::FieldError(
+                  domain::JoinField(prefix, "parent"), "INCONSISTENT",
+                  "must be empty or equal to the batch's parent");
+            }
+            absl::StatusOr<NewJob> job = Prepare(caller, tenant, item);
+            if (!job.ok()) return domain::PrefixField(job.status(), prefix);
+            jobs.push_back(*std::move(job));
+          }
+          TY_ASSIGN_OR_RETURN(
+              std::vector<storage::postgres::SubmitOutcome> outcomes,
+              ctx_->jobs->SubmitMany(jobs, /*atomic=*/true));
+          for (auto& o : outcomes) {
+            auto* r = response->add_responses();
+            *r->mutable_job() = std::move(o.job);
+            r->set_deduplicated(o.deduplicated);
+          }
+          if (ctx_->redis != nullptr) {
+            (void)ctx_->redis->Notify(kSchedulerWakeup, "submit");
+          }
+          return absl::OkStatus();
+        });
   }
 
-  grpc::Status Get(grpc::ServerContext* context,
-                   const trainyard::v1::GetJobRequest* request,
-                   trainyard::v1::Job* response) override {
+  TY_RPC(Get, trainyard::v1::GetJobRequest, trainyard::v1::Job) {
     return RunOnJob(
-        context, request->name(), "name", Permission::kRead, JobTokens::kOwnJob,
+        context, "Get", *request, request->name(), "name", Permission::kRead,
+        JobTokens::kOwnJob,
         [&](const Caller&, const domain::JobName& name) -> absl::Status {
           TY_ASSIGN_OR_RETURN(
               *response,
@@ -247,95 +251,117 @@ class JobServiceImpl final
         });
   }
 
-  grpc::Status List(grpc::ServerContext* context,
-                    const trainyard::v1::ListJobsRequest* request,
-                    trainyard::v1::ListJobsResponse* response) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      TY_RETURN_IF_ERROR(RejectJobToken(caller, "list jobs"));
-      TY_ASSIGN_OR_RETURN(
-          const std::string tenant,
-          domain::ParseTenantParent(request->parent(), "parent"));
-      storage::postgres::JobQuery query;
-      if (tenant != domain::kAllId) {
-        TY_RETURN_IF_ERROR(
-            Require(caller, tenant, Permission::kRead, request->parent()));
-        query.tenants = {tenant};
-      } else if (caller.platform_admin) {
-        TY_ASSIGN_OR_RETURN(const storage::postgres::ListPage all,
-                            ctx_->objects->List(storage::postgres::TenantKind(),
-                                                {.limit = 100000}));
-        for (const auto& t : all.objects) query.tenants.push_back(t.key[0]);
-      } else {
-        query.tenants = caller.VisibleTenants();
-      }
-      TY_ASSIGN_OR_RETURN(query.limit, PageSize(request->page_size()));
-      if (!request->project().empty() &&
-          !domain::IsValidId(request->project())) {
-        return domain::FieldError("project", "INVALID_NAME",
-                                  "not a valid project id");
-      }
-      if (!request->queue().empty() && !domain::IsValidId(request->queue())) {
-        return domain::FieldError("queue", "INVALID_NAME",
-                                  "not a valid queue id");
-      }
-      query.project = request->project();
-      query.queue = request->queue();
-      query.job_set = request->job_set();
-      for (int i = 0; i < request->states_size(); ++i) {
-        auto st = static_cast<trainyard::v1::JobState>(request->states(i));
-        if (!trainyard::v1::JobState_IsValid(st) ||
-            st == trainyard::v1::JOB_STATE_UNSPECIFIED) {
-          return domain::FieldError(domain::IndexField("states", i),
-                                    "INVALID_ENUM", "unknown job state");
-        }
-        query.states.push_back(st);
-      }
-      for (const auto& [k, v] : request->labels()) {
-        query.labels.emplace_back(k, v);
-      }
-      TY_RETURN_IF_ERROR(
-          domain::ValidateLabels(request->labels(), ctx_->limits, "labels"));
-      TY_ASSIGN_OR_RETURN(query.before_id,
-                          BeforeIdFromPageToken(request->page_token()));
-      query.with_attempts = request->view() == trainyard::v1::JOB_VIEW_FULL;
-      TY_ASSIGN_OR_RETURN(storage::postgres::JobPage page,
-                          ctx_->jobs->List(query));
-      for (auto& job : page.jobs) *response->add_jobs() = std::move(job);
-      if (page.next_before_id > 0) {
-        response->set_next_page_token(absl::StrCat(page.next_before_id));
-      }
-      return absl::OkStatus();
-    });
+  TY_RPC(List, trainyard::v1::ListJobsRequest,
+         trainyard::v1::ListJobsResponse) {
+    return Run(
+        ctx_, context, Method("List"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          TY_RETURN_IF_ERROR(RejectJobToken(caller, "list jobs"));
+          TY_ASSIGN_OR_RETURN(
+              const std::string tenant,
+              domain::ParseTenantParent(request->parent(), "parent"));
+          storage::postgres::JobQuery query;
+          if (tenant != domain::kAllId) {
+            TY_RETURN_IF_ERROR(
+                Require(caller, tenant, Permission::kRead, request->parent()));
+            query.tenants = {tenant};
+          } else if (caller.platform_admin) {
+            TY_ASSIGN_OR_RETURN(
+                const storage::postgres::ListPage all,
+                ctx_->objects->List(storage::postgres::TenantKind(),
+                                    {.limit = 100000}));
+            for (const auto& t : all.objects) query.tenants.push_back(t.key[0]);
+          } else {
+            query.tenants = caller.VisibleTenants();
+          }
+          TY_ASSIGN_OR_RETURN(query.limit, PageSize(request->page_size()));
+          if (!request->project().empty() &&
+              !domain::IsValidId(request->project())) {
+            return domain::FieldError("project", "INVALID_NAME",
+                                      "not a valid project id");
+          }
+          if (!request->queue().empty() &&
+              !domain::IsValidId(request->queue())) {
+            return domain::FieldError("queue", "INVALID_NAME",
+                                      "not a valid queue id");
+          }
+          query.project = request->project();
+          query.queue = request->queue();
+          query.job_set = request->job_set();
+          for (int i = 0; i < request->states_size(); ++i) {
+            auto st = static_cast<trainyard::v1::JobState>(request->states(i));
+            if (!trainyard::v1::JobState_IsValid(st) ||
+                st == trainyard::v1::JOB_STATE_UNSPECIFIED) {
+              return domain::FieldError(domain::IndexField("states", i),
+                                        "INVALID_ENUM", "unknown job state");
+            }
+            query.states.push_back(st);
+          }
+          for (const auto& [k, v] : request->labels()) {
+            query.labels.emplace_back(k, v);
+          }
+          TY_RETURN_IF_ERROR(domain::ValidateLabels(request->labels(),
+                                                    ctx_->limits, "labels"));
+          TY_ASSIGN_OR_RETURN(query.before_id,
+                              BeforeIdFromPageToken(request->page_token()));
+          query.with_attempts = request->view() == trainyard::v1::JOB_VIEW_FULL;
+          TY_ASSIGN_OR_RETURN(storage::postgres::JobPage page,
+                              ctx_->jobs->List(query));
+          for (auto& job : page.jobs) *response->add_jobs() = std::move(job);
+          if (page.next_before_id > 0) {
+            response->set_next_page_token(absl::StrCat(page.next_before_id));
+          }
+          return absl::OkStatus();
+        });
   }
 
-  // Runs a handler on the job that `job` (the request field `field`) names,
-  // on which the caller needs `permission`.
+  // Runs the handler of `rpc` ("Get") for `request` on the job that `job`
+  // (the request field `field`) names, on which the caller needs
+  // `permission`.
   grpc::Status RunOnJob(
-      grpc::ServerContext* context, const std::string& job,
+      grpc::ServerContext* context, std::string_view rpc,
+      const google::protobuf::Message& request, const std::string& job,
       std::string_view field, Permission permission, JobTokens tokens,
       absl::FunctionRef<absl::Status(const Caller&, const domain::JobName&)>
           fn) {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      TY_ASSIGN_OR_RETURN(const domain::JobName name,
-                          domain::ParseJobName(job, field));
-      TY_RETURN_IF_ERROR(
-          tokens == JobTokens::kOwnJob
-              ? RequireJob(caller, name.tenant, name.job_id, permission, job)
-              : Require(caller, name.tenant, permission, job));
-      return fn(caller, name);
-    });
+    return Run(ctx_, context, Method(rpc), request,
+               [&](const Caller& caller) -> absl::Status {
+                 TY_ASSIGN_OR_RETURN(const domain::JobName name,
+                                     domain::ParseJobName(job, field));
+                 TY_RETURN_IF_ERROR(
+                     tokens == JobTokens::kOwnJob
+                         ? RequireJob(caller, name.tenant, name.job_id,
+                                      permission, job)
+                         : Require(caller, name.tenant, permission, job));
+                 return fn(caller, name);
+               });
+  }
+
+  // ReportCheckpoint and ListCheckpoints: the job `request.job()` names, on
+  // which the caller (or the job's own token) needs `permission`.
+  template <typename Request>
+  grpc::Status RunOnCheckpoints(
+      grpc::ServerContext* context, std::string_view rpc,
+      const Request& request, Permission permission,
+      absl::FunctionRef<absl::Status(const domain::JobName&)> fn) {
+    return RunOnJob(
+        context, rpc, request, request.job(), "job", permission,
+        JobTokens::kOwnJob,
+        [&](const Caller&, const domain::JobName& name) { return fn(name); });
   }
 
   // Cancel, Hold and Release: the job named `job`, which the caller may write
   // (job tokens may not), a reason of at most 1024 characters, and `change`.
-  grpc::Status ChangeJob(grpc::ServerContext* context, const std::string& job,
-                         const std::string& reason,
+  grpc::Status ChangeJob(grpc::ServerContext* context, std::string_view rpc,
+                         const google::protobuf::Message& request,
+                         const std::string& job, const std::string& reason,
                          absl::FunctionRef<absl::StatusOr<trainyard::v1::Job>(
                              const domain::JobName& name, const Caller& caller)>
                              change,
                          trainyard::v1::Job* response) {
     return RunOnJob(
-        context, job, "name", Permission::kWriteJobs, JobTokens::kRefused,
+        context, rpc, request, job, "name", Permission::kWriteJobs,
+        JobTokens::kRefused,
         [&](const Caller& caller, const domain::JobName& name) -> absl::Status {
           if (reason.size() > 1024) {
             return domain::FieldError("reason", "TOO_LARGE",
@@ -346,11 +372,9 @@ class JobServiceImpl final
         });
   }
 
-  grpc::Status Cancel(grpc::ServerContext* context,
-                      const trainyard::v1::CancelJobRequest* request,
-                      trainyard::v1::Job* response) override {
+  TY_RPC(Cancel, trainyard::v1::CancelJobRequest, trainyard::v1::Job) {
     return ChangeJob(
-        context, request->name(), request->reason(),
+        context, "Cancel", *request, request->name(), request->reason(),
         [&](const domain::JobName& name, const Caller& caller) {
           return ctx_->jobs->Cancel(name.tenant, name.job_id, request->reason(),
                                     caller.principal);
@@ -359,11 +383,12 @@ class JobServiceImpl final
   }
 
   // Hold (hold = true) or Release.
-  grpc::Status SetHold(grpc::ServerContext* context, const std::string& job,
-                       const std::string& reason, bool hold,
-                       trainyard::v1::Job* response) {
+  grpc::Status SetHold(grpc::ServerContext* context, std::string_view rpc,
+                       const google::protobuf::Message& request,
+                       const std::string& job, const std::string& reason,
+                       bool hold, trainyard::v1::Job* response) {
     return ChangeJob(
-        context, job, reason,
+        context, rpc, request, job, reason,
         [&](const domain::JobName& name,
             const Caller& caller) -> absl::StatusOr<Job> {
           TY_ASSIGN_OR_RETURN(
@@ -379,18 +404,14 @@ class JobServiceImpl final
         response);
   }
 
-  grpc::Status Hold(grpc::ServerContext* context,
-                    const trainyard::v1::HoldJobRequest* request,
-                    trainyard::v1::Job* response) override {
-    return SetHold(context, request->name(), request->reason(), /*hold=*/true,
-                   response);
+  TY_RPC(Hold, trainyard::v1::HoldJobRequest, trainyard::v1::Job) {
+    return SetHold(context, "Hold", *request, request->name(),
+                   request->reason(), /*hold=*/true, response);
   }
 
-  grpc::Status Release(grpc::ServerContext* context,
-                       const trainyard::v1::ReleaseJobRequest* request,
-                       trainyard::v1::Job* response) override {
-    return SetHold(context, request->name(), request->reason(), /*hold=*/false,
-                   response);
+  TY_RPC(Release, trainyard::v1::ReleaseJobRequest, trainyard::v1::Job) {
+    return SetHold(context, "Release", *request, request->name(),
+                   request->reason(), /*hold=*/false, response);
   }
 
   // The events a Watch request selects, for the caller: its tenants, job and
@@ -441,66 +462,67 @@ class JobServiceImpl final
       grpc::ServerContext* context,
       const trainyard::v1::WatchJobsRequest* request,
       grpc::ServerWriter<trainyard::v1::WatchJobsResponse>* writer) override {
-    return Run(ctx_, context, [&](const Caller& caller) -> absl::Status {
-      storage::postgres::EventFilter filter;
-      std::string job_name;
-      TY_RETURN_IF_ERROR(WatchFilter(caller, *request, &filter, &job_name));
-      uint64_t cursor = request->after_sequence();
-      if (cursor == 0 && !request->from_start()) {
-        TY_ASSIGN_OR_RETURN(cursor, ctx_->jobs->LastEventSequence());
-      }
-      // Headers go out at once so the client knows the stream is established.
-      writer->SendInitialMetadata();
+    return Run(
+        ctx_, context, Method("Watch"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          storage::postgres::EventFilter filter;
+          std::string job_name;
+          TY_RETURN_IF_ERROR(WatchFilter(caller, *request, &filter, &job_name));
+          uint64_t cursor = request->after_sequence();
+          if (cursor == 0 && !request->from_start()) {
+            TY_ASSIGN_OR_RETURN(cursor, ctx_->jobs->LastEventSequence());
+          }
+          // Headers go out at once so the client knows the stream is
+          // established.
+          writer->SendInitialMetadata();
 
-      auto send = [&](const trainyard::v1::JobEvent& e) {
-        trainyard::v1::WatchJobsResponse r;
-        *r.mutable_event() = e;
-        return writer->Write(r);
-      };
-      while (!context->IsCancelled()) {
-        EventHub::Read read = ctx_->hub->Wait(cursor, absl::Milliseconds(500));
-        const bool gap =
-            !read.events.empty() && read.events.front().sequence() > cursor + 1;
-        if (read.behind || gap) {
-          // Catch up from the outbox (the truth), then go back to the hub.
-          absl::StatusOr<std::vector<trainyard::v1::JobEvent>> events =
-              ctx_->jobs->ReadEvents(cursor, filter, 1000);
-          if (!events.ok()) {
-            absl::SleepFor(absl::Milliseconds(200));
-            continue;
+          auto send = [&](const trainyard::v1::JobEvent& e) {
+            trainyard::v1::WatchJobsResponse r;
+            *r.mutable_event() = e;
+            return writer->Write(r);
+          };
+          while (!context->IsCancelled()) {
+            EventHub::Read read =
+                ctx_->hub->Wait(cursor, absl::Milliseconds(500));
+            const bool gap = !read.events.empty() &&
+                             read.events.front().sequence() > cursor + 1;
+            if (read.behind || gap) {
+              // Catch up from the outbox (the truth), then go back to the hub.
+              absl::StatusOr<std::vector<trainyard::v1::JobEvent>> events =
+                  ctx_->jobs->ReadEvents(cursor, filter, 1000);
+              if (!events.ok()) {
+                absl::SleepFor(absl::Milliseconds(200));
+                continue;
+              }
+              for (const auto& e : *events) {
+                if (!send(e)) return absl::OkStatus();
+                cursor = e.sequence();
+              }
+              if (events->empty() && gap) {
+                // Nothing committed between: the gap is a rolled-back sequence
+                // number.
+                cursor = read.events.front().sequence() - 1;
+              } else if (events->empty() && read.behind) {
+                cursor = std::max(cursor, ctx_->hub->last());
+              }
+              continue;
+            }
+            for (const auto& e : read.events) {
+              if (Matches(e, filter.tenants, filter, job_name) && !send(e)) {
+                return absl::OkStatus();
+              }
+              cursor = e.sequence();
+            }
           }
-          for (const auto& e : *events) {
-            if (!send(e)) return absl::OkStatus();
-            cursor = e.sequence();
-          }
-          if (events->empty() && gap) {
-            // Nothing committed between: the gap is a rolled-back sequence
-            // number.
-            cursor = read.events.front().sequence() - 1;
-          } else if (events->empty() && read.behind) {
-            cursor = std::max(cursor, ctx_->hub->last());
-          }
-          continue;
-        }
-        for (const auto& e : read.events) {
-          if (Matches(e, filter.tenants, filter, job_name) && !send(e)) {
-            return absl::OkStatus();
-          }
-          cursor = e.sequence();
-        }
-      }
-      return absl::OkStatus();
-    });
+          return absl::OkStatus();
+        });
   }
 
-  grpc::Status ReportCheckpoint(
-      grpc::ServerContext* context,
-      const trainyard::v1::ReportCheckpointRequest* request,
-      trainyard::v1::Checkpoint* response) override {
-    return RunOnJob(
-        context, request->job(), "job", Permission::kWriteJobs,
-        JobTokens::kOwnJob,
-        [&](const Caller&, const domain::JobName& name) -> absl::Status {
+  TY_RPC(ReportCheckpoint, trainyard::v1::ReportCheckpointRequest,
+         trainyard::v1::Checkpoint) {
+    return RunOnCheckpoints(
+        context, "ReportCheckpoint", *request, Permission::kWriteJobs,
+        [&](const domain::JobName& name) -> absl::Status {
           if (!request->has_checkpoint()) {
             return domain::FieldError("checkpoint", "REQUIRED", "must be set");
           }
@@ -514,13 +536,11 @@ class JobServiceImpl final
         });
   }
 
-  grpc::Status ListCheckpoints(
-      grpc::ServerContext* context,
-      const trainyard::v1::ListCheckpointsRequest* request,
-      trainyard::v1::ListCheckpointsResponse* response) override {
-    return RunOnJob(
-        context, request->job(), "job", Permission::kRead, JobTokens::kOwnJob,
-        [&](const Caller&, const domain::JobName& name) -> absl::Status {
+  TY_RPC(ListCheckpoints, trainyard::v1::ListCheckpointsRequest,
+         trainyard::v1::ListCheckpointsResponse) {
+    return RunOnCheckpoints(
+        context, "ListCheckpoints", *request, Permission::kRead,
+        [&](const domain::JobName& name) -> absl::Status {
           TY_ASSIGN_OR_RETURN(const int size, PageSize(request->page_size()));
           TY_ASSIGN_OR_RETURN(const int64_t before,
                               BeforeIdFromPageToken(request->page_token()));
@@ -537,12 +557,10 @@ class JobServiceImpl final
         });
   }
 
-  grpc::Status ExplainPending(
-      grpc::ServerContext* context,
-      const trainyard::v1::ExplainPendingRequest* request,
-      trainyard::v1::ExplainPendingResponse* response) override {
-    return RunOnJob(context, request->name(), "name", Permission::kRead,
-                    JobTokens::kOwnJob,
+  TY_RPC(ExplainPending, trainyard::v1::ExplainPendingRequest,
+         trainyard::v1::ExplainPendingResponse) {
+    return RunOnJob(context, "ExplainPending", *request, request->name(),
+                    "name", Permission::kRead, JobTokens::kOwnJob,
                     [&](const Caller&, const domain::JobName& name) {
                       return Explain(name, response);
                     });
@@ -574,6 +592,10 @@ class JobServiceImpl final
       if (explanation.has_value()) {
         response->set_reason(explanation->reason);
         response->set_message(explanation->message);
+        if (explanation->evaluate_time != absl::InfinitePast()) {
+          *response->mutable_evaluate_time() =
+              ToProtoTime(explanation->evaluate_time);
+        }
         return absl::OkStatus();
       }
     }

@@ -326,9 +326,7 @@ absl::Status PriorityClassPage(pg::ObjectStore* objects,
   int32_t after_value = 0;
   const bool resume = !request_query.after_key.empty();
   if (resume && !absl::SimpleAtoi(request_query.after_key[0], &after_value)) {
-    return domain::FieldError(
-        "page_token", domain::reason::kInvalidValue,
-        "malformed; pass the next_page_token of the previous page");
+    return PageTokenError();
   }
   struct Entry {
     int32_t value;
@@ -474,20 +472,18 @@ class QueueServiceImpl final : public ApiService<v1::QueueService> {
   TY_UPDATE_METHOD(PriorityClass, priority_class, kPriorityClasses)
   TY_DELETE_METHOD(PriorityClass, kPriorityClasses)
 
-  grpc::Status ListPriorityClasses(
-      grpc::ServerContext* context,
-      const v1::ListPriorityClassesRequest* request,
-      v1::ListPriorityClassesResponse* response) override {
-    return Run(ctx_, context, [&](const Caller&) {
-      return PriorityClassPage(ctx_->objects, *request, response);
-    });
+  TY_RPC(ListPriorityClasses, v1::ListPriorityClassesRequest,
+         v1::ListPriorityClassesResponse) {
+    return Run(ctx_, context, Method("ListPriorityClasses"), *request,
+               [&](const Caller&) {
+                 return PriorityClassPage(ctx_->objects, *request, response);
+               });
   }
 
-  grpc::Status GetQueueStatus(grpc::ServerContext* context,
-                              const v1::GetQueueStatusRequest* request,
-                              v1::QueueStatus* response) override {
+  TY_RPC(GetQueueStatus, v1::GetQueueStatusRequest, v1::QueueStatus) {
     return ReadResource(
-        ctx_, context, kQueues, request->name(),
+        ctx_, context, Method("GetQueueStatus"), *request, kQueues,
+        request->name(),
         [&](const Caller&, const NamedObject& queue) -> absl::Status {
           const std::string& tenant = queue.key[0];
           const std::string& id = queue.key[1];

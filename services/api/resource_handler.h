@@ -400,20 +400,23 @@ absl::Status Authorize(const Caller& caller, const ResourceKind<T>& kind,
                    TenantOf(kind, object.key), object.name);
 }
 
-// Runs a reading handler on the object of `kind` that `name` names: parses it
-// (field "name"), applies kind.access.read, and runs `fn`.
+// Runs a reading handler (`method`, `request`: handler.h's Run) on the object
+// of `kind` that `name` names: parses it (field "name"), applies
+// kind.access.read, and runs `fn`.
 template <typename T>
 grpc::Status ReadResource(
-    ApiContext* ctx, grpc::ServerContext* context, const ResourceKind<T>& kind,
+    ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
+    const google::protobuf::Message& request, const ResourceKind<T>& kind,
     const std::string& name,
     absl::FunctionRef<absl::Status(const Caller&, const NamedObject&)> fn) {
-  return Run(ctx, context, [&](const Caller& caller) -> absl::Status {
-    TY_ASSIGN_OR_RETURN(ResourceKey key, kind.parse_name(name, "name"));
-    const NamedObject object{key, kind.name_of(key)};
-    TY_RETURN_IF_ERROR(
-        Authorize(caller, kind, {"read", kind.access.read}, object));
-    return fn(caller, object);
-  });
+  return Run(
+      ctx, context, method, request, [&](const Caller& caller) -> absl::Status {
+        TY_ASSIGN_OR_RETURN(ResourceKey key, kind.parse_name(name, "name"));
+        const NamedObject object{key, kind.name_of(key)};
+        TY_RETURN_IF_ERROR(
+            Authorize(caller, kind, {"read", kind.access.read}, object));
+        return fn(caller, object);
+      });
 }
 
 // Runs an audited mutation of the object of `kind` that `name` (the request
@@ -458,10 +461,12 @@ grpc::Status MutateResource(
 // Get<Kind>(name).
 template <typename T>
 grpc::Status GetResource(ApiContext* ctx, grpc::ServerContext* context,
+                         std::string_view method,
+                         const google::protobuf::Message& request,
                          const ResourceKind<T>& kind, const std::string& name,
                          T* response) {
   return ReadResource(
-      ctx, context, kind, name,
+      ctx, context, method, request, kind, name,
       [&](const Caller&, const NamedObject& object) -> absl::Status {
         TY_ASSIGN_OR_RETURN(*response,
                             GetObject(*ctx, kind, object.key, object.name));
@@ -501,21 +506,24 @@ std::string_view ParentOf(const Request& request) {
 // page's objects go to `out`, the token of the next page to `next_page_token`.
 template <typename T>
 grpc::Status ListResources(
-    ApiContext* ctx, grpc::ServerContext* context, const ResourceKind<T>& kind,
+    ApiContext* ctx, grpc::ServerContext* context, std::string_view method,
+    const google::protobuf::Message& request, const ResourceKind<T>& kind,
     absl::FunctionRef<
         absl::StatusOr<storage::postgres::ListQuery>(const Caller&)>
         select,
     google::protobuf::RepeatedPtrField<T>* out, std::string* next_page_token) {
-  return Run(ctx, context, [&](const Caller& caller) -> absl::Status {
-    TY_ASSIGN_OR_RETURN(storage::postgres::ListQuery query, select(caller));
-    TY_ASSIGN_OR_RETURN(storage::postgres::ListPage page,
-                        ctx->objects->List(kind.store(), query));
-    for (const storage::postgres::StoredObject& row : page.objects) {
-      TY_RETURN_IF_ERROR(DecodeStored(row, kind.name_of(row.key), out->Add()));
-    }
-    *next_page_token = NextPageToken(page);
-    return absl::OkStatus();
-  });
+  return Run(
+      ctx, context, method, request, [&](const Caller& caller) -> absl::Status {
+        TY_ASSIGN_OR_RETURN(storage::postgres::ListQuery query, select(caller));
+        TY_ASSIGN_OR_RETURN(storage::postgres::ListPage page,
+                            ctx->objects->List(kind.store(), query));
+        for (const storage::postgres::StoredObject& row : page.objects) {
+          TY_RETURN_IF_ERROR(
+              DecodeStored(row, kind.name_of(row.key), out->Add()));
+        }
+        *next_page_token = NextPageToken(page);
+        return absl::OkStatus();
+      });
 }
 
 // Update<Kind>(<field>, update_mask).

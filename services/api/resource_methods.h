@@ -24,49 +24,41 @@
 #define TRAINYARD_SERVICES_API_RESOURCE_METHODS_H_
 
 #define TY_CREATE_METHOD(Kind, field, kind)                                \
-  grpc::Status Create##Kind(                                               \
-      grpc::ServerContext* context,                                        \
-      const ::trainyard::v1::Create##Kind##Request* request,               \
-      ::trainyard::v1::Kind* response) override {                          \
+  TY_RPC(Create##Kind, ::trainyard::v1::Create##Kind##Request,             \
+         ::trainyard::v1::Kind) {                                          \
     return CreateResource(ctx_, context, Method("Create" #Kind), *request, \
                           kind, ParentOf(*request), request->field##_id(), \
                           request->field(), response);                     \
   }
 
-#define TY_GET_METHOD(Kind, kind)                                            \
-  grpc::Status Get##Kind(grpc::ServerContext* context,                       \
-                         const ::trainyard::v1::Get##Kind##Request* request, \
-                         ::trainyard::v1::Kind* response) override {         \
-    return GetResource(ctx_, context, kind, request->name(), response);      \
+#define TY_GET_METHOD(Kind, kind)                                          \
+  TY_RPC(Get##Kind, ::trainyard::v1::Get##Kind##Request,                   \
+         ::trainyard::v1::Kind) {                                          \
+    return GetResource(ctx_, context, Method("Get" #Kind), *request, kind, \
+                       request->name(), response);                         \
   }
 
 #define TY_LIST_METHOD(Kinds, plural_field, kind, select)                     \
-  grpc::Status List##Kinds(                                                   \
-      grpc::ServerContext* context,                                           \
-      const ::trainyard::v1::List##Kinds##Request* request,                   \
-      ::trainyard::v1::List##Kinds##Response* response) override {            \
+  TY_RPC(List##Kinds, ::trainyard::v1::List##Kinds##Request,                  \
+         ::trainyard::v1::List##Kinds##Response) {                            \
     return ListResources(                                                     \
-        ctx_, context, kind,                                                  \
+        ctx_, context, Method("List" #Kinds), *request, kind,                 \
         [&](const Caller& caller) { return select(kind, caller, *request); }, \
         response->mutable_##plural_field(),                                   \
         response->mutable_next_page_token());                                 \
   }
 
 #define TY_UPDATE_METHOD(Kind, field, kind)                                \
-  grpc::Status Update##Kind(                                               \
-      grpc::ServerContext* context,                                        \
-      const ::trainyard::v1::Update##Kind##Request* request,               \
-      ::trainyard::v1::Kind* response) override {                          \
+  TY_RPC(Update##Kind, ::trainyard::v1::Update##Kind##Request,             \
+         ::trainyard::v1::Kind) {                                          \
     return UpdateResource(ctx_, context, Method("Update" #Kind), *request, \
                           kind, request->field(), request->update_mask(),  \
                           response);                                       \
   }
 
 #define TY_DELETE_METHOD(Kind, kind)                                       \
-  grpc::Status Delete##Kind(                                               \
-      grpc::ServerContext* context,                                        \
-      const ::trainyard::v1::Delete##Kind##Request* request,               \
-      ::google::protobuf::Empty*) override {                               \
+  TY_RPC(Delete##Kind, ::trainyard::v1::Delete##Kind##Request,             \
+         ::google::protobuf::Empty) {                                      \
     return DeleteResource(ctx_, context, Method("Delete" #Kind), *request, \
                           kind, request->name());                          \
   }

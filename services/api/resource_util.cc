@@ -14,6 +14,7 @@
 #include "services/api/context.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/string_view.h"
 #include "services/lib/domain/validation.h"
 #include "storage/postgres/errors.h"
@@ -73,13 +74,6 @@ bool IsUpdatable(const UpdatableFields& updatable, std::string_view field) {
          updatable.end();
 }
 
-absl::Status PageTokenError() {
-  return domain::FieldError(
-      "page_token", domain::reason::kInvalidValue,
-      "malformed; pass the next_page_token of the previous page of the "
-      "same listing");
-}
-
 }  // namespace
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t) {
@@ -129,8 +123,8 @@ std::optional<std::string> NullIfEmpty(const std::string& id) {
 
 std::string Quoted(std::string_view s) {
   constexpr size_t kMaxEcho = 200;
-  std::string out =
-      domain::Cat("\"", absl::CHexEscape(domain::AbslView(s.substr(0, kMaxEcho))));
+  std::string out = domain::Cat(
+      "\"", absl::CHexEscape(domain::AbslView(s.substr(0, kMaxEcho))));
   if (s.size() > kMaxEcho) out += "...";
   out += "\"";
   return out;
@@ -151,7 +145,7 @@ absl::Status CheckNewId(std::string_view field, std::string_view id,
   if (!valid(id)) {
     const char* rule = valid == &domain::IsValidId ? kIdRule : kOtherRule;
     return domain::FieldError(field, domain::reason::kInvalidName,
-                            domain::Cat(rule, "; got ", Quoted(id)));
+                              domain::Cat(rule, "; got ", Quoted(id)));
   }
   return absl::OkStatus();
 }
@@ -162,8 +156,8 @@ absl::StatusOr<int64_t> ExpectedVersion(std::string_view etag,
   int64_t version = 0;
   if (!absl::SimpleAtoi(domain::AbslView(etag), &version) || version <= 0) {
     return absl::AbortedError(domain::Cat("etag mismatch: \"", etag,
-                                        "\" is not an etag of ", resource,
-                                        "; read it again and retry"));
+                                          "\" is not an etag of ", resource,
+                                          "; read it again and retry"));
   }
   return version;
 }
@@ -176,7 +170,7 @@ absl::Status CheckUpdateMask(const FieldMask& mask,
     if (path.empty() || descriptor->FindFieldByName(top) == nullptr ||
         !FieldMaskUtil::GetFieldDescriptors(descriptor, path, nullptr)) {
       return domain::FieldError("update_mask", reason::kBadUpdateMask,
-                              domain::Cat("unknown field \"", path, "\""));
+                                domain::Cat("unknown field \"", path, "\""));
     }
     if (!IsUpdatable(updatable, top)) {
       return domain::FieldError(
@@ -210,6 +204,27 @@ bool MaskCovers(const FieldMask& mask, std::string_view field) {
   return false;
 }
 
+absl::Status PageTokenError() {
+  return domain::FieldError(
+      "page_token", domain::reason::kInvalidValue,
+      "malformed; pass the next_page_token of the previous page of the "
+      "same listing");
+}
+
+absl::StatusOr<std::vector<std::string>> PageKey(
+    const std::string& page_token, size_t key_size,
+    bool (*valid)(std::string_view)) {
+  absl::StatusOr<std::vector<std::string>> key =
+      storage::postgres::DecodePageToken(page_token);
+  if (!key.ok() || key->size() != key_size) return PageTokenError();
+  if (valid != nullptr) {
+    for (const std::string& part : *key) {
+      if (!valid(part)) return PageTokenError();
+    }
+  }
+  return key;
+}
+
 absl::StatusOr<storage::postgres::ListQuery> PageQuery(
     int32_t page_size, const std::string& page_token, size_t key_size) {
   absl::StatusOr<int> limit = PageSize(page_size);
@@ -217,10 +232,7 @@ absl::StatusOr<storage::postgres::ListQuery> PageQuery(
   storage::postgres::ListQuery query;
   query.limit = *limit;
   if (!page_token.empty()) {
-    absl::StatusOr<std::vector<std::string>> key =
-        storage::postgres::DecodePageToken(page_token);
-    if (!key.ok() || key->size() != key_size) return PageTokenError();
-    query.after_key = *std::move(key);
+    TY_ASSIGN_OR_RETURN(query.after_key, PageKey(page_token, key_size));
   }
   return query;
 }
@@ -261,18 +273,20 @@ absl::Status ExplainStorageError(
           storage::postgres::ViolatedConstraint(status);
       for (const ConstraintMessage& m : messages) {
         if (m.constraint != constraint) continue;
-        absl::Status out(
-            status.code(),
-            m.field.empty() ? m.message : domain::Cat(m.field, ": ", m.message));
+        absl::Status out(status.code(),
+                         m.field.empty()
+                             ? m.message
+                             : domain::Cat(m.field, ": ", m.message));
         return domain::AttachErrorInfo(out, m.field, m.reason);
       }
       if (status.code() == absl::StatusCode::kAlreadyExists) {
-        return absl::AlreadyExistsError(domain::Cat(resource, " already exists"));
+        return absl::AlreadyExistsError(
+            domain::Cat(resource, " already exists"));
       }
       if (constraint.empty()) return status;
       return absl::FailedPreconditionError(
           domain::Cat(resource, " conflicts with other objects (constraint ",
-                    constraint, ")"));
+                      constraint, ")"));
     }
     default:
       return status;
@@ -293,8 +307,9 @@ ConstraintMessage InUse(std::string constraint, std::string message) {
 absl::Status MissingReference(std::string_view field,
                               std::string_view reason_code,
                               std::string_view what, std::string_view id) {
-  return domain::FieldError(field, reason_code,
-                          domain::Cat(what, " ", Quoted(id), " does not exist"));
+  return domain::FieldError(
+      field, reason_code,
+      domain::Cat(what, " ", Quoted(id), " does not exist"));
 }
 
 absl::Status CheckExists(storage::postgres::ObjectStore* objects,
@@ -320,8 +335,8 @@ std::string StoredBodyError(std::string_view name) {
 
 absl::Status EtagMismatch(std::string_view name, std::string_view etag) {
   return absl::AbortedError(domain::Cat("etag mismatch: ", name,
-                                      " has changed since etag \"", etag,
-                                      "\"; read it again and retry"));
+                                        " has changed since etag \"", etag,
+                                        "\"; read it again and retry"));
 }
 
 trainyard::v1::CapacitySummary SumReadyCapacity(

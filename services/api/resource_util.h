@@ -45,6 +45,9 @@ inline constexpr std::string_view kUnknownPriorityClass =
 inline constexpr std::string_view kInUse = "IN_USE";
 // An update_mask path names no field, or a field that cannot be updated.
 inline constexpr std::string_view kBadUpdateMask = "INVALID_UPDATE_MASK";
+// The tenant is over its submit rate limit (RESOURCE_EXHAUSTED, with the
+// retry delay).
+inline constexpr std::string_view kRateLimited = "RATE_LIMITED";
 }  // namespace reason
 
 // --- Stored objects ---
@@ -120,9 +123,17 @@ bool MaskCovers(const google::protobuf::FieldMask& mask,
 
 // --- Lists ---
 
+// The one check of every page_token the API takes: INVALID_ARGUMENT on
+// "page_token" (INVALID_VALUE) for a token that is not one of ours.
+absl::Status PageTokenError();
+// The key a page_token carries: `key_size` parts of storable text (the
+// decoding refuses others, storage/postgres/object_store.h), each accepted by
+// `valid` when given; else PageTokenError().
+absl::StatusOr<std::vector<std::string>> PageKey(
+    const std::string& page_token, size_t key_size,
+    bool (*valid)(std::string_view) = nullptr);
 // A ListQuery for a page request: limit from PageSize(page_size), after_key
-// from the token (INVALID_ARGUMENT on "page_token" when it is malformed or has
-// not `key_size` parts).
+// from the token (PageKey with `key_size` parts).
 absl::StatusOr<storage::postgres::ListQuery> PageQuery(
     int32_t page_size, const std::string& page_token, size_t key_size);
 // Every row matching `query` (its limit and after_key are ignored), read in

@@ -11,7 +11,9 @@ namespace trainyard::api {
 // Converts a status to the gRPC status returned to the client, attaching a
 // serialized trainyard.v1.ErrorInfo (field at fault, reason, retry delay) as
 // the trailing metadata "trainyard-error-bin". Internal details of INTERNAL
-// errors are logged, not returned.
+// errors are logged, not returned. An INVALID_ARGUMENT or RESOURCE_EXHAUSTED
+// built without a reason (a defect: build them with domain::FieldError or
+// AttachErrorInfo) is logged and given INVALID_VALUE / RESOURCE_EXHAUSTED.
 grpc::Status Reply(grpc::ServerContextBase* context,
                    const absl::Status& status);
 

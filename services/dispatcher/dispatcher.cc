@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
-#include "services/lib/runtime/logging.h"
-#include "services/lib/runtime/metrics.h"
 #include "services/lib/domain/job_state.h"
 #include "services/lib/domain/names.h"
+#include "services/lib/runtime/logging.h"
+#include "services/lib/runtime/metrics.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 
@@ -424,13 +424,14 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
     current.job = *claimed;
     Transitions("DISPATCHING").Increment();
   }
-  LaunchRequest request{.name = a.attempt.backend_job_name(),
-                        .job_id = JobIdOf(a.job),
-                        .attempt = a.attempt.index(),
-                        .tenant = a.job.tenant(),
-                        .spec = a.job.spec(),
-                        .flavor = std::string(domain::NameId(a.attempt.flavor())),
-                        .resume_from = a.attempt.resumed_from()};
+  LaunchRequest request{
+      .name = a.attempt.backend_job_name(),
+      .job_id = JobIdOf(a.job),
+      .attempt = a.attempt.index(),
+      .tenant = a.job.tenant(),
+      .spec = a.job.spec(),
+      .flavor = std::string(domain::NameId(a.attempt.flavor())),
+      .resume_from = a.attempt.resumed_from()};
   for (const v1::WorkerPlacement& p : a.attempt.placements())
     request.worker_nodes.push_back(std::string(domain::NameId(p.node())));
   request.env = ApiEnv(options_, a.job.tenant(), JobIdOf(a.job), a.job.spec(),
@@ -517,6 +518,12 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
     // A dispatcher died between recording a platform failure (RECOVERING)
     // and putting the job back in line: finish that step.
     const bool cancel = a.job.cancel_requested();
+    std::string cancelled;
+    if (cancel) {
+      absl::StatusOr<std::string> m = CancelledMessage(a);
+      if (!m.ok()) return m.status();
+      cancelled = *std::move(m);
+    }
     deferred_.push_back(
         {.change = {.tenant = a.job.tenant(),
                     .job_id = JobIdOf(a.job),
@@ -525,7 +532,7 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
                         cancel ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_QUEUED,
                     .reason = cancel ? "CANCELLED" : "RECOVERED",
                     .message =
-                        cancel ? absl::StrCat(name, " was stopped")
+                        cancel ? cancelled
                         : a.job.resume_from().empty()
                             ? std::string("the next attempt starts from the "
                                           "beginning (no checkpoint)")
@@ -596,6 +603,18 @@ absl::Status Dispatcher::Follow(const pg::ClusterAttempt& a,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Dispatcher::CancelledMessage(
+    const pg::ClusterAttempt& a) {
+  const std::string stopped =
+      absl::StrCat(a.attempt.backend_job_name(), " was stopped");
+  if (!a.job.cancel_requested()) return stopped;
+  absl::StatusOr<std::string> requested =
+      jobs_->CancelRequestMessage(JobIdOf(a.job));
+  if (!requested.ok()) return requested.status();
+  if (requested->empty()) return stopped;
+  return absl::StrCat(*requested, "; ", stopped);
+}
+
 absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
                              const AttemptStatus& status,
                              PassReport& /*report*/) {
@@ -660,8 +679,9 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
     counter = &PassReport::succeeded;
   } else if (status.failure == FailureKind::kCancelled ||
              a.job.cancel_requested()) {
-    s = change(v1::JOB_STATE_CANCELLED, "CANCELLED",
-               absl::StrCat(name, " was stopped"), fields);
+    absl::StatusOr<std::string> message = CancelledMessage(a);
+    if (!message.ok()) return message.status();
+    s = change(v1::JOB_STATE_CANCELLED, "CANCELLED", *message, fields);
     counter = &PassReport::cancelled;
   } else {
     // Attempts so far that count against the retry limit, this one included.
@@ -750,7 +770,8 @@ absl::Status Dispatcher::Flush(PassReport& report) {
       }
       continue;
     }
-    Transitions(std::string(domain::StateName(d.change.to)).c_str()).Increment();
+    Transitions(std::string(domain::StateName(d.change.to)).c_str())
+        .Increment();
     if (d.counter != nullptr) ++(report.*d.counter);
     if (d.forget.empty()) continue;
     {

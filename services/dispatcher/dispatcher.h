@@ -31,9 +31,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "services/lib/runtime/job_token.h"
 #include "services/dispatcher/adapters/adapter.h"
 #include "services/leader/leader_loop.h"
+#include "services/lib/runtime/job_token.h"
 #include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
@@ -137,6 +137,11 @@ class Dispatcher {
                                  PassReport& report);
   absl::Status End(const storage::postgres::ClusterAttempt& a,
                    const AttemptStatus& status, PassReport& report);
+  // The message a cancelled job ends with: the user's cancel request
+  // ("cancelled by users/alice: <reason>") and that its attempt was stopped;
+  // just the latter for an attempt stopped without a request (by the backend).
+  absl::StatusOr<std::string> CancelledMessage(
+      const storage::postgres::ClusterAttempt& a);
   // The leader loop's hooks: a dispatcher that becomes active forgets what
   // it reported before; a round is one pass, and how long to wait for the
   // next (backing off while passes fail).

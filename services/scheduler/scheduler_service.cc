@@ -605,7 +605,8 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     upserts.push_back({.job_id = id,
                        .reason = reasons_[reason],
                        .message = std::string(message),
-                       .position = position});
+                       .position = position,
+                       .evaluate_time = explained_at});
   };
   // The code of each policy::PendingReason, looked up once per cycle.
   std::array<int, 256> pending_codes;
@@ -650,7 +651,8 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     upserts.push_back({.job_id = r.id,
                        .reason = reasons_[r.reason],
                        .message = std::string(r.message),
-                       .position = r.position});
+                       .position = r.position,
+                       .evaluate_time = explained_at});
   }
 
   // Preemptions, then the admissions that need them.

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "services/lib/domain/job_state.h"
+#include "services/lib/domain/status_macros.h"
 #include "storage/postgres/job_batch.h"
 
 namespace trainyard::storage::postgres {
@@ -32,6 +33,10 @@ DispatcherStore::DispatcherStore(Database* db) : db_(db) {
                absl::StrCat("SELECT ", EpochMicros("create_time"),
                             ", body FROM job_events WHERE job_id = $1 ORDER BY "
                             "seq DESC LIMIT 100"));
+  db_->Prepare("job_events_newest_first",
+               absl::StrCat("SELECT ", EpochMicros("create_time"),
+                            ", body FROM job_events WHERE job_id = $1 ORDER BY "
+                            "seq DESC"));
 }
 
 absl::StatusOr<std::vector<ClusterAttempt>> DispatcherStore::ClusterAttempts(
@@ -150,18 +155,19 @@ DispatcherStore::ChangeAttempts(const std::vector<AttemptChange>& changes) {
   return out;
 }
 
-absl::StatusOr<std::optional<absl::Time>> DispatcherStore::StateEnteredAt(
-    int64_t job_id, JobState state) {
-  std::optional<absl::Time> out;
+// The newest event of the job that `match` accepts, with its time, among the
+// rows of `statement` (time, body; newest first); nullopt if none.
+absl::StatusOr<std::optional<std::pair<absl::Time, JobEvent>>>
+DispatcherStore::NewestEvent(const char* statement, int64_t job_id,
+                             absl::FunctionRef<bool(const JobEvent&)> match) {
+  std::optional<std::pair<absl::Time, JobEvent>> out;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
     out.reset();
-    for (const pqxx::row& row :
-         txn.exec_prepared("job_events_recent", job_id)) {
+    for (const pqxx::row& row : txn.exec_prepared(statement, job_id)) {
       JobEvent e;
       if (!e.ParseFromString(BytesOf(row[1]))) continue;
-      if (e.type() == trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED &&
-          e.to_state() == state) {
-        out = TimeOf(row[0]);
+      if (match(e)) {
+        out.emplace(TimeOf(row[0]), std::move(e));
         break;
       }
     }
@@ -169,6 +175,30 @@ absl::StatusOr<std::optional<absl::Time>> DispatcherStore::StateEnteredAt(
   });
   if (!s.ok()) return s;
   return out;
+}
+
+absl::StatusOr<std::optional<absl::Time>> DispatcherStore::StateEnteredAt(
+    int64_t job_id, JobState state) {
+  TY_ASSIGN_OR_RETURN(
+      const auto entered,
+      NewestEvent("job_events_recent", job_id, [&](const JobEvent& e) {
+        return e.type() == trainyard::v1::JOB_EVENT_TYPE_STATE_CHANGED &&
+               e.to_state() == state;
+      }));
+  if (!entered.has_value()) return std::nullopt;
+  return entered->first;
+}
+
+absl::StatusOr<std::string> DispatcherStore::CancelRequestMessage(
+    int64_t job_id) {
+  // Once per cancelled job: all its events, newest first, until the request.
+  TY_ASSIGN_OR_RETURN(
+      const auto requested,
+      NewestEvent("job_events_newest_first", job_id, [](const JobEvent& e) {
+        return e.type() == trainyard::v1::JOB_EVENT_TYPE_CANCEL_REQUESTED;
+      }));
+  if (!requested.has_value()) return std::string();
+  return requested->second.message();
 }
 
 }  // namespace trainyard::storage::postgres

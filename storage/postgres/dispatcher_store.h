@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "storage/postgres/job_rows.h"
@@ -76,7 +78,17 @@ class DispatcherStore {
   absl::StatusOr<std::optional<absl::Time>> StateEnteredAt(
       int64_t job_id, trainyard::v1::JobState state);
 
+  // The message of the job's newest cancel request ("cancelled by
+  // users/alice: <reason>", as CancelJob recorded it in the job's
+  // CANCEL_REQUESTED event), "" if it has none: the dispatcher that stops a
+  // cancelled attempt ends the job with it.
+  absl::StatusOr<std::string> CancelRequestMessage(int64_t job_id);
+
  private:
+  absl::StatusOr<std::optional<std::pair<absl::Time, trainyard::v1::JobEvent>>>
+  NewestEvent(const char* statement, int64_t job_id,
+              absl::FunctionRef<bool(const trainyard::v1::JobEvent&)> match);
+
   Database* db_;
 };
 

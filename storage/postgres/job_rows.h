@@ -36,6 +36,9 @@ struct Explanation {
   std::string reason;
   std::string message;
   int64_t position = 0;
+  // When the scheduler evaluated the job to this explanation (its cycle's
+  // time); InfinitePast: not known (the write's time stands in).
+  absl::Time evaluate_time = absl::InfinitePast();
 };
 
 // Event rows to append in a transaction (helper shared by every writer of job

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "services/lib/domain/errors.h"
 #include "services/lib/domain/job_state.h"
 #include "storage/postgres/errors.h"
 
@@ -114,8 +115,9 @@ JobStore::JobStore(Database* db) : db_(db) {
                "SELECT weighted_share FROM queue_shares WHERE tenant = $1 AND "
                "queue = $2");
   db_->Prepare("explanation_get",
-               "SELECT reason, message, position FROM pending_explanations "
-               "WHERE job_id = $1");
+               absl::StrCat("SELECT reason, message, position, ",
+                            EpochMicros("coalesce(evaluate_time, update_time)"),
+                            " FROM pending_explanations WHERE job_id = $1"));
 }
 
 absl::StatusOr<std::vector<SubmitOutcome>> JobStore::SubmitMany(
@@ -484,9 +486,11 @@ absl::StatusOr<Checkpoint> JobStore::ReportCheckpoint(
     out.set_job(job->name());
     if (out.attempt() == 0) out.set_attempt(job->attempt_count());
     if (out.attempt() > job->attempt_count()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint.attempt: job has started ", job->attempt_count(),
-          " attempt(s); attempt ", out.attempt(), " does not exist"));
+      return domain::FieldError(
+          "checkpoint.attempt", domain::reason::kOutOfRange,
+          absl::StrCat("job has started ", job->attempt_count(),
+                       " attempt(s); attempt ", out.attempt(),
+                       " does not exist"));
     }
     const int64_t max_step =
         txn.exec_prepared("checkpoint_max_step", job_id)[0][0].as<int64_t>();
@@ -673,7 +677,8 @@ absl::StatusOr<std::optional<Explanation>> JobStore::GetExplanation(
       out = Explanation{.job_id = job_id,
                         .reason = r[0][0].c_str(),
                         .message = r[0][1].c_str(),
-                        .position = r[0][2].as<int64_t>()};
+                        .position = r[0][2].as<int64_t>(),
+                        .evaluate_time = TimeOf(r[0][3])};
     }
     return absl::OkStatus();
   });

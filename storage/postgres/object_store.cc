@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/validation.h"
 #include "storage/postgres/errors.h"
 #include "trainyard/v1/queue.pb.h"
 
@@ -276,8 +278,8 @@ absl::StatusOr<ListPage> ObjectStore::List(const ObjectKind& kind,
     }
     if (!query.after_key.empty()) {
       if (query.after_key.size() != kind.key_columns.size()) {
-        return absl::InvalidArgumentError(
-            "page_token: does not belong to this listing");
+        return domain::FieldError("page_token", domain::reason::kInvalidValue,
+                                  "does not belong to this listing");
       }
       std::vector<std::string> placeholders;
       for (const auto& k : query.after_key)
@@ -387,8 +389,12 @@ std::string EncodePageToken(const std::vector<std::string>& key) {
 absl::StatusOr<std::vector<std::string>> DecodePageToken(
     const std::string& token) {
   std::string raw;
-  if (!absl::WebSafeBase64Unescape(token, &raw) || raw.empty()) {
-    return absl::InvalidArgumentError("page_token: malformed");
+  // A key is text the listing's SQL compares: bytes PostgreSQL would refuse
+  // (invalid UTF-8, NUL) cannot be one of ours.
+  if (!absl::WebSafeBase64Unescape(token, &raw) || raw.empty() ||
+      !domain::IsStorableText(raw)) {
+    return domain::FieldError("page_token", domain::reason::kInvalidValue,
+                              "malformed");
   }
   return std::vector<std::string>(absl::StrSplit(raw, '\x1f'));
 }

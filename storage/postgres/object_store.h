@@ -145,7 +145,9 @@ class ObjectStore {
   Database* db_;
 };
 
-// Page tokens: an opaque encoding of the last key of a page.
+// Page tokens: an opaque encoding of the last key of a page. Decoding refuses
+// (INVALID_ARGUMENT on page_token) a token that is not base64 or whose key is
+// not storable text (domain::IsStorableText).
 std::string EncodePageToken(const std::vector<std::string>& key);
 absl::StatusOr<std::vector<std::string>> DecodePageToken(
     const std::string& token);

@@ -56,12 +56,15 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
                "LIMIT $2");
   db_->Prepare(
       "explanations_upsert",
-      "INSERT INTO pending_explanations (job_id, reason, message, position) "
-      "SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], "
-      "$4::bigint[]) "
+      "INSERT INTO pending_explanations (job_id, reason, message, position, "
+      "evaluate_time) "
+      "SELECT id, reason, message, position, "
+      "coalesce(to_timestamp(evaluated / 1000000.0), now()) "
+      "FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], "
+      "$5::bigint[]) AS u(id, reason, message, position, evaluated) "
       "ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason, "
-      "message = excluded.message, position = excluded.position, update_time = "
-      "now()");
+      "message = excluded.message, position = excluded.position, "
+      "evaluate_time = excluded.evaluate_time, update_time = now()");
   db_->Prepare(
       "explanations_all",
       absl::StrCat("SELECT job_id, reason, message, ",
@@ -333,16 +336,21 @@ absl::Status SchedulerStore::WriteExplanations(
     // In chunks, so that one statement stays small.
     constexpr size_t kChunk = 2000;
     for (size_t begin = 0; begin < upserts.size(); begin += kChunk) {
-      ArrayLiteral ids, reasons, messages, positions;
+      ArrayLiteral ids, reasons, messages, positions, evaluated;
       for (size_t i = begin; i < std::min(upserts.size(), begin + kChunk);
            ++i) {
         ids.Int(upserts[i].job_id);
         reasons.Text(upserts[i].reason);
         messages.Text(upserts[i].message);
         positions.Int(upserts[i].position);
+        if (upserts[i].evaluate_time == absl::InfinitePast()) {
+          evaluated.Null();
+        } else {
+          evaluated.Int(absl::ToUnixMicros(upserts[i].evaluate_time));
+        }
       }
       txn.exec_prepared("explanations_upsert", ids.str(), reasons.str(),
-                        messages.str(), positions.str());
+                        messages.str(), positions.str(), evaluated.str());
     }
     return absl::OkStatus();
   });

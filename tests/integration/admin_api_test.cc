@@ -13,9 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/dynamic_message.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/cmd/trainyard/apply.h"
@@ -26,6 +29,7 @@ namespace {
 
 namespace v1 = trainyard::v1;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 class AdminApiTest : public ::testing::Test {
@@ -1463,6 +1467,229 @@ TEST_F(AdminApiTest, ApplyErrors) {
   err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("UNAUTHENTICATED"));
+}
+
+// --- What every method promises (docs/api.md, "Standard methods", "Errors")
+// ---
+
+// A fresh request of `method`'s input type.
+std::unique_ptr<google::protobuf::Message> NewRequest(
+    const google::protobuf::MethodDescriptor& method) {
+  return std::unique_ptr<google::protobuf::Message>(
+      google::protobuf::MessageFactory::generated_factory()
+          ->GetPrototype(method.input_type())
+          ->New());
+}
+
+// Sets the string field `field` of `message` if it has one.
+void SetIfPresent(google::protobuf::Message& message, const std::string& field,
+                  const std::string& value) {
+  const google::protobuf::FieldDescriptor* f =
+      message.GetDescriptor()->FindFieldByName(field);
+  if (f != nullptr) message.GetReflection()->SetString(&message, f, value);
+}
+
+// Every List method of the api, with a request a platform admin may make: a
+// parent that takes every tenant or cluster where the listing has one
+// (ListProjects: tenant acme's), and a job (`job`) for ListCheckpoints.
+std::vector<std::pair<const google::protobuf::MethodDescriptor*,
+                      std::unique_ptr<google::protobuf::Message>>>
+ListRequests(const std::string& job) {
+  std::vector<std::pair<const google::protobuf::MethodDescriptor*,
+                        std::unique_ptr<google::protobuf::Message>>>
+      out;
+  for (const google::protobuf::MethodDescriptor* m : ApiHarness::ApiMethods()) {
+    if (m->server_streaming() ||
+        m->input_type()->FindFieldByName("page_token") == nullptr) {
+      continue;
+    }
+    std::unique_ptr<google::protobuf::Message> req = NewRequest(*m);
+    const bool of_cluster =
+        m->name() == "ListPools" || m->name() == "ListNodes";
+    SetIfPresent(*req, "parent",
+                 of_cluster                    ? "clusters/-"
+                 : m->name() == "ListProjects" ? "tenants/acme"
+                                               : "tenants/-");
+    SetIfPresent(*req, "job", job);
+    out.emplace_back(m, std::move(req));
+  }
+  return out;
+}
+
+TEST_F(AdminApiTest, EveryListRefusesAPageTokenThatIsNotUtf8) {
+  const int64_t job = h_->SubmitJob(admin_, MinimalSubmit("acme", "tokens"));
+  ASSERT_GT(job, 0);
+  auto lists = ListRequests(absl::StrCat("tenants/acme/jobs/", job));
+  // Tenants, projects, queues, cohorts, priority classes, clusters, flavors,
+  // pools, nodes, jobs, checkpoints, API tokens, role bindings, audit log.
+  EXPECT_GE(lists.size(), 14u);
+  // Base64 of bytes that are not UTF-8, raw and as one part of a two-part key.
+  for (const std::string& bytes :
+       {std::string("\xff\xfe"), std::string("acme\x1f\xc3\x28")}) {
+    for (auto& [method, req] : lists) {
+      SetIfPresent(*req, "page_token", absl::WebSafeBase64Escape(bytes));
+      v1::ErrorInfo info;
+      grpc::Status s =
+          h_->CallUnary(admin_, *method, req->SerializeAsString(), &info);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << method->full_name() << ": " << s.error_message();
+      EXPECT_EQ(info.field(), "page_token") << method->full_name();
+      EXPECT_EQ(info.reason(), "INVALID_VALUE") << method->full_name();
+      EXPECT_THAT(s.error_message(), Not(HasSubstr("byte sequence")))
+          << method->full_name();
+    }
+  }
+}
+
+TEST_F(AdminApiTest, EveryListCapsPageSizeAtAThousand) {
+  const int64_t job = h_->SubmitJob(admin_, MinimalSubmit("acme", "sizes"));
+  ASSERT_GT(job, 0);
+  for (auto& [method, req] :
+       ListRequests(absl::StrCat("tenants/acme/jobs/", job))) {
+    const google::protobuf::FieldDescriptor* size =
+        req->GetDescriptor()->FindFieldByName("page_size");
+    ASSERT_NE(size, nullptr) << method->full_name();
+    req->GetReflection()->SetInt32(req.get(), size, 5000);
+    v1::ErrorInfo info;
+    grpc::Status s =
+        h_->CallUnary(admin_, *method, req->SerializeAsString(), &info);
+    EXPECT_TRUE(s.ok()) << method->full_name() << ": " << s.error_message();
+    req->GetReflection()->SetInt32(req.get(), size, -1);
+    s = h_->CallUnary(admin_, *method, req->SerializeAsString(), &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method->full_name();
+    EXPECT_EQ(info.field(), "page_size") << method->full_name();
+    EXPECT_EQ(info.reason(), "OUT_OF_RANGE") << method->full_name();
+  }
+  // More than a thousand objects: a page of 5,000 asked holds 1,000.
+  for (int i = 0; i < 1001; ++i) {
+    v1::ReportCheckpointRequest req;
+    req.set_job(absl::StrCat("tenants/acme/jobs/", job));
+    req.mutable_checkpoint()->set_step(i + 1);
+    req.mutable_checkpoint()->set_uri(absl::StrCat("s3://b/ck-", i));
+    *req.mutable_checkpoint()->mutable_time() =
+        google::protobuf::util::TimeUtil::GetCurrentTime();
+    v1::Checkpoint saved;
+    grpc::Status s = Run(admin_, [&](auto* c) {
+      return jobs_->ReportCheckpoint(c, req, &saved);
+    });
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::ListCheckpointsRequest list;
+  list.set_job(absl::StrCat("tenants/acme/jobs/", job));
+  list.set_page_size(5000);
+  v1::ListCheckpointsResponse page;
+  grpc::Status s = Run(
+      admin_, [&](auto* c) { return jobs_->ListCheckpoints(c, list, &page); });
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(page.checkpoints_size(), 1000);
+  EXPECT_FALSE(page.next_page_token().empty());
+}
+
+TEST_F(AdminApiTest, NulBytesInAnyStringFieldAreRefusedNamingTheField) {
+  const std::string nul("ci\0bot", 6);
+  auto expect_refused = [&](const grpc::Status& s, const std::string& field,
+                            const std::string& what) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << what << ": " << s.error_message();
+    EXPECT_EQ(info_.field(), field) << what;
+    EXPECT_EQ(info_.reason(), "INVALID_VALUE") << what;
+    EXPECT_THAT(s.error_message(), HasSubstr("NUL")) << what;
+  };
+
+  // An API token's description: refused, and no token is made.
+  auto token_count = [&] {
+    v1::ListApiTokensResponse tokens;
+    EXPECT_TRUE(Run(admin_, [&](auto* c) {
+                  return admin_stub_->ListApiTokens(
+                      c, v1::ListApiTokensRequest(), &tokens);
+                }).ok());
+    return tokens.tokens_size();
+  };
+  const int tokens_before = token_count();
+  v1::CreateApiTokenRequest token;
+  token.set_description(nul);
+  v1::CreateApiTokenResponse made;
+  expect_refused(Run(admin_,
+                     [&](auto* c) {
+                       return admin_stub_->CreateApiToken(c, token, &made);
+                     }),
+                 "description", "CreateApiToken");
+  EXPECT_EQ(token_count(), tokens_before);
+  // Bytes that are not UTF-8 in a string field never reach a handler:
+  // protobuf refuses them when it parses the request (field 2, description;
+  // gRPC answers INTERNAL with no message, docs/api.md "Errors").
+  const google::protobuf::MethodDescriptor* create =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+          "trainyard.v1.AdminService.CreateApiToken");
+  ASSERT_NE(create, nullptr);
+  grpc::Status raw =
+      h_->CallUnary(admin_, *create, std::string("\x12\x02\xff\xfe", 4));
+  EXPECT_FALSE(raw.ok());
+  EXPECT_EQ(token_count(), tokens_before);
+
+  // A label value of a project, a tenant's display name.
+  v1::CreateProjectRequest project;
+  project.set_parent("tenants/acme");
+  project.set_project_id("nul");
+  (*project.mutable_project()->mutable_labels())["team"] = nul;
+  v1::Project created;
+  expect_refused(Run(acme_admin_,
+                     [&](auto* c) {
+                       return queues_->CreateProject(c, project, &created);
+                     }),
+                 "project.labels[\"team\"]", "CreateProject");
+  v1::UpdateTenantRequest tenant;
+  tenant.mutable_tenant()->set_name("tenants/acme");
+  tenant.mutable_tenant()->set_display_name(nul);
+  tenant.mutable_update_mask()->add_paths("display_name");
+  v1::Tenant updated;
+  expect_refused(
+      Run(admin_,
+          [&](auto* c) { return queues_->UpdateTenant(c, tenant, &updated); }),
+      "tenant.display_name", "UpdateTenant");
+
+  // A job's display name in a batch, and a cancel's reason.
+  v1::SubmitJobBatchRequest batch;
+  batch.set_parent("tenants/acme");
+  *batch.add_requests() = MinimalSubmit("acme", "fine");
+  *batch.add_requests() = MinimalSubmit("acme", "nul");
+  batch.mutable_requests(1)->mutable_job()->set_display_name(nul);
+  v1::SubmitJobBatchResponse submitted;
+  expect_refused(
+      Run(acme_member_,
+          [&](auto* c) { return jobs_->SubmitBatch(c, batch, &submitted); }),
+      "requests[1].job.display_name", "SubmitBatch");
+  const int64_t job = h_->SubmitJob(acme_member_, MinimalSubmit("acme", "c"));
+  ASSERT_GT(job, 0);
+  v1::CancelJobRequest cancel;
+  cancel.set_name(absl::StrCat("tenants/acme/jobs/", job));
+  cancel.set_reason(nul);
+  v1::Job cancelled;
+  expect_refused(
+      Run(acme_member_,
+          [&](auto* c) { return jobs_->Cancel(c, cancel, &cancelled); }),
+      "reason", "Cancel");
+  EXPECT_EQ(h_->GetJob(admin_, "acme", job).state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(AdminApiTest, EveryInvalidArgumentNamesItsFieldAndReason) {
+  // Every unary method with an empty request, as a platform admin: whatever
+  // is INVALID_ARGUMENT says which field and why.
+  int invalid = 0;
+  for (const google::protobuf::MethodDescriptor* m : ApiHarness::ApiMethods()) {
+    if (m->server_streaming() || m->client_streaming()) continue;
+    v1::ErrorInfo info;
+    grpc::Status s =
+        h_->CallUnary(admin_, *m, NewRequest(*m)->SerializeAsString(), &info);
+    if (s.error_code() != grpc::StatusCode::INVALID_ARGUMENT) continue;
+    ++invalid;
+    EXPECT_FALSE(info.field().empty())
+        << m->full_name() << ": " << s.error_message();
+    EXPECT_FALSE(info.reason().empty())
+        << m->full_name() << ": " << s.error_message();
+  }
+  EXPECT_GT(invalid, 20);
 }
 
 }  // namespace

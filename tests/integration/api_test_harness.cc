@@ -1,5 +1,7 @@
 #include "tests/integration/api_test_harness.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -301,6 +303,62 @@ absl::Status ApiHarness::SeedTenant(const std::string& tenant) {
     }
   }
   return absl::OkStatus();
+}
+
+grpc::Status ApiHarness::CallUnary(
+    const std::string& token, const google::protobuf::MethodDescriptor& method,
+    const std::string& request, trainyard::v1::ErrorInfo* info,
+    std::string* response) {
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::ClientContext> context = Context(token);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::ByteBuffer response_buffer;
+  grpc::Status status;
+  auto call = stub.PrepareUnaryCall(
+      context.get(),
+      absl::StrCat("/", method.service()->full_name(), "/", method.name()),
+      request_buffer, &cq);
+  call->StartCall();
+  call->Finish(&response_buffer, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  (void)cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (info != nullptr) *info = ErrorInfoOf(*context);
+  if (response != nullptr) {
+    response->clear();
+    std::vector<grpc::Slice> slices;
+    if (status.ok() && response_buffer.Dump(&slices).ok()) {
+      for (const grpc::Slice& part : slices) {
+        response->append(reinterpret_cast<const char*>(part.begin()),
+                         part.size());
+      }
+    }
+  }
+  return status;
+}
+
+std::vector<const google::protobuf::MethodDescriptor*>
+ApiHarness::ApiMethods() {
+  std::vector<const google::protobuf::MethodDescriptor*> out;
+  for (const char* name :
+       {"JobService", "QueueService", "ClusterService", "AdminService"}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+            absl::StrCat("trainyard.v1.", name));
+    if (service == nullptr) {
+      ADD_FAILURE() << "no descriptor of trainyard.v1." << name;
+      continue;
+    }
+    for (int i = 0; i < service->method_count(); ++i) {
+      out.push_back(service->method(i));
+    }
+  }
+  return out;
 }
 
 trainyard::v1::ErrorInfo ErrorInfoOf(const grpc::ClientContext& context) {

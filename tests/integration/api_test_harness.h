@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/descriptor.h"
 #include "services/api/server.h"
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
@@ -86,6 +87,19 @@ class ApiHarness {
   std::unique_ptr<trainyard::v1::QueueService::Stub> queues();
   std::unique_ptr<trainyard::v1::ClusterService::Stub> clusters();
   std::unique_ptr<trainyard::v1::AdminService::Stub> admin();
+
+  // Calls the unary RPC `method` (by descriptor: a table over the api's
+  // methods) with the serialized `request` as `token`; the reply's ErrorInfo
+  // goes to `info` and its serialized response to `response` (either may be
+  // null).
+  grpc::Status CallUnary(const std::string& token,
+                         const google::protobuf::MethodDescriptor& method,
+                         const std::string& request,
+                         trainyard::v1::ErrorInfo* info = nullptr,
+                         std::string* response = nullptr);
+  // Every method of the services the api serves (JobService, QueueService,
+  // ClusterService, AdminService).
+  static std::vector<const google::protobuf::MethodDescriptor*> ApiMethods();
 
  private:
   ApiHarness() = default;

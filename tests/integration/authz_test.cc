@@ -17,7 +17,11 @@
 //   change them;
 //   * every administrative mutation leaves an audit row, refused ones too, with
 //   the code as
-//     the result.
+//     the result;
+//   * a job token (of the shared job in t1) may call JobService's Get, Watch,
+//     ExplainPending, ListCheckpoints and ReportCheckpoint on its own job and
+//     nothing else: every other cell is PERMISSION_DENIED naming its job
+//     (docs/security.md, "Job tokens").
 // Where the rules leave the code open (a denial that could be either), a cell
 // accepts both; see the comments at those rows.
 //
@@ -42,6 +46,8 @@
 #include "google/protobuf/empty.pb.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/runtime/job_token.h"
 #include "tests/integration/api_test_harness.h"
 
 namespace trainyard::testing {
@@ -60,10 +66,12 @@ enum class Who {
   kPlatformAdmin,  // platform-admin
   kNobody,         // a valid token, no role binding anywhere
   kAnonymous,      // no credentials at all
+  kJobToken,       // the job token of the shared job of t1
 };
+constexpr int kWhoCount = 8;
 constexpr Who kEveryone[] = {
     Who::kViewer,        Who::kMember, Who::kTenantAdmin, Who::kFinance,
-    Who::kPlatformAdmin, Who::kNobody, Who::kAnonymous};
+    Who::kPlatformAdmin, Who::kNobody, Who::kAnonymous,   Who::kJobToken};
 
 std::string WhoName(Who who) {
   switch (who) {
@@ -81,6 +89,8 @@ std::string WhoName(Who who) {
       return "nobody";
     case Who::kAnonymous:
       return "anonymous";
+    case Who::kJobToken:
+      return "job_token";
   }
   return "?";
 }
@@ -191,6 +201,16 @@ Expect PlatformAdminOnly() {
   };
 }
 
+// The methods a job token may call (docs/security.md, "Job tokens"), on its
+// own job only.
+bool IsJobTokenMethod(const std::string& method) {
+  for (const char* rpc : {"Get", "Watch", "ExplainPending", "ListCheckpoints",
+                          "ReportCheckpoint"}) {
+    if (method == absl::StrCat("/trainyard.v1.JobService/", rpc)) return true;
+  }
+  return false;
+}
+
 // --- The shared world ---
 
 struct Env {
@@ -199,8 +219,8 @@ struct Env {
   std::unique_ptr<v1::QueueService::Stub> queues;
   std::unique_ptr<v1::ClusterService::Stub> clusters;
   std::unique_ptr<v1::AdminService::Stub> admin;
-  std::string token[7];      // by Who; empty for kAnonymous
-  std::string principal[7];  // by Who; empty for kAnonymous
+  std::string token[kWhoCount];      // by Who; empty for kAnonymous
+  std::string principal[kWhoCount];  // by Who; empty for kAnonymous
   // A queued job in each tenant, with one checkpoint; never cancelled.
   std::string job_t1;
   std::string job_t2;
@@ -368,7 +388,8 @@ struct Call {
   // flag for all.
   bool SeesAll() const { return who == Who::kPlatformAdmin; }
   bool Sees(const std::string& t) const {
-    return SeesAll() || (IsTenantRole(who) && t == kOwnTenant);
+    return SeesAll() ||
+           ((IsTenantRole(who) || who == Who::kJobToken) && t == kOwnTenant);
   }
 };
 
@@ -1070,10 +1091,12 @@ std::vector<Row> AdminRows() {
       Calls(
           &Env::admin, &AdminStub::RevokeApiToken,
           [](const Call& c, v1::RevokeApiTokenRequest& req) {
-            // The anonymous caller has no principal: it tries a token of the
-            // root user's.
-            req.set_name(c.env->NewToken(
-                c.who == Who::kAnonymous ? "users/root" : c.principal()));
+            // The anonymous caller has no principal, and a job token's (its
+            // job) holds no API tokens: they try a token of the root user's.
+            req.set_name(c.env->NewToken(c.who == Who::kAnonymous ||
+                                                 c.who == Who::kJobToken
+                                             ? "users/root"
+                                             : c.principal()));
           },
           [](const Call&, const v1::RevokeApiTokenRequest&,
              const v1::ApiToken& resp) {
@@ -1277,7 +1300,12 @@ class AuthzTest : public ::testing::TestWithParam<CellParam> {
   }
 
   static absl::Status Setup(Env& env) {
-    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
+    ApiHarness::Options options;
+    const std::shared_ptr<const runtime::JobTokenKeys> job_token_keys =
+        runtime::JobTokenKeys::Random();
+    options.server.job_tokens = job_token_keys;
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h =
+        ApiHarness::Start(std::move(options));
     if (!h.ok()) return h.status();
     env.h = *std::move(h);
     if (absl::Status s = env.h->SeedTenant(kOwnTenant); !s.ok()) return s;
@@ -1336,6 +1364,15 @@ class AuthzTest : public ::testing::TestWithParam<CellParam> {
       s = env.jobs->ReportCheckpoint(env.AsAdmin().get(), cp, &saved);
       if (!s.ok()) return fail(s, "shared checkpoint");
     }
+    // The job token of t1's shared job; its principal is the job's name.
+    absl::StatusOr<domain::JobName> shared =
+        domain::ParseJobName(env.job_t1, "job");
+    if (!shared.ok()) return shared.status();
+    env.principal[static_cast<int>(Who::kJobToken)] = env.job_t1;
+    env.token[static_cast<int>(Who::kJobToken)] =
+        job_token_keys->Mint({.tenant = shared->tenant,
+                              .job_id = shared->job_id,
+                              .expires = absl::Now() + absl::Hours(1)});
     {
       v1::CreatePriorityClassRequest req;
       req.set_priority_class_id("authz-shared");
@@ -1407,7 +1444,14 @@ TEST_P(AuthzTest, Cell) {
             p.target == Target::kOwn     ? kOwnTenant
             : p.target == Target::kOther ? kOtherTenant
                                          : ""};
-  const Codes want = row.expect(p.who, p.target);
+  // A job token: its own job (t1's shared job, which the own column of the
+  // job-token methods names) through its five methods, nothing else.
+  const bool job_token = p.who == Who::kJobToken;
+  const Codes want =
+      !job_token ? row.expect(p.who, p.target)
+      : IsJobTokenMethod(row.Method()) && p.target == Target::kOwn
+          ? Codes{StatusCode::OK}
+          : Codes{StatusCode::PERMISSION_DENIED};
   const grpc::Status got = row.run(call);
   const bool as_expected =
       std::find(want.begin(), want.end(), got.error_code()) != want.end();
@@ -1423,7 +1467,13 @@ TEST_P(AuthzTest, Cell) {
 
   // A refusal for lack of a role names the role needed (docs/security.md,
   // "Denials").
-  if (got.error_code() == StatusCode::PERMISSION_DENIED) {
+  if (got.error_code() == StatusCode::PERMISSION_DENIED && job_token) {
+    // ... and a job token's refusal names the token's job instead.
+    EXPECT_TRUE(
+        absl::StrContains(got.error_message(), "job token of " + env_->job_t1))
+        << "PERMISSION_DENIED of a job token should name its job "
+        << env_->job_t1 << ": " << got.error_message();
+  } else if (got.error_code() == StatusCode::PERMISSION_DENIED) {
     if (row.role != nullptr) {
       EXPECT_TRUE(absl::StrContains(got.error_message(), row.role))
           << "PERMISSION_DENIED should name role " << row.role << ": "

@@ -5,6 +5,7 @@
 // a grace period.
 #include "services/dispatcher/dispatcher.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -278,6 +279,51 @@ TEST_F(DispatcherTest,
 // A dispatcher killed between recording a node failure (RECOVERING) and
 // requeueing the job: the next pass, by whichever dispatcher leads, finishes
 // the requeue, and the backend forgets the ended attempt nobody follows.
+TEST_F(DispatcherTest, ARunningJobCancelledEndsWithTheReasonAndWhoGaveIt) {
+  const int64_t id = Submit(Job("cancel", 1, "600s"));
+  Step();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  v1::CancelJobRequest cancel;
+  cancel.set_name(absl::StrCat("tenants/acme/jobs/", id));
+  cancel.set_reason("wrong dataset");
+  v1::Job requested;
+  grpc::Status s = harness_->jobs()->Cancel(ApiHarness::Context(token_).get(),
+                                            cancel, &requested);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(requested.cancel_requested());
+  // The dispatcher stops the attempt, then records the end it sees.
+  for (int i = 0; i < 5 && Get(id).state() != v1::JOB_STATE_CANCELLED; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Step();
+  }
+  const v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_CANCELLED);
+  const std::string said = "cancelled by users/alice: wrong dataset";
+  EXPECT_THAT(job.state_message(), ::testing::HasSubstr(said));
+  EXPECT_THAT(job.state_message(),
+              ::testing::HasSubstr(absl::StrCat("ty-", id, "-1 was stopped")));
+  // So does the event of the change, which `yard events` and Watch show.
+  v1::WatchJobsRequest watch;
+  watch.set_parent("tenants/acme");
+  watch.set_job(cancel.name());
+  watch.set_from_start(true);
+  auto ctx = ApiHarness::Context(token_);
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(20));
+  auto reader = harness_->jobs()->Watch(ctx.get(), watch);
+  v1::WatchJobsResponse event;
+  bool seen = false;
+  while (!seen && reader->Read(&event)) {
+    if (event.event().type() == v1::JOB_EVENT_TYPE_STATE_CHANGED &&
+        event.event().to_state() == v1::JOB_STATE_CANCELLED) {
+      seen = true;
+      EXPECT_THAT(event.event().message(), ::testing::HasSubstr(said));
+    }
+  }
+  ctx->TryCancel();
+  EXPECT_TRUE(seen) << "no event of the change to CANCELLED";
+}
+
 TEST_F(DispatcherTest, AttemptsGetTheApiAddressAndATokenScopedToTheirJob) {
   v1::SubmitJobRequest req = Job("tok", 1, "600s");
   req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(3600);

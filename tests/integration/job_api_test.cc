@@ -367,7 +367,9 @@ TEST_F(JobApiTest, RateLimitAnswersResourceExhaustedWithRetryDelay) {
   EXPECT_LE(ok, 4);
   ASSERT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << last.error_message();
-  EXPECT_EQ(info.reason(), "");  // not a field error
+  // Not a field error, but it carries its reason (docs/api.md, "Errors").
+  EXPECT_EQ(info.field(), "");
+  EXPECT_EQ(info.reason(), "RATE_LIMITED");
   EXPECT_GT(info.retry_delay().seconds() * 1000 +
                 info.retry_delay().nanos() / 1000000,
             0);
@@ -569,6 +571,28 @@ TEST_F(JobApiTest, ExplainPendingGivesPositionInQueueOrder) {
     EXPECT_EQ(out.queue_length(), 4);
     EXPECT_EQ(out.reason(), "AWAITING_SCHEDULER");
   }
+}
+
+TEST_F(JobApiTest, ACheckpointOfAnAttemptThatDoesNotExistNamesTheField) {
+  SubmitJobResponse resp;
+  ASSERT_TRUE(Submit(MinimalSubmit("acme", "no-attempt"), &resp).ok());
+  trainyard::v1::ReportCheckpointRequest req;
+  req.set_job(resp.job().name());
+  req.mutable_checkpoint()->set_attempt(5);  // the job has started none
+  req.mutable_checkpoint()->set_step(1);
+  req.mutable_checkpoint()->set_uri("s3://b/ckpt-1");
+  *req.mutable_checkpoint()->mutable_time() =
+      google::protobuf::util::TimeUtil::GetCurrentTime();
+  trainyard::v1::Checkpoint saved;
+  auto context = ApiHarness::Context(member_);
+  grpc::Status s = jobs_->ReportCheckpoint(context.get(), req, &saved);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  const trainyard::v1::ErrorInfo info = ErrorInfoOf(*context);
+  EXPECT_EQ(info.field(), "checkpoint.attempt");
+  EXPECT_EQ(info.reason(), "OUT_OF_RANGE");
+  EXPECT_THAT(s.error_message(),
+              ::testing::StartsWith("checkpoint.attempt: job has started 0"));
 }
 
 TEST_F(JobApiTest, CheckpointsAreListedNewestFirstAndSetTheResumePoint) {

@@ -77,6 +77,15 @@ class SchedulerTest : public ::testing::Test {
     return resp;
   }
 
+  void Cancel(int64_t id) {
+    v1::CancelJobRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    v1::Job cancelled;
+    grpc::Status s = harness_->jobs()->Cancel(ApiHarness::Context(token_).get(),
+                                              req, &cancelled);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
   std::unique_ptr<ApiHarness> harness_;
   std::string token_;
 };
@@ -136,17 +145,41 @@ TEST_F(SchedulerTest, AdmitsWhatFitsExplainsTheRestAndNeverAppliesTwice) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Explain(d).reason(), "NO_CAPACITY");
   EXPECT_EQ(Explain(d).position_in_queue(), 2);
-  v1::CancelJobRequest cancel;
-  cancel.set_name(absl::StrCat("tenants/acme/jobs/", c));
-  v1::Job cancelled;
-  ASSERT_TRUE(
-      harness_->jobs()
-          ->Cancel(ApiHarness::Context(token_).get(), cancel, &cancelled)
-          .ok());
+  Cancel(c);
   r = CycleAndFlush(**s);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Explain(c).reason(), "NOT_PENDING");
   EXPECT_EQ(Explain(d).position_in_queue(), 1);
+}
+
+TEST_F(SchedulerTest, ExplainPendingSaysWhenTheSchedulerEvaluatedTheJob) {
+  (void)Submit("a", 2);
+  const int64_t gang = Submit("gang", 4);  // 32 GPUs; 16 free after "a"
+  const v1::ExplainPendingResponse before = Explain(gang);
+  EXPECT_EQ(before.reason(), "AWAITING_SCHEDULER");
+  EXPECT_FALSE(before.has_evaluate_time());
+
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  // A millisecond of slack either side: the stored time is rounded to the
+  // microsecond.
+  const absl::Time start = absl::Now() - absl::Milliseconds(1);
+  absl::StatusOr<CycleReport> r = CycleAndFlush(**s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const absl::Time end = absl::Now() + absl::Milliseconds(1);
+  const v1::ExplainPendingResponse e = Explain(gang);
+  EXPECT_EQ(e.reason(), "NO_CAPACITY");
+  ASSERT_TRUE(e.has_evaluate_time());
+  const absl::Time evaluated =
+      absl::FromUnixSeconds(e.evaluate_time().seconds()) +
+      absl::Nanoseconds(e.evaluate_time().nanos());
+  EXPECT_GE(evaluated, start);
+  EXPECT_LE(evaluated, end);
+
+  // A job that is no longer pending has no scheduler's reason, nor its time.
+  Cancel(gang);
+  EXPECT_FALSE(Explain(gang).has_evaluate_time());
 }
 
 TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {

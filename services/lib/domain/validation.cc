@@ -981,6 +981,125 @@ absl::Status ValidateRoleBinding(const v1::RoleBinding& binding) {
   return absl::OkStatus();
 }
 
+// --- Text in requests ---
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0;
+    uint32_t min = 0;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (s.size() - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+bool IsStorableText(std::string_view s) { return !HasNul(s) && IsValidUtf8(s); }
+
+namespace {
+
+absl::Status CheckText(std::string_view field, std::string_view value) {
+  if (HasNul(value)) {
+    return FieldError(field, reason::kInvalidValue,
+                      "must not contain a NUL byte");
+  }
+  if (!IsValidUtf8(value)) {
+    return FieldError(field, reason::kInvalidValue, "must be valid UTF-8");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMessageText(const google::protobuf::Message& message,
+                              const std::string& prefix);
+
+// One value of `f` (element `index` of a repeated field, -1 for a singular
+// one) at `path`.
+absl::Status CheckValueText(const google::protobuf::Message& message,
+                            const google::protobuf::FieldDescriptor* f,
+                            int index, const std::string& path) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = message.GetReflection();
+  if (f->type() == FieldDescriptor::TYPE_STRING) {
+    std::string scratch;
+    const std::string& value =
+        index < 0 ? r->GetStringReference(message, f, &scratch)
+                  : r->GetRepeatedStringReference(message, f, index, &scratch);
+    return CheckText(path, value);
+  }
+  if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    return CheckMessageText(index < 0
+                                ? r->GetMessage(message, f)
+                                : r->GetRepeatedMessage(message, f, index),
+                            path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMessageText(const google::protobuf::Message& message,
+                              const std::string& prefix) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(message, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const std::string path = JoinField(prefix, f->name());
+    if (f->is_map()) {
+      const FieldDescriptor* key_field = f->message_type()->map_key();
+      const FieldDescriptor* value_field = f->message_type()->map_value();
+      for (int i = 0; i < r->FieldSize(message, f); ++i) {
+        const google::protobuf::Message& entry =
+            r->GetRepeatedMessage(message, f, i);
+        const google::protobuf::Reflection* er = entry.GetReflection();
+        // Every map of the API is keyed by strings; others are named by
+        // their entry's index.
+        std::string entry_path = IndexField(path, i);
+        if (key_field->type() == FieldDescriptor::TYPE_STRING) {
+          const std::string key = er->GetString(entry, key_field);
+          entry_path = KeyField(path, key);
+          TY_RETURN_IF_ERROR(CheckText(entry_path, key));
+        }
+        TY_RETURN_IF_ERROR(CheckValueText(entry, value_field, -1, entry_path));
+      }
+    } else if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(message, f); ++i) {
+        TY_RETURN_IF_ERROR(CheckValueText(message, f, i, IndexField(path, i)));
+      }
+    } else {
+      TY_RETURN_IF_ERROR(CheckValueText(message, f, -1, path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckRequestText(const google::protobuf::Message& message) {
+  return CheckMessageText(message, "");
+}
+
 // --- Pagination ---
 
 absl::StatusOr<int32_t> ResolvePageSize(int32_t page_size,

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/map.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "trainyard/v1/admin.pb.h"
@@ -184,6 +185,22 @@ absl::Status ValidateNode(const trainyard::v1::Node& node,
 // principal valid; role required and known; tenant empty for PLATFORM_ADMIN and
 // a valid id otherwise.
 absl::Status ValidateRoleBinding(const trainyard::v1::RoleBinding& binding);
+
+// --- Text in requests ---
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates, or code
+// points above U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+// Whether `s` can be stored as PostgreSQL text: valid UTF-8 and no NUL byte
+// (PostgreSQL refuses the first and cuts text at the second).
+bool IsStorableText(std::string_view s);
+// Every string field set in `message`, at any depth (nested and repeated
+// messages, map keys and values), is storable text; the first that is not is
+// an INVALID_VALUE FieldError naming its path ("description",
+// "job.labels[\"team\"]", "requests[2].job.spec.command[0]"): "must not
+// contain a NUL byte" or "must be valid UTF-8". bytes fields are not checked.
+// The API runs it on every request before its handler (services/api/handler.h).
+absl::Status CheckRequestText(const google::protobuf::Message& message);
 
 // --- Pagination ---
 
