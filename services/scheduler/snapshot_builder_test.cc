@@ -183,14 +183,13 @@ TEST(SnapshotBuilderTest, MapsPlatformObjectsToThePolicyModel) {
   EXPECT_EQ(index.excluded[1].second.rfind("QUEUE_NOT_FOUND: ", 0), 0u);
 
   // 6 GPUs used of the queue's 16 nominal leave 10; the gang needs 16 and the
-  // cohort has no one to borrow from.
+  // queue may borrow at most 4 more.
   const policy::Decisions d = policy::Decide(s);
   ASSERT_EQ(d.pending.size(), 1u);
   EXPECT_EQ(d.pending[0].reason, policy::PendingReason::kQuotaExhausted);
   EXPECT_EQ(d.pending[0].message.str(),
             "QUOTA_EXHAUSTED: queue acme/default gpu 6/16, cohort lends 0, job "
-            "needs 16 "
-            "(flavor h100)");
+            "needs 16 (flavor h100): the queue's borrowing limit (4) binds");
   // One 8-GPU worker fits quota, and n2 (8 free GPUs) holds it; n3 is down.
   st.jobs[2].job.mutable_spec()->set_workers(1);
   BuildSnapshot(st, kNow, &s, &index);
