@@ -109,12 +109,15 @@ class FairShareTest : public ::testing::Test {
     SchedulerOptions o;
     o.postgres_url = harness_->database_url();
     o.redis_addr = absl::StrCat("127.0.0.1:", harness_->redis()->port());
+    // Every cycle explains and rewrites what changed.
     o.explanation_interval = absl::ZeroDuration();
+    o.explanation_refresh = absl::ZeroDuration();
     return o;
   }
 
   // Five CPU-only jobs into queue a (<1 CPU, 4 GiB>) or b (<3 CPU, 1 GiB>).
-  void SubmitFive(const std::string& queue) {
+  std::vector<int64_t> SubmitFive(const std::string& queue) {
+    std::vector<int64_t> ids;
     for (int k = 0; k < 5; ++k) {
       v1::SubmitJobRequest req =
           MinimalSubmit("acme", absl::StrCat(queue, "-", k));
@@ -124,8 +127,10 @@ class FairShareTest : public ::testing::Test {
       spec->mutable_resources()->set_cpu_millis(queue == "a" ? 1000 : 3000);
       spec->mutable_resources()->set_memory_bytes(queue == "a" ? 4 * kGiB
                                                                : kGiB);
-      ASSERT_NE(harness_->SubmitJob(token_, req), 0);
+      ids.push_back(harness_->SubmitJob(token_, req));
+      EXPECT_NE(ids.back(), 0);
     }
+    return ids;
   }
 
   // Cycles (each flushed) until one admits and preempts nothing.
@@ -220,9 +225,25 @@ TEST_F(FairShareTest, TheDrfAllocationWhateverElseThePlatformHolds) {
   Converge(**s);
   EXPECT_EQ(Admitted("b"), 3);
   EXPECT_DOUBLE_EQ(Status("b").weighted_share(), 1.0);  // 9 of 9 CPUs
-  SubmitFive("a");
+  const std::vector<int64_t> a_jobs = SubmitFive("a");
   Converge(**s);
   EXPECT_EQ(Admitted("a"), 3);
+  // a's last job waits, and says why fair sharing takes nothing more from
+  // b: with it a would hold 16 of 18 GiB (0.888) against b's 0.666.
+  {
+    v1::ExplainPendingRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", a_jobs.back()));
+    v1::ExplainPendingResponse why;
+    grpc::Status st = harness_->jobs()->ExplainPending(
+        ApiHarness::Context(token_).get(), req, &why);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_NE(why.message().find(
+                  "fair-share preemption considered on flavor cpu: its "
+                  "queue's share with the job would be 0.888, the highest "
+                  "other in its cohort tree is 0.666 (queue acme/b)"),
+              std::string::npos)
+        << why.message();
+  }
   EXPECT_EQ(Admitted("b"), 2);
   EXPECT_EQ(Status("b").jobs_by_state().at("QUEUED"), 3);
   // Both at 2/3 (a: 12 of 18 GiB; b: 6 of 9 CPUs), as published.

@@ -610,6 +610,8 @@ class Engine final : public CycleRunner {
           return Outcome::kAdmitted;
         }
       }
+      if (!speculative && queue.fair_share_preemption && !affordable.empty())
+        add_detail(FairShareDetail(job, affordable.front(), need));
       // A preemption plan reads the capacity of every flavor.
       placed = ~uint64_t{0};
       indexed = 0;
@@ -635,6 +637,34 @@ class Engine final : public CycleRunner {
     Remember(failure, stamped, placed, indexed, shape, job.queue, quota_sum);
     failure.searched = searched;
     return Outcome::kFailed;
+  }
+
+  // Why fair-share preemption found no victim for `job` on f (the first
+  // flavor it may afford): its queue's share with the job against the
+  // highest share of another queue of its cohort tree.
+  Detail FairShareDetail(const PendingJob& job, FlavorId f,
+                         const Resources& need) {
+    QuotaTree& quota = *state_.quota;
+    quota.Add(job.queue, f, need);
+    const int64_t mine_with = QueueShare(*state_.s, quota, job.queue);
+    Resources negative;
+    negative -= need;
+    quota.Add(job.queue, f, negative);
+    Detail detail{.kind = Detail::kFairShareRefused,
+                  .flavor = f,
+                  .a = mine_with,
+                  .c = -1};
+    const int root = state_.root_of_queue[job.queue];
+    for (QueueId q = 0; q < static_cast<QueueId>(state_.s->queues.size());
+         ++q) {
+      if (q == job.queue || state_.root_of_queue[q] != root) continue;
+      const int64_t share = state_.CachedShare(q);
+      if (share > detail.b) {
+        detail.b = share;
+        detail.c = q;
+      }
+    }
+    return detail;
   }
 
   // The detail of a job that may not borrow on f (rebalancing and held

@@ -207,6 +207,33 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
              << " when running jobs reach their time limits";
         break;
       }
+      case Detail::kFairShareRefused: {
+        // Shares in thousandths, rounded down, as "0.667".
+        auto share = [&](int64_t billionths) {
+          if (billionths == QuotaTree::kInfiniteShare) {
+            text << "infinite";
+            return;
+          }
+          const int64_t milli = billionths / 1000000;
+          text << milli / 1000 << ".";
+          const int64_t frac = milli % 1000;
+          if (frac < 100) text << "0";
+          if (frac < 10) text << "0";
+          text << frac;
+        };
+        text << "fair-share preemption considered on flavor " << flavor
+             << ": its queue's share with the job would be ";
+        share(d.a);
+        if (d.c < 0) {
+          text << ", and no other queue of its cohort tree borrows";
+        } else {
+          text << ", the highest other in its cohort tree is ";
+          share(d.b);
+          text << " (queue " << s.queues[d.c].name
+               << "): no victim would leave that queue at or above it";
+        }
+        break;
+      }
     }
   }
 }

@@ -36,6 +36,11 @@ struct Detail {
     // name), b: its id (so that equal details name the same job), c: when
     // the reservation starts.
     kReservedFor,
+    // Follows the flavor failures of a job whose queue preempts for fair
+    // share when no plan was found: a: its queue's share with the job, b:
+    // the highest share of another queue of its cohort tree (billionths,
+    // QuotaTree::Share), c: that queue (-1: none borrows).
+    kFairShareRefused,
   };
   Kind kind = kNoEligibleFlavor;
   // For kRebalancing and kHeld: whether some resource exceeds the nominal
@@ -70,6 +75,7 @@ inline PendingReason ReasonOf(Detail::Kind kind) {
       return PendingReason::kNoFitTopology;
     case Detail::kNoCapacity:
     case Detail::kReservedFor:
+    case Detail::kFairShareRefused:
       return PendingReason::kNoCapacity;
   }
   return PendingReason::kNoCapacity;

@@ -311,6 +311,14 @@ TEST(FairShareTest, LessThanInitialSharePreemptsWhereFinalShareWouldNot) {
     } else {
       EXPECT_THAT(d.preemptions, IsEmpty());
       EXPECT_THAT(d.admissions, IsEmpty());
+      // The explanation says fair-share preemption was considered and why
+      // it found nothing: 2/12 with the job against B's 12/12.
+      ASSERT_NE(testing::PendingOf(d, 1), nullptr);
+      EXPECT_THAT(testing::PendingOf(d, 1)->message.str(),
+                  ::testing::HasSubstr(
+                      "fair-share preemption considered on flavor h100: its "
+                      "queue's share with the job would be 0.166, the highest "
+                      "other in its cohort tree is 1.000 (queue B)"));
     }
   }
 }
