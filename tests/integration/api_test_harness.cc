@@ -394,6 +394,16 @@ trainyard::v1::Job ApiHarness::GetJob(const std::string& token,
   return job;
 }
 
+trainyard::v1::ExplainPendingResponse ApiHarness::Explain(
+    const std::string& token, const std::string& tenant, int64_t id) {
+  trainyard::v1::ExplainPendingRequest req;
+  req.set_name(absl::StrCat("tenants/", tenant, "/jobs/", id));
+  trainyard::v1::ExplainPendingResponse resp;
+  grpc::Status s = jobs()->ExplainPending(Context(token).get(), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
 trainyard::v1::SubmitJobRequest MinimalSubmit(
     const std::string& tenant, const std::string& client_request_id) {
   trainyard::v1::SubmitJobRequest req;

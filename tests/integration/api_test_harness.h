@@ -80,6 +80,11 @@ class ApiHarness {
   // `token` (an empty Job, with a test failure, if the call fails).
   trainyard::v1::Job GetJob(const std::string& token, const std::string& tenant,
                             int64_t id);
+  // ExplainPending of tenants/{tenant}/jobs/{id} as `token` (an empty
+  // response, with a test failure, if the call fails).
+  trainyard::v1::ExplainPendingResponse Explain(const std::string& token,
+                                                const std::string& tenant,
+                                                int64_t id);
   // A client context carrying the bearer token.
   static std::unique_ptr<grpc::ClientContext> Context(const std::string& token);
 

@@ -161,13 +161,7 @@ class DispatcherTest : public ::testing::Test {
   v1::ExplainPendingResponse Explain(int64_t id) {
     absl::Status flushed = scheduler_->FlushExplanations();
     EXPECT_TRUE(flushed.ok()) << flushed;
-    v1::ExplainPendingRequest req;
-    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
-    v1::ExplainPendingResponse resp;
-    grpc::Status s = harness_->jobs()->ExplainPending(
-        ApiHarness::Context(token_).get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp;
+    return harness_->Explain(token_, "acme", id);
   }
 
   // One scheduler cycle, then one dispatcher pass.

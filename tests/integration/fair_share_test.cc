@@ -231,12 +231,8 @@ TEST_F(FairShareTest, TheDrfAllocationWhateverElseThePlatformHolds) {
   // a's last job waits, and says why fair sharing takes nothing more from
   // b: with it a would hold 16 of 18 GiB (0.888) against b's 0.666.
   {
-    v1::ExplainPendingRequest req;
-    req.set_name(absl::StrCat("tenants/acme/jobs/", a_jobs.back()));
-    v1::ExplainPendingResponse why;
-    grpc::Status st = harness_->jobs()->ExplainPending(
-        ApiHarness::Context(token_).get(), req, &why);
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    const v1::ExplainPendingResponse why =
+        harness_->Explain(token_, "acme", a_jobs.back());
     EXPECT_NE(why.message().find(
                   "fair-share preemption considered on flavor cpu: its "
                   "queue's share with the job would be 0.888, the highest "

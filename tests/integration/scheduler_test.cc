@@ -68,13 +68,7 @@ class SchedulerTest : public ::testing::Test {
   v1::Job Get(int64_t id) { return harness_->GetJob(token_, "acme", id); }
 
   v1::ExplainPendingResponse Explain(int64_t id) {
-    v1::ExplainPendingRequest req;
-    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
-    v1::ExplainPendingResponse resp;
-    grpc::Status s = harness_->jobs()->ExplainPending(
-        ApiHarness::Context(token_).get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp;
+    return harness_->Explain(token_, "acme", id);
   }
 
   void Cancel(int64_t id) {
