@@ -1,6 +1,8 @@
 #include "services/lib/domain/money.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -13,6 +15,32 @@
 
 namespace trainyard::domain {
 namespace {
+
+// ISO 4217 List One (current codes), sorted: the alphabetic codes of
+// Debian's iso-codes 4.15 table with the later amendments applied (HRK
+// withdrawn 2023 when Croatia adopted the euro; ZWG added 2024; XCG added 2025,
+// replacing ANG). Codes still listed during a withdrawal transition (CUC, SLL,
+// ZWL) are kept. Includes the fund codes (BOV, CHE, ...), the precious metals
+// and X-codes of List One (XAU, XDR, XTS, XXX, ...).
+constexpr std::string_view kIso4217Codes[] = {
+    "AED", "AFN", "ALL", "AMD", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD",
+    "BDT", "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BOV", "BRL", "BSD", "BTN",
+    "BWP", "BYN", "BZD", "CAD", "CDF", "CHE", "CHF", "CHW", "CLF", "CLP", "CNY",
+    "COP", "COU", "CRC", "CUC", "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD",
+    "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD",
+    "GNF", "GTQ", "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD",
+    "IRR", "ISK", "JMD", "JOD", "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW",
+    "KWD", "KYD", "KZT", "LAK", "LBP", "LKR", "LRD", "LSL", "LYD", "MAD", "MDL",
+    "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR", "MVR", "MWK", "MXN", "MXV",
+    "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN",
+    "PGK", "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR",
+    "SBD", "SCR", "SDG", "SEK", "SGD", "SHP", "SLE", "SLL", "SOS", "SRD", "SSP",
+    "STN", "SVC", "SYP", "SZL", "THB", "TJS", "TMT", "TND", "TOP", "TRY", "TTD",
+    "TWD", "TZS", "UAH", "UGX", "USD", "USN", "UYI", "UYU", "UYW", "UZS", "VED",
+    "VES", "VND", "VUV", "WST", "XAF", "XAG", "XAU", "XBA", "XBB", "XBC", "XBD",
+    "XCD", "XCG", "XDR", "XOF", "XPD", "XPF", "XPT", "XSU", "XTS", "XUA", "XXX",
+    "YER", "ZAR", "ZMW", "ZWG", "ZWL",
+};
 
 absl::Status Overflow(std::string_view op, int64_t a, int64_t b) {
   return absl::OutOfRangeError(Cat("money overflow: ", a, " ", op, " ", b));
@@ -119,6 +147,45 @@ absl::StatusOr<int64_t> MulDivRound(int64_t a, int64_t b, int64_t divisor) {
     return static_cast<int64_t>(-static_cast<__int128>(q));
   }
   return static_cast<int64_t>(q);
+}
+
+absl::StatusOr<int64_t> MulDivRoundHalfEven(int64_t a, int64_t b,
+                                            int64_t divisor) {
+  if (divisor == 0) {
+    return absl::InvalidArgumentError("MulDivRoundHalfEven: division by zero");
+  }
+  const __int128 product =
+      static_cast<__int128>(a) * b;  // cannot overflow 128 bits
+  const bool negative = (product < 0) != (divisor < 0);
+  const unsigned __int128 num = product < 0
+                                    ? -static_cast<unsigned __int128>(product)
+                                    : static_cast<unsigned __int128>(product);
+  const unsigned __int128 den = divisor < 0
+                                    ? -static_cast<unsigned __int128>(divisor)
+                                    : static_cast<unsigned __int128>(divisor);
+  unsigned __int128 q = num / den;
+  const unsigned __int128 r = num % den;
+  // Compare r with den - r instead of 2r with den: no overflow.
+  if (r > den - r || (r == den - r && r != 0 && (q & 1) != 0)) ++q;
+  const unsigned __int128 limit =
+      negative
+          ? static_cast<unsigned __int128>(
+                std::numeric_limits<int64_t>::max()) +
+                1
+          : static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max());
+  if (q > limit) {
+    return absl::OutOfRangeError(
+        Cat("money overflow: ", a, " * ", b, " / ", divisor));
+  }
+  if (negative) {
+    return static_cast<int64_t>(-static_cast<__int128>(q));
+  }
+  return static_cast<int64_t>(q);
+}
+
+bool IsKnownCurrency(std::string_view code) {
+  return std::binary_search(std::begin(kIso4217Codes), std::end(kIso4217Codes),
+                            code);
 }
 
 bool IsValidCurrencyCode(std::string_view code) {

@@ -27,10 +27,20 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b);
 // e.g. a price per hour × seconds / 3600. InvalidArgument for divisor 0,
 // OutOfRange if the result does not fit in int64.
 absl::StatusOr<int64_t> MulDivRound(int64_t a, int64_t b, int64_t divisor);
+// a * b / divisor computed exactly in 128 bits and rounded half to even (a
+// tie goes to the even neighbour: 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -0.5 -> 0,
+// -1.5 -> -2): the rounding of ledger lines (docs/accounting.md).
+// InvalidArgument for divisor 0, OutOfRange if the result does not fit in
+// int64.
+absl::StatusOr<int64_t> MulDivRoundHalfEven(int64_t a, int64_t b,
+                                            int64_t divisor);
 
 // Three upper-case ASCII letters (ISO 4217 shape; not checked against the
 // list).
 bool IsValidCurrencyCode(std::string_view code);
+// Whether `code` is a current ISO 4217 alphabetic code (List One: "USD",
+// "EUR", "JPY", "CHE", "XAU", ...). Case-sensitive: "usd" is not known.
+bool IsKnownCurrency(std::string_view code);
 // currency_code, or "USD" when it is empty.
 std::string_view CurrencyOf(const trainyard::v1::Money& money);
 

@@ -145,6 +145,72 @@ TEST(CheckedTest, MulDivRound) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CheckedTest, MulDivRoundHalfEven) {
+  // Ties go to the even neighbour, on both sides of zero.
+  EXPECT_EQ(*MulDivRoundHalfEven(1, 1, 2), 0);    // 0.5 → 0
+  EXPECT_EQ(*MulDivRoundHalfEven(3, 1, 2), 2);    // 1.5 → 2
+  EXPECT_EQ(*MulDivRoundHalfEven(5, 1, 2), 2);    // 2.5 → 2
+  EXPECT_EQ(*MulDivRoundHalfEven(7, 1, 2), 4);    // 3.5 → 4
+  EXPECT_EQ(*MulDivRoundHalfEven(-1, 1, 2), 0);   // -0.5 → 0
+  EXPECT_EQ(*MulDivRoundHalfEven(-3, 1, 2), -2);  // -1.5 → -2
+  EXPECT_EQ(*MulDivRoundHalfEven(3, 1, -2), -2);  // -1.5 → -2
+  // Not ties: nearest.
+  EXPECT_EQ(*MulDivRoundHalfEven(1, 1, 3), 0);
+  EXPECT_EQ(*MulDivRoundHalfEven(2, 1, 3), 1);
+  EXPECT_EQ(*MulDivRoundHalfEven(-2, 1, 3), -1);
+  EXPECT_EQ(*MulDivRoundHalfEven(51, 1, 100), 1);
+  EXPECT_EQ(*MulDivRoundHalfEven(149, 1, 100), 1);
+  EXPECT_EQ(*MulDivRoundHalfEven(150, 1, 100), 2);
+  EXPECT_EQ(*MulDivRoundHalfEven(250, 1, 100), 2);
+  EXPECT_EQ(*MulDivRoundHalfEven(251, 1, 100), 3);
+  // $2.00/GPU-hour for 900 GPU-ms: 2,000,000 × 900 / 3,600,000 = 500 exactly.
+  EXPECT_EQ(*MulDivRoundHalfEven(2'000'000, 900, 3'600'000), 500);
+  // 1 micro/hour for 30 min = 0.5 micro → 0; for 90 min = 1.5 micro → 2.
+  EXPECT_EQ(*MulDivRoundHalfEven(1, 1'800'000, 3'600'000), 0);
+  EXPECT_EQ(*MulDivRoundHalfEven(1, 5'400'000, 3'600'000), 2);
+  // 128-bit intermediate and the int64 edges.
+  EXPECT_EQ(*MulDivRoundHalfEven(kMax, kMax, kMax), kMax);
+  EXPECT_EQ(*MulDivRoundHalfEven(kMin, 1, 1), kMin);
+  EXPECT_EQ(*MulDivRoundHalfEven(kMin, 2, 2), kMin);
+  EXPECT_EQ(MulDivRoundHalfEven(kMax, 3, 2).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(MulDivRoundHalfEven(kMin, -1, 1).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(MulDivRoundHalfEven(1, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckedTest, MulDivRoundHalfEvenMatchesAReference) {
+  // Against an independent formulation on small numbers: the candidates
+  // floor and floor + 1, the closer one, the even one on a tie.
+  for (int64_t a = -40; a <= 40; ++a) {
+    for (int64_t d = -7; d <= 7; ++d) {
+      if (d == 0) continue;
+      const int64_t n = d < 0 ? -a : a;
+      const int64_t den = d < 0 ? -d : d;
+      int64_t fl = n / den;
+      if (n % den != 0 && n < 0) --fl;
+      const int64_t twice_frac = 2 * (n - fl * den);  // in [0, 2 den)
+      int64_t want = fl;
+      if (twice_frac > den || (twice_frac == den && fl % 2 != 0)) want = fl + 1;
+      EXPECT_EQ(*MulDivRoundHalfEven(a, 1, d), want) << a << " / " << d;
+    }
+  }
+}
+
+TEST(MoneyTest, IsKnownCurrency) {
+  for (const char* code : {"USD", "EUR", "JPY", "GBP", "CHF", "CHE", "XAU",
+                           "VES", "SLE", "ZWG", "XCG", "AED", "ZMW"}) {
+    EXPECT_TRUE(IsKnownCurrency(code)) << code;
+  }
+  // Well-formed but not (or no longer) ISO 4217, or not upper case.
+  for (const char* code :
+       {"ABC", "ZZZ", "HRK", "DEM", "FRF", "usd", "US", "USDT", "", "BTC"}) {
+    EXPECT_FALSE(IsKnownCurrency(code)) << code;
+  }
+  EXPECT_TRUE(IsValidCurrencyCode("ABC"));  // the shape check stays lenient
+}
+
 TEST(MoneyTest, AddMoney) {
   absl::StatusOr<Money> sum = AddMoney(M("USD", 1), M("", 2));
   ASSERT_TRUE(sum.ok());
