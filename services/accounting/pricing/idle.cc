@@ -95,7 +95,7 @@ absl::StatusOr<IdleLine> ComputeIdle(const PriceBook& book,
         TY_ASSIGN_OR_RETURN(
             std::vector<PricedSpan> spans,
             PriceUsage(book, pool_period.pool, pool_period.spot, r, amount,
-                       from, to, std::nullopt, options));
+                       from, to, std::nullopt, options, /*since=*/0));
         for (const PricedSpan& span : spans) {
           TY_ASSIGN_OR_RETURN(out.paid_micros,
                               CheckedAdd(out.paid_micros, span.cost_micros));

@@ -121,8 +121,18 @@ absl::Status ValidateUsage(const AttemptUsage& u) {
   return absl::OkStatus();
 }
 
+// The observations of an ascending series with effective_time in [lo, hi).
+std::pair<size_t, size_t> Range(const std::vector<PriceAt>& series, TimeMs lo,
+                                TimeMs hi) {
+  auto cmp = [](const PriceAt& p, TimeMs v) { return p.effective_time < v; };
+  auto b = std::lower_bound(series.begin(), series.end(), lo, cmp);
+  auto e = std::lower_bound(b, series.end(), hi, cmp);
+  return {static_cast<size_t>(b - series.begin()),
+          static_cast<size_t>(e - series.begin())};
+}
+
 // Adds to `cuts` the instants in (from, to) where the price of the usage can
-// change.
+// change. Binary searches: the cost does not grow with the book's history.
 void AddPriceCuts(const PriceBook& book, std::string_view flavor, bool spot,
                   Resource resource, TimeMs from, TimeMs to,
                   const MeterOptions& options, std::vector<TimeMs>& cuts) {
@@ -132,7 +142,11 @@ void AddPriceCuts(const PriceBook& book, std::string_view flavor, bool spot,
   if (spot && resource == Resource::kGpu) {
     const std::vector<PriceAt>& series = book.SpotSeries(flavor);
     if (!series.empty()) {
-      for (size_t i = 0; i < series.size(); ++i) {
+      // Observations inside the window, and those whose fresh period ends
+      // inside it (unless the next observation came first).
+      const auto [b, e] = Range(
+          series, std::max<TimeMs>(0, from - options.spot_max_age_ms), to);
+      for (size_t i = b; i < e; ++i) {
         add(series[i].effective_time);
         const TimeMs stale = series[i].effective_time + options.spot_max_age_ms;
         if (i + 1 == series.size() || stale < series[i + 1].effective_time) {
@@ -143,7 +157,9 @@ void AddPriceCuts(const PriceBook& book, std::string_view flavor, bool spot,
     }
     // No spot prices at all: priced by the GPU rate, cut at its changes.
   }
-  for (TimeMs t : book.RateChanges(flavor, resource)) add(t);
+  const std::vector<PriceAt>& series = book.RateSeries(flavor, resource);
+  const auto [b, e] = Range(series, from + 1, to);
+  for (size_t i = b; i < e; ++i) add(series[i].effective_time);
 }
 
 // The price in force over a span starting at `t` (constant up to the next
@@ -264,23 +280,34 @@ absl::StatusOr<int64_t> LineCost(int64_t price_micros, int64_t amount,
 absl::StatusOr<std::vector<PricedSpan>> PriceUsage(
     const PriceBook& book, std::string_view flavor, bool spot,
     Resource resource, int64_t amount, TimeMs from, TimeMs to,
-    std::optional<TimeMs> extra_cut, const MeterOptions& options) {
+    std::optional<TimeMs> extra_cut, const MeterOptions& options,
+    TimeMs since) {
   std::vector<PricedSpan> out;
-  if (amount == 0 || to <= from) return out;
+  if (amount == 0 || to <= from || to <= since) return out;
+  // Spans that end at or before `since` are dropped, so no hour before the
+  // one holding `since` needs a cut: the span holding `since` starts at that
+  // hour or later.
+  const TimeMs window = std::max(from, since);
   std::vector<TimeMs> cuts;
-  for (TimeMs h = HourStart(from) + kMsPerHour; h < to; h += kMsPerHour) {
+  for (TimeMs h = std::max(HourStart(from) + kMsPerHour, HourStart(window));
+       h < to; h += kMsPerHour) {
     cuts.push_back(h);
   }
   if (extra_cut.has_value() && *extra_cut > from && *extra_cut < to) {
     cuts.push_back(*extra_cut);
   }
-  AddPriceCuts(book, flavor, spot, resource, from, to, options, cuts);
+  AddPriceCuts(book, flavor, spot, resource,
+               std::max(from, HourStart(window) - 1), to, options, cuts);
   cuts.push_back(to);
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   out.reserve(cuts.size());
   TimeMs start = from;
   for (TimeMs end : cuts) {
+    if (end <= since || end <= from) {
+      start = std::max(start, end);
+      continue;
+    }
     PricedSpan span;
     span.period_start = HourStart(start);
     span.start = start;
@@ -299,6 +326,12 @@ absl::StatusOr<std::vector<PricedSpan>> PriceUsage(
 absl::StatusOr<std::vector<LedgerLine>> MeterAttempt(
     const PriceBook& book, const AttemptUsage& usage, TimeMs now,
     const MeterOptions& options) {
+  return MeterAttemptSince(book, usage, 0, now, options);
+}
+
+absl::StatusOr<std::vector<LedgerLine>> MeterAttemptSince(
+    const PriceBook& book, const AttemptUsage& usage, TimeMs since, TimeMs now,
+    const MeterOptions& options) {
   TY_RETURN_IF_ERROR(ValidateOptions(options));
   TY_RETURN_IF_ERROR(ValidateUsage(usage));
   const bool running = usage.end_reason == EndReason::kRunning;
@@ -308,6 +341,9 @@ absl::StatusOr<std::vector<LedgerLine>> MeterAttempt(
   std::optional<TimeMs> lost_from;
   if (IsInterruption(usage.end_reason)) {
     lost_from = std::clamp(usage.last_checkpoint_time.value_or(from), from, to);
+    // The cut at the checkpoint splits a line that earlier passes (made while
+    // the attempt ran) closed: return it again, with its new end.
+    since = std::min(since, *lost_from - 1);
   }
   std::vector<LedgerLine> lines;
   for (Resource resource : kAllResources) {
@@ -336,7 +372,7 @@ absl::StatusOr<std::vector<LedgerLine>> MeterAttempt(
     TY_ASSIGN_OR_RETURN(
         std::vector<PricedSpan> spans,
         PriceUsage(book, usage.keys.flavor, usage.spot, resource, amount, from,
-                   to, lost_from, options));
+                   to, lost_from, options, since));
     for (const PricedSpan& span : spans) {
       LedgerLine& line = lines.emplace_back();
       line.keys = usage.keys;

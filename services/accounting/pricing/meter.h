@@ -150,12 +150,14 @@ absl::StatusOr<int64_t> LineCost(int64_t price_micros, int64_t amount,
 // `amount` units of `resource` of `flavor` over [from, to), cut and priced as
 // above (lost-work cut `extra_cut` when set); the building block of
 // MeterAttempt and of the platform's own cost of held capacity (idle.h).
+// Only the spans that end after `since` are returned (all of them for since <=
+// from); they are the same spans, with the same starts, as without it.
 // FailedPrecondition when some instant has no price (no rate version in force
 // for a resource of non-zero amount).
 absl::StatusOr<std::vector<PricedSpan>> PriceUsage(
     const PriceBook& book, std::string_view flavor, bool spot,
     Resource resource, int64_t amount, TimeMs from, TimeMs to,
-    std::optional<TimeMs> extra_cut, const MeterOptions& options);
+    std::optional<TimeMs> extra_cut, const MeterOptions& options, TimeMs since);
 
 // The lines of one attempt metered up to `now` (ended attempts: up to their
 // end whatever `now` is). Lines ascend by (resource GPU, CPU, MEMORY; start);
@@ -164,6 +166,16 @@ absl::StatusOr<std::vector<PricedSpan>> PriceUsage(
 // bad input; FailedPrecondition for a missing price; OutOfRange on overflow.
 absl::StatusOr<std::vector<LedgerLine>> MeterAttempt(
     const PriceBook& book, const AttemptUsage& usage, TimeMs now,
+    const MeterOptions& options);
+
+// The incremental pass: only the lines of MeterAttempt(book, usage, now,
+// options) that end after `since` (e.g. the previous pass's `now`, or the
+// start of the open line), identical to them. Its work grows with now - since,
+// not with the attempt's age. Upsert them by LineKey. For an attempt that
+// ended by an interruption, `since` is moved back before the start of the lost
+// work, so the line the cut at the last checkpoint shortened comes back too.
+absl::StatusOr<std::vector<LedgerLine>> MeterAttemptSince(
+    const PriceBook& book, const AttemptUsage& usage, TimeMs since, TimeMs now,
     const MeterOptions& options);
 
 // Sums of an attempt's (or any) lines, with checked arithmetic.

@@ -217,6 +217,12 @@ std::vector<TimeMs> PriceBook::RateChanges(std::string_view flavor,
   return out;
 }
 
+const std::vector<PriceAt>& PriceBook::RateSeries(std::string_view flavor,
+                                                  Resource resource) const {
+  auto it = rates_.find({std::string(flavor), resource});
+  return it == rates_.end() ? EmptySeries() : it->second;
+}
+
 const std::vector<PriceAt>& PriceBook::SpotSeries(
     std::string_view flavor) const {
   auto it = spot_.find(flavor);

@@ -121,6 +121,10 @@ class PriceBook {
   // Effective times of the versions of (flavor, resource), ascending.
   std::vector<TimeMs> RateChanges(std::string_view flavor,
                                   Resource resource) const;
+  // The versions of (flavor, resource), ascending by effective_time (empty if
+  // none).
+  const std::vector<PriceAt>& RateSeries(std::string_view flavor,
+                                         Resource resource) const;
   // Spot observations of a pool, ascending by effective_time (empty if none).
   const std::vector<PriceAt>& SpotSeries(std::string_view flavor) const;
   // Commitments of a pool, in the order added (empty if none).

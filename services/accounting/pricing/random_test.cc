@@ -503,10 +503,14 @@ TEST_F(RandomMeterTest, RunningPassesThenTheFinalPassEqualOnePass) {
     std::map<std::string, LedgerLine> ledger;
     std::map<std::string, std::string> closed;
     const TimeMs step = Rand(0, 1) == 0 ? 60'000 : Rand64(1, 20 * 60'000);
+    // Incremental passes from the previous pass's now (or whole ones).
+    const bool incremental = Rand(0, 3) != 0;
+    TimeMs since = 0;
     for (TimeMs now = ended.start_time - step; now < *ended.end_time;
          now += step) {
       absl::StatusOr<std::vector<LedgerLine>> lines =
-          MeterAttempt(*book_, running, now, o);
+          MeterAttemptSince(*book_, running, since, now, o);
+      if (incremental) since = now;
       ASSERT_TRUE(lines.ok()) << lines.status();
       for (const LedgerLine& l : *lines) {
         const std::string key = LineKey(l);
@@ -523,13 +527,46 @@ TEST_F(RandomMeterTest, RunningPassesThenTheFinalPassEqualOnePass) {
         ledger[key] = l;
       }
     }
+    absl::StatusOr<std::vector<LedgerLine>> last_pass =
+        MeterAttemptSince(*book_, ended, since, 0, o);
+    ASSERT_TRUE(last_pass.ok());
+    for (const LedgerLine& l : *last_pass) ledger[LineKey(l)] = l;
     absl::StatusOr<std::vector<LedgerLine>> final_lines =
         MeterAttempt(*book_, ended, 0, o);
     ASSERT_TRUE(final_lines.ok());
-    for (const LedgerLine& l : *final_lines) ledger[LineKey(l)] = l;
     std::vector<LedgerLine> merged;
     for (const auto& [key, l] : ledger) merged.push_back(l);
     EXPECT_EQ(FromLedger(merged), FromLedger(*final_lines)) << "attempt " << i;
+  }
+}
+
+TEST_F(RandomMeterTest, MeteringSinceReturnsTheSameLinesThatEndAfterIt) {
+  for (int i = 0; i < 2000; ++i) {
+    const AttemptUsage u = RandomAttempt(i);
+    const MeterOptions o = RandomOptions();
+    const TimeMs since =
+        u.start_time + Rand64(-kH, *u.end_time - u.start_time + kH);
+    absl::StatusOr<std::vector<LedgerLine>> all = MeterAttempt(*book_, u, 0, o);
+    absl::StatusOr<std::vector<LedgerLine>> some =
+        MeterAttemptSince(*book_, u, since, 0, o);
+    ASSERT_TRUE(all.ok() && some.ok());
+    TimeMs keep_after = since;
+    if (IsInterruption(u.end_reason)) {
+      keep_after = std::min(
+          since, std::clamp(u.last_checkpoint_time.value_or(u.start_time),
+                            u.start_time, *u.end_time) -
+                     1);
+    }
+    std::vector<LedgerLine> want;
+    for (const LedgerLine& l : *all) {
+      if (l.end > keep_after) want.push_back(l);
+    }
+    EXPECT_EQ(FromLedger(*some), FromLedger(want)) << "attempt " << i;
+    // The keys are the same too.
+    std::vector<std::string> got_keys, want_keys;
+    for (const LedgerLine& l : *some) got_keys.push_back(LineKey(l));
+    for (const LedgerLine& l : want) want_keys.push_back(LineKey(l));
+    EXPECT_EQ(got_keys, want_keys);
   }
 }
 
