@@ -67,35 +67,49 @@ absl::StatusOr<IdleLine> ComputeIdle(const PriceBook& book,
   IdleLine out;
   out.pool = pool_period.pool;
   out.period_start = p;
+  // Commitments: their parts of the period, and the time they cover.
+  std::vector<std::pair<TimeMs, TimeMs>> covered;
   for (const Commitment& c : book.Commitments(pool_period.pool)) {
     if (c.end_time <= p || c.start_time >= q) continue;
     out.reserved = true;
     TY_ASSIGN_OR_RETURN(int64_t part, CommitmentPart(c, p, q));
     TY_ASSIGN_OR_RETURN(out.paid_micros, CheckedAdd(out.paid_micros, part));
+    covered.emplace_back(std::max(c.start_time, p), std::min(c.end_time, q));
   }
-  if (!out.reserved) {
-    for (size_t i = 0; i < pool_period.held.size(); ++i) {
-      const CapacityHeld& h = pool_period.held[i];
-      const std::string field = domain::IndexField("pool_period.held", i);
-      if (h.gpus < 0 || h.cpu_millis < 0 || h.memory_bytes < 0) {
-        return FieldError(field, reason::kOutOfRange,
-                          "amounts must not be negative");
-      }
-      if (h.end_time < h.start_time) {
-        return FieldError(domain::JoinField(field, "end_time"),
-                          reason::kOutOfRange, "must not be before start_time");
-      }
-      const TimeMs from = std::max(h.start_time, p);
-      const TimeMs to = std::min(h.end_time, q);
-      if (to <= from) continue;
+  std::sort(covered.begin(), covered.end());
+  // Held capacity outside the commitments: at the book's prices.
+  for (size_t i = 0; i < pool_period.held.size(); ++i) {
+    const CapacityHeld& h = pool_period.held[i];
+    const std::string field = domain::IndexField("pool_period.held", i);
+    if (h.gpus < 0 || h.cpu_millis < 0 || h.memory_bytes < 0) {
+      return FieldError(field, reason::kOutOfRange,
+                        "amounts must not be negative");
+    }
+    if (h.end_time < h.start_time) {
+      return FieldError(domain::JoinField(field, "end_time"),
+                        reason::kOutOfRange, "must not be before start_time");
+    }
+    // [from, to) minus the covered intervals.
+    std::vector<std::pair<TimeMs, TimeMs>> pieces;
+    TimeMs from = std::max(h.start_time, p);
+    const TimeMs to = std::min(h.end_time, q);
+    for (const auto& [cs, ce] : covered) {
+      if (from >= to) break;
+      if (ce <= from) continue;
+      if (cs >= to) break;
+      if (cs > from) pieces.emplace_back(from, cs);
+      from = std::max(from, ce);
+    }
+    if (from < to) pieces.emplace_back(from, to);
+    for (const auto& [a, b] : pieces) {
       for (Resource r : kAllResources) {
         const int64_t amount = r == Resource::kGpu   ? h.gpus
                                : r == Resource::kCpu ? h.cpu_millis
                                                      : h.memory_bytes;
         TY_ASSIGN_OR_RETURN(
             std::vector<PricedSpan> spans,
-            PriceUsage(book, pool_period.pool, pool_period.spot, r, amount,
-                       from, to, std::nullopt, options, /*since=*/0));
+            PriceUsage(book, pool_period.pool, pool_period.spot, r, amount, a,
+                       b, std::nullopt, options, /*since=*/0));
         for (const PricedSpan& span : spans) {
           TY_ASSIGN_OR_RETURN(out.paid_micros,
                               CheckedAdd(out.paid_micros, span.cost_micros));

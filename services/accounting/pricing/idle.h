@@ -33,8 +33,8 @@ struct PoolPeriod {
   bool spot = false;
   // A UTC hour boundary.
   TimeMs period_start = 0;
-  // What it held; parts outside the period are ignored. Not used for a pool
-  // with a commitment overlapping the period.
+  // What it held; parts outside the period, and parts a commitment of the
+  // pool covers (already paid by it), are ignored.
   std::vector<CapacityHeld> held;
 };
 
@@ -42,8 +42,9 @@ struct PoolPeriod {
 struct IdleLine {
   std::string pool;
   TimeMs period_start = 0;
-  // Paid from commitments (the pool has a commitment overlapping the period)
-  // rather than from held capacity at the book's prices.
+  // The pool has a commitment overlapping the period (paid, at least in
+  // part, from commitments rather than from held capacity at the book's
+  // prices).
   bool reserved = false;
   // What the platform paid, what the lines allocated, and the difference
   // (negative when the lines allocated more than was paid, e.g. rates above a
@@ -62,7 +63,8 @@ struct IdleLine {
 absl::StatusOr<int64_t> CommitmentPart(const Commitment& commitment,
                                        TimeMs from, TimeMs to);
 
-// paid (commitment parts, else held capacity priced as usage), allocated (the
+// paid (the commitments' parts of the period, plus held capacity outside the
+// time they cover priced as usage), allocated (the
 // cost of `lines` whose flavor is the pool and whose period is the period;
 // other lines are ignored), idle = paid - allocated. InvalidArgument naming
 // "pool_period.*" for bad input; FailedPrecondition for a missing price.

@@ -97,6 +97,29 @@ TEST(IdleTest, ReservedPoolIdleIsTheCommitmentPartMinusAllocated) {
   EXPECT_EQ(paid, 24'000'000);
 }
 
+TEST(IdleTest, CapacityHeldAfterACommitmentEndsIsPaidAtTheRates) {
+  PriceBook book = Book();
+  // 5,400,000 micros for 09:00-10:30: 3,600,000 an hour.
+  ASSERT_TRUE(
+      book.AddCommitment({"res", {5'400'000, ""}, kAt(9, 0), kAt(10, 30)}, kNov)
+          .ok());
+  ASSERT_TRUE(
+      book.AddRate({"res", Resource::kGpu, {2'000'000, ""}, kNov}, kNov).ok());
+  // 2 GPUs held all hour: 10:00-10:30 is the commitment's (1,800,000);
+  // 10:30-11:00 is paid at the rate, 2 × 0.5 h × $2 = 2,000,000.
+  absl::StatusOr<IdleLine> idle = ComputeIdle(
+      book, {"res", false, kAt(10, 0), {{kAt(8, 0), kAt(12, 0), 2, 0, 0}}}, {},
+      MeterOptions{});
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_TRUE(idle->reserved);
+  EXPECT_EQ(idle->paid_micros, 3'800'000);
+  // In the hour before, the commitment covers everything.
+  idle = ComputeIdle(
+      book, {"res", false, kAt(9, 0), {{kAt(8, 0), kAt(12, 0), 2, 0, 0}}}, {},
+      MeterOptions{});
+  EXPECT_EQ(idle->paid_micros, 3'600'000);
+}
+
 TEST(IdleTest, OnDemandPoolIdleIsHeldCapacityMinusAllocated) {
   PriceBook book = Book();
   ASSERT_TRUE(

@@ -462,22 +462,34 @@ TEST_F(RandomMeterTest, LinesAndTotalsMatchAnIndependentComputation) {
                                commitment.end_time - commitment.start_time);
         };
         want_paid = c(p + kH) - c(p);
-        commitment_paid += idle->paid_micros;
+        commitment_paid += want_paid;
         EXPECT_TRUE(idle->reserved);
       } else {
-        for (const CapacityHeld& h : pp.held) {
+        EXPECT_FALSE(idle->reserved);
+      }
+      // Held capacity, less the time the commitment covers (f2 only), at the
+      // book's prices.
+      for (const CapacityHeld& h : pp.held) {
+        std::vector<std::pair<TimeMs, TimeMs>> pieces;
+        if (pool == "f2") {
+          pieces.emplace_back(h.start_time,
+                              std::min(h.end_time, commitment.start_time));
+          pieces.emplace_back(std::max(h.start_time, commitment.end_time),
+                              h.end_time);
+        } else {
+          pieces.emplace_back(h.start_time, h.end_time);
+        }
+        for (const auto& [a, b] : pieces) {
           for (Resource r : kAllResources) {
             const int64_t amount = r == Resource::kGpu   ? h.gpus
                                    : r == Resource::kCpu ? h.cpu_millis
                                                          : h.memory_bytes;
-            for (const RefLine& l :
-                 ref_.Lines(pool, spot, r, amount, h.start_time, h.end_time,
-                            std::nullopt, MeterOptions{})) {
+            for (const RefLine& l : ref_.Lines(pool, spot, r, amount, a, b,
+                                               std::nullopt, MeterOptions{})) {
               want_paid += l.cost;
             }
           }
         }
-        EXPECT_FALSE(idle->reserved);
       }
       EXPECT_EQ(idle->paid_micros, want_paid) << pool << " " << p - kNov;
       int64_t shared = 0;
