@@ -1,6 +1,7 @@
 #include "services/dispatcher/dispatcher.h"
 
 #include <algorithm>
+#include <csignal>
 #include <functional>
 #include <map>
 #include <optional>
@@ -466,6 +467,14 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
       return failed.status();
     }
     return End(current, refused, report);
+  }
+  if (options_.fault_kill_after_launches > 0 &&
+      ++fault_launches_ == options_.fault_kill_after_launches) {
+    // Fault injection (DispatcherOptions): a crash between "the backend
+    // accepted the attempt" and "recorded", as kill -9 would leave it.
+    Log(LogLevel::kWarning, "dispatcher: fault injection, killing self",
+        {{"attempt", request.name}, {"launches", fault_launches_}});
+    raise(SIGKILL);
   }
   ++report.launched;
   return Follow(current, &*launched, report);

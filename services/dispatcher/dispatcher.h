@@ -72,6 +72,15 @@ struct DispatcherOptions {
   std::shared_ptr<const runtime::JobTokenKeys> job_tokens;
   absl::Duration job_token_ttl = absl::Hours(24 * 7);
   absl::Duration job_token_margin = absl::Hours(1);
+
+  // Fault injection, for crash tests only (docs/dispatcher.md, "Crash
+  // safety"): when > 0, the process kills itself with SIGKILL right after
+  // its Nth successful Adapter::Launch, before the pass records anything of
+  // that launch: the backend holds the attempt, PostgreSQL still says
+  // DISPATCHING with no backend job id. `trainyard dispatcher` and
+  // `trainyard all` set it from $TRAINYARD_FAULT_KILL_AFTER_LAUNCHES.
+  // 0 (the default): off.
+  int fault_kill_after_launches = 0;
 };
 
 // The env the dispatcher adds to an attempt of job tenants/<tenant>/jobs/<id>
@@ -181,6 +190,9 @@ class Dispatcher {
   std::vector<Deferred> deferred_;
   // Passes failed in a row while active (only the leader loop touches it).
   int failed_passes_ = 0;
+  // Successful launches so far, counted only while
+  // options_.fault_kill_after_launches is set (passes never overlap).
+  int fault_launches_ = 0;
 
   // Last: stopped (by Shutdown()) before the rest goes.
   leader::LeaderLoop loop_;

@@ -16,12 +16,17 @@
 //     its own process; a stream of real Slurm jobs is submitted while the
 //     dispatcher is killed -9 again and again (seeded: some kills at random
 //     moments, some the moment a job is DISPATCHING, i.e. while the
-//     dispatcher submits to Slurm) and restarted. Checked: every job ends
+//     dispatcher submits to Slurm, and some by the dispatcher itself through
+//     its fault-injection point TRAINYARD_FAULT_KILL_AFTER_LAUNCHES, right
+//     after Slurm accepted a job and before the dispatcher recorded it; the
+//     first dispatcher always has it) and restarted. Checked: every job ends
 //     exactly once (SUCCEEDED, one unbroken event chain), kills did land
 //     between "submitted to Slurm" and "recorded" (a job DISPATCHING in
-//     PostgreSQL whose Slurm job exists), and Slurm never holds two jobs of
-//     one attempt name — sampled after every kill and at the end, where each
-//     attempt's recorded Slurm job id is the one Slurm job of its name.
+//     PostgreSQL whose Slurm job exists; after every fault-injected kill,
+//     the attempt the dying dispatcher named in its log), and Slurm never
+//     holds two jobs of one attempt name — sampled after every kill and at
+//     the end, where each attempt's recorded Slurm job id is the one Slurm
+//     job of its name.
 //
 // Environment: TRAINYARD_BIN (set by CTest), TRAINYARD_SLURM_CRASH_SEED
 // (default 1), TRAINYARD_SLURM_CRASH_JOBS (default 48; 24 under ASan).
@@ -383,7 +388,18 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
   const std::string token = Token("users/demo", "member", "demo");
   ASSERT_FALSE(token.empty());
   ASSERT_TRUE(scheduler->Start().ok());
-  ASSERT_TRUE(dispatcher->Start().ok());
+  // The dispatcher's fault-injection point (docs/dispatcher.md, "Crash
+  // safety"): started with it, the dispatcher kills itself -9 right after
+  // its Nth launch that Slurm accepted, before it records anything of that
+  // launch, so the kill lands between "submitted" and "recorded" whatever
+  // the machine's speed. The first dispatcher has it (N = 1): jobs arrive
+  // at once, so it fires; so do a third of the restarts (N = 1-3).
+  auto fault_env = [](int n) {
+    return std::vector<std::string>{
+        absl::StrCat("TRAINYARD_FAULT_KILL_AFTER_LAUNCHES=", n)};
+  };
+  bool armed = true;
+  ASSERT_TRUE(dispatcher->Start(fault_env(1)).ok());
 
   // The jobs: 1 worker of 1 GPU (every sixth a 2-worker gang), 1 CPU,
   // 100 MiB, sleeping 0.5-2.5 s; on-demand or spot.
@@ -437,12 +453,12 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
     }
   });
 
-  // Chaos: kill -9 the dispatcher, then look at what it left: jobs
-  // DISPATCHING in PostgreSQL whose Slurm job exists (submitted, not
-  // recorded) or does not (claimed, not submitted yet), and any attempt name
-  // Slurm holds twice. Restart it 0-500 ms later.
+  // Chaos: kill -9 the dispatcher (or let the fault point kill it), then
+  // look at what it left: jobs DISPATCHING in PostgreSQL whose Slurm job
+  // exists (submitted, not recorded) or does not (claimed, not submitted
+  // yet), and any attempt name Slurm holds twice. Restart it 0-500 ms later.
   int kills = 0, targeted = 0, submitted_unrecorded = 0,
-      claimed_unsubmitted = 0;
+      claimed_unsubmitted = 0, injected = 0, fired = 0;
   std::vector<std::string> duplicates;
   auto dispatching = [&]() -> std::vector<std::string> {
     std::vector<std::string> names;
@@ -478,23 +494,40 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
            std::all_of(now.jobs.begin(), now.jobs.end(),
                        [](const auto& e) { return Terminal(e.second.first); });
   };
-  const absl::Time chaos_end = absl::Now() + kChaos;
-  while (absl::Now() < chaos_end && !stop) {
-    for (TrainyardService* s : {api, scheduler, dispatcher}) {
-      std::optional<std::string> died = s->Died();
-      ASSERT_FALSE(died.has_value()) << *died;
+  // The dispatcher with the fault point armed: waits until it killed itself
+  // (true), or up to `limit` when it launched too little meanwhile (false;
+  // the caller kills it then). Anything but SIGKILL is a crash of its own.
+  auto await_fault = [&](absl::Duration limit) -> bool {
+    ++injected;
+    for (const absl::Time until = absl::Now() + limit; absl::Now() < until;
+         absl::SleepFor(absl::Milliseconds(5))) {
+      std::optional<std::string> died = dispatcher->Died();
+      if (!died.has_value()) continue;
+      EXPECT_TRUE(absl::StrContains(*died, "killed by signal 9")) << *died;
+      ++fired;
+      return true;
     }
-    if (rng() % 2 == 0) {
-      // The moment a job is DISPATCHING (the dispatcher claimed it and is
-      // submitting), within 3 s.
-      ++targeted;
-      for (absl::Time until = absl::Now() + absl::Seconds(3);
-           absl::Now() < until && dispatching().empty();) {
-        absl::SleepFor(absl::Milliseconds(5));
-      }
-    } else {
-      absl::SleepFor(absl::Milliseconds(100 + rng() % 1400));
-    }
+    return false;
+  };
+  // The attempt the fault point killed the dispatcher after (its last
+  // words, in its log): its Slurm job name, or "" when the log lacks it.
+  auto fault_attempt = [&]() -> std::string {
+    const std::string tail = fx::ReadFileTail(dispatcher->log(), 4096);
+    const std::string kKey =
+        "\"msg\":\"dispatcher: fault injection, killing self\","
+        "\"attempt\":\"";
+    const size_t at = tail.rfind(kKey);
+    if (at == std::string::npos) return "";
+    const size_t begin = at + kKey.size();
+    const size_t end = tail.find('"', begin);
+    if (end == std::string::npos) return "";
+    return prefix + tail.substr(begin, end - begin);
+  };
+  // kill -9 (a no-op when the fault point killed it), then what it left. A
+  // `fault` kill came right after Slurm accepted the attempt it names in its
+  // log, before the dispatcher recorded anything of it: that attempt is
+  // DISPATCHING in PostgreSQL and in Slurm.
+  auto kill_and_sample = [&](bool fault) {
     dispatcher->Kill();
     ++kills;
     std::vector<std::string> names = dispatching();
@@ -509,11 +542,55 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
       }
     }
     check_duplicates(*slurm_jobs);
+    if (fault) {
+      const std::string name = fault_attempt();
+      ASSERT_FALSE(name.empty()) << "kill " << kills << ": the fault point "
+                                 << "fired without naming its attempt";
+      EXPECT_TRUE(std::find(names.begin(), names.end(), name) != names.end())
+          << "kill " << kills << ": " << name << " is not DISPATCHING";
+      EXPECT_TRUE(slurm_jobs->contains(name))
+          << "kill " << kills << ": " << name << " is not in Slurm";
+    }
+  };
+  const absl::Time chaos_end = absl::Now() + kChaos;
+  while (absl::Now() < chaos_end && !stop) {
+    for (TrainyardService* s : {api, scheduler, dispatcher}) {
+      if (s == dispatcher && armed) continue;  // await_fault looks.
+      std::optional<std::string> died = s->Died();
+      ASSERT_FALSE(died.has_value()) << *died;
+    }
+    bool fault = false;
+    if (armed) {
+      // The first dispatcher's launches come for sure (jobs arrive from the
+      // start): as long as it takes. A restarted one may find no work left.
+      fault = await_fault(kills == 0 ? absl::Seconds(60) : absl::Seconds(5));
+    } else if (rng() % 2 == 0) {
+      // The moment a job is DISPATCHING (the dispatcher claimed it and is
+      // submitting), within 3 s.
+      ++targeted;
+      for (absl::Time until = absl::Now() + absl::Seconds(3);
+           absl::Now() < until && dispatching().empty();) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    } else {
+      absl::SleepFor(absl::Milliseconds(100 + rng() % 1400));
+    }
+    ASSERT_NO_FATAL_FAILURE(kill_and_sample(fault));
     absl::SleepFor(absl::Milliseconds(rng() % 500));
-    ASSERT_TRUE(dispatcher->Start().ok());
+    armed = rng() % 3 == 0;
+    ASSERT_TRUE(dispatcher
+                    ->Start(armed ? fault_env(1 + static_cast<int>(rng() % 3))
+                                  : std::vector<std::string>{})
+                    .ok());
     // Let it start (connect, take the cluster's lock, list Slurm) now and
     // then, so that it does work between kills.
     if (rng() % 3 == 0) absl::SleepFor(absl::Seconds(1));
+  }
+  if (armed && !stop) {
+    // The chaos ended with the fault point armed: the last kill, then a
+    // dispatcher without it.
+    ASSERT_NO_FATAL_FAILURE(kill_and_sample(await_fault(absl::Seconds(5))));
+    ASSERT_TRUE(dispatcher->Start().ok());
   }
   const absl::Duration chaos_took = absl::Now() - test_start;
 
@@ -595,11 +672,14 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
             << "; attempts " << histories.attempt_rows << ", Slurm jobs "
             << slurm_jobs->size() << ", transitions " << histories.transitions
             << "; dispatcher kills " << kills << " (" << targeted
-            << " targeted), left DISPATCHING: " << submitted_unrecorded
+            << " targeted, " << injected << " fault-injected of which " << fired
+            << " fired), left DISPATCHING: " << submitted_unrecorded
             << " submitted to Slurm but unrecorded, " << claimed_unsubmitted
             << " claimed but not submitted\n";
   EXPECT_GE(kills, 8);
-  // The kills did land between "submitted to Slurm" and "recorded".
+  // The kills did land between "submitted to Slurm" and "recorded": at least
+  // the fault point's (each of which checked it above).
+  EXPECT_GT(fired, 0);
   EXPECT_GT(submitted_unrecorded, 0);
 }
 

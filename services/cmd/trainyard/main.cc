@@ -14,6 +14,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -388,6 +390,23 @@ absl::StatusOr<BackendDispatcher> StartDispatcher(
     const ApiAccess& api) {
   BackendDispatcher out;
   out.adapter = std::move(adapter);
+  // Fault injection for crash tests (DispatcherOptions,
+  // docs/dispatcher.md "Crash safety"); unset: off.
+  int fault_kill_after_launches = 0;
+  if (const char* env = std::getenv("TRAINYARD_FAULT_KILL_AFTER_LAUNCHES");
+      env != nullptr && *env != '\0') {
+    if (!absl::SimpleAtoi(env, &fault_kill_after_launches) ||
+        fault_kill_after_launches < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TRAINYARD_FAULT_KILL_AFTER_LAUNCHES: not a count: ", env));
+    }
+    if (fault_kill_after_launches > 0) {
+      Log(LogLevel::kWarning,
+          "fault injection: the dispatcher kills itself after this many "
+          "launches, before recording the last",
+          {{"TRAINYARD_FAULT_KILL_AFTER_LAUNCHES", fault_kill_after_launches}});
+    }
+  }
   auto dispatcher = trainyard::dispatcher::Dispatcher::Create(
       {.postgres_url = absl::GetFlag(FLAGS_postgres_url),
        .redis_addr = absl::GetFlag(FLAGS_redis_addr),
@@ -396,7 +415,8 @@ absl::StatusOr<BackendDispatcher> StartDispatcher(
        .api_advertise_addr = api.addr,
        .job_tokens = api.keys,
        .job_token_ttl = absl::GetFlag(FLAGS_job_token_ttl),
-       .job_token_margin = absl::GetFlag(FLAGS_job_token_margin)},
+       .job_token_margin = absl::GetFlag(FLAGS_job_token_margin),
+       .fault_kill_after_launches = fault_kill_after_launches},
       out.adapter.get());
   if (!dispatcher.ok()) return dispatcher.status();
   out.dispatcher = std::move(*dispatcher);
