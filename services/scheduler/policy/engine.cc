@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -67,10 +68,12 @@ class Engine final : public CycleRunner {
     if (texts_generation_ != classes.generation() || !texts_.has_block() ||
         texts_.size() > block_limit) {
       failures_.clear();
+      kept_.clear();
       texts_generation_ = classes.generation();
       texts_.Renew();
     }
     failures_.resize(classes.size());
+    kept_.resize(classes.size());
     // Per-job state is indexed by slot: the job's position in the
     // concatenation of the queues' orders, so a queue's jobs are contiguous.
     all_flavors_.resize(s.flavors.size());
@@ -429,8 +432,9 @@ class Engine final : public CycleRunner {
     if (speculative && state_.config->hold_borrowing_for_priority)
       return Outcome::kDeferred;
     // Its kept details are compared at the end (TextOf).
-    __builtin_prefetch(&failure.details[0]);
-    __builtin_prefetch(&failure.details[2]);
+    const char* kept = reinterpret_cast<const char*>(&kept_[job_class]);
+    for (size_t line = 0; line < sizeof(KeptDetails); line += 64)
+      __builtin_prefetch(kept + line);
     // Everything a failed attempt, an admission or a preemption plan reads of
     // the job is the same for every job of its class: evaluate the class's
     // compact representative, and touch the job itself only to backfill or
@@ -466,7 +470,7 @@ class Engine final : public CycleRunner {
     if (flavors.empty()) {
       reason_[j] = PendingReason::kNoEligibleFlavor;
       details.push_back({.kind = Detail::kNoEligibleFlavor});
-      message_[j] = TextOf(failure, job, reason_[j], details);
+      message_[j] = TextOf(failure, job_class, job, reason_[j], details);
       Remember(failure, flavors, placed, indexed, shape, job.queue, quota_sum);
       return Outcome::kFailed;
     }
@@ -502,21 +506,28 @@ class Engine final : public CycleRunner {
         continue;
       }
       affordable.push_back(f);
+      // With a flavor taken by borrowing already, only one within nominal
+      // quota can still win: a later one that borrows too is not placed.
+      if (borrow_flavor.has_value() &&
+          state_.OverNominal(job.queue, f, need).has_value()) {
+        continue;
+      }
       if (!state_.FitsQuota(job.queue, f, need, &failed)) {
-        const QuotaTree::Binding binding =
-            state_.quota->BindingLimit(job.queue, f, failed, need.Get(failed));
-        add_detail({.kind = Detail::kQuota,
-                    .resource = static_cast<uint8_t>(failed),
-                    .limit = static_cast<uint8_t>(binding.kind),
-                    .flavor = f,
-                    .limit_cohort = binding.cohort,
-                    .a = state_.quota->Usage(job.queue, f, failed),
-                    .b = state_.quota->Nominal(job.queue, f, failed),
-                    .c = state_.quota->CohortLends(
-                        job.queue, f, failed,
-                        state_.AvailableQuota(job.queue, f, failed)),
-                    .limit_value = binding.value,
-                    .limit_withheld = binding.withheld});
+        Detail detail{.kind = Detail::kQuota,
+                      .resource = static_cast<uint8_t>(failed),
+                      .flavor = f,
+                      .a = state_.quota->Usage(job.queue, f, failed),
+                      .b = state_.quota->Nominal(job.queue, f, failed),
+                      .c = state_.quota->CohortLends(
+                          job.queue, f, failed,
+                          state_.AvailableQuota(job.queue, f, failed))};
+        if (state_.quota->CohortLimitAbove(job.queue, f, failed)) {
+          const QuotaTree::Binding binding =
+              state_.BindingLimit(job.queue, f, failed, need.Get(failed));
+          detail.limit = static_cast<uint8_t>(binding.kind);
+          detail.limit_cohort = binding.cohort;
+        }
+        add_detail(detail);
         preemption_.HoldBorrowingFor(job, f, need);
       } else if (preemption_.BorrowsWhileRebalancing(job, f, need)) {
         add_detail(OverNominalDetail(Detail::kRebalancing, job, f, need, 0));
@@ -621,7 +632,8 @@ class Engine final : public CycleRunner {
       if (speculative) return Outcome::kDeferred;
       std::string& message = scratch_;
       message.clear();
-      AppendDetails(*state_.s, *state_.config, job, details, message);
+      AppendDetails(*state_.s, *state_.config, binding_limit_, job, details,
+                    message);
       if (reservations_.TryReserve(actual(), reservable, message, out,
                                    &searched)) {
         // Not remembered: the reservation changed the state, and the next
@@ -631,7 +643,7 @@ class Engine final : public CycleRunner {
         return Outcome::kFailed;
       }
     }
-    message_[j] = TextOf(failure, job, reason_[j], details);
+    message_[j] = TextOf(failure, job_class, job, reason_[j], details);
     // (With fair-share preemption the search ran: `placed` covers every
     // position and `indexed` none, whichever list is stamped.)
     Remember(failure, stamped, placed, indexed, shape, job.queue, quota_sum);
@@ -685,22 +697,24 @@ class Engine final : public CycleRunner {
   // The explanation of a failure of class c with these details: the class's
   // last one (kept across cycles while the class table is the same) when its
   // records are equal, so that most failures format and allocate nothing.
-  Message TextOf(ClassFailure& failure, const PendingJob& job,
-                 PendingReason reason, const std::vector<Detail>& details) {
+  Message TextOf(ClassFailure& failure, int32_t job_class,
+                 const PendingJob& job, PendingReason reason,
+                 const std::vector<Detail>& details) {
     if (failure.text_valid && failure.reason == reason &&
         failure.num_details == details.size() &&
-        std::equal(details.begin(), details.end(), failure.details)) {
+        std::equal(details.begin(), details.end(), kept_[job_class].details)) {
       return failure.message;
     }
     std::string& message = scratch_;
     message.clear();
-    AppendDetails(*state_.s, *state_.config, job, details, message);
+    AppendDetails(*state_.s, *state_.config, binding_limit_, job, details,
+                  message);
     failure.reason = reason;
     failure.message = texts_.New(message);
     failure.text_valid = details.size() <= kKeptDetails;
     if (failure.text_valid) {
       failure.num_details = static_cast<uint8_t>(details.size());
-      std::copy(details.begin(), details.end(), failure.details);
+      std::copy(details.begin(), details.end(), kept_[job_class].details);
     }
     return failure.message;
   }
@@ -742,6 +756,7 @@ class Engine final : public CycleRunner {
   const std::vector<std::vector<QueueEntry>>* jobs_of_queue_ = nullptr;
   // Per class (ClassTable): its failure record.
   std::vector<ClassFailure> failures_;
+  std::vector<KeptDetails> kept_;
   // Per queue: the slot of its first job (Reset()).
   std::vector<size_t> offset_;
   // Per slot: admitted, or why not.
@@ -753,6 +768,11 @@ class Engine final : public CycleRunner {
   // Per queue: its next job in Run().
   std::vector<size_t> cursor_;
   std::string scratch_;
+  // EngineState::BindingLimit(), for AppendDetails().
+  std::function<QuotaTree::Binding(QueueId, FlavorId, Resource, int64_t)>
+      binding_limit_ = [this](QueueId q, FlavorId f, Resource r, int64_t want) {
+        return state_.BindingLimit(q, f, r, want);
+      };
   std::vector<Detail> details_;
   std::vector<FlavorId> affordable_, reservable_;
   // Every flavor, in id order (failures of fair-share preempting classes

@@ -73,8 +73,8 @@ class Appender {
 }  // namespace
 
 void AppendDetails(const Snapshot& s, const PolicyConfig& config,
-                   const PendingJob& job, const std::vector<Detail>& details,
-                   std::string& out) {
+                   BindingLimitFn binding_limit, const PendingJob& job,
+                   const std::vector<Detail>& details, std::string& out) {
   const Queue& queue = s.queues[job.queue];
   const Resources need = job.worker.AsResources() * job.workers;
   Appender text(out);
@@ -121,23 +121,24 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
              << need.Get(resource) << " ";
         flavor_tag();
         // What binds: the limit to change, or what must end first.
+        const QuotaTree::Binding binding =
+            binding_limit(job.queue, d.flavor, resource, need.Get(resource));
         const absl::string_view cohort =
-            d.limit_cohort >= 0
-                ? absl::string_view(s.cohorts[d.limit_cohort].name)
+            binding.cohort >= 0
+                ? absl::string_view(s.cohorts[binding.cohort].name)
                 : absl::string_view();
-        switch (static_cast<QuotaTree::Binding::Kind>(d.limit)) {
+        switch (binding.kind) {
           case QuotaTree::Binding::kNone:
             break;
           case QuotaTree::Binding::kNoCohort:
             text << ": the queue has no cohort to borrow from";
             break;
           case QuotaTree::Binding::kQueueBorrowingLimit:
-            text << ": the queue's borrowing limit (" << d.limit_value
+            text << ": the queue's borrowing limit (" << binding.value
                  << ") binds";
             break;
           case QuotaTree::Binding::kNominalLent:
-            text << ": " << d.limit_value
-                 << " of its nominal quota is lent to other queues";
+            text << ": its nominal quota is lent to other queues";
             if (queue.reclaim_within_cohort == ReclaimWithinCohort::kNever) {
               text << " and its reclaim_within_cohort is NEVER";
             } else {
@@ -146,16 +147,15 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
             break;
           case QuotaTree::Binding::kCohortBorrowingLimit:
             text << ": cohort " << cohort << "'s borrowing limit ("
-                 << d.limit_value << ") binds";
+                 << binding.value << ") binds";
             break;
           case QuotaTree::Binding::kTreeInUse:
-            text << ": cohort tree " << cohort << " has " << d.limit_value
-                 << " left to lend";
+            text << ": the rest of cohort tree " << cohort << " is in use";
             break;
           case QuotaTree::Binding::kWithheld:
-            text << ": cohort tree " << cohort << " has " << d.limit_value
-                 << " left to lend; lending limits withhold "
-                 << d.limit_withheld << " more";
+            text << ": the rest of cohort tree " << cohort
+                 << " is in use or kept by lending limits (up to "
+                 << binding.withheld << ")";
             break;
         }
         break;

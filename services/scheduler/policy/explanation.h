@@ -12,8 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "services/scheduler/policy/decisions.h"
 #include "services/scheduler/policy/policy_config.h"
+#include "services/scheduler/policy/quota.h"
 #include "services/scheduler/policy/snapshot.h"
 
 namespace trainyard::scheduler::policy::internal {
@@ -49,13 +51,16 @@ struct Detail {
   // The resource (kQuota, kRebalancing, kHeld); the job needs
   // AsResources() * workers of it.
   uint8_t resource = 0;
-  // kQuota: the limit that binds (QuotaTree::Binding::Kind), its cohort
-  // (-1: none) and its value.
+  // kQuota: the limit that binds (QuotaTree::Binding::Kind) and its cohort
+  // (-1: none), where a cohort on the queue's path has a borrowing limit
+  // (QuotaTree::CohortLimitAbove()), else kNone and -1. The text names the
+  // limit (AppendDetails, from the tree as it is when the detail is made);
+  // without such a cohort it follows from `a` and the settings alone, so
+  // that equal details give equal texts.
   uint8_t limit = 0;
   FlavorId flavor = 0;
   CohortId limit_cohort = -1;
   int64_t a = 0, b = 0, c = 0;
-  int64_t limit_value = 0, limit_withheld = 0;
   friend bool operator==(const Detail&, const Detail&) = default;
 };
 
@@ -85,9 +90,14 @@ inline PendingReason ReasonOf(Detail::Kind kind) {
 // class of `job` (its representative) in `s`. Each detail names its flavor;
 // one with reclaims (reclaim_rate_per_hour > 0) also the restart overhead its
 // expected cost counted per reclaim (RestartOverhead(), pricing.h).
+// `binding_limit` is QuotaTree::BindingLimit() (or a cache of it) in the
+// quota state the details were made in, for the limit that binds a kQuota
+// detail.
+using BindingLimitFn = absl::FunctionRef<QuotaTree::Binding(
+    QueueId q, FlavorId f, Resource r, int64_t want)>;
 void AppendDetails(const Snapshot& s, const PolicyConfig& config,
-                   const PendingJob& job, const std::vector<Detail>& details,
-                   std::string& out);
+                   BindingLimitFn binding_limit, const PendingJob& job,
+                   const std::vector<Detail>& details, std::string& out);
 
 // The texts of explanations, in blocks: every Message of a block shares the
 // block's reference count (one hot counter instead of a cold one per text),

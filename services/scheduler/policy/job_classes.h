@@ -117,6 +117,13 @@ struct alignas(64) ClassFailure {
   // counts its placements depended on.
   uint64_t index_mask = 0;
   Message message;
+};
+static_assert(sizeof(ClassFailure) == 64, "one cache line per class");
+
+// Per class: the details its last explanation (ClassFailure::message) was
+// formatted from, read only where a failure is explained again (apart from
+// ClassFailure, so that the records reused within a cycle stay small).
+struct alignas(64) KeptDetails {
   Detail details[kKeptDetails];
 };
 static_assert(offsetof(ClassFailure, message) + sizeof(Message) <= 64,

@@ -88,8 +88,8 @@ TEST(DecideTest, QuotaExhaustedExplainsUsageAndWhatTheCohortLends) {
   EXPECT_EQ(d.pending[0].reason, PendingReason::kQuotaExhausted);
   EXPECT_EQ(d.pending[0].message,
             "QUOTA_EXHAUSTED: queue research-a gpu 64/64, cohort lends 0, job "
-            "needs 8 (flavor a100): cohort tree research has 0 left to lend; "
-            "lending limits withhold 16 more");
+            "needs 8 (flavor a100): the rest of cohort tree research is in use "
+            "or kept by lending limits (up to 16)");
 }
 
 // Failures that leave the state unchanged are taken in runs from their
@@ -157,8 +157,8 @@ TEST(DecideTest, LendingLimitKeepsPartOfTheLendersQuota) {
   ASSERT_EQ(d.pending.size(), 1u);
   EXPECT_EQ(d.pending[0].message,
             "QUOTA_EXHAUSTED: queue a gpu 8/0, cohort lends 0, job needs 8 "
-            "(flavor a100): cohort tree research has 0 left to lend; lending "
-            "limits withhold 8 more");
+            "(flavor a100): the rest of cohort tree research is in use or kept "
+            "by lending limits (up to 8)");
   // Without the lending limit the lender lends all 16.
   b.snapshot().queues[lender].quotas[0].resources[0]->lending_limit.reset();
   EXPECT_THAT(Admitted(Decide(b.Build())), ElementsAre(1, 2));

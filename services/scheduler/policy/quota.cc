@@ -86,6 +86,17 @@ QuotaTree::QuotaTree(const Snapshot& s)
       }
     }
   }
+  for (int q = 0; q < num_queues_; ++q) {
+    for (int n = parent_[q]; n >= 0 && parent_[n] >= 0; n = parent_[n]) {
+      for (FlavorId f = 0; f < num_flavors_; ++f) {
+        for (Resource r : kAllResources) {
+          if (cells_[CellIndex(n, f, r)].borrowing_limit >= 0)
+            cells_[CellIndex(q, f, r)].cohort_limit_above = true;
+        }
+      }
+    }
+  }
+  absl::flat_hash_map<int, std::vector<int>> lenders;
   for (int node = 0; node < num_nodes; ++node) {
     bool lends = false;
     for (size_t i = static_cast<size_t>(CellIndex(node, 0, Resource::kGpu));
@@ -94,26 +105,24 @@ QuotaTree::QuotaTree(const Snapshot& s)
     if (!lends) continue;
     int root = node;
     while (parent_[root] >= 0) root = parent_[root];
-    lenders_of_root_[root].push_back(node);
+    lenders[root].push_back(node);
+  }
+  if (!lenders.empty()) {
+    lenders_of_root_ =
+        std::make_shared<const absl::flat_hash_map<int, std::vector<int>>>(
+            std::move(lenders));
   }
   for (const RunningAttempt& a : s.running) Add(a.queue, a.flavor, a.resources);
 }
 
 QuotaTree::Binding QuotaTree::BindingLimit(QueueId q, FlavorId f, Resource r,
                                            int64_t want) const {
-  if (!Tracks(q, f, r) || want <= Available(q, f, r)) return {};
-  const Cell& c = cells_[CellIndex(q, f, r)];
-  if (parent_[q] < 0) return {.kind = Binding::kNoCohort, .value = c.nominal};
-  if (c.borrowing_limit >= 0 &&
-      c.usage + want > c.subtree + c.borrowing_limit) {
-    return {.kind = Binding::kQueueBorrowingLimit, .value = c.borrowing_limit};
-  }
-  if (c.usage + want <= c.nominal) {
-    // Its own nominal quota would hold the job: others borrow it.
-    return {.kind = Binding::kNominalLent,
-            .value =
-                std::max<int64_t>(0, c.nominal - c.usage - Available(q, f, r))};
-  }
+  return BindingLimitWith(q, f, r, want, Available(q, f, r),
+                          [&] { return TreeBinding(q, f, r); });
+}
+
+QuotaTree::Binding QuotaTree::TreeBinding(QueueId q, FlavorId f,
+                                          Resource r) const {
   // Up the tree: the first cohort whose borrowing limit gives its subtree
   // less than its parent has left.
   int node = parent_[q];
@@ -135,15 +144,18 @@ QuotaTree::Binding QuotaTree::BindingLimit(QueueId q, FlavorId f, Resource r,
   Binding binding{.kind = Binding::kTreeInUse,
                   .cohort = node - num_queues_,
                   .value = std::max<int64_t>(0, root.subtree - root.usage)};
-  // What lenders elsewhere in the tree keep for themselves, unused.
-  if (auto it = lenders_of_root_.find(node); it != lenders_of_root_.end()) {
+  // What lenders elsewhere in the tree keep for themselves (a setting:
+  // whether they use it themselves changes with every admission, and so
+  // would the explanation).
+  if (lenders_of_root_ == nullptr) return binding;
+  if (auto it = lenders_of_root_->find(node); it != lenders_of_root_->end()) {
     for (int lender : it->second) {
       bool on_path = false;
       for (int n = q; n >= 0 && !on_path; n = parent_[n]) on_path = n == lender;
       if (on_path) continue;
       const Cell& l = cells_[CellIndex(lender, f, r)];
       if (!l.tracked || l.lending_limit < 0) continue;
-      binding.withheld += std::max<int64_t>(0, Guaranteed(l) - l.usage);
+      binding.withheld += Guaranteed(l);
     }
   }
   if (binding.withheld > 0) binding.kind = Binding::kWithheld;

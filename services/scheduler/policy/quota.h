@@ -38,8 +38,10 @@
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_QUOTA_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -114,7 +116,8 @@ class QuotaTree {
       kTreeInUse,             // value: left to lend in the tree (cohort:
                               // the root)
       kWithheld,              // as kTreeInUse, and lending limits of other
-                              // queues and cohorts withhold `withheld` more
+                              // queues and cohorts keep `withheld` (their
+                              // guaranteed quota, used or not) from it
     };
     Kind kind = kNone;
     CohortId cohort = -1;
@@ -122,6 +125,37 @@ class QuotaTree {
     int64_t withheld = 0;
   };
   Binding BindingLimit(QueueId q, FlavorId f, Resource r, int64_t want) const;
+  // BindingLimit() with `available` as Available(q, f, r) and `tree()`
+  // giving TreeBinding(q, f, r) (or caches of them).
+  template <typename TreeFn>
+  Binding BindingLimitWith(QueueId q, FlavorId f, Resource r, int64_t want,
+                           int64_t available, TreeFn tree) const {
+    if (!Tracks(q, f, r) || want <= available) return {};
+    const Cell& c = cells_[CellIndex(q, f, r)];
+    if (parent_[q] < 0) return {.kind = Binding::kNoCohort, .value = c.nominal};
+    if (c.borrowing_limit >= 0 &&
+        c.usage + want > c.subtree + c.borrowing_limit) {
+      return {.kind = Binding::kQueueBorrowingLimit,
+              .value = c.borrowing_limit};
+    }
+    if (c.usage + want <= c.nominal) {
+      // Its own nominal quota would hold the job: others borrow it.
+      return {.kind = Binding::kNominalLent,
+              .value = std::max<int64_t>(0, c.nominal - c.usage - available)};
+    }
+    return tree();
+  }
+  // Whether a cohort on queue q's path to its root (the root aside) has a
+  // borrowing limit on (f, r): only then does the limit that binds depend on
+  // the usage of other queues' beyond what is left to lend in the tree.
+  bool CohortLimitAbove(QueueId q, FlavorId f, Resource r) const {
+    return cells_[CellIndex(q, f, r)].cohort_limit_above;
+  }
+  // The part of BindingLimit() above queue q (which does not depend on what
+  // the job wants): the first cohort on q's path whose borrowing limit binds,
+  // else what its tree has left to lend and what lending limits withhold.
+  // For a queue in a cohort.
+  Binding TreeBinding(QueueId q, FlavorId f, Resource r) const;
 
   // --- Fair share (Kueue's dominant resource share) ---
   // Shares are fixed-point: kShareOne is a share of 1 (a node that borrows
@@ -155,6 +189,9 @@ class QuotaTree {
  private:
   struct Cell {
     bool tracked = false;
+    // A queue's: whether a cohort on its path (below the root) has a
+    // borrowing limit on the cell's (flavor, resource).
+    bool cohort_limit_above = false;
     int64_t nominal = 0;
     int64_t borrowing_limit = -1;  // -1: unlimited
     int64_t lending_limit = -1;    // -1: unlimited
@@ -182,7 +219,9 @@ class QuotaTree {
   // Tree nodes: queues are [0, num_queues_), cohort c is num_queues_ + c.
   std::vector<int> parent_;  // -1 for roots
   // Per root node: the nodes of its tree with a lending limit (few).
-  absl::flat_hash_map<int, std::vector<int>> lenders_of_root_;
+  // Shared by copies (the engine copies the tree every cycle): static.
+  std::shared_ptr<const absl::flat_hash_map<int, std::vector<int>>>
+      lenders_of_root_;
   std::vector<Cell> cells_;
 };
 
