@@ -11,6 +11,7 @@
 // leave every queue at the same share.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,11 +47,22 @@ constexpr Resource kTracked[] = {Resource::kGpu, Resource::kCpu};
 
 class Reference {
  public:
-  explicit Reference(const Snapshot& s) : s_(s) {
+  // With `nodes_bind`, every flavor has exactly one node, and a job also
+  // needs room for its whole gang on it (first fit on the only node);
+  // otherwise capacity is taken to be ample.
+  explicit Reference(const Snapshot& s, bool nodes_bind = false)
+      : s_(s), nodes_bind_(nodes_bind) {
     usage_.assign(s.queues.size(),
                   std::vector<Resources>(s.flavors.size(), Resources{}));
     for (const RunningAttempt& r : s.running)
       usage_[r.queue][r.flavor] += r.resources;
+    if (nodes_bind_) {
+      free_.assign(s.flavors.size(), Resources{});
+      for (const policy::Node& n : s.nodes) {
+        free_[n.flavor] = n.capacity;
+        free_[n.flavor] -= n.used;
+      }
+    }
   }
 
   // The admissions, in order: (job, flavor).
@@ -83,7 +95,7 @@ class Reference {
       const PendingJob& job = *jobs[best][next[best]];
       ++next[best];
       if (std::optional<FlavorId> f = Choose(job); f.has_value()) {
-        usage_[job.queue][*f] += Need(job);
+        Take(job.queue, *f, Need(job));
         admitted.push_back({job.id, *f});
       } else if (s_.queues[best].strategy == QueueingStrategy::kStrictFifo) {
         blocked[best] = true;
@@ -92,57 +104,83 @@ class Reference {
     return admitted;
   }
 
-  // Queue q's weighted share as an exact fraction num / den (den > 0);
-  // nullopt: infinite (weight 0 while borrowing).
+  // A weighted share as an exact fraction num / den (den > 0); nullopt:
+  // infinite (weight 0 while borrowing).
   struct Fraction {
     __int128 num = 0;
     __int128 den = 1;
+    friend bool operator<(const Fraction& a, const Fraction& b) {
+      return a.num * b.den < b.num * a.den;
+    }
+    friend bool operator==(const Fraction& a, const Fraction& b) {
+      return a.num * b.den == b.num * a.den;
+    }
   };
+  // A node of the quota tree: a queue or a cohort.
+  struct TreeNode {
+    bool is_queue;
+    int id;
+    friend bool operator==(const TreeNode&, const TreeNode&) = default;
+  };
+  static TreeNode Queue_(QueueId q) { return {true, q}; }
+  static TreeNode Cohort(CohortId c) { return {false, c}; }
+
   std::optional<Fraction> Share(QueueId q) const {
-    const Queue& queue = s_.queues[q];
-    if (!queue.cohort.has_value()) return Fraction{};
+    return NodeShare(Queue_(q));
+  }
+  // The share of a queue or cohort: the largest usage above its subtree
+  // quota (a queue's: its nominal quota) over what its parent could lend it
+  // (potentialAvailable), over the (flavor, resource) cells it tracks, then
+  // divided by its weight. 0 for a root.
+  std::optional<Fraction> NodeShare(TreeNode n) const {
+    const std::optional<TreeNode> parent = Parent(n);
+    if (!parent.has_value()) return Fraction{};
     Fraction best;
-    for (const FlavorQuota& fq : queue.quotas) {
+    for (FlavorId f = 0; f < static_cast<FlavorId>(s_.flavors.size()); ++f) {
       for (Resource r : kTracked) {
-        const auto& rq = fq.resources[static_cast<int>(r)];
-        if (!rq.has_value()) continue;
-        const int64_t above = usage_[q][fq.flavor].Get(r) - rq->nominal;
-        const int64_t lendable = Potential(Cohort(*queue.cohort), fq.flavor, r);
+        if (n.is_queue ? !Entry(n, f, r).has_value() : !Counts(n, f, r))
+          continue;
+        const int64_t above = Usage(n, f, r) - Subtree(n, f, r);
+        const int64_t lendable = Potential(*parent, f, r);
         if (above <= 0 || lendable <= 0) continue;
-        if (static_cast<__int128>(above) * best.den >
-            best.num * static_cast<__int128>(lendable)) {
-          best = {above, lendable};
-        }
+        if (best < Fraction{above, lendable}) best = {above, lendable};
       }
     }
     if (best.num == 0) return Fraction{};
-    if (queue.weight <= 0) return std::nullopt;
+    const double weight =
+        n.is_queue ? s_.queues[n.id].weight : s_.cohorts[n.id].weight;
+    if (weight <= 0) return std::nullopt;
     // Weights in thousandths (they are whole or halves here).
-    const int64_t milli = static_cast<int64_t>(queue.weight * 1000 + 0.5);
+    const int64_t milli = static_cast<int64_t>(weight * 1000 + 0.5);
     return Fraction{best.num * 1000, best.den * milli};
   }
-
- private:
-  // A node of the quota tree: a queue or a cohort.
-  struct Node {
-    bool is_queue;
-    int id;
-  };
-  static Node Queue_(QueueId q) { return {true, q}; }
-  static Node Cohort(CohortId c) { return {false, c}; }
-
-  std::optional<Node> Parent(Node n) const {
-    if (n.is_queue) {
-      const auto& c = s_.queues[n.id].cohort;
-      if (!c.has_value()) return std::nullopt;
-      return Cohort(*c);
-    }
-    const auto& p = s_.cohorts[n.id].parent;
-    if (!p.has_value()) return std::nullopt;
-    return Cohort(*p);
+  // Whether share a < share b (infinite last).
+  static bool Lower(const std::optional<Fraction>& a,
+                    const std::optional<Fraction>& b) {
+    if (!a.has_value() || !b.has_value()) return a.has_value() && !b;
+    return *a < *b;
   }
-  std::vector<Node> Children(Node n) const {
-    std::vector<Node> out;
+  static bool Equal(const std::optional<Fraction>& a,
+                    const std::optional<Fraction>& b) {
+    return !Lower(a, b) && !Lower(b, a);
+  }
+  // Kueue's almost-LCA of two queues of one tree: the nodes just below their
+  // lowest common cohort on each side.
+  std::pair<TreeNode, TreeNode> AlmostLca(QueueId a, QueueId b) const {
+    std::vector<TreeNode> pa{Queue_(a)};
+    std::vector<TreeNode> pb{Queue_(b)};
+    while (Parent(pa.back()).has_value()) pa.push_back(*Parent(pa.back()));
+    while (Parent(pb.back()).has_value()) pb.push_back(*Parent(pb.back()));
+    size_t i = pa.size() - 1;
+    size_t j = pb.size() - 1;
+    while (i > 0 && j > 0 && pa[i - 1] == pb[j - 1]) {
+      --i;
+      --j;
+    }
+    return {pa[i - 1], pb[j - 1]};
+  }
+  std::vector<TreeNode> Children(TreeNode n) const {
+    std::vector<TreeNode> out;
     if (n.is_queue) return out;
     for (size_t q = 0; q < s_.queues.size(); ++q) {
       if (s_.queues[q].cohort == n.id) out.push_back(Queue_(q));
@@ -152,48 +190,97 @@ class Reference {
     }
     return out;
   }
-  const std::vector<FlavorQuota>& QuotasOf(Node n) const {
+
+  // Charges (or, negated, releases) work of queue q on flavor f, on its
+  // quota and, with nodes binding, on the flavor's node.
+  void Take(QueueId q, FlavorId f, const Resources& r) {
+    usage_[q][f] += r;
+    if (nodes_bind_) free_[f] -= r;
+  }
+  void Release(QueueId q, FlavorId f, const Resources& r) {
+    usage_[q][f] -= r;
+    if (nodes_bind_) free_[f] += r;
+  }
+  // Whether the job fits its queue's quota on f, and the node if it binds.
+  bool Fits(const PendingJob& j, FlavorId f) const {
+    return FitsQuota(j, f) && FitsNode(j, f);
+  }
+  bool WithinNominal(const PendingJob& j, FlavorId f) const {
+    const Resources need = Need(j);
+    for (Resource r : kAllResources) {
+      const std::optional<ResourceQuota> e = Entry(Queue_(j.queue), f, r);
+      if (e.has_value() && need.Get(r) > 0 &&
+          usage_[j.queue][f].Get(r) + need.Get(r) > e->nominal) {
+        return false;
+      }
+    }
+    return true;
+  }
+  // Whether q uses more than its nominal quota of some tracked resource of f.
+  bool Borrows(QueueId q, FlavorId f) const {
+    for (Resource r : kTracked) {
+      const std::optional<ResourceQuota> e = Entry(Queue_(q), f, r);
+      if (e.has_value() && usage_[q][f].Get(r) > e->nominal) return true;
+    }
+    return false;
+  }
+  static Resources Need(const PendingJob& j) {
+    return j.worker.AsResources() * j.workers;
+  }
+
+ private:
+  std::optional<TreeNode> Parent(TreeNode n) const {
+    if (n.is_queue) {
+      const auto& c = s_.queues[n.id].cohort;
+      if (!c.has_value()) return std::nullopt;
+      return Cohort(*c);
+    }
+    const auto& p = s_.cohorts[n.id].parent;
+    if (!p.has_value()) return std::nullopt;
+    return Cohort(*p);
+  }
+  const std::vector<FlavorQuota>& QuotasOf(TreeNode n) const {
     return n.is_queue ? s_.queues[n.id].quotas : s_.cohorts[n.id].quotas;
   }
   // The node's own entry for (f, r), if any.
-  std::optional<ResourceQuota> Entry(Node n, FlavorId f, Resource r) const {
+  std::optional<ResourceQuota> Entry(TreeNode n, FlavorId f, Resource r) const {
     for (const FlavorQuota& fq : QuotasOf(n)) {
       if (fq.flavor == f) return fq.resources[static_cast<int>(r)];
     }
     return std::nullopt;
   }
   // Whether (f, r) counts at n: its own entry, or a child where it counts.
-  bool Counts(Node n, FlavorId f, Resource r) const {
+  bool Counts(TreeNode n, FlavorId f, Resource r) const {
     if (Entry(n, f, r).has_value()) return true;
-    for (Node c : Children(n)) {
+    for (TreeNode c : Children(n)) {
       if (Counts(c, f, r)) return true;
     }
     return false;
   }
-  int64_t Subtree(Node n, FlavorId f, Resource r) const {
+  int64_t Subtree(TreeNode n, FlavorId f, Resource r) const {
     const std::optional<ResourceQuota> e = Entry(n, f, r);
     int64_t total = e.has_value() ? e->nominal : 0;
-    for (Node c : Children(n)) {
+    for (TreeNode c : Children(n)) {
       if (Counts(c, f, r)) total += Subtree(c, f, r) - Guaranteed(c, f, r);
     }
     return total;
   }
-  int64_t Guaranteed(Node n, FlavorId f, Resource r) const {
+  int64_t Guaranteed(TreeNode n, FlavorId f, Resource r) const {
     const std::optional<ResourceQuota> e = Entry(n, f, r);
     if (!e.has_value() || !e->lending_limit.has_value()) return 0;
     return std::max<int64_t>(0, Subtree(n, f, r) - *e->lending_limit);
   }
-  int64_t Usage(Node n, FlavorId f, Resource r) const {
+  int64_t Usage(TreeNode n, FlavorId f, Resource r) const {
     if (n.is_queue) return usage_[n.id][f].Get(r);
     int64_t total = 0;
-    for (Node c : Children(n)) {
+    for (TreeNode c : Children(n)) {
       if (Counts(c, f, r))
         total += std::max<int64_t>(0, Usage(c, f, r) - Guaranteed(c, f, r));
     }
     return total;
   }
-  int64_t Available(Node n, FlavorId f, Resource r) const {
-    const std::optional<Node> parent = Parent(n);
+  int64_t Available(TreeNode n, FlavorId f, Resource r) const {
+    const std::optional<TreeNode> parent = Parent(n);
     if (!parent.has_value()) return Subtree(n, f, r) - Usage(n, f, r);
     const int64_t g = Guaranteed(n, f, r);
     const int64_t u = Usage(n, f, r);
@@ -207,8 +294,8 @@ class Reference {
     return std::max<int64_t>(0, g - u) + std::max<int64_t>(0, from_parent);
   }
   // What n could take if the whole tree were idle.
-  int64_t Potential(Node n, FlavorId f, Resource r) const {
-    const std::optional<Node> parent = Parent(n);
+  int64_t Potential(TreeNode n, FlavorId f, Resource r) const {
+    const std::optional<TreeNode> parent = Parent(n);
     if (!parent.has_value()) return Subtree(n, f, r);
     int64_t p = Guaranteed(n, f, r) + Potential(*parent, f, r);
     const std::optional<ResourceQuota> e = Entry(n, f, r);
@@ -217,9 +304,6 @@ class Reference {
     return p;
   }
 
-  static Resources Need(const PendingJob& j) {
-    return j.worker.AsResources() * j.workers;
-  }
   bool FitsQuota(const PendingJob& j, FlavorId f) const {
     const Resources need = Need(j);
     for (Resource r : kAllResources) {
@@ -231,24 +315,23 @@ class Reference {
     }
     return true;
   }
-  bool WithinNominal(const PendingJob& j, FlavorId f) const {
+  // The whole gang on the flavor's only node.
+  bool FitsNode(const PendingJob& j, FlavorId f) const {
+    if (!nodes_bind_) return true;
     const Resources need = Need(j);
     for (Resource r : kAllResources) {
-      const std::optional<ResourceQuota> e = Entry(Queue_(j.queue), f, r);
-      if (e.has_value() && need.Get(r) > 0 &&
-          usage_[j.queue][f].Get(r) + need.Get(r) > e->nominal) {
-        return false;
-      }
+      if (need.Get(r) > free_[f].Get(r)) return false;
     }
     return true;
   }
   // Flavor fungibility: the first listed flavor within nominal quota, else
   // the first where it fits by borrowing (try_next_when_borrowing), or
-  // simply the first that fits (off).
+  // simply the first that fits (off); "fits": quota, and the node where
+  // nodes bind.
   std::optional<FlavorId> Choose(const PendingJob& j) const {
     std::optional<FlavorId> borrow;
     for (const FlavorQuota& fq : s_.queues[j.queue].quotas) {
-      if (!FitsQuota(j, fq.flavor)) continue;
+      if (!Fits(j, fq.flavor)) continue;
       if (!s_.queues[j.queue].try_next_when_borrowing ||
           WithinNominal(j, fq.flavor)) {
         return fq.flavor;
@@ -264,24 +347,25 @@ class Reference {
     if (pa != pb) return pa > pb;
     const std::optional<Fraction> sa = Share(a.queue);
     const std::optional<Fraction> sb = Share(b.queue);
-    if (sa.has_value() != sb.has_value()) return sa.has_value();
-    if (sa.has_value()) {
-      const __int128 l = sa->num * sb->den;
-      const __int128 r = sb->num * sa->den;
-      if (l != r) return l < r;
-    }
+    if (!Equal(sa, sb)) return Lower(sa, sb);
     if (a.submit_time != b.submit_time) return a.submit_time < b.submit_time;
     return a.id < b.id;
   }
 
   const Snapshot& s_;
+  const bool nodes_bind_;
   // Per queue, per flavor: what its running and admitted work uses.
   std::vector<std::vector<Resources>> usage_;
+  // With nodes binding, per flavor: what its only node has free.
+  std::vector<Resources> free_;
 };
 
 // ---- Random platforms ----
 
-Snapshot RandomPlatform(Rng& rng) {
+// `tight`: one node per flavor with little room (a few GPUs and CPUs, some
+// taken by running work), and gangs of up to three workers, so that node
+// capacity decides as often as quota; otherwise capacity is ample.
+Snapshot RandomPlatform(Rng& rng, bool tight = false) {
   Snapshot s;
   s.now = int64_t{1000} * 3600 * 1000 * 1000;
   s.priority_classes = {{.name = "low", .value = 0},
@@ -289,11 +373,14 @@ Snapshot RandomPlatform(Rng& rng) {
   const int flavors = 1 + rng.Below(3);
   for (int f = 0; f < flavors; ++f) {
     s.flavors.push_back({.name = "f" + std::to_string(f)});
-    // Ample capacity, in one of two clusters: quota and order decide.
-    s.nodes.push_back({.name = "n" + std::to_string(f),
-                       .cluster = f % 2,
-                       .flavor = f,
-                       .capacity = {100000, int64_t{100000} * 1000, 0}});
+    // One node per flavor, in one of two clusters: ample capacity (quota
+    // and order decide), or little.
+    s.nodes.push_back(
+        {.name = "n" + std::to_string(f),
+         .cluster = f % 2,
+         .flavor = f,
+         .capacity = tight ? Resources{rng.Below(12), rng.Below(12) * 1000, 0}
+                           : Resources{100000, int64_t{100000} * 1000, 0}});
   }
   auto random_quota = [&](FlavorId f, bool cohort) {
     FlavorQuota fq{.flavor = f};
@@ -340,7 +427,15 @@ Snapshot RandomPlatform(Rng& rng) {
     // Running work on the queue's first flavor.
     if (rng.Chance(40)) {
       const FlavorId f = s.queues[q].quotas.front().flavor;
-      const Resources used{rng.Below(4), rng.Below(4) * 1000, 0};
+      Resources used{rng.Below(4), rng.Below(4) * 1000, 0};
+      if (tight) {
+        // Within what the node has left.
+        const Resources& cap = s.nodes[f].capacity;
+        const Resources& taken = s.nodes[f].used;
+        used.gpus = std::min(used.gpus, cap.gpus - taken.gpus);
+        used.cpu_millis =
+            std::min(used.cpu_millis, cap.cpu_millis - taken.cpu_millis);
+      }
       s.running.push_back({.job = 10000 + q,
                            .queue = q,
                            .flavor = f,
@@ -359,6 +454,7 @@ Snapshot RandomPlatform(Rng& rng) {
       job.worker = {.gpus = rng.Below(4), .cpu_millis = rng.Below(4) * 1000};
       if (job.worker.gpus == 0 && job.worker.cpu_millis == 0)
         job.worker.gpus = 1;
+      if (tight) job.workers = 1 + rng.Below(3);
       s.pending.push_back(job);
     }
   }
@@ -401,6 +497,38 @@ TEST(ReferenceTest, TheEngineAdmitsAsTheReferenceAndReachesItsShares) {
   // The platforms exercised what they should.
   EXPECT_GT(admissions, 3000);
   EXPECT_GT(with_shares, 300);
+}
+
+TEST(ReferenceTest, OnTightNodesTheEngineAdmitsAsTheReference) {
+  // One node per flavor with little room: the reference places a gang on
+  // the flavor's only node if it holds all of it (first fit), and a flavor
+  // takes a job only where quota and that node both do.
+  PolicyConfig config;
+  config.aging_threshold = 0;
+  int admissions = 0;
+  int capacity_bound = 0;
+  for (uint64_t seed = 1; seed <= 3000; ++seed) {
+    Rng rng(seed);
+    const Snapshot s = RandomPlatform(rng, /*tight=*/true);
+    ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
+    Reference reference(s, /*nodes_bind=*/true);
+    const std::vector<std::pair<JobId, FlavorId>> expected = reference.Run();
+    const Decisions d = Decide(s, config);
+    std::vector<std::pair<JobId, FlavorId>> got;
+    for (const Admission& a : d.admissions) got.push_back({a.job, a.flavor});
+    ASSERT_EQ(got, expected) << "seed " << seed;
+    admissions += static_cast<int>(got.size());
+    // Ample capacity would have admitted more: the nodes bound.
+    capacity_bound += Reference(s).Run().size() > expected.size();
+    // Every admitted gang on its flavor's only node.
+    for (const Admission& a : d.admissions) {
+      for (NodeId n : a.worker_nodes) EXPECT_EQ(s.nodes[n].flavor, a.flavor);
+    }
+  }
+  EXPECT_GT(admissions, 2000);
+  EXPECT_GT(capacity_bound, 1000);
+  std::printf("tight nodes: %d admissions, capacity bound in %d of 3000\n",
+              admissions, capacity_bound);
 }
 
 }  // namespace
