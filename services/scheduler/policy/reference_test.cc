@@ -12,11 +12,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/scheduler/policy/incremental.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/quota.h"
 #include "tests/support/policy/test_util.h"
@@ -497,6 +500,503 @@ TEST(ReferenceTest, TheEngineAdmitsAsTheReferenceAndReachesItsShares) {
   // The platforms exercised what they should.
   EXPECT_GT(admissions, 3000);
   EXPECT_GT(with_shares, 300);
+}
+
+// ---- Fair-share equilibrium over several cycles ----
+
+// A cohort tree whose pool is the binding constraint: the root cohort's own
+// GPU quota and its queues' (and sub-cohorts') nominal quota add up to the
+// capacity of the pool flavor's only node, so quota binds, never packing.
+// Every job of the pool needs the same `unit` GPUs, so one victim makes room
+// for one job. Beside it, unrelated work: a second cohort tree on another
+// flavor in the other cluster, and a queue without a cohort on a third.
+struct PoolPlatform {
+  Snapshot s;  // without the pool's jobs
+  std::vector<QueueId> pool;
+  // Per pool queue (same index): the jobs it submits, in order.
+  std::vector<std::vector<PendingJob>> jobs;
+  CohortId root = 0;
+  static constexpr FlavorId kPool = 0;
+};
+
+PoolPlatform RandomPool(Rng& rng) {
+  PoolPlatform p;
+  Snapshot& s = p.s;
+  s.now = int64_t{1000} * 3600 * 1000 * 1000;
+  s.priority_classes = {{.name = "normal", .value = 0}};
+  s.flavors = {{.name = "pool"}, {.name = "other"}, {.name = "solo"}};
+  const int64_t unit = 1 + rng.Below(3);
+  auto gpu_quota = [](FlavorId f, int64_t nominal,
+                      std::optional<int64_t> borrowing = std::nullopt,
+                      std::optional<int64_t> lending = std::nullopt) {
+    FlavorQuota fq{.flavor = f};
+    fq.resources[static_cast<int>(Resource::kGpu)] =
+        ResourceQuota{.nominal = nominal,
+                      .borrowing_limit = borrowing,
+                      .lending_limit = lending};
+    return fq;
+  };
+  int64_t capacity = 0;
+  // The pool: a root cohort with quota of its own, and in 40 % two weighted
+  // sub-cohorts (queues beneath them compare through them: almost LCA).
+  const int64_t root_nominal = unit * (2 + rng.Below(6));
+  capacity += root_nominal;
+  s.cohorts.push_back({.name = "pool", .quotas = {gpu_quota(0, root_nominal)}});
+  std::vector<CohortId> homes = {0};
+  if (rng.Chance(40)) {
+    for (int k = 0; k < 2; ++k) {
+      Cohort sub{.name = "pool-" + std::to_string(k), .parent = 0};
+      sub.weight = 0.5 * (1 + rng.Below(4));
+      if (rng.Chance(30)) {
+        const int64_t nominal = unit * (1 + rng.Below(2));
+        capacity += nominal;
+        sub.quotas.push_back(gpu_quota(0, nominal));
+      }
+      homes.push_back(static_cast<CohortId>(s.cohorts.size()));
+      s.cohorts.push_back(sub);
+    }
+  }
+  const int queues = 2 + rng.Below(3);
+  for (int k = 0; k < queues; ++k) {
+    Queue q{.name = "p" + std::to_string(k), .tenant = "t"};
+    // Sub-cohorts, when there are, get at least one queue each.
+    q.cohort = homes.size() > 1 && k < 2 ? homes[1 + k]
+                                         : homes[rng.Below(homes.size())];
+    constexpr double kWeights[] = {0.5, 1, 1, 1, 1.5, 2, 3};
+    q.weight = kWeights[rng.Below(7)];
+    const int64_t nominal = rng.Chance(60) ? 0 : unit * (1 + rng.Below(2));
+    capacity += nominal;
+    std::optional<int64_t> borrowing;
+    std::optional<int64_t> lending;
+    if (rng.Chance(20)) borrowing = unit * rng.Below(4);
+    if (nominal > 0 && rng.Chance(15)) lending = unit * rng.Below(2);
+    q.quotas.push_back(gpu_quota(0, nominal, borrowing, lending));
+    q.fair_share_preemption = rng.Chance(85);
+    if (rng.Chance(25))
+      q.fair_share_strategy = FairShareStrategy::kLessThanInitialShare;
+    if (nominal > 0 && rng.Chance(40))
+      q.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+    p.pool.push_back(static_cast<QueueId>(s.queues.size()));
+    s.queues.push_back(q);
+  }
+  // Quota == capacity: the pool's only node holds exactly its quota.
+  s.nodes.push_back({.name = "pool-node",
+                     .cluster = 0,
+                     .flavor = 0,
+                     .capacity = {capacity, 1000 * 1000, 0}});
+  const int64_t slots = capacity / unit;
+  JobId id = 1;
+  for (size_t k = 0; k < p.pool.size(); ++k) {
+    // More than the pool holds in all, some queues less than their part.
+    const int count = 1 + rng.Below(static_cast<int>(slots) + 2);
+    const bool gang = unit > 1 && rng.Chance(30);
+    std::vector<PendingJob> jobs;
+    for (int j = 0; j < count; ++j) {
+      PendingJob job{.id = id++, .name = "pool", .queue = p.pool[k]};
+      job.workers = gang ? static_cast<int32_t>(unit) : 1;
+      job.worker = {.gpus = gang ? 1 : unit, .cpu_millis = 1};
+      jobs.push_back(job);
+    }
+    p.jobs.push_back(jobs);
+  }
+  // Unrelated: a cohort tree on flavor "other" (cluster 1) whose queues
+  // borrow from each other and preempt for fair share, running work
+  // included; a queue without a cohort on "solo". Their node is ample.
+  s.nodes.push_back({.name = "other-node",
+                     .cluster = 1,
+                     .flavor = 1,
+                     .capacity = {1000, 1000 * 1000, 0}});
+  s.nodes.push_back({.name = "solo-node",
+                     .cluster = rng.Below(2),
+                     .flavor = 2,
+                     .capacity = {1000, 1000 * 1000, 0}});
+  const CohortId other = static_cast<CohortId>(s.cohorts.size());
+  s.cohorts.push_back(
+      {.name = "other", .quotas = {gpu_quota(1, 1 + rng.Below(6))}});
+  for (int k = 0; k < 2; ++k) {
+    Queue q{.name = "o" + std::to_string(k), .tenant = "u", .cohort = other};
+    q.quotas.push_back(gpu_quota(1, rng.Below(3)));
+    q.fair_share_preemption = rng.Chance(50);
+    s.queues.push_back(q);
+  }
+  Queue solo{.name = "solo", .tenant = "u"};
+  solo.quotas.push_back(gpu_quota(2, 1 + rng.Below(4)));
+  s.queues.push_back(solo);
+  for (QueueId q = static_cast<QueueId>(p.pool.size());
+       q < static_cast<QueueId>(s.queues.size()); ++q) {
+    const FlavorId f = s.queues[q].quotas.front().flavor;
+    if (rng.Chance(50)) {
+      const Resources used{1 + rng.Below(2), 1, 0};
+      s.running.push_back({.job = 5000 + q,
+                           .queue = q,
+                           .flavor = f,
+                           .placement = {static_cast<NodeId>(f)},
+                           .resources = used,
+                           .start_time = s.now - 1000});
+      s.nodes[f].used += used;
+    }
+    for (int j = rng.Below(6); j > 0; --j) {
+      PendingJob job{.id = 1000 + id++, .name = "other", .queue = q};
+      job.worker = {.gpus = 1 + rng.Below(2), .cpu_millis = 1};
+      job.submit_time = s.now - 1000 + rng.Below(20);
+      s.pending.push_back(job);
+    }
+  }
+  return p;
+}
+
+// The pool's running jobs per pool queue.
+std::vector<int> Allocation(const PoolPlatform& p, const Snapshot& s) {
+  std::vector<int> count(p.pool.size(), 0);
+  for (const RunningAttempt& r : s.running) {
+    for (size_t k = 0; k < p.pool.size(); ++k) count[k] += r.queue == p.pool[k];
+  }
+  return count;
+}
+
+// Weighted DRF by progressive filling, from an idle pool: each step gives
+// the next job to the queue found by walking down from the root cohort to
+// the child of lowest share (cohort shares with their weights, queue shares
+// with theirs), until a queue; a queue whose next job fits neither quota
+// nor node is done. Every way of breaking ties between equal shares is
+// followed: the result is the set of allocations DRF allows.
+std::set<std::vector<int>> DrfAllocations(const PoolPlatform& p) {
+  Snapshot idle = p.s;
+  idle.running.clear();
+  for (policy::Node& n : idle.nodes) n.used = {};
+  Reference ref(idle, /*nodes_bind=*/true);
+  using TreeNode = Reference::TreeNode;
+  std::set<std::vector<int>> out;
+  std::set<std::pair<std::vector<int>, unsigned>> seen;
+  std::vector<int> count(p.pool.size(), 0);
+  auto index_of = [&](QueueId q) {
+    return static_cast<size_t>(std::find(p.pool.begin(), p.pool.end(), q) -
+                               p.pool.begin());
+  };
+  std::function<void(unsigned)> visit = [&](unsigned done) {
+    if (!seen.insert({count, done}).second) return;
+    // Whether a node has a queue beneath it that still wants a job.
+    std::function<bool(TreeNode)> wants = [&](TreeNode n) {
+      if (n.is_queue) {
+        const size_t k = index_of(n.id);
+        return !(done >> k & 1) &&
+               count[k] < static_cast<int>(p.jobs[k].size());
+      }
+      for (TreeNode c : ref.Children(n)) {
+        if (wants(c)) return true;
+      }
+      return false;
+    };
+    std::vector<QueueId> next;  // the queues the walk may reach
+    std::function<void(TreeNode)> walk = [&](TreeNode n) {
+      if (n.is_queue) {
+        next.push_back(n.id);
+        return;
+      }
+      std::vector<TreeNode> lowest;
+      std::optional<Reference::Fraction> low;
+      bool any = false;
+      for (TreeNode c : ref.Children(n)) {
+        if (!wants(c)) continue;
+        const std::optional<Reference::Fraction> share = ref.NodeShare(c);
+        if (!any || Reference::Lower(share, low)) {
+          lowest = {c};
+          low = share;
+          any = true;
+        } else if (Reference::Equal(share, low)) {
+          lowest.push_back(c);
+        }
+      }
+      for (TreeNode c : lowest) walk(c);
+    };
+    walk(Reference::Cohort(p.root));
+    if (next.empty()) {
+      out.insert(count);
+      return;
+    }
+    for (QueueId q : next) {
+      const size_t k = index_of(q);
+      const PendingJob& job = p.jobs[k][count[k]];
+      if (ref.Fits(job, PoolPlatform::kPool)) {
+        ref.Take(q, PoolPlatform::kPool, Reference::Need(job));
+        ++count[k];
+        visit(done);
+        --count[k];
+        ref.Release(q, PoolPlatform::kPool, Reference::Need(job));
+      } else {
+        visit(done | 1u << k);
+      }
+    }
+  };
+  visit(0);
+  return out;
+}
+
+// Whether no rule of docs/scheduling.md moves the pool any more, with
+// `count[k]` jobs of pool queue k running (charged to `ref`) and the rest
+// of its jobs pending: no pending job of the pool fits (quota and node),
+// and none may preempt a running job of another pool queue that borrows,
+// by reclaim (its queue stays within nominal quota with it; policy Any:
+// every job here has the same priority) or by fair share (its strategy, on
+// the shares of the almost-LCA nodes), where that one victim makes room for
+// it (every job of the pool is the same size). On failure, `why` says which
+// move is left.
+bool SettledAt(const PoolPlatform& p, Reference& ref,
+               const std::vector<int>& count, std::string* why) {
+  constexpr FlavorId f = PoolPlatform::kPool;
+  for (size_t b = 0; b < p.pool.size(); ++b) {
+    if (count[b] >= static_cast<int>(p.jobs[b].size())) continue;
+    const PendingJob& job = p.jobs[b][count[b]];
+    const Queue& queue = p.s.queues[p.pool[b]];
+    if (ref.Fits(job, f)) {
+      *why = "queue " + queue.name + " has a job that fits";
+      return false;
+    }
+    const Resources need = Reference::Need(job);
+    for (size_t a = 0; a < p.pool.size(); ++a) {
+      if (a == b || count[a] == 0 || !ref.Borrows(p.pool[a], f)) continue;
+      const Resources victim = Reference::Need(p.jobs[a][0]);
+      const auto [victim_node, my_node] = ref.AlmostLca(p.pool[a], p.pool[b]);
+      const auto victim_with = ref.NodeShare(victim_node);
+      const auto mine_without = ref.NodeShare(my_node);
+      const bool reclaim =
+          queue.reclaim_within_cohort == ReclaimWithinCohort::kAny &&
+          ref.WithinNominal(job, f);
+      ref.Release(p.pool[a], f, victim);
+      const auto victim_without = ref.NodeShare(victim_node);
+      const bool fits = ref.Fits(job, f);
+      ref.Take(p.pool[b], f, need);
+      const auto mine_with = ref.NodeShare(my_node);
+      ref.Release(p.pool[b], f, need);
+      ref.Take(p.pool[a], f, victim);
+      bool fair = false;
+      if (queue.fair_share_preemption) {
+        fair = queue.fair_share_strategy ==
+                       FairShareStrategy::kLessThanInitialShare
+                   ? Reference::Lower(mine_with, victim_with)
+                   : !Reference::Lower(victim_without, mine_with) &&
+                         Reference::Lower(mine_without, victim_with);
+      }
+      if (fits && (reclaim || fair)) {
+        *why = "queue " + queue.name + " may still preempt a job of " +
+               p.s.queues[p.pool[a]].name +
+               (reclaim ? " (reclaim)" : " (fair share)");
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool Settled(const PoolPlatform& p, const Snapshot& s, std::string* why) {
+  Reference ref(s, /*nodes_bind=*/true);
+  return SettledAt(p, ref, Allocation(p, s), why);
+}
+
+// The documented rule's equilibria: every allocation of the pool (jobs per
+// pool queue, within its demand and the pool's capacity) where nothing
+// moves (SettledAt), found by trying them all.
+std::set<std::vector<int>> Equilibria(const PoolPlatform& p) {
+  Snapshot idle = p.s;
+  idle.running.clear();
+  for (policy::Node& n : idle.nodes) n.used = {};
+  Reference ref(idle, /*nodes_bind=*/true);
+  const int64_t capacity = idle.nodes[0].capacity.gpus;
+  std::set<std::vector<int>> out;
+  std::vector<int> count(p.pool.size(), 0);
+  std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t used) {
+    if (k == p.pool.size()) {
+      std::string why;
+      if (SettledAt(p, ref, count, &why)) out.insert(count);
+      return;
+    }
+    const PendingJob& job = p.jobs[k][0];
+    const int64_t gpus = Reference::Need(job).gpus;
+    for (count[k] = 0; count[k] <= static_cast<int>(p.jobs[k].size()) &&
+                       used + count[k] * gpus <= capacity;
+         ++count[k]) {
+      if (count[k] > 0)
+        ref.Take(p.pool[k], PoolPlatform::kPool, Reference::Need(job));
+      visit(k + 1, used + count[k] * gpus);
+    }
+    for (int j = 0; j < count[k] - 1; ++j)
+      ref.Release(p.pool[k], PoolPlatform::kPool, Reference::Need(job));
+    count[k] = 0;
+  };
+  visit(0, 0);
+  return out;
+}
+
+// Runs the engine cycle after cycle, Decide() and the incremental
+// Scheduler side by side (they must decide the same), applying each cycle's
+// admissions and preemptions (ApplyDecisions) with the clock a minute on,
+// until a cycle changes nothing. Returns the number of cycles, or -1 if
+// there was no fixed point within 200.
+int Converge(Snapshot& s, const PolicyConfig& config, int* preemptions) {
+  Scheduler scheduler(s, config);
+  for (int cycle = 1; cycle <= 200; ++cycle) {
+    const Decisions d = Decide(s, config);
+    const Decisions incremental = scheduler.Cycle();
+    EXPECT_EQ(incremental.admissions, d.admissions) << "cycle " << cycle;
+    EXPECT_EQ(incremental.preemptions.size(), d.preemptions.size());
+    if (d.admissions.empty() && d.preemptions.empty()) return cycle;
+    *preemptions += static_cast<int>(d.preemptions.size());
+    Snapshot next = ApplyDecisions(s, d);
+    for (const Preemption& pr : d.preemptions) {
+      EXPECT_TRUE(scheduler.CompleteRunning(pr.victim));
+      for (const PendingJob& j : next.pending) {
+        if (j.id == pr.victim) scheduler.AddPending(j);
+      }
+    }
+    for (const Admission& a : d.admissions)
+      EXPECT_TRUE(scheduler.ApplyAdmission(a));
+    next.now += int64_t{60} * 1000 * 1000;
+    scheduler.SetNow(next.now);
+    s = std::move(next);
+  }
+  return -1;
+}
+
+TEST(ReferenceTest, FairSharePreemptionSettlesAtTheDrfEquilibrium) {
+  PolicyConfig config;
+  config.aging_threshold = 0;  // the reference does not age
+  constexpr int kPlatforms = 1000;
+  int nested = 0;
+  int unique = 0;
+  int unique_is_drf = 0;
+  int with_preemption = 0;
+  int off_drf = 0;
+  int most_cycles = 0;
+  int order_matters = 0;
+  for (uint64_t seed = 1; seed <= kPlatforms; ++seed) {
+    Rng rng(1'000'000 + seed);
+    const PoolPlatform p = RandomPool(rng);
+    nested += p.s.cohorts.size() > 2;
+    const std::set<std::vector<int>> drf = DrfAllocations(p);
+    const std::set<std::vector<int>> equilibria = Equilibria(p);
+    ASSERT_FALSE(drf.empty());
+    ASSERT_FALSE(equilibria.empty()) << "seed " << seed;
+    if (equilibria.size() == 1) {
+      ++unique;
+      unique_is_drf += drf.count(*equilibria.begin()) > 0;
+    }
+    // Progressive filling is the rule's fixed point where the pool is flat
+    // and no queue preempts by reclaim or LessThanInitialShare (the
+    // LessThanOrEqualToFinalShare condition fails against every queue that
+    // got its last job at a share no higher than the blocked queue's).
+    bool filling_settles = p.s.cohorts.size() == 2;
+    for (QueueId q : p.pool) {
+      const Queue& queue = p.s.queues[q];
+      filling_settles &=
+          queue.reclaim_within_cohort == ReclaimWithinCohort::kNever &&
+          queue.fair_share_strategy ==
+              FairShareStrategy::kLessThanOrEqualToFinalShare;
+    }
+    std::vector<size_t> order(p.pool.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::set<std::vector<int>> ends;
+    for (const bool reversed : {false, true}) {
+      if (reversed) std::reverse(order.begin(), order.end());
+      SCOPED_TRACE(::testing::Message()
+                   << "seed " << seed << (reversed ? ", reversed" : ""));
+      // Together: every job pending from the start, one queue's after the
+      // other's in `order`.
+      Snapshot s = p.s;
+      for (size_t pos = 0; pos < order.size(); ++pos) {
+        for (size_t j = 0; j < p.jobs[order[pos]].size(); ++j) {
+          PendingJob job = p.jobs[order[pos]][j];
+          job.submit_time = s.now - 100000 + static_cast<int64_t>(pos) * 1000 +
+                            static_cast<int64_t>(j);
+          s.pending.push_back(job);
+        }
+      }
+      ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
+      // The first cycle admits the pool's jobs as the reference's
+      // progressive filling (unrelated work may preempt beside it).
+      Reference first(s, /*nodes_bind=*/true);
+      std::vector<std::pair<JobId, FlavorId>> expected = first.Run();
+      std::erase_if(expected, [](const std::pair<JobId, FlavorId>& a) {
+        return a.second != PoolPlatform::kPool;
+      });
+      std::vector<int> filled(p.pool.size(), 0);
+      for (const auto& [job, flavor] : expected) {
+        for (size_t k = 0; k < p.pool.size(); ++k) {
+          for (const PendingJob& j : p.jobs[k]) filled[k] += j.id == job;
+        }
+      }
+      {
+        const Decisions d = Decide(s, config);
+        std::vector<std::pair<JobId, FlavorId>> got;
+        for (const Admission& a : d.admissions) {
+          if (a.flavor == PoolPlatform::kPool) got.push_back({a.job, a.flavor});
+        }
+        ASSERT_EQ(got, expected);
+      }
+      // In a flat pool, one of DRF's allocations (the tie-break picks one);
+      // with sub-cohorts the admission order still follows each queue's
+      // own share, and preemption then moves the subtrees.
+      if (p.s.cohorts.size() == 2) {
+        EXPECT_TRUE(drf.count(filled));
+      }
+      int preemptions = 0;
+      const int cycles = Converge(s, config, &preemptions);
+      ASSERT_GT(cycles, 0) << "no fixed point";
+      most_cycles = std::max(most_cycles, cycles);
+      std::string why;
+      const std::vector<int> together = Allocation(p, s);
+      EXPECT_TRUE(Settled(p, s, &why)) << why;
+      EXPECT_TRUE(equilibria.count(together));
+      if (filling_settles) {
+        EXPECT_EQ(together, filled);
+      }
+      ends.insert(together);
+
+      // In waves: each queue's jobs arrive once the earlier ones settled.
+      Snapshot w = p.s;
+      preemptions = 0;
+      for (size_t pos = 0; pos < order.size(); ++pos) {
+        for (size_t j = 0; j < p.jobs[order[pos]].size(); ++j) {
+          PendingJob job = p.jobs[order[pos]][j];
+          job.submit_time = w.now + static_cast<int64_t>(j);
+          w.pending.push_back(job);
+        }
+        const int cycles = Converge(w, config, &preemptions);
+        ASSERT_GT(cycles, 0) << "no fixed point";
+        most_cycles = std::max(most_cycles, cycles);
+      }
+      with_preemption += preemptions > 0;
+      const std::vector<int> waves = Allocation(p, w);
+      EXPECT_TRUE(Settled(p, w, &why)) << why;
+      EXPECT_TRUE(equilibria.count(waves));
+      off_drf += !drf.count(waves);
+      ends.insert(waves);
+      // The shares the engine reports are the reference's.
+      const QuotaTree quota(w);
+      const Reference last(w, /*nodes_bind=*/true);
+      for (QueueId q : p.pool) {
+        const std::optional<Reference::Fraction> exact = last.Share(q);
+        ASSERT_TRUE(exact.has_value());
+        EXPECT_EQ(quota.Share(q, w.queues[q].weight),
+                  static_cast<int64_t>(exact->num * QuotaTree::kShareOne /
+                                       exact->den));
+      }
+    }
+    // Where the rule leaves one equilibrium, neither the submit order nor
+    // the arrival in waves changes where the pool ends.
+    if (equilibria.size() == 1) {
+      EXPECT_EQ(ends.size(), 1u) << "seed " << seed;
+    }
+    order_matters += ends.size() > 1;
+  }
+  std::printf(
+      "fair-share equilibrium: %d pools (%d nested), one equilibrium in %d "
+      "(a DRF allocation in %d), waves with preemptions %d, waves ending "
+      "off DRF %d, order mattered in %d, most cycles to settle %d\n",
+      kPlatforms, nested, unique, unique_is_drf, with_preemption, off_drf,
+      order_matters, most_cycles);
+  EXPECT_GT(unique, kPlatforms / 4);
+  EXPECT_GT(with_preemption, kPlatforms / 2);
+  EXPECT_GT(nested, kPlatforms / 4);
 }
 
 TEST(ReferenceTest, OnTightNodesTheEngineAdmitsAsTheReference) {
