@@ -27,34 +27,39 @@
 //    quota binds, never packing; 2-4 queues with nominal 0 or a little,
 //    weights 0.5-3, some borrowing or lending limits, fair-sharing preemption
 //    on 85 % of them (LessThanOrEqualToFinalShare, a quarter
-//    LessThanInitialShare), reclaim (Any) on some queues with nominal quota; in
-//    40 % two weighted sub-cohorts (almost-LCA comparisons). Every job of a
-//    pool needs the same GPUs (one worker or a gang of one-GPU workers), more
-//    jobs than the pool holds. Beside it, unrelated work: another cohort tree
-//    that preempts on another flavor in the other cluster, and a queue without
-//    a cohort. Each pool runs four ways: its queues' jobs submitted together
-//    (one queue's after the other's) or in waves (each queue's jobs arrive
-//    once the earlier ones settled), each in the queue order and reversed;
-//    Decide() and the incremental Scheduler cycle after cycle on the
-//    applied decisions (ApplyDecisions, the clock a minute on) until a cycle
-//    changes nothing, deciding the same each cycle. The reference computes
-//    independently
+//    LessThanInitialShare), reclaim (Any) on some queues with nominal quota;
+//    in 40 % two weighted sub-cohorts (almost-LCA comparisons). A queue's
+//    jobs are all alike (one worker or a gang of one-GPU workers), more than
+//    the pool holds; in odd seeds every job of the pool needs the same GPUs
+//    (one victim makes room for one job), in even seeds each queue's 1-3
+//    GPUs (a job may need several victims). Beside the pool, unrelated
+//    work: another cohort tree that preempts on another flavor in the other
+//    cluster, and a queue without a cohort. Each pool runs four ways: its
+//    queues' jobs submitted together (one queue's after the other's) or in
+//    waves (each queue's jobs arrive once the earlier ones settled), each in
+//    the queue order and reversed; Decide() and the incremental Scheduler
+//    cycle after cycle on the applied decisions (ApplyDecisions, the clock a
+//    minute on) until a cycle changes nothing, deciding the same each cycle.
+//    The reference computes independently
 //    - DRF: the allocations (jobs per queue) progressive filling reaches
 //      from an idle pool, walking down from the root to the child of lowest
 //      weighted share, every way of breaking ties;
 //    - the rule's equilibria: every allocation where no pending job fits and
-//      no reclaim or fair-share preemption is allowed (the strategy's
-//      condition on the almost-LCA shares, exact fractions), by trying every
-//      allocation.
+//      no sequence of reclaim or fair-share victims, each allowed when taken
+//      (the strategy's condition on the almost-LCA shares, exact fractions),
+//      makes room, by trying every allocation and every order (SettledAt);
+//    - whether a running state is settled under the documented search:
+//      victims in the documented order (least lost work, then newest, then
+//      id), each taken if still allowed, until the job fits (Settled).
 //    Required: the first cycle of "together" admits the pool's jobs exactly
 //    as the reference's progressive filling (documented tie-break: submit
 //    time, id), which in a flat pool is one of DRF's allocations; every run
-//    ends (within 200 cycles) at one of the rule's equilibria; where the
-//    filling already is one, the engine moves nothing; where the rule has a
-//    single equilibrium, all four runs end there (independent of submit
-//    order and arrival); the pool alone, without the unrelated work, ends
-//    the same (together); the engine's shares at the end are the
-//    reference's.
+//    ends, within 200 cycles, settled; with jobs of one size, at one of the
+//    rule's equilibria, and where the rule has a single equilibrium all four
+//    runs end there (independent of submit order and arrival); where the
+//    filling already is an equilibrium, the engine moves nothing; the pool
+//    alone, without the unrelated work, ends the same (together); the
+//    engine's shares at the end are the reference's.
 //    Not required: that every run ends at a DRF allocation. The rule can
 //    stop before DRF's point and legitimately does (it never moves a queue
 //    above the victim's share: a low-weight queue with large jobs that
@@ -62,7 +67,11 @@
 //    job at share 0; a queue without fair-sharing preemption cannot take
 //    back what others took while it was idle), and with sub-cohorts the
 //    admission order follows each queue's own share while preemption compares
-//    the subtrees. The test prints how often each case occurred.
+//    the subtrees. With jobs of several sizes the documented order can stop
+//    where another order would go on (a first victim lowers its subtree's
+//    share and forbids a second of the same subtree), so there only the
+//    documented search is required to find nothing. The test prints how
+//    often each case occurred.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -561,8 +570,9 @@ TEST(ReferenceTest, TheEngineAdmitsAsTheReferenceAndReachesItsShares) {
 // A cohort tree whose pool is the binding constraint: the root cohort's own
 // GPU quota and its queues' (and sub-cohorts') nominal quota add up to the
 // capacity of the pool flavor's only node, so quota binds, never packing.
-// Every job of the pool needs the same `unit` GPUs, so one victim makes room
-// for one job. Beside it, unrelated work: a second cohort tree on another
+// Quotas are multiples of a unit; the jobs of a queue all need the same
+// GPUs, the unit, or with `mixed` 1-3 GPUs per queue (a job may then need
+// several victims). Beside it, unrelated work: a second cohort tree on another
 // flavor in the other cluster, and a queue without a cohort on a third.
 struct PoolPlatform {
   Snapshot s;  // without the pool's jobs
@@ -573,7 +583,7 @@ struct PoolPlatform {
   static constexpr FlavorId kPool = 0;
 };
 
-PoolPlatform RandomPool(Rng& rng) {
+PoolPlatform RandomPool(Rng& rng, bool mixed) {
   PoolPlatform p;
   Snapshot& s = p.s;
   s.now = int64_t{1000} * 3600 * 1000 * 1000;
@@ -643,12 +653,13 @@ PoolPlatform RandomPool(Rng& rng) {
   for (size_t k = 0; k < p.pool.size(); ++k) {
     // More than the pool holds in all, some queues less than their part.
     const int count = 1 + rng.Below(static_cast<int>(slots) + 2);
-    const bool gang = unit > 1 && rng.Chance(30);
+    const int64_t size = mixed ? 1 + rng.Below(3) : unit;
+    const bool gang = size > 1 && rng.Chance(30);
     std::vector<PendingJob> jobs;
     for (int j = 0; j < count; ++j) {
       PendingJob job{.id = id++, .name = "pool", .queue = p.pool[k]};
-      job.workers = gang ? static_cast<int32_t>(unit) : 1;
-      job.worker = {.gpus = gang ? 1 : unit, .cpu_millis = 1};
+      job.workers = gang ? static_cast<int32_t>(size) : 1;
+      job.worker = {.gpus = gang ? 1 : size, .cpu_millis = 1};
       jobs.push_back(job);
     }
     p.jobs.push_back(jobs);
@@ -792,9 +803,12 @@ std::set<std::vector<int>> DrfAllocations(const PoolPlatform& p) {
 // and none may preempt a running job of another pool queue that borrows,
 // by reclaim (its queue stays within nominal quota with it; policy Any:
 // every job here has the same priority) or by fair share (its strategy, on
-// the shares of the almost-LCA nodes), where that one victim makes room for
-// it (every job of the pool is the same size). On failure, `why` says which
-// move is left.
+// the shares of the almost-LCA nodes), taking victims one after the other,
+// each allowed when it is taken, in any order, until it has room. Where
+// every job of the pool is the same size one victim makes room, and this is
+// exactly the engine's search; with several sizes it may find room where
+// the engine's documented order does not (Settled). On failure, `why` says
+// which move is left.
 bool SettledAt(const PoolPlatform& p, Reference& ref,
                const std::vector<int>& count, std::string* why) {
   constexpr FlavorId f = PoolPlatform::kPool;
@@ -807,44 +821,144 @@ bool SettledAt(const PoolPlatform& p, Reference& ref,
       return false;
     }
     const Resources need = Reference::Need(job);
-    for (size_t a = 0; a < p.pool.size(); ++a) {
-      if (a == b || count[a] == 0 || !ref.Borrows(p.pool[a], f)) continue;
-      const Resources victim = Reference::Need(p.jobs[a][0]);
-      const auto [victim_node, my_node] = ref.AlmostLca(p.pool[a], p.pool[b]);
-      const auto victim_with = ref.NodeShare(victim_node);
-      const auto mine_without = ref.NodeShare(my_node);
-      const bool reclaim =
-          queue.reclaim_within_cohort == ReclaimWithinCohort::kAny &&
-          ref.WithinNominal(job, f);
-      ref.Release(p.pool[a], f, victim);
-      const auto victim_without = ref.NodeShare(victim_node);
-      const bool fits = ref.Fits(job, f);
-      ref.Take(p.pool[b], f, need);
-      const auto mine_with = ref.NodeShare(my_node);
-      ref.Release(p.pool[b], f, need);
-      ref.Take(p.pool[a], f, victim);
-      bool fair = false;
-      if (queue.fair_share_preemption) {
-        fair = queue.fair_share_strategy ==
-                       FairShareStrategy::kLessThanInitialShare
-                   ? Reference::Lower(mine_with, victim_with)
-                   : !Reference::Lower(victim_without, mine_with) &&
-                         Reference::Lower(mine_without, victim_with);
+    const bool reclaim =
+        queue.reclaim_within_cohort == ReclaimWithinCohort::kAny &&
+        ref.WithinNominal(job, f);
+    // Victims one after the other, each allowed when it is taken (the
+    // shares with the earlier ones gone), in any order, until the job fits.
+    std::vector<int> taken(p.pool.size(), 0);
+    std::set<std::vector<int>> seen;
+    std::function<bool()> room = [&]() {
+      if (!seen.insert(taken).second) return false;
+      for (size_t a = 0; a < p.pool.size(); ++a) {
+        if (a == b || count[a] == taken[a] || !ref.Borrows(p.pool[a], f))
+          continue;
+        const Resources victim = Reference::Need(p.jobs[a][0]);
+        const auto [victim_node, my_node] = ref.AlmostLca(p.pool[a], p.pool[b]);
+        const auto victim_with = ref.NodeShare(victim_node);
+        const auto mine_without = ref.NodeShare(my_node);
+        ref.Release(p.pool[a], f, victim);
+        const auto victim_without = ref.NodeShare(victim_node);
+        ref.Take(p.pool[b], f, need);
+        const auto mine_with = ref.NodeShare(my_node);
+        ref.Release(p.pool[b], f, need);
+        bool fair = false;
+        if (queue.fair_share_preemption) {
+          fair = queue.fair_share_strategy ==
+                         FairShareStrategy::kLessThanInitialShare
+                     ? Reference::Lower(mine_with, victim_with)
+                     : !Reference::Lower(victim_without, mine_with) &&
+                           Reference::Lower(mine_without, victim_with);
+        }
+        bool found = false;
+        if (reclaim || fair) {
+          ++taken[a];
+          found = ref.Fits(job, f) || room();
+          --taken[a];
+        }
+        ref.Take(p.pool[a], f, victim);
+        if (found) {
+          *why = "queue " + queue.name + " may still preempt, a job of " +
+                 p.s.queues[p.pool[a]].name + " first" +
+                 (reclaim ? " (reclaim)" : " (fair share)");
+          return true;
+        }
       }
-      if (fits && (reclaim || fair)) {
-        *why = "queue " + queue.name + " may still preempt a job of " +
-               p.s.queues[p.pool[a]].name +
-               (reclaim ? " (reclaim)" : " (fair share)");
-        return false;
-      }
-    }
+      return false;
+    };
+    if (room()) return false;
   }
   return true;
 }
 
+// Whether the engine's documented search finds nothing to move in the
+// running snapshot `s`: no pending job of the pool fits, and for each pool
+// queue's next job, taking as victims the running jobs of the other pool
+// queues that borrow in the documented order (least lost work, GPUs x time
+// since the start; then the newest, the lowest job id: prices and
+// priorities are equal here), each only if its queue still borrows and the
+// rule allows it at that moment (reclaim, or fair share on the shares with
+// the earlier victims gone), never gives it room. With jobs of several
+// sizes a job may need several victims, and the order matters: a victim
+// taken first lowers its subtree's share, which can forbid a later one
+// that an exhaustive search (SettledAt) would have used.
 bool Settled(const PoolPlatform& p, const Snapshot& s, std::string* why) {
+  constexpr FlavorId f = PoolPlatform::kPool;
   Reference ref(s, /*nodes_bind=*/true);
-  return SettledAt(p, ref, Allocation(p, s), why);
+  auto pool_index = [&](QueueId q) -> int {
+    for (size_t k = 0; k < p.pool.size(); ++k) {
+      if (p.pool[k] == q) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  std::vector<const RunningAttempt*> victims;
+  for (const RunningAttempt& r : s.running) {
+    if (r.flavor == f && pool_index(r.queue) >= 0) victims.push_back(&r);
+  }
+  auto lost = [&](const RunningAttempt* r) {
+    return r->resources.gpus * (s.now - r->start_time);
+  };
+  std::sort(victims.begin(), victims.end(),
+            [&](const RunningAttempt* a, const RunningAttempt* b) {
+              if (lost(a) != lost(b)) return lost(a) < lost(b);
+              if (a->start_time != b->start_time)
+                return a->start_time > b->start_time;
+              return a->job < b->job;
+            });
+  for (QueueId b : p.pool) {
+    const PendingJob* job = nullptr;
+    for (const PendingJob& j : s.pending) {
+      if (j.queue == b && job == nullptr) job = &j;
+    }
+    if (job == nullptr) continue;
+    const Queue& queue = s.queues[b];
+    if (ref.Fits(*job, f)) {
+      *why = "queue " + queue.name + " has a job that fits";
+      return false;
+    }
+    const bool reclaim =
+        queue.reclaim_within_cohort == ReclaimWithinCohort::kAny &&
+        ref.WithinNominal(*job, f);
+    if (!reclaim && !queue.fair_share_preemption) continue;
+    const Resources need = Reference::Need(*job);
+    std::vector<const RunningAttempt*> taken;
+    bool room = false;
+    for (const RunningAttempt* v : victims) {
+      if (v->queue == b || !ref.Borrows(v->queue, f)) continue;
+      if (!reclaim) {
+        const auto [victim_node, my_node] = ref.AlmostLca(v->queue, b);
+        const auto victim_with = ref.NodeShare(victim_node);
+        const auto mine_without = ref.NodeShare(my_node);
+        ref.Release(v->queue, f, v->resources);
+        const auto victim_without = ref.NodeShare(victim_node);
+        ref.Take(b, f, need);
+        const auto mine_with = ref.NodeShare(my_node);
+        ref.Release(b, f, need);
+        ref.Take(v->queue, f, v->resources);
+        const bool allowed =
+            queue.fair_share_strategy ==
+                    FairShareStrategy::kLessThanInitialShare
+                ? Reference::Lower(mine_with, victim_with)
+                : !Reference::Lower(victim_without, mine_with) &&
+                      Reference::Lower(mine_without, victim_with);
+        if (!allowed) continue;
+      }
+      ref.Release(v->queue, f, v->resources);
+      taken.push_back(v);
+      if (ref.Fits(*job, f)) {
+        room = true;
+        break;
+      }
+    }
+    for (const RunningAttempt* v : taken) ref.Take(v->queue, f, v->resources);
+    if (room) {
+      *why = "queue " + queue.name + " may still preempt " +
+             std::to_string(taken.size()) + " job(s)" +
+             (reclaim ? " (reclaim)" : " (fair share)");
+      return false;
+    }
+  }
+  return true;
 }
 
 // The documented rule's equilibria: every allocation of the pool (jobs per
@@ -923,15 +1037,17 @@ TEST(ReferenceTest, FairSharePreemptionSettlesAtTheDrfEquilibrium) {
   int most_cycles = 0;
   int order_matters = 0;
   int filling_settled = 0;
+  int order_bound = 0;
   for (uint64_t seed = 1; seed <= kPlatforms; ++seed) {
     Rng rng(1'000'000 + seed);
-    const PoolPlatform p = RandomPool(rng);
+    const bool mixed = seed % 2 == 0;
+    const PoolPlatform p = RandomPool(rng, mixed);
     nested += p.s.cohorts.size() > 2;
     const std::set<std::vector<int>> drf = DrfAllocations(p);
     const std::set<std::vector<int>> equilibria = Equilibria(p);
     ASSERT_FALSE(drf.empty());
     ASSERT_FALSE(equilibria.empty()) << "seed " << seed;
-    if (equilibria.size() == 1) {
+    if (!mixed && equilibria.size() == 1) {
       ++unique;
       unique_is_drf += drf.count(*equilibria.begin()) > 0;
     }
@@ -992,7 +1108,11 @@ TEST(ReferenceTest, FairSharePreemptionSettlesAtTheDrfEquilibrium) {
       std::string why;
       const std::vector<int> together = Allocation(p, s);
       EXPECT_TRUE(Settled(p, s, &why)) << why;
-      EXPECT_TRUE(equilibria.count(together));
+      if (!mixed) {
+        EXPECT_TRUE(equilibria.count(together));
+      } else {
+        order_bound += !equilibria.count(together);
+      }
       // Where progressive filling left nothing the rule would move, the
       // engine moves nothing either.
       if (equilibria.count(filled)) {
@@ -1032,7 +1152,11 @@ TEST(ReferenceTest, FairSharePreemptionSettlesAtTheDrfEquilibrium) {
       with_preemption += preemptions > 0;
       const std::vector<int> waves = Allocation(p, w);
       EXPECT_TRUE(Settled(p, w, &why)) << why;
-      EXPECT_TRUE(equilibria.count(waves));
+      if (!mixed) {
+        EXPECT_TRUE(equilibria.count(waves));
+      } else {
+        order_bound += !equilibria.count(waves);
+      }
       off_drf += !drf.count(waves);
       ends.insert(waves);
       // The shares the engine reports are the reference's.
@@ -1048,7 +1172,7 @@ TEST(ReferenceTest, FairSharePreemptionSettlesAtTheDrfEquilibrium) {
     }
     // Where the rule leaves one equilibrium, neither the submit order nor
     // the arrival in waves changes where the pool ends.
-    if (equilibria.size() == 1) {
+    if (!mixed && equilibria.size() == 1) {
       EXPECT_EQ(ends.size(), 1u) << "seed " << seed;
     }
     order_matters += ends.size() > 1;
@@ -1057,10 +1181,10 @@ TEST(ReferenceTest, FairSharePreemptionSettlesAtTheDrfEquilibrium) {
       "fair-share equilibrium: %d pools (%d nested), one equilibrium in %d "
       "(a DRF allocation in %d), waves with preemptions %d, waves ending "
       "off DRF %d, order mattered in %d, most cycles to settle %d, filling "
-      "already settled %d\n",
+      "already settled %d, mixed runs the victim order stopped %d\n",
       kPlatforms, nested, unique, unique_is_drf, with_preemption, off_drf,
-      order_matters, most_cycles, filling_settled);
-  EXPECT_GT(unique, kPlatforms / 4);
+      order_matters, most_cycles, filling_settled, order_bound);
+  EXPECT_GT(unique, kPlatforms / 8);
   EXPECT_GT(with_preemption, kPlatforms / 2);
   EXPECT_GT(nested, kPlatforms / 4);
   EXPECT_GT(filling_settled, kPlatforms);
