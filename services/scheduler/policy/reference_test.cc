@@ -1006,7 +1006,13 @@ int RunUntilSettled(Snapshot& s, const PolicyConfig& config, int* preemptions) {
     const Decisions d = Decide(s, config);
     const Decisions incremental = scheduler.Cycle();
     EXPECT_EQ(incremental.admissions, d.admissions) << "cycle " << cycle;
-    EXPECT_EQ(incremental.preemptions.size(), d.preemptions.size());
+    auto victims = [](const Decisions& x) {
+      std::vector<std::pair<JobId, JobId>> out;
+      for (const Preemption& pr : x.preemptions)
+        out.push_back({pr.victim, pr.preemptor});
+      return out;
+    };
+    EXPECT_EQ(victims(incremental), victims(d)) << "cycle " << cycle;
     if (d.admissions.empty() && d.preemptions.empty()) return cycle;
     *preemptions += static_cast<int>(d.preemptions.size());
     Snapshot next = ApplyDecisions(s, d);
