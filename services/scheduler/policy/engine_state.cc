@@ -57,12 +57,10 @@ bool EngineState::Reset(const Snapshot& snapshot,
   bool wrapped = false;
   if (++cycle == 0) {
     for (QuotaAvailable& a : available) a.cycle = 0;
-    for (TreeBindings& t : tree_bindings) t.cycle = 0;
     cycle = 1;
     wrapped = true;
   }
   available.resize(s->queues.size() * num_flavors);
-  tree_bindings.resize(s->queues.size() * num_flavors);
   indexes.ForgetLookups(classes->num_shapes(), num_flavors);
   share.assign(s->queues.size(), 0.0);
   share_valid.assign(s->queues.size(), false);

@@ -77,28 +77,11 @@ struct EngineState {
     }
     return a.value[i];
   }
-  // QuotaTree::BindingLimit(q, f, r, want) through AvailableQuota(), with
-  // its part above the queue (QuotaTree::TreeBinding) remembered as
-  // AvailableQuota() is.
+  // QuotaTree::BindingLimit(q, f, r, want) through AvailableQuota().
   QuotaTree::Binding BindingLimit(QueueId q, FlavorId f, Resource r,
                                   int64_t want) {
-    return quota->BindingLimitWith(q, f, r, want, AvailableQuota(q, f, r), [&] {
-      if (!config->use_equivalence_classes) return quota->TreeBinding(q, f, r);
-      TreeBindings& t =
-          tree_bindings[static_cast<size_t>(q) * s->flavors.size() + f];
-      const uint64_t epoch = QuotaEpoch(root_of_queue[q], f);
-      if (t.cycle != cycle || t.epoch != epoch) {
-        t.cycle = cycle;
-        t.epoch = epoch;
-        t.known = 0;
-      }
-      const int i = static_cast<int>(r);
-      if ((t.known >> i & 1) == 0) {
-        t.value[i] = quota->TreeBinding(q, f, r);
-        t.known |= static_cast<uint8_t>(1 << i);
-      }
-      return t.value[i];
-    });
+    return quota->BindingLimitWith(q, f, r, want, AvailableQuota(q, f, r),
+                                   [&] { return quota->TreeBinding(q, f, r); });
   }
   // QuotaTree::Fits() through AvailableQuota().
   bool FitsQuota(QueueId q, FlavorId f, const Resources& amount,
@@ -249,15 +232,6 @@ struct EngineState {
     int64_t value[kNumResources] = {};
   };
   std::vector<QuotaAvailable> available;
-  // Per (queue, flavor): QuotaTree::TreeBinding() of the resources in
-  // `known`, as QuotaAvailable.
-  struct TreeBindings {
-    uint32_t cycle = 0;
-    uint8_t known = 0;
-    uint64_t epoch = 0;
-    QuotaTree::Binding value[kNumResources];
-  };
-  std::vector<TreeBindings> tree_bindings;
 };
 
 }  // namespace trainyard::scheduler::policy::internal

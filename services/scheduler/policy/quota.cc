@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace trainyard::scheduler::policy {
 
 QuotaTree::QuotaTree(const Snapshot& s)
@@ -107,10 +109,25 @@ QuotaTree::QuotaTree(const Snapshot& s)
     while (parent_[root] >= 0) root = parent_[root];
     lenders[root].push_back(node);
   }
-  if (!lenders.empty()) {
-    lenders_of_root_ =
-        std::make_shared<const absl::flat_hash_map<int, std::vector<int>>>(
-            std::move(lenders));
+  // Per queue cell: what the lenders of its tree off its path keep.
+  for (int q = 0; q < num_queues_; ++q) {
+    if (parent_[q] < 0) continue;
+    int root = q;
+    while (parent_[root] >= 0) root = parent_[root];
+    auto it = lenders.find(root);
+    if (it == lenders.end()) continue;
+    for (int lender : it->second) {
+      bool on_path = false;
+      for (int n = q; n >= 0 && !on_path; n = parent_[n]) on_path = n == lender;
+      if (on_path) continue;
+      for (FlavorId f = 0; f < num_flavors_; ++f) {
+        for (Resource r : kAllResources) {
+          const Cell& l = cells_[CellIndex(lender, f, r)];
+          if (!l.tracked || l.lending_limit < 0) continue;
+          cells_[CellIndex(q, f, r)].withheld += Guaranteed(l);
+        }
+      }
+    }
   }
   for (const RunningAttempt& a : s.running) Add(a.queue, a.flavor, a.resources);
 }
@@ -123,12 +140,13 @@ QuotaTree::Binding QuotaTree::BindingLimit(QueueId q, FlavorId f, Resource r,
 
 QuotaTree::Binding QuotaTree::TreeBinding(QueueId q, FlavorId f,
                                           Resource r) const {
-  // Up the tree: the first cohort whose borrowing limit gives its subtree
-  // less than its parent has left.
   int node = parent_[q];
-  while (parent_[node] >= 0) {
-    const Cell& n = cells_[CellIndex(node, f, r)];
-    if (n.borrowing_limit >= 0) {
+  if (cells_[CellIndex(q, f, r)].cohort_limit_above) {
+    // Up the tree: the first cohort whose borrowing limit gives its
+    // subtree less than its parent has left.
+    for (; parent_[node] >= 0; node = parent_[node]) {
+      const Cell& n = cells_[CellIndex(node, f, r)];
+      if (n.borrowing_limit < 0) continue;
       const int64_t g = Guaranteed(n);
       const int64_t cap =
           n.subtree - g - std::max<int64_t>(0, n.usage - g) + n.borrowing_limit;
@@ -138,28 +156,15 @@ QuotaTree::Binding QuotaTree::TreeBinding(QueueId q, FlavorId f,
                 .value = n.borrowing_limit};
       }
     }
-    node = parent_[node];
+  } else {
+    while (parent_[node] >= 0) node = parent_[node];
   }
   const Cell& root = cells_[CellIndex(node, f, r)];
-  Binding binding{.kind = Binding::kTreeInUse,
-                  .cohort = node - num_queues_,
-                  .value = std::max<int64_t>(0, root.subtree - root.usage)};
-  // What lenders elsewhere in the tree keep for themselves (a setting:
-  // whether they use it themselves changes with every admission, and so
-  // would the explanation).
-  if (lenders_of_root_ == nullptr) return binding;
-  if (auto it = lenders_of_root_->find(node); it != lenders_of_root_->end()) {
-    for (int lender : it->second) {
-      bool on_path = false;
-      for (int n = q; n >= 0 && !on_path; n = parent_[n]) on_path = n == lender;
-      if (on_path) continue;
-      const Cell& l = cells_[CellIndex(lender, f, r)];
-      if (!l.tracked || l.lending_limit < 0) continue;
-      binding.withheld += Guaranteed(l);
-    }
-  }
-  if (binding.withheld > 0) binding.kind = Binding::kWithheld;
-  return binding;
+  const int64_t withheld = cells_[CellIndex(q, f, r)].withheld;
+  return {.kind = withheld > 0 ? Binding::kWithheld : Binding::kTreeInUse,
+          .cohort = node - num_queues_,
+          .value = std::max<int64_t>(0, root.subtree - root.usage),
+          .withheld = withheld};
 }
 
 int64_t QuotaTree::Lendable(int node, FlavorId f, Resource r) const {

@@ -41,7 +41,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -192,6 +191,10 @@ class QuotaTree {
     // A queue's: whether a cohort on its path (below the root) has a
     // borrowing limit on the cell's (flavor, resource).
     bool cohort_limit_above = false;
+    // A queue's: what lending limits of the other queues and cohorts of its
+    // tree keep for themselves (their guaranteed quota) on the cell's
+    // (flavor, resource).
+    int64_t withheld = 0;
     int64_t nominal = 0;
     int64_t borrowing_limit = -1;  // -1: unlimited
     int64_t lending_limit = -1;    // -1: unlimited
@@ -218,10 +221,6 @@ class QuotaTree {
   int num_flavors_ = 0;
   // Tree nodes: queues are [0, num_queues_), cohort c is num_queues_ + c.
   std::vector<int> parent_;  // -1 for roots
-  // Per root node: the nodes of its tree with a lending limit (few).
-  // Shared by copies (the engine copies the tree every cycle): static.
-  std::shared_ptr<const absl::flat_hash_map<int, std::vector<int>>>
-      lenders_of_root_;
   std::vector<Cell> cells_;
 };
 
