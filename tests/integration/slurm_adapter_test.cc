@@ -174,6 +174,41 @@ TEST_F(SlurmAdapterTest, RunsASingleNodeJobToSuccess) {
   EXPECT_TRUE(absl::IsNotFound(adapter_->Status("ty-1-1").status()));
 }
 
+// spec.image reaches the worker through the cluster's container words (here
+// a stand-in for "apptainer exec docker://{image}" that only exports it), and
+// a cluster without them refuses the image instead of running the command
+// outside it.
+TEST_F(SlurmAdapterTest, RunsTheImageThroughTheContainerWordsOrRefusesIt) {
+  const std::string out = Work("image.txt");
+  LaunchRequest r =
+      Request(31,
+              {"/bin/bash", "-c",
+               "echo \"$TEST_IMAGE $TRAINYARD_WORKER_INDEX\" > " + out},
+              {"gpu1"});
+  r.spec.set_image("registry.example/train:1.2");
+  absl::StatusOr<AttemptStatus> refused = adapter_->Launch(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("spec.image"));
+  EXPECT_TRUE(absl::IsNotFound(adapter_->Status("ty-31-1").status()));
+
+  absl::StatusOr<SlurmSettings> settings =
+      dispatcher::slurm::LoadSlurmSettings(slurm_->adapter_config());
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  settings->working_dir = slurm_->work_dir();
+  settings->container_exec = {"/usr/bin/env", "TEST_IMAGE={image}"};
+  absl::StatusOr<std::unique_ptr<SlurmAdapter>> with_containers =
+      SlurmAdapter::Create(*settings);
+  ASSERT_TRUE(with_containers.ok()) << with_containers.status();
+  adapter_ = std::move(*with_containers);
+  ASSERT_TRUE(adapter_->Launch(r).ok());
+  AttemptStatus s = WaitForEnd("ty-31-1");
+  EXPECT_EQ(s.phase, AttemptPhase::kSucceeded) << s.message;
+  EXPECT_EQ(absl::StripAsciiWhitespace(internal::ReadFileOrEmpty(out)),
+            "registry.example/train:1.2 0");
+  ASSERT_TRUE(adapter_->Delete("ty-31-1").ok());
+}
+
 TEST_F(SlurmAdapterTest, RunsATwoNodeGangOnThePlacedNodes) {
   const std::string dir = Work("gang");
   std::filesystem::create_directories(dir);

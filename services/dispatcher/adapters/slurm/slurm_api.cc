@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "services/lib/domain/errors.h"
@@ -459,16 +460,31 @@ std::optional<JobComment> ParseComment(std::string_view comment) {
   return c;
 }
 
-std::string BatchScript(const LaunchRequest& request) {
+std::string BatchScript(const LaunchRequest& request,
+                        const SlurmSettings& settings) {
+  const std::string& image = request.spec.image();
+  // The container words, with the image in place of "{image}".
+  auto append_words = [&](std::string& out,
+                          const std::vector<std::string>& words) {
+    if (image.empty()) return;
+    for (const std::string& w : words) {
+      absl::StrAppend(&out, " ",
+                      ShellQuote(absl::StrReplaceAll(w, {{"{image}", image}})));
+    }
+  };
   std::string script = Cat(
       "#!/bin/bash\n# Trainyard attempt ", request.name,
       " (generated; one task per worker)\n", "exec srun --kill-on-bad-exit=1",
       request.spec.resources().gpus() > 0
           ? Cat(" --gpus-per-task=", request.spec.resources().gpus())
-          : std::string(),
+          : std::string());
+  append_words(script, settings.container_srun_args);
+  absl::StrAppend(
+      &script,
       " /bin/bash -c "
       "'export TRAINYARD_WORKER_INDEX=\"$SLURM_PROCID\"; exec \"$@\"' "
       "trainyard-worker");
+  append_words(script, settings.container_exec);
   for (const std::string& arg : request.spec.command()) {
     absl::StrAppend(&script, " ", ShellQuote(arg));
   }
@@ -481,11 +497,18 @@ absl::StatusOr<std::string> SubmitBody(const LaunchRequest& request,
   const v1::JobSpec& spec = request.spec;
   if (spec.command().empty()) {
     return domain::FieldError("spec.command", reason::kRequired,
-                            "the Slurm backend runs a command; none given");
+                              "the Slurm backend runs a command; none given");
+  }
+  if (!spec.image().empty() && settings.container_srun_args.empty() &&
+      settings.container_exec.empty()) {
+    return domain::FieldError(
+        "spec.image", reason::kInvalidValue,
+        "this Slurm cluster runs no container images (its settings set "
+        "neither container_srun_args nor container_exec)");
   }
   if (!spec.working_dir().empty() && spec.working_dir()[0] != '/') {
     return domain::FieldError("spec.working_dir", reason::kInvalidValue,
-                            "must be an absolute path on the Slurm nodes");
+                              "must be an absolute path on the Slurm nodes");
   }
   const SlurmPartition* partition = nullptr;
   if (request.flavor.empty()) {
@@ -573,7 +596,7 @@ absl::StatusOr<std::string> SubmitBody(const LaunchRequest& request,
     job["time_limit"] = CeilDiv(spec.time_limit().seconds(), 60);
   }
   if (!settings.account.empty()) job["account"] = settings.account;
-  Json body = {{"script", BatchScript(request)}, {"job", job}};
+  Json body = {{"script", BatchScript(request, settings)}, {"job", job}};
   return Dump(body);
 }
 
@@ -687,13 +710,13 @@ absl::StatusOr<CheckpointInfo> ParseCheckpointManifest(std::string_view body,
   const Json j = Parse(body);
   if (!j.is_object()) {
     return domain::FieldError(kCheckpointManifest, reason::kInvalidValue,
-                            "not a JSON object");
+                              "not a JSON object");
   }
   CheckpointInfo c;
   std::optional<int64_t> step = Int(j, "step");
   if (!step.has_value() || *step < 0) {
     return domain::FieldError("step", reason::kRequired,
-                            "a non-negative integer is required");
+                              "a non-negative integer is required");
   }
   c.step = *step;
   c.uri = Str(j, "uri");

@@ -122,7 +122,8 @@ std::optional<JobComment> ParseComment(std::string_view comment);
 // per worker), TRAINYARD_WORKER_INDEX = SLURM_PROCID, each worker bound to
 // its own spec.resources.gpus GPUs (--gpus-per-task). srun forwards the stop
 // signal to every worker.
-std::string BatchScript(const LaunchRequest& request);
+std::string BatchScript(const LaunchRequest& request,
+                        const SlurmSettings& settings);
 
 // The JSON body of POST job/submit. FAILED_PRECONDITION naming `flavor` for
 // a flavor without a partition; INVALID_ARGUMENT naming the field for what

@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Json = nlohmann::json;
 
 SlurmSettings Settings() {
@@ -81,6 +82,9 @@ TEST(SlurmSettingsTest, BadInputNamesTheKey) {
   EXPECT_THAT(bad("rest_url = http://x\ntoken = t\npartition = a:b\n"
                   "request_timeout = soon"),
               HasSubstr("request_timeout"));
+  EXPECT_THAT(bad("rest_url = http://x\ntoken = t\npartition = a:b\n"
+                  "container_exec = apptainer exec"),
+              HasSubstr("container_exec: must name the image as {image}"));
   EXPECT_THAT(bad("no equals sign"), HasSubstr("line 1"));
   EXPECT_EQ(ParseSignal("SIGTERM"), SIGTERM);
   EXPECT_EQ(ParseSignal("usr1"), SIGUSR1);
@@ -180,6 +184,45 @@ TEST(SlurmApiTest, SubmitBodyRefusesWhatSlurmCannotRun) {
   r.spec.set_working_dir("relative");
   s = SubmitBody(r, Settings()).status();
   EXPECT_THAT(s.message(), HasSubstr("spec.working_dir"));
+  // An image on a cluster that runs none is refused, not ignored.
+  r = Request();
+  r.spec.set_image("nvcr.io/nvidia/pytorch:24.05-py3");
+  s = SubmitBody(r, Settings()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("spec.image"));
+  EXPECT_THAT(s.message(), HasSubstr("runs no container images"));
+}
+
+TEST(SlurmApiTest, RunsTheImageThroughTheClustersContainerWords) {
+  LaunchRequest r = Request();
+  r.spec.set_image("nvcr.io/nvidia/pytorch:24.05-py3");
+  absl::StatusOr<SlurmSettings> parsed = ParseSlurmSettings(R"(
+rest_url = http://127.0.0.1:1
+token = t
+partition = a100:ondemand
+container_srun_args = --container-image={image} --container-mounts=/data:/data
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->container_srun_args,
+            (std::vector<std::string>{"--container-image={image}",
+                                      "--container-mounts=/data:/data"}));
+  SlurmSettings pyxis = Settings();
+  pyxis.container_srun_args = parsed->container_srun_args;
+  std::string script = Json::parse(*SubmitBody(r, pyxis))["script"];
+  EXPECT_THAT(script,
+              HasSubstr("--gpus-per-task=2 "
+                        "'--container-image=nvcr.io/nvidia/pytorch:24.05-py3' "
+                        "'--container-mounts=/data:/data' /bin/bash -c "));
+  SlurmSettings apptainer = Settings();
+  apptainer.container_exec = {"apptainer", "exec", "docker://{image}"};
+  script = Json::parse(*SubmitBody(r, apptainer))["script"];
+  EXPECT_THAT(script, HasSubstr("trainyard-worker 'apptainer' 'exec' "
+                                "'docker://nvcr.io/nvidia/pytorch:24.05-py3' "
+                                "'python3' 'train.py'"));
+  // Without an image the words are not used.
+  r.spec.clear_image();
+  script = Json::parse(*SubmitBody(r, apptainer))["script"];
+  EXPECT_THAT(script, Not(HasSubstr("apptainer")));
 }
 
 TEST(SlurmApiTest, ExpandsHostlists) {

@@ -125,6 +125,18 @@ absl::Status ValidateSlurmSettings(const SlurmSettings& s) {
     return Bad("job_name_prefix",
                "letters, digits, '-', '_' and '.' only (at most 64)");
   }
+  for (const auto& [key, words] :
+       {std::pair<std::string_view, const std::vector<std::string>*>{
+            "container_srun_args", &s.container_srun_args},
+        {"container_exec", &s.container_exec}}) {
+    if (words->empty()) continue;
+    bool names_image = false;
+    for (const std::string& w : *words)
+      names_image |= absl::StrContains(w, "{image}");
+    if (!names_image) {
+      return Bad(key, "must name the image as {image} in one of its words");
+    }
+  }
   if (s.connect_timeout <= absl::ZeroDuration()) {
     return Bad("connect_timeout", "must be positive");
   }
@@ -217,6 +229,11 @@ absl::StatusOr<SlurmSettings> ParseSlurmSettings(std::string_view text) {
       s.insecure_skip_verify = *b;
     } else if (key == "job_name_prefix") {
       s.job_name_prefix = value;
+    } else if (key == "container_srun_args" || key == "container_exec") {
+      std::vector<std::string> words =
+          absl::StrSplit(value, ' ', absl::SkipEmpty());
+      (key == "container_exec" ? s.container_exec : s.container_srun_args) =
+          std::move(words);
     } else if (key == "default_path") {
       s.default_path = value;
     } else {

@@ -83,6 +83,13 @@ struct SlurmSettings {
   // several Trainyard deployments (staging, production) can share a cluster
   // without seeing each other's jobs. Empty by default.
   std::string job_name_prefix;
+  // Container images (JobSpec.image): words that run a worker in its image,
+  // with "{image}" replaced by the image. container_srun_args go to srun
+  // (pyxis/enroot: "--container-image={image}"); container_exec is put in
+  // front of the job's command (Apptainer: "apptainer exec docker://{image}").
+  // With neither, a job that names an image is refused on this cluster.
+  std::vector<std::string> container_srun_args;
+  std::vector<std::string> container_exec;
   // PATH of jobs whose spec.env sets none.
   std::string default_path =
       "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
