@@ -245,30 +245,34 @@ void SchedulerService::BecomeLeader() {
     reload_explanations_ = true;
     return;
   }
-  loaded_ = false;
-  config_loaded_ = false;
-  explained_.clear();
-  shares_written_.clear();
+  ForgetEverything();
 }
 
 absl::Status SchedulerService::Follow() {
   absl::MutexLock l(&cycle_mu_);
   CycleReport unused;
   if (absl::Status s = Refresh(unused); !s.ok()) {
-    loaded_ = false;
-    config_loaded_ = false;
-    explained_.clear();
-    shares_written_.clear();
+    ForgetEverything();
     return s;
   }
   rebuild_policy_ = true;
   return absl::OkStatus();
 }
 
-void SchedulerService::SeedExplained(
-    const std::vector<pg::WrittenExplanation>& written) {
+void SchedulerService::ForgetWritten() {
   explained_.clear();
   shares_written_.clear();
+}
+
+void SchedulerService::ForgetEverything() {
+  loaded_ = false;
+  config_loaded_ = false;
+  ForgetWritten();
+}
+
+void SchedulerService::SeedExplained(
+    const std::vector<pg::WrittenExplanation>& written) {
+  ForgetWritten();
   explained_.reserve(written.size());
   for (const pg::WrittenExplanation& e : written) {
     explained_[e.job_id] =
@@ -497,8 +501,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     absl::MutexLock w(&writes_mu_);
     if (!write_failure_.ok()) {
       write_failure_ = absl::OkStatus();
-      explained_.clear();
-      shares_written_.clear();
+      ForgetWritten();
     }
   }
   CycleReport report;
@@ -506,10 +509,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   if (absl::Status s = Refresh(report); !s.ok()) {
     // The database may have lost (or this process missed) anything: reload
     // every job and rewrite every explanation.
-    loaded_ = false;
-    config_loaded_ = false;
-    explained_.clear();
-    shares_written_.clear();
+    ForgetEverything();
     return s;
   }
   report.refresh = absl::Now() - start;
@@ -701,8 +701,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     absl::StatusOr<pg::DecisionOutcome> outcome =
         jobs_->ApplyDecisions(preemptions, admissions);
     if (!outcome.ok()) {
-      explained_.clear();
-      shares_written_.clear();
+      ForgetWritten();
       return outcome.status();
     }
     report.commit_lock_jobs = outcome->lock_jobs;

@@ -184,6 +184,11 @@ class SchedulerService {
   absl::Status LoadConfigKind(size_t kind);
   // The leader loop's round: one cycle, logged.
   leader::NextRound LeadRound();
+  // Forgets what this process believes it wrote (explanations and shares),
+  // so that the next explaining cycle writes them all again.
+  void ForgetWritten() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  // ForgetWritten(), and reloads every job and the configuration next cycle.
+  void ForgetEverything() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Starts explained_ from the rows of pending_explanations.
   void SeedExplained(
       const std::vector<storage::postgres::WrittenExplanation>& written)

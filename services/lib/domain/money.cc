@@ -120,40 +120,13 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
   return out;
 }
 
-absl::StatusOr<int64_t> MulDivRound(int64_t a, int64_t b, int64_t divisor) {
-  if (divisor == 0)
-    return absl::InvalidArgumentError("MulDivRound: division by zero");
-  const __int128 product =
-      static_cast<__int128>(a) * b;  // cannot overflow 128 bits
-  const bool negative = (product < 0) != (divisor < 0);
-  unsigned __int128 num = product < 0 ? -static_cast<unsigned __int128>(product)
-                                      : static_cast<unsigned __int128>(product);
-  unsigned __int128 den = divisor < 0 ? -static_cast<unsigned __int128>(divisor)
-                                      : static_cast<unsigned __int128>(divisor);
-  unsigned __int128 q = num / den;
-  const unsigned __int128 r = num % den;
-  if (r >= den - r) ++q;  // r * 2 >= den, without overflow: half away from zero
-  const unsigned __int128 limit =
-      negative
-          ? static_cast<unsigned __int128>(
-                std::numeric_limits<int64_t>::max()) +
-                1
-          : static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max());
-  if (q > limit) {
-    return absl::OutOfRangeError(
-        Cat("money overflow: ", a, " * ", b, " / ", divisor));
-  }
-  if (negative) {
-    return static_cast<int64_t>(-static_cast<__int128>(q));
-  }
-  return static_cast<int64_t>(q);
-}
+namespace {
 
-absl::StatusOr<int64_t> MulDivRoundHalfEven(int64_t a, int64_t b,
-                                            int64_t divisor) {
-  if (divisor == 0) {
-    return absl::InvalidArgumentError("MulDivRoundHalfEven: division by zero");
-  }
+// a * b / divisor exactly in 128 bits, rounded to nearest: ties away from
+// zero, or to even with `half_even`.
+absl::StatusOr<int64_t> MulDivRounded(int64_t a, int64_t b, int64_t divisor,
+                                      bool half_even) {
+  if (divisor == 0) return absl::InvalidArgumentError("division by zero");
   const __int128 product =
       static_cast<__int128>(a) * b;  // cannot overflow 128 bits
   const bool negative = (product < 0) != (divisor < 0);
@@ -166,7 +139,8 @@ absl::StatusOr<int64_t> MulDivRoundHalfEven(int64_t a, int64_t b,
   unsigned __int128 q = num / den;
   const unsigned __int128 r = num % den;
   // Compare r with den - r instead of 2r with den: no overflow.
-  if (r > den - r || (r == den - r && r != 0 && (q & 1) != 0)) ++q;
+  const bool tie = r == den - r && r != 0;
+  if (r > den - r || (tie && (!half_even || (q & 1) != 0))) ++q;
   const unsigned __int128 limit =
       negative
           ? static_cast<unsigned __int128>(
@@ -177,10 +151,19 @@ absl::StatusOr<int64_t> MulDivRoundHalfEven(int64_t a, int64_t b,
     return absl::OutOfRangeError(
         Cat("money overflow: ", a, " * ", b, " / ", divisor));
   }
-  if (negative) {
-    return static_cast<int64_t>(-static_cast<__int128>(q));
-  }
+  if (negative) return static_cast<int64_t>(-static_cast<__int128>(q));
   return static_cast<int64_t>(q);
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> MulDivRound(int64_t a, int64_t b, int64_t divisor) {
+  return MulDivRounded(a, b, divisor, /*half_even=*/false);
+}
+
+absl::StatusOr<int64_t> MulDivRoundHalfEven(int64_t a, int64_t b,
+                                            int64_t divisor) {
+  return MulDivRounded(a, b, divisor, /*half_even=*/true);
 }
 
 bool IsKnownCurrency(std::string_view code) {
