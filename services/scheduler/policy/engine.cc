@@ -666,10 +666,8 @@ class Engine final : public CycleRunner {
                   .flavor = f,
                   .a = mine_with,
                   .c = -1};
-    const int root = state_.root_of_queue[job.queue];
-    for (QueueId q = 0; q < static_cast<QueueId>(state_.s->queues.size());
-         ++q) {
-      if (q == job.queue || state_.root_of_queue[q] != root) continue;
+    for (QueueId q : state_.queues_of_root[state_.root_of_queue[job.queue]]) {
+      if (q == job.queue) continue;
       const int64_t share = state_.CachedShare(q);
       if (share > detail.b) {
         detail.b = share;

@@ -50,6 +50,10 @@ bool EngineState::Reset(const Snapshot& snapshot,
     while (s->cohorts[c].parent.has_value()) c = *s->cohorts[c].parent;
     root_of_queue[q] = c;
   }
+  queues_of_root.resize(s->cohorts.size() + s->queues.size());
+  for (std::vector<QueueId>& queues : queues_of_root) queues.clear();
+  for (size_t q = 0; q < s->queues.size(); ++q)
+    queues_of_root[root_of_queue[q]].push_back(static_cast<QueueId>(q));
   quota_epoch.assign((s->cohorts.size() + s->queues.size()) * num_flavors, 0);
   flavor_epoch.assign(num_flavors, 0);
   classes = &job_classes;

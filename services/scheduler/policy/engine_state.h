@@ -204,6 +204,8 @@ struct EngineState {
   // Per queue: the root of its cohort tree (an id of its own without a
   // cohort); quota epochs are per root.
   std::vector<int> root_of_queue;
+  // Per root node (as root_of_queue): the queues of its tree, in id order.
+  std::vector<std::vector<QueueId>> queues_of_root;
   // Per (root of the cohort tree, flavor): QuotaEpoch().
   std::vector<uint64_t> quota_epoch;
   // Per flavor: grows with every change of its nodes' free capacity.
