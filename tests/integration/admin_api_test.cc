@@ -1617,15 +1617,18 @@ TEST_F(AdminApiTest, NulBytesInAnyStringFieldAreRefusedNamingTheField) {
                  "description", "CreateApiToken");
   EXPECT_EQ(token_count(), tokens_before);
   // Bytes that are not UTF-8 in a string field never reach a handler:
-  // protobuf refuses them when it parses the request (field 2, description;
-  // gRPC answers INTERNAL with no message, docs/api.md "Errors").
+  // protobuf refuses them when it parses the request (field 2,
+  // description), and the server answers INVALID_ARGUMENT naming the
+  // request (docs/api.md "Errors"), not gRPC's own INTERNAL.
   const google::protobuf::MethodDescriptor* create =
       google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
           "trainyard.v1.AdminService.CreateApiToken");
   ASSERT_NE(create, nullptr);
   grpc::Status raw =
       h_->CallUnary(admin_, *create, std::string("\x12\x02\xff\xfe", 4));
-  EXPECT_FALSE(raw.ok());
+  EXPECT_EQ(raw.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << raw.error_message();
+  EXPECT_THAT(raw.error_message(), HasSubstr("not valid UTF-8"));
   EXPECT_EQ(token_count(), tokens_before);
 
   // A label value of a project, a tenant's display name.

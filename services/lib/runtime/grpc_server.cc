@@ -9,6 +9,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "services/lib/runtime/logging.h"
+#include "trainyard/v1/common.pb.h"
 
 namespace trainyard::runtime {
 namespace {
@@ -18,6 +19,19 @@ std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
+// gRPC's own answer to a request whose bytes protobuf could not parse (a
+// string field that is not valid UTF-8, a broken encoding) or that carried
+// no message: INTERNAL with no text ("No payload" without a message). No
+// handler of ours answers INTERNAL without a text (api::Reply).
+bool IsUndecodableRequest(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::INTERNAL &&
+         (status.error_message().empty() ||
+          status.error_message() == "No payload");
+}
+
+// Counts every call by method and code, and answers an undecodable request
+// with INVALID_ARGUMENT (ErrorInfo field "request", reason INVALID_VALUE),
+// as any other bad input, instead of gRPC's INTERNAL.
 class MetricsInterceptor : public grpc::experimental::Interceptor {
  public:
   MetricsInterceptor(MetricsRegistry* metrics, std::string method)
@@ -28,6 +42,19 @@ class MetricsInterceptor : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       grpc::Status status = methods->GetSendStatus();
+      if (IsUndecodableRequest(status)) {
+        status = grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            "request: not a valid message of this method: its bytes do not "
+            "parse (a string field that is not valid UTF-8, or a broken "
+            "encoding)");
+        methods->ModifySendStatus(status);
+        trainyard::v1::ErrorInfo info;
+        info.set_field("request");
+        info.set_reason("INVALID_VALUE");
+        methods->GetSendTrailingMetadata()->emplace("trainyard-error-bin",
+                                                    info.SerializeAsString());
+      }
       metrics_
           ->GetCounter(
               "trainyard_grpc_requests_total",
