@@ -22,7 +22,7 @@ PACKAGES=(
   postgresql postgresql-contrib redis-server
   curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml openssl clang-format
   slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
-  libcurl4-openssl-dev nlohmann-json3-dev
+  libcurl4-openssl-dev nlohmann-json3-dev libcsv-dev
 )
 if [[ -n "${TRAINYARD_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${TRAINYARD_EXTRA_PACKAGES}"
