@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/time/time.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/money.h"
@@ -30,10 +31,6 @@ constexpr std::array<std::string_view, 4> kSpotCsvColumns = {
     kPoolColumn, kTimeColumn, kPriceColumn, kCurrencyColumn};
 constexpr std::string_view kSpotCsvColumnList =
     "pool, effective_time, price_per_gpu_hour, currency";
-
-// libcsv's parser state between rows (ROW_NOT_BEGUN in libcsv.c; the state
-// is the first member of the public struct csv_parser).
-constexpr int kCsvRowNotBegun = 0;
 
 // At most this much of a bad value is quoted back in an error.
 std::string_view Excerpt(std::string_view value) { return value.substr(0, 64); }
@@ -95,11 +92,15 @@ absl::StatusOr<std::vector<SpotCsvRow>> ReadSpotCsvRows(std::string_view text) {
   absl::Status status;
   int64_t line = 1;
   size_t pos = 0;
+  // Whether a row began on an earlier line and has not ended (a quoted field
+  // that spans lines): blank lines between rows begin none.
+  bool row_open = false;
   while (pos < text.size()) {
     const size_t nl = text.find('\n', pos);
     const size_t end = nl == std::string_view::npos ? text.size() : nl + 1;
-    if (parser.pstate == kCsvRowNotBegun) collector.row_line = line;
+    if (!row_open) collector.row_line = line;
     const size_t len = end - pos;
+    const size_t rows_before = collector.rows.size();
     if (csv_parse(&parser, text.data() + pos, len, OnSpotCsvField,
                   OnSpotCsvRowEnd, &collector) != len) {
       const int error = csv_error(&parser);
@@ -111,6 +112,13 @@ absl::StatusOr<std::vector<SpotCsvRow>> ReadSpotCsvRows(std::string_view text) {
                    : SpotCsvError(line, "", reason::kInvalidValue,
                                   csv_strerror(error));
       break;
+    }
+    if (collector.rows.size() > rows_before) {
+      row_open = false;
+    } else if (!absl::StripAsciiWhitespace(
+                    absl::string_view(text.data() + pos, len))
+                    .empty()) {
+      row_open = true;
     }
     pos = end;
     ++line;
