@@ -720,6 +720,14 @@ std::vector<int> Allocation(const PoolPlatform& p, const Snapshot& s) {
   return count;
 }
 
+// The pool's platform with nothing running.
+Snapshot IdlePool(const PoolPlatform& p) {
+  Snapshot idle = p.s;
+  idle.running.clear();
+  for (policy::Node& n : idle.nodes) n.used = {};
+  return idle;
+}
+
 // Weighted DRF by progressive filling, from an idle pool: each step gives
 // the next job to the queue found by walking down from the root cohort to
 // the child of lowest share (cohort shares with their weights, queue shares
@@ -727,9 +735,7 @@ std::vector<int> Allocation(const PoolPlatform& p, const Snapshot& s) {
 // nor node is done. Every way of breaking ties between equal shares is
 // followed: the result is the set of allocations DRF allows.
 std::set<std::vector<int>> DrfAllocations(const PoolPlatform& p) {
-  Snapshot idle = p.s;
-  idle.running.clear();
-  for (policy::Node& n : idle.nodes) n.used = {};
+  const Snapshot idle = IdlePool(p);
   Reference ref(idle, /*nodes_bind=*/true);
   using TreeNode = Reference::TreeNode;
   std::set<std::vector<int>> out;
@@ -966,9 +972,7 @@ bool Settled(const PoolPlatform& p, const Snapshot& s, std::string* why) {
 // pool queue, within its demand and the pool's capacity) where nothing
 // moves (SettledAt), found by trying them all.
 std::set<std::vector<int>> Equilibria(const PoolPlatform& p) {
-  Snapshot idle = p.s;
-  idle.running.clear();
-  for (policy::Node& n : idle.nodes) n.used = {};
+  const Snapshot idle = IdlePool(p);
   Reference ref(idle, /*nodes_bind=*/true);
   const int64_t capacity = idle.nodes[0].capacity.gpus;
   std::set<std::vector<int>> out;
