@@ -37,6 +37,7 @@ struct ApiServer::Impl {
   std::unique_ptr<grpc::Service> queue_service;
   std::unique_ptr<grpc::Service> cluster_service;
   std::unique_ptr<grpc::Service> admin_service;
+  std::vector<std::unique_ptr<grpc::Service>> more_services;
   std::unique_ptr<runtime::GrpcServerRunner> grpc;
   runtime::Health health;
   std::unique_ptr<runtime::HttpServer> http;
@@ -119,22 +120,31 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
   ctx.batcher = impl->batcher.get();
   ctx.hub = impl->hub.get();
 
-  impl->job_service = NewJobService(&ctx);
-  impl->queue_service = NewQueueService(&ctx);
-  impl->cluster_service = NewClusterService(&ctx);
-  impl->admin_service = NewAdminService(&ctx);
-
-  impl->relay->Start();
-  impl->hub->Start();
+  if (options.serve_core) {
+    impl->job_service = NewJobService(&ctx);
+    impl->queue_service = NewQueueService(&ctx);
+    impl->cluster_service = NewClusterService(&ctx);
+    impl->admin_service = NewAdminService(&ctx);
+    impl->relay->Start();
+    impl->hub->Start();
+  }
+  for (const auto& make : options.more_services) {
+    impl->more_services.push_back(make(&ctx));
+  }
 
   impl->grpc = std::make_unique<runtime::GrpcServerRunner>(
       runtime::GrpcServerOptions{.listen_address = options.grpc_listen,
                                  .tls_cert_file = options.tls_cert_file,
                                  .tls_key_file = options.tls_key_file});
-  impl->grpc->AddService(impl->job_service.get());
-  impl->grpc->AddService(impl->queue_service.get());
-  impl->grpc->AddService(impl->cluster_service.get());
-  impl->grpc->AddService(impl->admin_service.get());
+  if (options.serve_core) {
+    impl->grpc->AddService(impl->job_service.get());
+    impl->grpc->AddService(impl->queue_service.get());
+    impl->grpc->AddService(impl->cluster_service.get());
+    impl->grpc->AddService(impl->admin_service.get());
+  }
+  for (const auto& service : impl->more_services) {
+    impl->grpc->AddService(service.get());
+  }
   if (absl::Status s = impl->grpc->Start(); !s.ok()) return s;
 
   storage::postgres::Database* database = impl->db.get();
@@ -157,7 +167,7 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(
     impl->health.Register(*impl->http, metrics);
     if (absl::Status s = impl->http->Start(); !s.ok()) return s;
   }
-  Log(LogLevel::kInfo, "api serving",
+  Log(LogLevel::kInfo, absl::StrCat(options.log_name, " serving"),
       {{"grpc", absl::StrCat("127.0.0.1:", impl->grpc->port())},
        {"http",
         impl->http ? absl::StrCat("127.0.0.1:", impl->http->port()) : "off"}});

@@ -1,8 +1,12 @@
 #ifndef TRAINYARD_SERVICES_API_SERVER_H_
 #define TRAINYARD_SERVICES_API_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -39,6 +43,16 @@ struct ApiServerOptions {
   // Group commit settings of Submit.
   int submit_batch = 256;
   int submit_committers = 2;
+  // Whether to serve the api's own services (JobService, QueueService,
+  // ClusterService, AdminService) with the outbox relay and the Watch hub.
+  // `trainyard accounting` serves only `more_services` over the same context.
+  bool serve_core = true;
+  // More services served on the same port over the same context (the
+  // accounting process's AccountingService), built once the context is.
+  std::vector<std::function<std::unique_ptr<grpc::Service>(ApiContext*)>>
+      more_services;
+  // Names this process in its log lines ("api serving", ...).
+  std::string log_name = "api";
 };
 
 // The api service: JobService, QueueService, ClusterService and AdminService

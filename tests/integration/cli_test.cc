@@ -167,6 +167,38 @@ TEST_F(CliTest, MigrateIsIdempotentAndTokenCreateValidates) {
   EXPECT_THAT(TokenFrom(ok.output), ::testing::StartsWith("ty_"));
 }
 
+// `trainyard accounting import-spot-prices -f FILE`: a good file loads whole;
+// a file with one bad row loads nothing and names the line; loading the good
+// file again is refused (one price per pool and instant), so the first load
+// was stored.
+TEST_F(CliTest, ImportSpotPricesLoadsAWholeFileOrNothing) {
+  const std::string good = dir_ + "/spot.csv";
+  std::ofstream(good) << "pool,effective_time,price_per_gpu_hour,currency\n"
+                         "gpu,2030-01-01T00:00:00Z,0.95,USD\n"
+                         "gpu,2030-01-01T01:00:00Z,1.1025,USD\n";
+  const std::string bad = dir_ + "/bad.csv";
+  std::ofstream(bad) << "pool,effective_time,price_per_gpu_hour,currency\n"
+                        "gpu,2030-01-02T00:00:00Z,0.95,USD\n"
+                        "gpu,2030-01-02T01:00:00Z,-1,USD\n";
+  RunResult missing =
+      Run({"accounting", "import-spot-prices", "--postgres_url=" + db_url_});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("-f FILE is required"));
+  RunResult refused = Run({"accounting", "import-spot-prices", "-f", bad,
+                           "--postgres_url=" + db_url_});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.output, HasSubstr("line 3, price_per_gpu_hour"));
+  RunResult ok = Run({"accounting", "import-spot-prices", "-f", good,
+                      "--postgres_url=" + db_url_});
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("imported 2 spot price(s) in USD"));
+  RunResult again = Run({"accounting", "import-spot-prices", "-f", good,
+                         "--postgres_url=" + db_url_});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.output,
+              HasSubstr("spot_prices[0].spot_price.effective_time"));
+}
+
 TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
   ASSERT_EQ(Run({"migrate", "--postgres_url=" + db_url_}).exit_code, 0);
   RunResult admin = Run({"token", "create", "--postgres_url=" + db_url_,

@@ -4,6 +4,8 @@
 //   trainyard scheduler   the scheduler (one leader; others stand by)
 //   trainyard dispatcher  one cluster's dispatcher (--backend: sim, slurm)
 //   trainyard sim-cluster a simulated cluster served over gRPC
+//   trainyard accounting  AccountingService and the meter (one leader)
+//   trainyard accounting import-spot-prices -f FILE
 //   trainyard all         every service that exists, in one process
 //   trainyard migrate     apply the SQL migrations
 //   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
@@ -16,9 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +36,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "services/accounting/accounting_service.h"
+#include "services/accounting/meter_service.h"
+#include "services/accounting/pricing/spot_csv.h"
 #include "services/api/auth.h"
 #include "services/api/server.h"
 #include "services/cmd/trainyard/apply.h"
@@ -52,6 +59,7 @@
 #include "services/lib/runtime/malloc_tuning.h"
 #include "services/lib/runtime/metrics.h"
 #include "services/scheduler/scheduler_service.h"
+#include "storage/postgres/accounting_store.h"
 #include "storage/postgres/auth_store.h"
 #include "storage/postgres/migrate.h"
 #include "storage/postgres/pool.h"
@@ -158,7 +166,25 @@ ABSL_FLAG(std::string, tenant, "",
 ABSL_FLAG(absl::Duration, ttl, absl::Hours(24 * 90),
           "token create: token lifetime");
 ABSL_FLAG(std::string, description, "", "token create: what the token is for");
-ABSL_FLAG(std::string, f, "", "apply: text-format ApplyBundle file");
+ABSL_FLAG(std::string, f, "",
+          "apply: text-format ApplyBundle file; accounting import-spot-prices: "
+          "the CSV file");
+ABSL_FLAG(absl::Duration, meter_interval, absl::Seconds(30),
+          "accounting/all: how often the meter turns attempts into ledger "
+          "lines (a running job's cost is at most this old)");
+ABSL_FLAG(std::string, accounting_currency, "USD",
+          "accounting/all: the price book's ISO 4217 currency until the first "
+          "price sets it");
+ABSL_FLAG(std::string, lost_work_rule, "tenant",
+          "accounting/all: who pays for work lost to an interruption: tenant, "
+          "platform or split");
+ABSL_FLAG(int, lost_work_tenant_percent, 50,
+          "accounting/all: with --lost_work_rule=split, the tenant's percent");
+ABSL_FLAG(absl::Duration, spot_price_max_age, absl::Hours(2),
+          "accounting/all: how long a spot price observation stays fresh");
+ABSL_FLAG(absl::Duration, close_month_after, absl::Hours(24 * 5),
+          "accounting/all: a month's prices become immutable this long after "
+          "it ends");
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply: api address");
 ABSL_FLAG(std::string, token, "",
           "apply: bearer token (or env TRAINYARD_TOKEN)");
@@ -176,7 +202,11 @@ Usage:
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
   trainyard dispatcher [--backend=NAME] BACKEND_FLAGS [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
-  trainyard all      (the api's flags, --schedule_interval, --sim_config; every service in one process)
+  trainyard accounting [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--meter_interval=30s]
+                     [--accounting_currency=USD] [--lost_work_rule=tenant|platform|split] [--lost_work_tenant_percent=50]
+                     [--spot_price_max_age=2h] [--close_month_after=120h]
+  trainyard accounting import-spot-prices -f FILE.csv [--postgres_url=..]
+  trainyard all      (the api's flags, --schedule_interval, --sim_config, the accounting flags; every service in one process)
   Job tokens (api, dispatcher, all): [--job_token_key_file=FILE] [--api_advertise_addr=HOST:PORT]
                      [--job_token_ttl=168h] [--job_token_margin=1h]  (docs/security.md "Job tokens")
   trainyard migrate  [--postgres_url=..]
@@ -291,6 +321,105 @@ int TokenCreate() {
     return 1;
   }
   std::cout << token.secret << "\n";
+  return 0;
+}
+
+absl::StatusOr<trainyard::accounting::MeterServiceOptions>
+MeterOptionsFromFlags() {
+  trainyard::accounting::MeterServiceOptions options;
+  options.postgres_url = absl::GetFlag(FLAGS_postgres_url);
+  options.interval = absl::GetFlag(FLAGS_meter_interval);
+  options.currency = absl::GetFlag(FLAGS_accounting_currency);
+  if (options.interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--meter_interval: must be positive");
+  }
+  const std::string rule = absl::GetFlag(FLAGS_lost_work_rule);
+  using trainyard::accounting::pricing::LostWorkRule;
+  if (rule == "tenant") {
+    options.meter.lost_work_rule = LostWorkRule::kTenant;
+  } else if (rule == "platform") {
+    options.meter.lost_work_rule = LostWorkRule::kPlatform;
+  } else if (rule == "split") {
+    options.meter.lost_work_rule = LostWorkRule::kSplit;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lost_work_rule: must be tenant, platform or split, got \"", rule,
+        "\""));
+  }
+  options.meter.split_tenant_percent =
+      absl::GetFlag(FLAGS_lost_work_tenant_percent);
+  if (options.meter.split_tenant_percent < 0 ||
+      options.meter.split_tenant_percent > 100) {
+    return absl::InvalidArgumentError(
+        "--lost_work_tenant_percent: must be 0 to 100");
+  }
+  options.meter.spot_max_age_ms =
+      absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_spot_price_max_age));
+  if (options.meter.spot_max_age_ms <= 0) {
+    return absl::InvalidArgumentError("--spot_price_max_age: must be positive");
+  }
+  return options;
+}
+
+trainyard::accounting::AccountingServiceOptions AccountingOptionsFromFlags() {
+  return {.currency = absl::GetFlag(FLAGS_accounting_currency),
+          .close_after = absl::GetFlag(FLAGS_close_month_after)};
+}
+
+// `trainyard accounting import-spot-prices -f FILE`: every row of the CSV
+// file into the price book, all or none (docs/accounting.md).
+int ImportSpotPrices() {
+  const std::string path = absl::GetFlag(FLAGS_f);
+  if (path.empty()) {
+    std::cerr << "import-spot-prices: -f FILE is required\n";
+    return 2;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::cerr << "import-spot-prices: cannot read " << path << "\n";
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto prices = trainyard::accounting::pricing::ParseSpotPriceCsv(text.str());
+  if (!prices.ok()) {
+    std::cerr << "import-spot-prices: " << path << ": "
+              << prices.status().message() << "\n";
+    return 1;
+  }
+  auto migrated =
+      trainyard::storage::postgres::Migrate(absl::GetFlag(FLAGS_postgres_url));
+  if (!migrated.ok()) {
+    std::cerr << "import-spot-prices: " << migrated.status() << "\n";
+    return 1;
+  }
+  auto db = trainyard::storage::postgres::Database::Open(
+      {.url = absl::GetFlag(FLAGS_postgres_url), .pool_size = 1});
+  if (!db.ok()) {
+    std::cerr << "import-spot-prices: " << db.status() << "\n";
+    return 1;
+  }
+  trainyard::storage::postgres::AccountingStore store(db->get());
+  trainyard::storage::postgres::AccountingStore::PriceChange change;
+  change.spot_prices = *std::move(prices);
+  trainyard::storage::postgres::AuditRecord audit;
+  audit.principal = "system:trainyard-cli";
+  audit.method = "trainyard accounting import-spot-prices";
+  audit.resource = path;
+  audit.request_json =
+      absl::StrCat("{\"rows\":", change.spot_prices.size(), "}");
+  auto stored =
+      store.AddPrices(change,
+                      trainyard::accounting::ClosedBefore(
+                          absl::Now(), absl::GetFlag(FLAGS_close_month_after)),
+                      "", &audit);
+  if (!stored.ok()) {
+    std::cerr << "import-spot-prices: " << path << ": "
+              << stored.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "imported " << change.spot_prices.size() << " spot price(s) in "
+            << stored->currency() << "\n";
   return 0;
 }
 
@@ -644,7 +773,12 @@ int ServeScheduler() {
   return 0;
 }
 
-int Serve(bool with_scheduler) {
+enum class ServeMode { kApi, kAccounting, kAll };
+
+int Serve(ServeMode mode) {
+  const bool with_scheduler = mode == ServeMode::kAll;
+  const bool with_accounting = mode != ServeMode::kApi;
+  const char* name = mode == ServeMode::kAccounting ? "accounting" : "api";
   // SIGINT/SIGTERM end the process cleanly; block them before threads start so
   // that only the waiter below receives them.
   sigset_t signals = BlockStopSignals();
@@ -680,10 +814,45 @@ int Serve(bool with_scheduler) {
     return 1;
   }
   options.job_tokens = *keys;
+  options.serve_core = mode != ServeMode::kAccounting;
+  options.log_name = name;
+  std::unique_ptr<trainyard::accounting::MeterService> meter;
+  if (with_accounting) {
+    auto meter_options = MeterOptionsFromFlags();
+    if (!meter_options.ok()) {
+      std::cerr << name << ": " << meter_options.status().message() << "\n";
+      return 2;
+    }
+    options.more_services.push_back([accounting = AccountingOptionsFromFlags()](
+                                        trainyard::api::ApiContext* ctx) {
+      return trainyard::accounting::NewAccountingService(ctx, accounting);
+    });
+    auto created =
+        trainyard::accounting::MeterService::Create(*std::move(meter_options));
+    if (!created.ok()) {
+      Log(LogLevel::kError, "meter failed to start",
+          {{"error", created.status()}});
+      return 1;
+    }
+    meter = *std::move(created);
+  }
   auto server = trainyard::api::ApiServer::Start(options);
   if (!server.ok()) {
-    Log(LogLevel::kError, "api failed to start", {{"error", server.status()}});
+    Log(LogLevel::kError, absl::StrCat(name, " failed to start"),
+        {{"error", server.status()}});
     return 1;
+  }
+  if (meter) {
+    trainyard::runtime::DefaultMetrics().AddCollector(
+        [m = meter.get()](trainyard::runtime::MetricsRegistry& r) {
+          r.GetGauge("trainyard_meter_leader",
+                     "1 while this process is the meter's leader.")
+              .Set(m->is_leader() ? 1 : 0);
+          r.GetGauge("trainyard_meter_passes",
+                     "Metering passes this process completed.")
+              .Set(static_cast<double>(m->passes()));
+        });
+    meter->Start();
   }
   // `all` also runs the scheduler (the api has applied the migrations).
   std::unique_ptr<trainyard::scheduler::SchedulerService> scheduler;
@@ -693,6 +862,7 @@ int Serve(bool with_scheduler) {
     if (!created.ok()) {
       Log(LogLevel::kError, "scheduler failed to start",
           {{"error", created.status()}});
+      if (meter) meter->Shutdown();
       (*server)->Shutdown(absl::Seconds(1));
       return 1;
     }
@@ -710,6 +880,7 @@ int Serve(bool with_scheduler) {
       Log(LogLevel::kError, "dispatcher failed to start",
           {{"error", started.status()}});
       if (scheduler) scheduler->Shutdown();
+      if (meter) meter->Shutdown();
       (*server)->Shutdown(absl::Seconds(1));
       return 1;
     }
@@ -721,6 +892,7 @@ int Serve(bool with_scheduler) {
     Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
     if (sim.has_value()) sim->dispatcher->Shutdown();
     if (scheduler) scheduler->Shutdown();
+    if (meter) meter->Shutdown();
     (*server)->Shutdown(absl::Seconds(5));
   });
   (*server)->Wait();
@@ -764,8 +936,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "migrate") return Migrate();
-  if (command == "api") return Serve(/*with_scheduler=*/false);
-  if (command == "all") return Serve(/*with_scheduler=*/true);
+  if (command == "api") return Serve(ServeMode::kApi);
+  if (command == "all") return Serve(ServeMode::kAll);
+  if (command == "accounting") {
+    if (args.size() >= 3 && std::string(args[2]) == "import-spot-prices")
+      return ImportSpotPrices();
+    if (args.size() >= 3) {
+      std::cerr << "usage: trainyard accounting [import-spot-prices -f FILE]\n";
+      return 2;
+    }
+    return Serve(ServeMode::kAccounting);
+  }
   if (command == "scheduler") return ServeScheduler();
   if (command == "dispatcher") return ServeDispatcher();
   if (command == "sim-cluster") return ServeSimCluster();

@@ -1,0 +1,367 @@
+#include "services/accounting/accounting_service.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/civil_time.h"
+#include "services/api/auth.h"
+#include "services/api/handler.h"
+#include "services/api/resource_util.h"
+#include "services/lib/domain/errors.h"
+#include "services/lib/domain/names.h"
+#include "services/lib/domain/status_macros.h"
+#include "storage/postgres/accounting_store.h"
+#include "storage/postgres/object_store.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
+
+namespace trainyard::accounting {
+namespace {
+
+namespace pg = storage::postgres;
+namespace v1 = trainyard::v1;
+using api::Caller;
+using api::MutationAudit;
+using pricing::TimeMs;
+
+absl::StatusOr<pricing::Resource> ResourceOf(v1::ResourceName r,
+                                             std::string_view field) {
+  switch (r) {
+    case v1::RESOURCE_NAME_GPU:
+      return pricing::Resource::kGpu;
+    case v1::RESOURCE_NAME_CPU:
+      return pricing::Resource::kCpu;
+    case v1::RESOURCE_NAME_MEMORY:
+      return pricing::Resource::kMemory;
+    default:
+      return domain::FieldError(field, "INVALID_VALUE",
+                                "must be RESOURCE_NAME_GPU, RESOURCE_NAME_CPU "
+                                "or RESOURCE_NAME_MEMORY");
+  }
+}
+
+v1::ResourceName ResourceNameOf(pricing::Resource r) {
+  switch (r) {
+    case pricing::Resource::kGpu:
+      return v1::RESOURCE_NAME_GPU;
+    case pricing::Resource::kCpu:
+      return v1::RESOURCE_NAME_CPU;
+    case pricing::Resource::kMemory:
+      return v1::RESOURCE_NAME_MEMORY;
+  }
+  return v1::RESOURCE_NAME_UNSPECIFIED;
+}
+
+// A required timestamp, in whole milliseconds since the epoch.
+absl::StatusOr<TimeMs> MsOf(const google::protobuf::Timestamp& t, bool set,
+                            std::string_view field) {
+  if (!set) return domain::FieldError(field, "REQUIRED", "is required");
+  if (t.nanos() < 0 || t.nanos() > 999'999'999 || t.seconds() < 0 ||
+      t.seconds() >= pricing::kMaxTimeMs / 1000) {
+    return domain::FieldError(field, "INVALID_VALUE",
+                              "must be a time from 1970 to 9999");
+  }
+  if (t.nanos() % 1'000'000 != 0) {
+    return domain::FieldError(field, "INVALID_VALUE",
+                              "must be a whole millisecond");
+  }
+  return t.seconds() * 1000 + t.nanos() / 1'000'000;
+}
+
+google::protobuf::Timestamp TimestampOf(TimeMs ms) {
+  google::protobuf::Timestamp t;
+  t.set_seconds(ms / 1000);
+  t.set_nanos(static_cast<int32_t>(ms % 1000) * 1'000'000);
+  return t;
+}
+
+v1::Money MoneyOf(int64_t micros, const std::string& currency) {
+  v1::Money m;
+  m.set_micros(micros);
+  m.set_currency_code(currency);
+  return m;
+}
+
+// num / den as an exact decimal; den's prime factors are 2 and 5 only, so the
+// division ends.
+std::string ExactDecimal(__int128 num, __int128 den) {
+  std::string out;
+  if (num < 0) {
+    out.push_back('-');
+    num = -num;
+  }
+  __int128 whole = num / den;
+  __int128 rest = num % den;
+  std::string digits;
+  do {
+    digits.push_back(static_cast<char>('0' + static_cast<int>(whole % 10)));
+    whole /= 10;
+  } while (whole > 0);
+  out.append(digits.rbegin(), digits.rend());
+  if (rest == 0) return out;
+  out.push_back('.');
+  for (int i = 0; rest != 0 && i < 60; ++i) {
+    rest *= 10;
+    out.push_back(static_cast<char>('0' + static_cast<int>(rest / den)));
+    rest %= den;
+  }
+  return out;
+}
+
+// Unit-ms in a unit-second of the resource.
+__int128 UnitMsPerUnitSecond(pricing::Resource r) {
+  return pricing::UnitMsPerUnitHour(r) / 3600;
+}
+
+v1::UsageRecord RecordOf(const pricing::LedgerLine& line,
+                         const std::string& currency) {
+  v1::UsageRecord r;
+  r.set_job(line.keys.job);
+  r.set_attempt(line.keys.attempt);
+  r.set_tenant(line.keys.tenant);
+  r.set_project(line.keys.project);
+  r.set_queue(line.keys.queue);
+  r.set_user(line.keys.user);
+  r.set_cluster(line.keys.cluster);
+  r.set_flavor(line.keys.flavor);
+  r.set_resource(ResourceNameOf(line.resource));
+  *r.mutable_start_time() = TimestampOf(line.start);
+  *r.mutable_end_time() = TimestampOf(line.end);
+  const __int128 quantity = pricing::Quantity(line);
+  const __int128 per_second = UnitMsPerUnitSecond(line.resource);
+  r.set_quantity_seconds(static_cast<int64_t>(quantity / per_second));
+  r.set_quantity(ExactDecimal(quantity, per_second));
+  *r.mutable_cost() = MoneyOf(line.cost_micros, currency);
+  *r.mutable_lost_work_cost() =
+      MoneyOf(line.lost_work ? line.cost_micros : 0, currency);
+  if (line.lost_work) {
+    r.set_lost_work_attribution(
+        line.platform_cost_micros == 0 ? v1::LOST_WORK_ATTRIBUTION_TENANT
+        : line.tenant_cost_micros == 0 ? v1::LOST_WORK_ATTRIBUTION_PLATFORM
+                                       : v1::LOST_WORK_ATTRIBUTION_SPLIT);
+  }
+  *r.mutable_charge_period_start() = TimestampOf(line.period_start);
+  r.set_amount(line.amount);
+  *r.mutable_unit_price() = MoneyOf(line.unit_price_micros, currency);
+  r.set_price_source(std::string(pricing::PriceSourceLabel(line.price_source)));
+  r.set_spot_price_gap(line.spot_price_gap);
+  r.set_spot(line.spot);
+  *r.mutable_tenant_cost() = MoneyOf(line.tenant_cost_micros, currency);
+  *r.mutable_platform_cost() = MoneyOf(line.platform_cost_micros, currency);
+  r.set_open(line.open);
+  r.set_lost_work(line.lost_work);
+  return r;
+}
+
+v1::PriceBook BookProto(const pricing::PriceBook& book) {
+  v1::PriceBook out;
+  for (const pricing::RateVersion& rate : book.AllRates()) {
+    v1::Rate* r = out.add_rates();
+    r->set_flavor(rate.flavor);
+    r->set_resource(ResourceNameOf(rate.resource));
+    *r->mutable_price_per_unit_hour() =
+        MoneyOf(rate.price_per_unit_hour.micros, book.currency());
+    *r->mutable_effective_time() = TimestampOf(rate.effective_time);
+  }
+  for (const pricing::SpotPrice& spot : book.AllSpotPrices()) {
+    v1::SpotPrice* s = out.add_spot_prices();
+    s->set_flavor(spot.flavor);
+    *s->mutable_gpu_hour_price() =
+        MoneyOf(spot.gpu_hour_price.micros, book.currency());
+    *s->mutable_effective_time() = TimestampOf(spot.effective_time);
+  }
+  return out;
+}
+
+// The flavor must exist: a rate for a misspelt flavor would price nothing.
+absl::Status CheckFlavor(api::ApiContext& ctx, const std::string& flavor,
+                         std::string_view field) {
+  if (flavor.empty()) {
+    return domain::FieldError(field, "REQUIRED", "is required");
+  }
+  absl::StatusOr<pg::StoredObject> got =
+      ctx.objects->Get(pg::FlavorKind(), {flavor});
+  if (got.ok()) return absl::OkStatus();
+  if (absl::IsNotFound(got.status())) {
+    return domain::FieldError(
+        field, "UNKNOWN_FLAVOR",
+        absl::StrCat("flavor \"", flavor, "\" does not exist"));
+  }
+  return got.status();
+}
+
+// The tenant of a "tenants/{t}" or "tenants/-" parent ("" for all), after
+// checking that the caller may read its accounting.
+absl::StatusOr<std::string> FinanceTenant(const Caller& caller,
+                                          const std::string& parent) {
+  TY_ASSIGN_OR_RETURN(std::string tenant,
+                      domain::ParseTenantParent(parent, "parent"));
+  if (tenant == domain::kAllId) {
+    TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
+        caller, "read the accounting of every tenant"));
+    return std::string();
+  }
+  TY_RETURN_IF_ERROR(api::Require(caller, tenant, api::Permission::kFinance,
+                                  domain::TenantName(tenant)));
+  return tenant;
+}
+
+class AccountingServiceImpl final
+    : public api::ApiService<v1::AccountingService> {
+ public:
+  AccountingServiceImpl(api::ApiContext* ctx, AccountingServiceOptions options)
+      : ApiService(ctx), options_(std::move(options)), store_(ctx->db) {}
+
+  TY_RPC(GetPriceBook, v1::GetPriceBookRequest, v1::PriceBook) {
+    return Run(ctx_, context, Method("GetPriceBook"), *request,
+               [&](const Caller&) -> absl::Status {
+                 TY_ASSIGN_OR_RETURN(pricing::PriceBook book,
+                                     store_.LoadPriceBook(options_.currency));
+                 *response = BookProto(book);
+                 return absl::OkStatus();
+               });
+  }
+
+  TY_RPC(AddRate, v1::AddRateRequest, v1::Rate) {
+    const v1::Rate& rate = request->rate();
+    return RunMutation(
+        ctx_, context, Method("AddRate"), *request,
+        absl::StrCat("flavors/", rate.flavor()),
+        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+          TY_RETURN_IF_ERROR(
+              api::RequirePlatformAdmin(caller, "add rates to the price book"));
+          TY_RETURN_IF_ERROR(CheckFlavor(*ctx_, rate.flavor(), "rate.flavor"));
+          TY_ASSIGN_OR_RETURN(pricing::Resource resource,
+                              ResourceOf(rate.resource(), "rate.resource"));
+          TY_ASSIGN_OR_RETURN(TimeMs effective, MsOf(rate.effective_time(),
+                                                     rate.has_effective_time(),
+                                                     "rate.effective_time"));
+          pg::AccountingStore::PriceChange change;
+          change.rates.push_back(
+              {.flavor = rate.flavor(),
+               .resource = resource,
+               .price_per_unit_hour =
+                   {.micros = rate.price_per_unit_hour().micros(),
+                    .currency_code =
+                        rate.price_per_unit_hour().currency_code()},
+               .effective_time = effective});
+          TY_ASSIGN_OR_RETURN(
+              pricing::PriceBook book,
+              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
+                                                     &audit.record)));
+          *response = rate;
+          response->mutable_price_per_unit_hour()->set_currency_code(
+              book.currency());
+          return absl::OkStatus();
+        });
+  }
+
+  TY_RPC(AddSpotPrice, v1::AddSpotPriceRequest, v1::SpotPrice) {
+    const v1::SpotPrice& spot = request->spot_price();
+    return RunMutation(
+        ctx_, context, Method("AddSpotPrice"), *request,
+        absl::StrCat("flavors/", spot.flavor()),
+        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+          TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
+              caller, "add spot prices to the price book"));
+          TY_RETURN_IF_ERROR(
+              CheckFlavor(*ctx_, spot.flavor(), "spot_price.flavor"));
+          TY_ASSIGN_OR_RETURN(
+              TimeMs effective,
+              MsOf(spot.effective_time(), spot.has_effective_time(),
+                   "spot_price.effective_time"));
+          pg::AccountingStore::PriceChange change;
+          change.spot_prices.push_back(
+              {.flavor = spot.flavor(),
+               .gpu_hour_price = {.micros = spot.gpu_hour_price().micros(),
+                                  .currency_code =
+                                      spot.gpu_hour_price().currency_code()},
+               .effective_time = effective});
+          TY_ASSIGN_OR_RETURN(
+              pricing::PriceBook book,
+              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
+                                                     &audit.record)));
+          *response = spot;
+          response->mutable_gpu_hour_price()->set_currency_code(
+              book.currency());
+          return absl::OkStatus();
+        });
+  }
+
+  TY_RPC(ListUsage, v1::ListUsageRequest, v1::ListUsageResponse) {
+    return Run(
+        ctx_, context, Method("ListUsage"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          TY_ASSIGN_OR_RETURN(std::string tenant,
+                              FinanceTenant(caller, request->parent()));
+          TY_ASSIGN_OR_RETURN(int limit, api::PageSize(request->page_size()));
+          int64_t job_id = 0;
+          if (!request->job().empty()) {
+            TY_ASSIGN_OR_RETURN(domain::JobName job,
+                                domain::ParseJobName(request->job(), "job"));
+            if (!tenant.empty() && job.tenant != tenant) {
+              return domain::FieldError(
+                  "job", "INVALID_VALUE",
+                  absl::StrCat("is not a job of ", request->parent()));
+            }
+            job_id = job.job_id;
+          }
+          TimeMs start = 0, end = pricing::kMaxTimeMs;
+          if (request->has_start_time()) {
+            TY_ASSIGN_OR_RETURN(
+                start, MsOf(request->start_time(), true, "start_time"));
+          }
+          if (request->has_end_time()) {
+            TY_ASSIGN_OR_RETURN(end,
+                                MsOf(request->end_time(), true, "end_time"));
+          }
+          if (end <= start) {
+            return domain::FieldError("end_time", "INVALID_VALUE",
+                                      "must be after start_time");
+          }
+          std::string after;
+          if (!request->page_token().empty()) {
+            TY_ASSIGN_OR_RETURN(std::vector<std::string> key,
+                                api::PageKey(request->page_token(), 1));
+            after = key[0];
+          }
+          TY_ASSIGN_OR_RETURN(
+              pg::UsagePage page,
+              store_.ListLines(tenant, job_id, start, end, after, limit));
+          TY_ASSIGN_OR_RETURN(pricing::PriceBook book,
+                              store_.LoadPriceBook(options_.currency));
+          for (const pricing::LedgerLine& line : page.lines) {
+            *response->add_records() = RecordOf(line, book.currency());
+          }
+          if (!page.next_after.empty()) {
+            response->set_next_page_token(
+                pg::EncodePageToken({page.next_after}));
+          }
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  TimeMs ClosedNow() const {
+    return ClosedBefore(absl::Now(), options_.close_after);
+  }
+
+  const AccountingServiceOptions options_;
+  pg::AccountingStore store_;
+};
+
+}  // namespace
+
+TimeMs ClosedBefore(absl::Time now, absl::Duration close_after) {
+  const absl::CivilMonth month(
+      absl::ToCivilSecond(now - close_after, absl::UTCTimeZone()));
+  return absl::ToUnixMillis(absl::FromCivil(month, absl::UTCTimeZone()));
+}
+
+std::unique_ptr<grpc::Service> NewAccountingService(
+    api::ApiContext* ctx, AccountingServiceOptions options) {
+  return std::make_unique<AccountingServiceImpl>(ctx, std::move(options));
+}
+
+}  // namespace trainyard::accounting

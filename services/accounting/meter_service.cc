@@ -1,0 +1,157 @@
+#include "services/accounting/meter_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/lib/runtime/logging.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard::accounting {
+
+namespace pg = storage::postgres;
+using pricing::TimeMs;
+using runtime::Log;
+using runtime::LogLevel;
+
+pricing::AttemptUsage UsageOf(const pg::MeterCandidate& c) {
+  pricing::AttemptUsage usage;
+  usage.keys = {.tenant = c.tenant,
+                .project = c.project,
+                .user = c.user,
+                .queue = c.queue,
+                .cluster = c.cluster,
+                .flavor = c.flavor,
+                .job = absl::StrCat("tenants/", c.tenant, "/jobs/", c.job_id),
+                .attempt = c.attempt,
+                .labels = c.labels};
+  usage.spot = c.spot_flavor;
+  usage.workers = c.workers;
+  usage.gpus_per_worker = c.gpus_per_worker;
+  usage.cpu_millis_per_worker = c.cpu_millis_per_worker;
+  usage.memory_bytes_per_worker = c.memory_bytes_per_worker;
+  usage.start_time = c.start_ms;
+  usage.last_checkpoint_time = c.last_checkpoint_ms;
+  if (!c.end_ms.has_value()) {
+    usage.end_reason = pricing::EndReason::kRunning;
+    return usage;
+  }
+  usage.end_time = std::max(*c.end_ms, c.start_ms);
+  switch (c.failure_class) {
+    case trainyard::v1::FAILURE_CLASS_USER_ERROR:
+    case trainyard::v1::FAILURE_CLASS_TIME_LIMIT:
+      usage.end_reason = pricing::EndReason::kUserError;
+      break;
+    case trainyard::v1::FAILURE_CLASS_PREEMPTION:
+      usage.end_reason = pricing::EndReason::kPreemption;
+      break;
+    case trainyard::v1::FAILURE_CLASS_SPOT_RECLAIM:
+      usage.end_reason = pricing::EndReason::kSpotReclaim;
+      break;
+    case trainyard::v1::FAILURE_CLASS_NODE_FAILURE:
+    case trainyard::v1::FAILURE_CLASS_BACKEND_ERROR:
+      usage.end_reason = pricing::EndReason::kNodeFailure;
+      break;
+    case trainyard::v1::FAILURE_CLASS_CANCELLED:
+      usage.end_reason = pricing::EndReason::kCancelled;
+      break;
+    default:
+      usage.end_reason = pricing::EndReason::kCompleted;
+      break;
+  }
+  return usage;
+}
+
+absl::StatusOr<pg::MeterWrite> MeterCandidateAt(
+    const pricing::PriceBook& book, const pg::MeterCandidate& c, TimeMs now,
+    const pricing::MeterOptions& options) {
+  const pricing::AttemptUsage usage = UsageOf(c);
+  const bool ended = usage.end_time.has_value();
+  const TimeMs until = ended ? *usage.end_time : std::max(now, c.start_ms);
+  // From where the last pass left off; an end recorded after a pass that
+  // metered past it pulls the cursor back to the end, so that the lines
+  // beyond it are replaced (deleted).
+  TimeMs since = c.start_ms;
+  if (c.metered_until_ms.has_value()) {
+    since = std::max(c.start_ms, std::min(*c.metered_until_ms, until) - 1);
+  }
+  absl::StatusOr<std::vector<pricing::LedgerLine>> lines =
+      pricing::MeterAttemptSince(book, usage, since, until, options);
+  if (!lines.ok()) return lines.status();
+  return pg::MeterWrite{.lines = *std::move(lines),
+                        .replace_from = since,
+                        .metered_until_ms = until,
+                        .final = ended};
+}
+
+MeterService::MeterService(MeterServiceOptions options)
+    : options_(std::move(options)) {}
+
+MeterService::~MeterService() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<MeterService>> MeterService::Create(
+    MeterServiceOptions options) {
+  auto s = std::unique_ptr<MeterService>(new MeterService(std::move(options)));
+  absl::StatusOr<std::unique_ptr<pg::Database>> db =
+      pg::Database::Open({.url = s->options_.postgres_url,
+                          .pool_size = std::max(2, s->options_.db_pool_size),
+                          .custom_plans = true});
+  if (!db.ok()) return db.status();
+  s->db_ = *std::move(db);
+  s->store_ = std::make_unique<pg::AccountingStore>(s->db_.get());
+  return s;
+}
+
+void MeterService::Start() {
+  loop_.Start(*db_,
+              {.name = "meter",
+               .lock_key = options_.leader_lock_key,
+               .standby_poll = options_.standby_poll,
+               .interval = options_.interval},
+              nullptr, [this]() -> leader::NextRound {
+                absl::StatusOr<PassResult> pass = RunPass(absl::Now());
+                if (!pass.ok()) {
+                  Log(LogLevel::kWarning, "meter: pass failed",
+                      {{"error", pass.status()}});
+                }
+                return {};
+              });
+}
+
+void MeterService::Shutdown() { loop_.Stop(); }
+
+absl::StatusOr<MeterService::PassResult> MeterService::RunPass(absl::Time now) {
+  absl::StatusOr<pricing::PriceBook> book =
+      store_->LoadPriceBook(options_.currency);
+  if (!book.ok()) return book.status();
+  const TimeMs now_ms = absl::ToUnixMillis(now);
+  PassResult result;
+  int64_t after_job = -1;
+  int32_t after_attempt = 0;
+  while (true) {
+    absl::StatusOr<pg::MeterBatchResult> batch = store_->MeterBatch(
+        after_job, after_attempt, options_.batch,
+        [&](const pg::MeterCandidate& c) {
+          return MeterCandidateAt(*book, c, now_ms, options_.meter);
+        });
+    if (!batch.ok()) return batch.status();
+    result.attempts += batch->attempts;
+    result.lines_upserted += batch->lines_upserted;
+    result.lines_deleted += batch->lines_deleted;
+    result.failed += static_cast<int>(batch->failed.size());
+    for (const auto& [job, status] : batch->failed) {
+      Log(LogLevel::kWarning, "meter: attempt not metered",
+          {{"job", job}, {"error", status}});
+    }
+    if (batch->attempts + static_cast<int>(batch->failed.size()) <
+        options_.batch) {
+      break;
+    }
+    after_job = batch->last_job_id;
+    after_attempt = batch->last_attempt;
+  }
+  passes_.fetch_add(1);
+  return result;
+}
+
+}  // namespace trainyard::accounting

@@ -1,0 +1,92 @@
+// The meter: one leader among the accounting processes turns every attempt
+// that started into ledger lines, at least every `interval` (a running job's
+// cost accrues as it runs) and once more, for good, after it ended. The
+// pricing is the pure library's (services/accounting/pricing/meter.h); the
+// ledger and each attempt's cursor are AccountingStore's. Idempotent: a pass
+// re-meters from the attempt's cursor and upserts lines by key, under a row
+// lock on the attempt, so a repeated pass, a pass cut short by kill -9 (its
+// transaction rolls back) or two meters at once write each line once. See
+// docs/accounting.md.
+#ifndef TRAINYARD_SERVICES_ACCOUNTING_METER_SERVICE_H_
+#define TRAINYARD_SERVICES_ACCOUNTING_METER_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/accounting/pricing/meter.h"
+#include "services/leader/leader_loop.h"
+#include "storage/postgres/accounting_store.h"
+#include "storage/postgres/pool.h"
+
+namespace trainyard::accounting {
+
+struct MeterServiceOptions {
+  std::string postgres_url;
+  // Wake-ups are not needed (the timer drives the passes); kept empty.
+  std::string redis_addr;
+  int db_pool_size = 2;
+  // How often a pass runs (a running attempt's cost is at most this old).
+  absl::Duration interval = absl::Seconds(30);
+  absl::Duration standby_poll = absl::Seconds(1);
+  int64_t leader_lock_key = 0x7479616363740000;  // "tyacct\0\0"
+  // The book's currency while no price is stored.
+  std::string currency = "USD";
+  pricing::MeterOptions meter;
+  // Attempts per transaction.
+  int batch = 200;
+};
+
+// The usage of an attempt as the pure meter reads it: failure classes map to
+// how it ended (preemption, spot reclaim, node failure and backend errors
+// are interruptions: the work since the last checkpoint is lost work; a user
+// error, a time limit and a cancel are the tenant's).
+pricing::AttemptUsage UsageOf(const storage::postgres::MeterCandidate& c);
+
+// What a pass at `now` writes for the attempt `c`: its lines from where the
+// last pass left off (the start of the line that contains its cursor, or of
+// its lost work), which replace the stored ones from there on.
+absl::StatusOr<storage::postgres::MeterWrite> MeterCandidateAt(
+    const pricing::PriceBook& book, const storage::postgres::MeterCandidate& c,
+    pricing::TimeMs now, const pricing::MeterOptions& options);
+
+class MeterService {
+ public:
+  static absl::StatusOr<std::unique_ptr<MeterService>> Create(
+      MeterServiceOptions options);
+  ~MeterService();
+
+  // Runs the leader loop in the background until Shutdown().
+  void Start();
+  void Shutdown();
+
+  // One whole pass now, on the calling thread (tests and `trainyard
+  // accounting meter --once`): every attempt due, in batches.
+  struct PassResult {
+    int attempts = 0;
+    int lines_upserted = 0;
+    int lines_deleted = 0;
+    int failed = 0;
+  };
+  absl::StatusOr<PassResult> RunPass(absl::Time now);
+
+  bool is_leader() const { return loop_.is_leader(); }
+  int64_t passes() const { return passes_.load(); }
+
+ private:
+  explicit MeterService(MeterServiceOptions options);
+
+  MeterServiceOptions options_;
+  std::unique_ptr<storage::postgres::Database> db_;
+  std::unique_ptr<storage::postgres::AccountingStore> store_;
+  leader::LeaderLoop loop_;
+  std::atomic<int64_t> passes_{0};
+};
+
+}  // namespace trainyard::accounting
+
+#endif  // TRAINYARD_SERVICES_ACCOUNTING_METER_SERVICE_H_

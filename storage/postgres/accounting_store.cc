@@ -1,0 +1,496 @@
+#include "storage/postgres/accounting_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <pqxx/pqxx>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "services/lib/domain/errors.h"
+#include "storage/postgres/errors.h"
+#include "storage/postgres/job_rows.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard::storage::postgres {
+namespace {
+
+using pricing::LedgerLine;
+using pricing::TimeMs;
+
+// The advisory lock (transaction-scoped) that serializes changes of the price
+// book, so that two writers cannot both pass the checks against the same
+// book.
+constexpr int64_t kPriceBookLock = 0x7472636b70726963;  // "trckpric"
+
+TimeMs MsOf(const google::protobuf::Timestamp& t) {
+  // Floor to the millisecond (seconds may be negative only for pre-1970).
+  return t.seconds() * 1000 + t.nanos() / 1000000;
+}
+
+constexpr char kLineColumns[] =
+    "job_id, attempt, resource, start_ms, end_ms, period_start_ms, tenant, "
+    "project, queue, user_name, cluster, flavor, spot, amount, "
+    "unit_price_micros, price_source, spot_price_gap, cost_micros, lost_work, "
+    "tenant_cost_micros, platform_cost_micros, open";
+
+LedgerLine RowToLine(const pqxx::row& r) {
+  LedgerLine line;
+  const int64_t job_id = r[0].as<int64_t>();
+  line.keys.attempt = r[1].as<int32_t>();
+  line.resource = static_cast<pricing::Resource>(r[2].as<int>());
+  line.start = r[3].as<int64_t>();
+  line.end = r[4].as<int64_t>();
+  line.period_start = r[5].as<int64_t>();
+  line.keys.tenant = r[6].as<std::string>();
+  line.keys.project = r[7].as<std::string>();
+  line.keys.queue = r[8].as<std::string>();
+  line.keys.user = r[9].as<std::string>();
+  line.keys.cluster = r[10].as<std::string>();
+  line.keys.flavor = r[11].as<std::string>();
+  line.keys.job = JobName(line.keys.tenant, job_id);
+  line.spot = r[12].as<bool>();
+  line.amount = r[13].as<int64_t>();
+  line.unit_price_micros = r[14].as<int64_t>();
+  line.price_source = static_cast<pricing::PriceSource>(r[15].as<int>());
+  line.spot_price_gap = r[16].as<bool>();
+  line.cost_micros = r[17].as<int64_t>();
+  line.lost_work = r[18].as<bool>();
+  line.tenant_cost_micros = r[19].as<int64_t>();
+  line.platform_cost_micros = r[20].as<int64_t>();
+  line.open = r[21].as<bool>();
+  return line;
+}
+
+std::map<std::string, std::string> LabelsOf(const std::string& json_text) {
+  std::map<std::string, std::string> labels;
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+  if (!j.is_object()) return labels;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.value().is_string())
+      labels[it.key()] = it.value().get<std::string>();
+  }
+  return labels;
+}
+
+}  // namespace
+
+AccountingStore::AccountingStore(Database* db) : db_(db) {
+  db_->Prepare("acct_currency",
+               "SELECT currency FROM accounting_settings WHERE id = 1");
+  db_->Prepare("acct_set_currency",
+               "INSERT INTO accounting_settings (id, currency) VALUES (1, $1) "
+               "ON CONFLICT (id) DO NOTHING");
+  db_->Prepare("acct_rates",
+               "SELECT flavor, resource, effective_ms, price_micros FROM "
+               "price_rates ORDER BY flavor, resource, effective_ms");
+  db_->Prepare("acct_spot",
+               "SELECT flavor, effective_ms, price_micros FROM spot_prices "
+               "ORDER BY flavor, effective_ms");
+  db_->Prepare("acct_commitments",
+               "SELECT flavor, start_ms, end_ms, amount_micros FROM "
+               "commitments ORDER BY id");
+  db_->Prepare("acct_insert_rates",
+               "INSERT INTO price_rates (flavor, resource, effective_ms, "
+               "price_micros) SELECT * FROM unnest($1::text[], "
+               "$2::smallint[], $3::bigint[], $4::bigint[])");
+  db_->Prepare("acct_insert_spot",
+               "INSERT INTO spot_prices (flavor, effective_ms, price_micros) "
+               "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])");
+  db_->Prepare("acct_insert_commitments",
+               "INSERT INTO commitments (flavor, start_ms, end_ms, "
+               "amount_micros) SELECT * FROM unnest($1::text[], $2::bigint[], "
+               "$3::bigint[], $4::bigint[])");
+  db_->Prepare(
+      "acct_candidates",
+      "SELECT a.job_id, a.idx, a.cluster, a.flavor, a.body, "
+      "a.metered_until_ms, j.tenant, j.project, j.queue, j.creator, "
+      "j.labels::text, j.spec, f.body, (SELECT (extract(epoch FROM "
+      "max(c.report_time)) * 1000)::bigint FROM checkpoints c WHERE c.job_id "
+      "= a.job_id AND c.attempt = a.idx) FROM attempts a JOIN jobs j ON j.id "
+      "= a.job_id LEFT JOIN flavors f ON f.id = a.flavor WHERE a.start_time "
+      "IS NOT NULL AND NOT a.metered_final AND (a.job_id, a.idx) > ($1, $2) "
+      "ORDER BY a.job_id, a.idx LIMIT $3 FOR UPDATE OF a SKIP LOCKED");
+  db_->Prepare(
+      "acct_old_lines",
+      absl::StrCat("SELECT ", kLineColumns,
+                   " FROM usage_lines WHERE job_id = $1 AND attempt = $2 AND "
+                   "start_ms >= $3"));
+  db_->Prepare(
+      "acct_upsert_lines",
+      absl::StrCat(
+          "INSERT INTO usage_lines (", kLineColumns,
+          ") SELECT * FROM unnest($1::bigint[], $2::int[], $3::smallint[], "
+          "$4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[], "
+          "$9::text[], $10::text[], $11::text[], $12::text[], $13::bool[], "
+          "$14::bigint[], $15::bigint[], $16::smallint[], $17::bool[], "
+          "$18::bigint[], $19::bool[], $20::bigint[], $21::bigint[], "
+          "$22::bool[]) ON CONFLICT (job_id, attempt, resource, start_ms) DO "
+          "UPDATE SET end_ms = EXCLUDED.end_ms, period_start_ms = "
+          "EXCLUDED.period_start_ms, tenant = EXCLUDED.tenant, project = "
+          "EXCLUDED.project, queue = EXCLUDED.queue, user_name = "
+          "EXCLUDED.user_name, cluster = EXCLUDED.cluster, flavor = "
+          "EXCLUDED.flavor, spot = EXCLUDED.spot, amount = EXCLUDED.amount, "
+          "unit_price_micros = EXCLUDED.unit_price_micros, price_source = "
+          "EXCLUDED.price_source, spot_price_gap = EXCLUDED.spot_price_gap, "
+          "cost_micros = EXCLUDED.cost_micros, lost_work = "
+          "EXCLUDED.lost_work, tenant_cost_micros = "
+          "EXCLUDED.tenant_cost_micros, platform_cost_micros = "
+          "EXCLUDED.platform_cost_micros, open = EXCLUDED.open"));
+  db_->Prepare("acct_delete_lines",
+               "DELETE FROM usage_lines WHERE job_id = $1 AND attempt = $2 AND "
+               "(resource, start_ms) IN (SELECT * FROM unnest($3::smallint[], "
+               "$4::bigint[]))");
+  db_->Prepare("acct_cursor",
+               "UPDATE attempts SET metered_until_ms = $3, metered_final = $4 "
+               "WHERE job_id = $1 AND idx = $2");
+  db_->Prepare(
+      "acct_list_lines",
+      absl::StrCat(
+          "SELECT ", kLineColumns,
+          " FROM usage_lines WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR "
+          "job_id = $2) AND period_start_ms >= $3 AND period_start_ms < $4 "
+          "AND (job_id, attempt, resource, start_ms) > ($5, $6, $7, $8) "
+          "ORDER BY job_id, attempt, resource, start_ms LIMIT $9"));
+  db_->Prepare(
+      "acct_load_lines",
+      absl::StrCat("SELECT ", kLineColumns,
+                   ", j.labels::text FROM usage_lines JOIN jobs j ON j.id = "
+                   "usage_lines.job_id WHERE ($1 = '' OR usage_lines.tenant = "
+                   "$1) AND period_start_ms >= $2 AND period_start_ms < $3"));
+}
+
+absl::StatusOr<pricing::PriceBook> AccountingStore::LoadPriceBook(
+    std::string_view default_currency) {
+  std::optional<pricing::PriceBook> book;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    pqxx::result currency = txn.exec_prepared("acct_currency");
+    absl::StatusOr<pricing::PriceBook> created = pricing::PriceBook::Create(
+        currency.empty() ? default_currency : currency[0][0].as<std::string>());
+    if (!created.ok()) return created.status();
+    // Stored entries were checked when added; they are loaded as they are
+    // (no month is closed to them).
+    for (const pqxx::row& r : txn.exec_prepared("acct_rates")) {
+      absl::Status added = created->AddRate(
+          {.flavor = r[0].as<std::string>(),
+           .resource = static_cast<pricing::Resource>(r[1].as<int>()),
+           .price_per_unit_hour = {.micros = r[3].as<int64_t>()},
+           .effective_time = r[2].as<int64_t>()},
+          /*closed_before=*/0);
+      if (!added.ok()) return absl::DataLossError(added.message());
+    }
+    for (const pqxx::row& r : txn.exec_prepared("acct_spot")) {
+      absl::Status added = created->AddSpotPrice(
+          {.flavor = r[0].as<std::string>(),
+           .gpu_hour_price = {.micros = r[2].as<int64_t>()},
+           .effective_time = r[1].as<int64_t>()},
+          0);
+      if (!added.ok()) return absl::DataLossError(added.message());
+    }
+    for (const pqxx::row& r : txn.exec_prepared("acct_commitments")) {
+      absl::Status added =
+          created->AddCommitment({.flavor = r[0].as<std::string>(),
+                                  .amount = {.micros = r[3].as<int64_t>()},
+                                  .start_time = r[1].as<int64_t>(),
+                                  .end_time = r[2].as<int64_t>()},
+                                 0);
+      if (!added.ok()) return absl::DataLossError(added.message());
+    }
+    book = *std::move(created);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return *std::move(book);
+}
+
+absl::StatusOr<pricing::PriceBook> AccountingStore::AddPrices(
+    const PriceChange& change, TimeMs closed_before,
+    std::string_view field_prefix, const AuditRecord* audit) {
+  // The first price's currency decides the book's when none is stored.
+  std::string first_currency;
+  if (!change.rates.empty()) {
+    first_currency = change.rates[0].price_per_unit_hour.currency_code;
+  } else if (!change.spot_prices.empty()) {
+    first_currency = change.spot_prices[0].gpu_hour_price.currency_code;
+  } else if (!change.commitments.empty()) {
+    first_currency = change.commitments[0].amount.currency_code;
+  }
+  std::optional<pricing::PriceBook> result;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", kPriceBookLock);
+    pqxx::result currency = txn.exec_prepared("acct_currency");
+    const bool new_book = currency.empty();
+    std::string book_currency =
+        new_book ? first_currency : currency[0][0].as<std::string>();
+    absl::StatusOr<pricing::PriceBook> created =
+        pricing::PriceBook::Create(book_currency);
+    if (!created.ok()) {
+      return domain::FieldError(
+          absl::StrCat(std::string(field_prefix),
+                       change.rates.empty()
+                           ? (change.spot_prices.empty()
+                                  ? "commitment.amount.currency_code"
+                                  : "spot_price.gpu_hour_price.currency_code")
+                           : "rate.price_per_unit_hour.currency_code"),
+          "INVALID_CURRENCY",
+          absl::StrCat("must be an ISO 4217 currency code, got \"",
+                       book_currency, "\""));
+    }
+    pricing::PriceBook book = *std::move(created);
+    for (const pqxx::row& r : txn.exec_prepared("acct_rates")) {
+      (void)book.AddRate(
+          {.flavor = r[0].as<std::string>(),
+           .resource = static_cast<pricing::Resource>(r[1].as<int>()),
+           .price_per_unit_hour = {.micros = r[3].as<int64_t>()},
+           .effective_time = r[2].as<int64_t>()},
+          0);
+    }
+    for (const pqxx::row& r : txn.exec_prepared("acct_spot")) {
+      (void)book.AddSpotPrice({.flavor = r[0].as<std::string>(),
+                               .gpu_hour_price = {.micros = r[2].as<int64_t>()},
+                               .effective_time = r[1].as<int64_t>()},
+                              0);
+    }
+    for (const pqxx::row& r : txn.exec_prepared("acct_commitments")) {
+      (void)book.AddCommitment({.flavor = r[0].as<std::string>(),
+                                .amount = {.micros = r[3].as<int64_t>()},
+                                .start_time = r[1].as<int64_t>(),
+                                .end_time = r[2].as<int64_t>()},
+                               0);
+    }
+    // Each entry through the book's checks; an error names the entry.
+    auto prefixed = [&](const absl::Status& st, std::string_view list, size_t i,
+                        size_t n) -> absl::Status {
+      return domain::PrefixField(
+          st, n > 1 ? domain::JoinField(
+                          field_prefix,
+                          domain::IndexField(list, static_cast<int64_t>(i)))
+                    : std::string(field_prefix));
+    };
+    ArrayLiteral rate_flavors, rate_resources, rate_times, rate_prices;
+    for (size_t i = 0; i < change.rates.size(); ++i) {
+      const pricing::RateVersion& rate = change.rates[i];
+      if (absl::Status st = book.AddRate(rate, closed_before); !st.ok())
+        return prefixed(st, "rates", i, change.rates.size());
+      rate_flavors.Text(rate.flavor);
+      rate_resources.Int(static_cast<int>(rate.resource));
+      rate_times.Int(rate.effective_time);
+      rate_prices.Int(rate.price_per_unit_hour.micros);
+    }
+    ArrayLiteral spot_flavors, spot_times, spot_prices;
+    for (size_t i = 0; i < change.spot_prices.size(); ++i) {
+      const pricing::SpotPrice& spot = change.spot_prices[i];
+      if (absl::Status st = book.AddSpotPrice(spot, closed_before); !st.ok())
+        return prefixed(st, "spot_prices", i, change.spot_prices.size());
+      spot_flavors.Text(spot.flavor);
+      spot_times.Int(spot.effective_time);
+      spot_prices.Int(spot.gpu_hour_price.micros);
+    }
+    ArrayLiteral c_flavors, c_starts, c_ends, c_amounts;
+    for (size_t i = 0; i < change.commitments.size(); ++i) {
+      const pricing::Commitment& c = change.commitments[i];
+      if (absl::Status st = book.AddCommitment(c, closed_before); !st.ok())
+        return prefixed(st, "commitments", i, change.commitments.size());
+      c_flavors.Text(c.flavor);
+      c_starts.Int(c.start_time);
+      c_ends.Int(c.end_time);
+      c_amounts.Int(c.amount.micros);
+    }
+    if (new_book) txn.exec_prepared("acct_set_currency", book_currency);
+    if (!change.rates.empty()) {
+      txn.exec_prepared("acct_insert_rates", rate_flavors.str(),
+                        rate_resources.str(), rate_times.str(),
+                        rate_prices.str());
+    }
+    if (!change.spot_prices.empty()) {
+      txn.exec_prepared("acct_insert_spot", spot_flavors.str(),
+                        spot_times.str(), spot_prices.str());
+    }
+    if (!change.commitments.empty()) {
+      txn.exec_prepared("acct_insert_commitments", c_flavors.str(),
+                        c_starts.str(), c_ends.str(), c_amounts.str());
+    }
+    if (audit != nullptr) InsertAudit(txn, *audit);
+    result = std::move(book);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return *std::move(result);
+}
+
+absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
+    int64_t after_job_id, int32_t after_attempt, int limit,
+    absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
+        meter) {
+  MeterBatchResult result;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    result = MeterBatchResult();
+    pqxx::result rows = txn.exec_prepared("acct_candidates", after_job_id,
+                                          after_attempt, limit);
+    for (const pqxx::row& r : rows) {
+      MeterCandidate c;
+      c.job_id = r[0].as<int64_t>();
+      c.attempt = r[1].as<int32_t>();
+      result.last_job_id = c.job_id;
+      result.last_attempt = c.attempt;
+      c.cluster = r[2].as<std::string>();
+      c.flavor = r[3].as<std::string>();
+      trainyard::v1::Attempt attempt;
+      if (!attempt.ParseFromString(BytesOf(r[4]))) {
+        return absl::DataLossError(absl::StrCat(
+            "attempt ", c.attempt, " of job ", c.job_id, " does not decode"));
+      }
+      if (!r[5].is_null()) c.metered_until_ms = r[5].as<int64_t>();
+      c.tenant = r[6].as<std::string>();
+      c.project = r[7].as<std::string>();
+      c.queue = r[8].as<std::string>();
+      c.user = r[9].as<std::string>();
+      c.labels = LabelsOf(r[10].as<std::string>());
+      trainyard::v1::JobSpec spec;
+      if (!spec.ParseFromString(BytesOf(r[11]))) {
+        return absl::DataLossError(
+            absl::StrCat("the spec of job ", c.job_id, " does not decode"));
+      }
+      c.workers = std::max(1, spec.workers());
+      c.gpus_per_worker = spec.resources().gpus();
+      c.cpu_millis_per_worker = spec.resources().cpu_millis();
+      c.memory_bytes_per_worker = spec.resources().memory_bytes();
+      if (!r[12].is_null()) {
+        trainyard::v1::Flavor flavor;
+        if (flavor.ParseFromString(BytesOf(r[12]))) {
+          c.spot_flavor = flavor.kind() == trainyard::v1::FLAVOR_KIND_SPOT;
+        }
+      }
+      if (!r[13].is_null()) c.last_checkpoint_ms = r[13].as<int64_t>();
+      c.start_ms = MsOf(attempt.start_time());
+      if (attempt.has_end_time()) c.end_ms = MsOf(attempt.end_time());
+      c.failure_class = attempt.failure_class();
+
+      absl::StatusOr<MeterWrite> write = meter(c);
+      if (!write.ok()) {
+        result.failed.emplace_back(JobName(c.tenant, c.job_id), write.status());
+        continue;
+      }
+      // What the attempt had from replace_from on, to delete what the new
+      // lines no longer cover.
+      std::set<std::pair<int, int64_t>> stale;
+      for (const pqxx::row& old : txn.exec_prepared(
+               "acct_old_lines", c.job_id, c.attempt, write->replace_from)) {
+        stale.emplace(old[2].as<int>(), old[3].as<int64_t>());
+      }
+      ArrayLiteral cols[22];
+      for (const LedgerLine& line : write->lines) {
+        stale.erase({static_cast<int>(line.resource), line.start});
+        cols[0].Int(c.job_id);
+        cols[1].Int(c.attempt);
+        cols[2].Int(static_cast<int>(line.resource));
+        cols[3].Int(line.start);
+        cols[4].Int(line.end);
+        cols[5].Int(line.period_start);
+        cols[6].Text(c.tenant);
+        cols[7].Text(c.project);
+        cols[8].Text(c.queue);
+        cols[9].Text(c.user);
+        cols[10].Text(c.cluster);
+        cols[11].Text(c.flavor);
+        cols[12].Bool(line.spot);
+        cols[13].Int(line.amount);
+        cols[14].Int(line.unit_price_micros);
+        cols[15].Int(static_cast<int>(line.price_source));
+        cols[16].Bool(line.spot_price_gap);
+        cols[17].Int(line.cost_micros);
+        cols[18].Bool(line.lost_work);
+        cols[19].Int(line.tenant_cost_micros);
+        cols[20].Int(line.platform_cost_micros);
+        cols[21].Bool(line.open);
+      }
+      if (!write->lines.empty()) {
+        txn.exec_prepared(
+            "acct_upsert_lines", cols[0].str(), cols[1].str(), cols[2].str(),
+            cols[3].str(), cols[4].str(), cols[5].str(), cols[6].str(),
+            cols[7].str(), cols[8].str(), cols[9].str(), cols[10].str(),
+            cols[11].str(), cols[12].str(), cols[13].str(), cols[14].str(),
+            cols[15].str(), cols[16].str(), cols[17].str(), cols[18].str(),
+            cols[19].str(), cols[20].str(), cols[21].str());
+        result.lines_upserted += static_cast<int>(write->lines.size());
+      }
+      if (!stale.empty()) {
+        ArrayLiteral resources, starts;
+        for (const auto& [resource, start] : stale) {
+          resources.Int(resource);
+          starts.Int(start);
+        }
+        txn.exec_prepared("acct_delete_lines", c.job_id, c.attempt,
+                          resources.str(), starts.str());
+        result.lines_deleted += static_cast<int>(stale.size());
+      }
+      txn.exec_prepared("acct_cursor", c.job_id, c.attempt,
+                        write->metered_until_ms, write->final);
+      ++result.attempts;
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return result;
+}
+
+absl::StatusOr<UsagePage> AccountingStore::ListLines(
+    const std::string& tenant, int64_t job_id, TimeMs start_ms, TimeMs end_ms,
+    const std::string& after, int limit) {
+  int64_t a_job = -1, a_start = std::numeric_limits<int64_t>::min();
+  int32_t a_attempt = 0, a_resource = 0;
+  if (!after.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(after, ':');
+    if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &a_job) ||
+        !absl::SimpleAtoi(parts[1], &a_attempt) ||
+        !absl::SimpleAtoi(parts[2], &a_resource) ||
+        !absl::SimpleAtoi(parts[3], &a_start)) {
+      return domain::FieldError("page_token", "INVALID_VALUE",
+                                "is not a page token of this list");
+    }
+  }
+  UsagePage page;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    page = UsagePage();
+    pqxx::result rows =
+        txn.exec_prepared("acct_list_lines", tenant, job_id, start_ms, end_ms,
+                          a_job, a_attempt, a_resource, a_start, limit + 1);
+    for (const pqxx::row& r : rows) {
+      if (static_cast<int>(page.lines.size()) == limit) {
+        const pqxx::row& last = rows[limit - 1];
+        page.next_after =
+            absl::StrCat(last[0].as<int64_t>(), ":", last[1].as<int32_t>(), ":",
+                         last[2].as<int>(), ":", last[3].as<int64_t>());
+        break;
+      }
+      page.lines.push_back(RowToLine(r));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return page;
+}
+
+absl::StatusOr<std::vector<LedgerLine>> AccountingStore::LoadLines(
+    const std::string& tenant, TimeMs start_ms, TimeMs end_ms) {
+  std::vector<LedgerLine> lines;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    lines.clear();
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_load_lines", tenant, start_ms, end_ms)) {
+      LedgerLine line = RowToLine(r);
+      line.keys.labels = LabelsOf(r[22].as<std::string>());
+      lines.push_back(std::move(line));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return lines;
+}
+
+}  // namespace trainyard::storage::postgres

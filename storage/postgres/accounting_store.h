@@ -1,0 +1,142 @@
+// Chargeback's storage: the price book (rate versions, spot prices,
+// commitments, the book's currency), the ledger of usage lines and each
+// attempt's metering cursor (migration 0005_accounting.sql). The pricing rules
+// are the pure library's (services/accounting/pricing); this store keeps what
+// they produce, all or nothing per call. See docs/accounting.md.
+#ifndef TRAINYARD_STORAGE_POSTGRES_ACCOUNTING_STORE_H_
+#define TRAINYARD_STORAGE_POSTGRES_ACCOUNTING_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/accounting/pricing/meter.h"
+#include "services/accounting/pricing/price_book.h"
+#include "storage/postgres/object_store.h"
+#include "storage/postgres/pool.h"
+
+namespace trainyard::storage::postgres {
+
+namespace pricing = ::trainyard::accounting::pricing;
+
+// An attempt the meter has still to meter (it started and its final usage is
+// not in the ledger yet), as stored, with what metering it needs.
+struct MeterCandidate {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  std::string tenant;
+  std::string project;
+  std::string queue;
+  std::string user;
+  std::string cluster;  // id
+  std::string flavor;   // id
+  // The flavor's kind is FLAVOR_KIND_SPOT (false when the flavor is gone).
+  bool spot_flavor = false;
+  std::map<std::string, std::string> labels;
+  int32_t workers = 1;
+  int64_t gpus_per_worker = 0;
+  int64_t cpu_millis_per_worker = 0;
+  int64_t memory_bytes_per_worker = 0;
+  // From the attempt's body: when it started and ended (ms, UTC), and how.
+  pricing::TimeMs start_ms = 0;
+  std::optional<pricing::TimeMs> end_ms;
+  int32_t failure_class = 0;  // trainyard.v1.FailureClass
+  // The last checkpoint the attempt reported.
+  std::optional<pricing::TimeMs> last_checkpoint_ms;
+  // How far earlier passes metered it.
+  std::optional<pricing::TimeMs> metered_until_ms;
+};
+
+// What one pass wrote for one attempt: `lines` replace every line of the
+// attempt that starts at or after `replace_from`; the cursor moves to
+// `metered_until_ms`, and `final` marks the attempt done.
+struct MeterWrite {
+  std::vector<pricing::LedgerLine> lines;
+  pricing::TimeMs replace_from = 0;
+  pricing::TimeMs metered_until_ms = 0;
+  bool final = false;
+};
+
+struct MeterBatchResult {
+  int attempts = 0;  // metered in this batch
+  int lines_upserted = 0;
+  int lines_deleted = 0;
+  // The last attempt of the batch (for the next batch's `after`).
+  int64_t last_job_id = 0;
+  int32_t last_attempt = 0;
+  // Attempts `meter` refused, with why (their cursors are left as they were).
+  std::vector<std::pair<std::string, absl::Status>> failed;
+};
+
+// A page of ledger lines, ascending by (job, attempt, resource, start).
+struct UsagePage {
+  std::vector<pricing::LedgerLine> lines;
+  // The key after which the next page starts; empty on the last page.
+  std::string next_after;
+};
+
+class AccountingStore {
+ public:
+  explicit AccountingStore(Database* db);
+
+  // The stored book. With no price stored yet, an empty book in
+  // `default_currency` (which must be an ISO 4217 code).
+  absl::StatusOr<pricing::PriceBook> LoadPriceBook(
+      std::string_view default_currency);
+
+  // Adds prices to the stored book, all or none: under a lock on the book,
+  // loads it, adds each entry through PriceBook's checks (its field errors
+  // come back unchanged, prefixed by `field_prefix` and the entry's index
+  // when there are several), and inserts them. The first price stored sets
+  // the book's currency. Returns the book as it is after the change.
+  struct PriceChange {
+    std::vector<pricing::RateVersion> rates;
+    std::vector<pricing::SpotPrice> spot_prices;
+    std::vector<pricing::Commitment> commitments;
+  };
+  // `audit` (may be null) is written in the same transaction.
+  absl::StatusOr<pricing::PriceBook> AddPrices(const PriceChange& change,
+                                               pricing::TimeMs closed_before,
+                                               std::string_view field_prefix,
+                                               const AuditRecord* audit);
+
+  // One batch of a metering pass, in one transaction: locks up to `limit`
+  // attempts after (after_job_id, after_attempt) that started and are not
+  // final (skipping attempts another transaction holds: a second meter, or a
+  // dispatcher recording their end, which the next pass meters), calls
+  // `meter` for each, and writes what it returns: lines upserted by key, the
+  // attempt's older lines from `replace_from` on that it no longer produces
+  // deleted, the cursor moved. An attempt whose `meter` fails is left as it
+  // was and reported in `failed`. Metering the same attempt twice, or two
+  // meters at once, writes each line once.
+  absl::StatusOr<MeterBatchResult> MeterBatch(
+      int64_t after_job_id, int32_t after_attempt, int limit,
+      absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
+          meter);
+
+  // Ledger lines whose charge period starts in [start_ms, end_ms), of
+  // `tenant` ("" = every tenant) and `job_id` (0 = every job), after the
+  // page key `after` ("" = from the start), at most `limit`.
+  absl::StatusOr<UsagePage> ListLines(const std::string& tenant, int64_t job_id,
+                                      pricing::TimeMs start_ms,
+                                      pricing::TimeMs end_ms,
+                                      const std::string& after, int limit);
+
+  // Every ledger line of `tenant` ("" = all) whose charge period starts in
+  // [start_ms, end_ms), with the job's labels in its keys.
+  absl::StatusOr<std::vector<pricing::LedgerLine>> LoadLines(
+      const std::string& tenant, pricing::TimeMs start_ms,
+      pricing::TimeMs end_ms);
+
+ private:
+  Database* db_;
+};
+
+}  // namespace trainyard::storage::postgres
+
+#endif  // TRAINYARD_STORAGE_POSTGRES_ACCOUNTING_STORE_H_

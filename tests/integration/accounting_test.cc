@@ -1,0 +1,335 @@
+// AccountingService and the meter over a real PostgreSQL: prices added through
+// the API (and refused with the field named), attempts metered into ledger
+// lines whose sums are checked against hand-computed amounts, re-metering and
+// two meters at once writing each line once, a running attempt's cost growing
+// pass by pass and shrinking back when its end is recorded late.
+#include <memory>
+#include <optional>
+#include <pqxx/pqxx>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/civil_time.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/accounting/accounting_service.h"
+#include "services/accounting/meter_service.h"
+#include "storage/postgres/pool.h"
+#include "tests/integration/api_test_harness.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
+#include "trainyard/v1/job.pb.h"
+
+namespace trainyard::testing {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using accounting::MeterService;
+
+int64_t Ms(int y, int mo, int d, int h, int mi = 0, int s = 0) {
+  return absl::ToUnixMillis(absl::FromCivil(
+      absl::CivilSecond(y, mo, d, h, mi, s), absl::UTCTimeZone()));
+}
+
+google::protobuf::Timestamp Ts(int64_t ms) {
+  google::protobuf::Timestamp t;
+  t.set_seconds(ms / 1000);
+  t.set_nanos(static_cast<int32_t>(ms % 1000) * 1000000);
+  return t;
+}
+
+class AccountingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ApiHarness::Options options;
+    options.server.more_services.push_back([](api::ApiContext* ctx) {
+      return accounting::NewAccountingService(
+          ctx, {.currency = "USD", .close_after = absl::Hours(24 * 5)});
+    });
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h =
+        ApiHarness::Start(std::move(options));
+    ASSERT_TRUE(h.ok()) << h.status();
+    harness_ = std::move(*h);
+    ASSERT_TRUE(harness_->SeedTenant("acme").ok());
+    stub_ = v1::AccountingService::NewStub(harness_->channel());
+    auto db = storage::postgres::Database::Open(
+        {.url = harness_->database_url(), .pool_size = 2});
+    ASSERT_TRUE(db.ok()) << db.status();
+    db_ = std::move(*db);
+  }
+
+  std::unique_ptr<MeterService> NewMeter() {
+    accounting::MeterServiceOptions options;
+    options.postgres_url = harness_->database_url();
+    options.batch = 2;  // several batches per pass
+    auto meter = MeterService::Create(options);
+    EXPECT_TRUE(meter.ok()) << meter.status();
+    return meter.ok() ? std::move(*meter) : nullptr;
+  }
+
+  grpc::Status AddRate(const std::string& token, const std::string& flavor,
+                       v1::ResourceName resource, int64_t micros,
+                       int64_t effective_ms, v1::ErrorInfo* info = nullptr) {
+    v1::AddRateRequest req;
+    req.mutable_rate()->set_flavor(flavor);
+    req.mutable_rate()->set_resource(resource);
+    req.mutable_rate()->mutable_price_per_unit_hour()->set_currency_code("USD");
+    req.mutable_rate()->mutable_price_per_unit_hour()->set_micros(micros);
+    *req.mutable_rate()->mutable_effective_time() = Ts(effective_ms);
+    v1::Rate out;
+    auto ctx = ApiHarness::Context(token);
+    grpc::Status s = stub_->AddRate(ctx.get(), req, &out);
+    if (info != nullptr) *info = ErrorInfoOf(*ctx);
+    return s;
+  }
+
+  // A job of `gpus` GPUs on one worker (4 cores, 16 GiB), and its attempt 1
+  // on flavor "gpu" from start to end (none: running), ended by `failure`.
+  int64_t JobWithAttempt(
+      int gpus, int64_t start_ms, std::optional<int64_t> end_ms,
+      v1::FailureClass failure = v1::FAILURE_CLASS_UNSPECIFIED) {
+    v1::SubmitJobRequest req =
+        MinimalSubmit("acme", absl::StrCat("job-", ++jobs_));
+    req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(gpus);
+    const int64_t id = harness_->SubmitJob(harness_->admin_token(), req);
+    RecordAttempt(id, start_ms, end_ms, failure);
+    return id;
+  }
+
+  void RecordAttempt(int64_t job_id, int64_t start_ms,
+                     std::optional<int64_t> end_ms, v1::FailureClass failure) {
+    v1::Attempt attempt;
+    attempt.set_index(1);
+    attempt.set_cluster("clusters/sim");
+    attempt.set_flavor("flavors/gpu");
+    *attempt.mutable_start_time() = Ts(start_ms);
+    if (end_ms.has_value()) *attempt.mutable_end_time() = Ts(*end_ms);
+    attempt.set_failure_class(failure);
+    std::string body;
+    attempt.SerializeToString(&body);
+    absl::Status s = db_->Transact([&](pqxx::work& txn) {
+      txn.exec_params(
+          "INSERT INTO attempts (job_id, idx, cluster, flavor, body, "
+          "start_time, end_time) VALUES ($1, 1, 'sim', 'gpu', $2, "
+          "to_timestamp($3::bigint / 1000.0), CASE WHEN $4::bigint IS NULL "
+          "THEN NULL ELSE to_timestamp($4::bigint / 1000.0) END) ON CONFLICT "
+          "(job_id, idx) DO UPDATE SET body = EXCLUDED.body, end_time = "
+          "EXCLUDED.end_time",
+          job_id, pqxx::binarystring(body), start_ms,
+          end_ms.has_value() ? std::optional<int64_t>(*end_ms) : std::nullopt);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  std::vector<v1::UsageRecord> Usage(const std::string& job = "") {
+    std::vector<v1::UsageRecord> out;
+    std::string token;
+    do {
+      v1::ListUsageRequest req;
+      req.set_parent("tenants/acme");
+      req.set_job(job);
+      req.set_page_size(3);
+      req.set_page_token(token);
+      v1::ListUsageResponse resp;
+      auto ctx = ApiHarness::Context(harness_->admin_token());
+      grpc::Status s = stub_->ListUsage(ctx.get(), req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      for (const v1::UsageRecord& r : resp.records()) out.push_back(r);
+      token = resp.next_page_token();
+    } while (!token.empty());
+    return out;
+  }
+
+  static int64_t Cost(const std::vector<v1::UsageRecord>& records,
+                      v1::ResourceName resource) {
+    int64_t sum = 0;
+    for (const v1::UsageRecord& r : records) {
+      if (r.resource() == resource) sum += r.cost().micros();
+    }
+    return sum;
+  }
+
+  std::unique_ptr<ApiHarness> harness_;
+  std::unique_ptr<v1::AccountingService::Stub> stub_;
+  std::unique_ptr<storage::postgres::Database> db_;
+  int jobs_ = 0;
+};
+
+TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
+  const int64_t nov1 = Ms(2026, 11, 1, 0);
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU,
+                      2'000'000, nov1)
+                  .ok());
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_CPU,
+                      40'000, nov1)
+                  .ok());
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_MEMORY,
+                      5'000, nov1)
+                  .ok());
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU,
+                      3'000'000, Ms(2026, 11, 10, 12))
+                  .ok());
+
+  // Job a: 2 GPUs, 10:30 to 12:30 across the rate change at 12:00:
+  // 1.5 h × 2 GPUs × $2 + 0.5 h × 2 × $3 = $6 + $3 = $9.
+  // CPU: 4 cores × 2 h × $0.04 = $0.32; memory: 16 GiB × 2 h × $0.005 = $0.16.
+  const int64_t a =
+      JobWithAttempt(2, Ms(2026, 11, 10, 10, 30), Ms(2026, 11, 10, 12, 30));
+  // Job b: 1 GPU from 09:00:00 to 09:00:00.800 (a reclaim 0.8 s in): 800
+  // GPU-ms at $2/h = 2,000,000 × 800 / 3,600,000 = 444.44 → 444 micros.
+  const int64_t b =
+      JobWithAttempt(1, Ms(2026, 11, 10, 9), Ms(2026, 11, 10, 9) + 800,
+                     v1::FAILURE_CLASS_SPOT_RECLAIM);
+  // Job c: 4 GPUs from 11:00, still running.
+  const int64_t c = JobWithAttempt(4, Ms(2026, 11, 10, 11), std::nullopt);
+
+  std::unique_ptr<MeterService> meter = NewMeter();
+  ASSERT_NE(meter, nullptr);
+  // At 13:00: c has run 2 h, 1 h at $2 and 1 h at $3, × 4 GPUs = $20.
+  auto pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 13)));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->attempts, 3);
+  EXPECT_EQ(pass->failed, 0);
+
+  const std::string ja = absl::StrCat("tenants/acme/jobs/", a);
+  const std::string jb = absl::StrCat("tenants/acme/jobs/", b);
+  const std::string jc = absl::StrCat("tenants/acme/jobs/", c);
+  EXPECT_EQ(Cost(Usage(ja), v1::RESOURCE_NAME_GPU), 9'000'000);
+  EXPECT_EQ(Cost(Usage(ja), v1::RESOURCE_NAME_CPU), 320'000);
+  EXPECT_EQ(Cost(Usage(ja), v1::RESOURCE_NAME_MEMORY), 160'000);
+  std::vector<v1::UsageRecord> rb = Usage(jb);
+  EXPECT_EQ(Cost(rb, v1::RESOURCE_NAME_GPU), 444);
+  for (const v1::UsageRecord& r : rb) {
+    if (r.resource() != v1::RESOURCE_NAME_GPU) continue;
+    // No checkpoint: the whole 0.8 s is lost work, to the millisecond.
+    EXPECT_TRUE(r.lost_work());
+    EXPECT_EQ(r.quantity(), "0.8");
+    EXPECT_EQ(r.lost_work_cost().micros(), 444);
+  }
+  std::vector<v1::UsageRecord> rc = Usage(jc);
+  EXPECT_EQ(Cost(rc, v1::RESOURCE_NAME_GPU), 20'000'000);
+  bool open = false;
+  for (const v1::UsageRecord& r : rc) open = open || r.open();
+  EXPECT_TRUE(open);
+
+  // Again at the same instant, and by two meters at once: nothing changes.
+  const std::vector<v1::UsageRecord> before = Usage();
+  std::unique_ptr<MeterService> other = NewMeter();
+  std::thread t1([&] {
+    (void)meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 13)));
+  });
+  std::thread t2([&] {
+    (void)other->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 13)));
+  });
+  t1.join();
+  t2.join();
+  const std::vector<v1::UsageRecord> after = Usage();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].SerializeAsString(), before[i].SerializeAsString()) << i;
+  }
+  // Ended attempts are final: the second pass metered only the running one.
+  pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 13)));
+  ASSERT_TRUE(pass.ok());
+  EXPECT_EQ(pass->attempts, 1);
+
+  // 30 minutes later c has accrued another 0.5 h × 4 × $3 = $6.
+  ASSERT_TRUE(
+      meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 13, 30))).ok());
+  EXPECT_EQ(Cost(Usage(jc), v1::RESOURCE_NAME_GPU), 26'000'000);
+
+  // Its end is recorded late: it ended at 12:15, before the last two
+  // passes. The lines beyond 12:15 go, the one that contains it shrinks:
+  // 1 h × 4 × $2 + 0.25 h × 4 × $3 = $8 + $3 = $11.
+  RecordAttempt(c, Ms(2026, 11, 10, 11), Ms(2026, 11, 10, 12, 15),
+                v1::FAILURE_CLASS_UNSPECIFIED);
+  pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 14)));
+  ASSERT_TRUE(pass.ok());
+  EXPECT_GE(pass->lines_deleted, 1);
+  rc = Usage(jc);
+  EXPECT_EQ(Cost(rc, v1::RESOURCE_NAME_GPU), 11'000'000);
+  for (const v1::UsageRecord& r : rc) {
+    EXPECT_FALSE(r.open());
+    EXPECT_LE(r.end_time().seconds() * 1000, Ms(2026, 11, 10, 12, 15));
+  }
+  // And it is final now.
+  pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 15)));
+  ASSERT_TRUE(pass.ok());
+  EXPECT_EQ(pass->attempts, 0);
+}
+
+TEST_F(AccountingTest, RefusesBadPricesNamingTheFieldAndStoresNothing) {
+  const int64_t nov1 = Ms(2026, 11, 1, 0);
+  v1::ErrorInfo info;
+  grpc::Status s = AddRate(harness_->admin_token(), "gpu",
+                           v1::RESOURCE_NAME_GPU, -1, nov1, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "rate.price_per_unit_hour.micros");
+
+  s = AddRate(harness_->admin_token(), "no-such-flavor", v1::RESOURCE_NAME_GPU,
+              1, nov1, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "rate.flavor");
+
+  s = AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_UNSPECIFIED, 1,
+              nov1, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "rate.resource");
+
+  // A month closed long ago is immutable.
+  s = AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU, 1,
+              Ms(2020, 1, 1, 0), &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "rate.effective_time");
+
+  // Only platform admins add prices.
+  const std::string member =
+      harness_->Token("users/m", v1::ROLE_MEMBER, "acme");
+  s = AddRate(member, "gpu", v1::RESOURCE_NAME_GPU, 1, nov1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // Nothing of the above was stored.
+  v1::PriceBook book;
+  auto ctx = ApiHarness::Context(member);
+  ASSERT_TRUE(stub_->GetPriceBook(ctx.get(), {}, &book).ok());
+  EXPECT_EQ(book.rates_size(), 0);
+
+  // One price, then the same instant again: refused.
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU,
+                      2'000'000, nov1)
+                  .ok());
+  s = AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU, 3'000'000,
+              nov1, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "rate.effective_time");
+
+  // Members read no usage; another tenant's finance does not see acme.
+  v1::ListUsageRequest req;
+  req.set_parent("tenants/acme");
+  v1::ListUsageResponse resp;
+  auto c1 = ApiHarness::Context(member);
+  EXPECT_EQ(stub_->ListUsage(c1.get(), req, &resp).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(harness_->SeedTenant("other").ok());
+  const std::string finance =
+      harness_->Token("users/f", v1::ROLE_FINANCE, "other");
+  auto c2 = ApiHarness::Context(finance);
+  EXPECT_EQ(stub_->ListUsage(c2.get(), req, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  const std::string acme_finance =
+      harness_->Token("users/g", v1::ROLE_FINANCE, "acme");
+  auto c3 = ApiHarness::Context(acme_finance);
+  EXPECT_TRUE(stub_->ListUsage(c3.get(), req, &resp).ok());
+  req.set_page_token("not a token");
+  auto c4 = ApiHarness::Context(acme_finance);
+  EXPECT_EQ(stub_->ListUsage(c4.get(), req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorInfoOf(*c4).field(), "page_token");
+}
+
+}  // namespace
+}  // namespace trainyard::testing
