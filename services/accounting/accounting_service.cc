@@ -1,11 +1,13 @@
 #include "services/accounting/accounting_service.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/civil_time.h"
+#include "services/accounting/pricing/report.h"
 #include "services/api/auth.h"
 #include "services/api/handler.h"
 #include "services/api/resource_util.h"
@@ -207,6 +209,169 @@ absl::StatusOr<std::string> FinanceTenant(const Caller& caller,
   return tenant;
 }
 
+// A requested report: the pure query, the report built from the ledger's
+// lines, and where the DAY dimension's key goes in each row (-1: none).
+struct BuiltReport {
+  pricing::ReportQuery query;
+  pricing::Report report;
+  int day_position = -1;
+  v1::ReportStep step = v1::REPORT_STEP_UNSPECIFIED;
+};
+
+absl::StatusOr<pricing::Dimension> DimensionOf(v1::ReportDimension d,
+                                               std::string_view field) {
+  switch (d) {
+    case v1::REPORT_DIMENSION_TENANT:
+      return pricing::Dimension::kTenant;
+    case v1::REPORT_DIMENSION_PROJECT:
+      return pricing::Dimension::kProject;
+    case v1::REPORT_DIMENSION_QUEUE:
+      return pricing::Dimension::kQueue;
+    case v1::REPORT_DIMENSION_USER:
+      return pricing::Dimension::kUser;
+    case v1::REPORT_DIMENSION_FLAVOR:
+      return pricing::Dimension::kFlavor;
+    case v1::REPORT_DIMENSION_CLUSTER:
+      return pricing::Dimension::kCluster;
+    case v1::REPORT_DIMENSION_JOB:
+      return pricing::Dimension::kJob;
+    case v1::REPORT_DIMENSION_RESOURCE:
+      return pricing::Dimension::kResource;
+    default:
+      return domain::FieldError(field, "INVALID_VALUE",
+                                "must be a known report dimension");
+  }
+}
+
+absl::StatusOr<BuiltReport> BuildRequestedReport(
+    pg::AccountingStore& store, const std::string& default_currency,
+    const std::string& tenant, const v1::GetReportRequest& request,
+    std::string_view prefix) {
+  auto field = [&](std::string_view name) {
+    return domain::JoinField(prefix, name);
+  };
+  BuiltReport built;
+  pricing::ReportQuery& q = built.query;
+  TY_ASSIGN_OR_RETURN(q.start,
+                      MsOf(request.start_time(), request.has_start_time(),
+                           field("start_time")));
+  TY_ASSIGN_OR_RETURN(q.end, MsOf(request.end_time(), request.has_end_time(),
+                                  field("end_time")));
+  q.time_zone = request.time_zone().empty() ? "UTC" : request.time_zone();
+  built.step = request.step();
+  switch (request.step()) {
+    case v1::REPORT_STEP_UNSPECIFIED:
+      q.step = pricing::Step::kNone;
+      break;
+    case v1::REPORT_STEP_HOUR:
+      q.step = pricing::Step::kHour;
+      break;
+    case v1::REPORT_STEP_DAY:
+      q.step = pricing::Step::kDay;
+      break;
+    case v1::REPORT_STEP_MONTH:
+      q.step = pricing::Step::kMonth;
+      break;
+    default:
+      return domain::FieldError(field("step"), "INVALID_VALUE",
+                                "must be a known report step");
+  }
+  for (int i = 0; i < request.group_by_size(); ++i) {
+    const std::string f = field(domain::IndexField("group_by", i));
+    if (request.group_by(i) == v1::REPORT_DIMENSION_DAY) {
+      if (built.day_position >= 0) {
+        return domain::FieldError(f, "INVALID_VALUE", "is repeated");
+      }
+      if (q.step != pricing::Step::kNone && q.step != pricing::Step::kDay) {
+        return domain::FieldError(
+            f, "INVALID_VALUE",
+            "REPORT_DIMENSION_DAY needs step REPORT_STEP_DAY or none");
+      }
+      q.step = pricing::Step::kDay;
+      built.step = v1::REPORT_STEP_DAY;
+      built.day_position = i;
+      continue;
+    }
+    TY_ASSIGN_OR_RETURN(pricing::Dimension d,
+                        DimensionOf(request.group_by(i), f));
+    if (std::find(q.group_by.begin(), q.group_by.end(), d) !=
+        q.group_by.end()) {
+      return domain::FieldError(f, "INVALID_VALUE", "is repeated");
+    }
+    q.group_by.push_back(d);
+  }
+  if (!tenant.empty()) q.filters[pricing::Dimension::kTenant] = tenant;
+  if (!request.project().empty())
+    q.filters[pricing::Dimension::kProject] = request.project();
+  if (!request.queue().empty())
+    q.filters[pricing::Dimension::kQueue] = request.queue();
+  if (!request.user().empty())
+    q.filters[pricing::Dimension::kUser] = request.user();
+  if (!request.cluster().empty())
+    q.filters[pricing::Dimension::kCluster] = request.cluster();
+  if (!request.flavor().empty())
+    q.filters[pricing::Dimension::kFlavor] = request.flavor();
+  if (!request.job().empty()) {
+    TY_ASSIGN_OR_RETURN(domain::JobName job,
+                        domain::ParseJobName(request.job(), field("job")));
+    if (!tenant.empty() && job.tenant != tenant) {
+      return domain::FieldError(field("job"), "INVALID_VALUE",
+                                "is not a job of the report's tenant");
+    }
+    q.filters[pricing::Dimension::kJob] = job.ToString();
+  }
+  for (const auto& [name, value] : request.labels()) {
+    q.label_filters[name] = value;
+  }
+  if (absl::Status s = pricing::ValidateReportQuery(q); !s.ok()) {
+    return domain::PrefixField(s, prefix);
+  }
+  TY_ASSIGN_OR_RETURN(pricing::PriceBook book,
+                      store.LoadPriceBook(default_currency));
+  TY_ASSIGN_OR_RETURN(std::vector<pricing::LedgerLine> lines,
+                      store.LoadLines(tenant, q.start, q.end));
+  absl::StatusOr<pricing::Report> report =
+      pricing::BuildReport(lines, q, &book);
+  if (!report.ok()) return domain::PrefixField(report.status(), prefix);
+  built.report = *std::move(report);
+  if (built.report.currency.empty()) built.report.currency = book.currency();
+  return built;
+}
+
+absl::StatusOr<v1::ReportRow> RowProto(const pricing::ReportRow& row,
+                                       const BuiltReport& built,
+                                       const absl::TimeZone& zone) {
+  const std::string& currency = built.report.currency;
+  v1::ReportRow out;
+  for (size_t i = 0; i <= row.keys.size(); ++i) {
+    if (static_cast<int>(i) == built.day_position) {
+      out.add_keys(absl::FormatCivilTime(absl::CivilDay(
+          absl::ToCivilDay(absl::FromUnixMillis(row.period_start), zone))));
+    }
+    if (i < row.keys.size()) out.add_keys(row.keys[i]);
+  }
+  out.set_gpu_seconds(row.gpu_ms / 1000);
+  out.set_cpu_seconds(static_cast<int64_t>(row.cpu_millicore_ms / 1'000'000));
+  out.set_memory_gib_seconds(static_cast<int64_t>(
+      row.memory_byte_ms / (static_cast<__int128>(1) << 30) / 1000));
+  *out.mutable_cost() = MoneyOf(row.cost_micros, currency);
+  *out.mutable_lost_work_cost() = MoneyOf(row.lost_work_cost_micros, currency);
+  out.set_attempts(row.attempts);
+  *out.mutable_period_start() = TimestampOf(row.period_start);
+  *out.mutable_period_end() = TimestampOf(row.period_end);
+  *out.mutable_tenant_cost() = MoneyOf(row.tenant_cost_micros, currency);
+  *out.mutable_platform_cost() = MoneyOf(row.platform_cost_micros, currency);
+  *out.mutable_list_cost() = MoneyOf(row.list_cost_micros, currency);
+  out.set_lost_gpu_seconds(row.lost_gpu_ms / 1000);
+  out.set_gpu_hours(
+      pricing::UnitHoursDecimal(row.gpu_ms, pricing::Resource::kGpu));
+  TY_ASSIGN_OR_RETURN(int64_t effective,
+                      pricing::EffectiveGpuHourPriceMicros(row));
+  *out.mutable_effective_gpu_hour_price() = MoneyOf(effective, currency);
+  out.set_spot_price_gap(row.spot_price_gap);
+  return out;
+}
+
 class AccountingServiceImpl final
     : public api::ApiService<v1::AccountingService> {
  public:
@@ -287,6 +452,84 @@ class AccountingServiceImpl final
               book.currency());
           return absl::OkStatus();
         });
+  }
+
+  TY_RPC(GetReport, v1::GetReportRequest, v1::Report) {
+    return Run(ctx_, context, Method("GetReport"), *request,
+               [&](const Caller& caller) -> absl::Status {
+                 TY_ASSIGN_OR_RETURN(std::string tenant,
+                                     FinanceTenant(caller, request->parent()));
+                 TY_ASSIGN_OR_RETURN(
+                     BuiltReport built,
+                     BuildRequestedReport(store_, options_.currency, tenant,
+                                          *request, ""));
+                 absl::TimeZone zone;
+                 if (!absl::LoadTimeZone(built.query.time_zone, &zone)) {
+                   return domain::FieldError("time_zone", "INVALID_VALUE",
+                                             "is not a known time zone");
+                 }
+                 for (int d : request->group_by()) {
+                   response->add_group_by(static_cast<v1::ReportDimension>(d));
+                 }
+                 for (const pricing::ReportRow& row : built.report.rows) {
+                   TY_ASSIGN_OR_RETURN(*response->add_rows(),
+                                       RowProto(row, built, zone));
+                 }
+                 BuiltReport whole = built;
+                 whole.day_position = -1;
+                 TY_ASSIGN_OR_RETURN(*response->mutable_total(),
+                                     RowProto(built.report.total, whole, zone));
+                 *response->mutable_generate_time() =
+                     TimestampOf(absl::ToUnixMillis(absl::Now()));
+                 response->set_currency(built.report.currency);
+                 response->set_step(built.step);
+                 response->set_time_zone(built.query.time_zone);
+                 return absl::OkStatus();
+               });
+  }
+
+  grpc::Status ExportReport(
+      grpc::ServerContext* context, const v1::ExportReportRequest* request,
+      grpc::ServerWriter<v1::ExportReportResponse>* writer) override {
+    return Run(ctx_, context, Method("ExportReport"), *request,
+               [&](const Caller& caller) -> absl::Status {
+                 TY_ASSIGN_OR_RETURN(
+                     std::string tenant,
+                     FinanceTenant(caller, request->report().parent()));
+                 TY_ASSIGN_OR_RETURN(
+                     BuiltReport built,
+                     BuildRequestedReport(store_, options_.currency, tenant,
+                                          request->report(), "report"));
+                 std::string text;
+                 switch (request->format()) {
+                   case v1::REPORT_FORMAT_CSV: {
+                     TY_ASSIGN_OR_RETURN(
+                         text, pricing::FocusCsv(built.report, built.query));
+                     break;
+                   }
+                   case v1::REPORT_FORMAT_UNSPECIFIED:
+                   case v1::REPORT_FORMAT_JSON: {
+                     TY_ASSIGN_OR_RETURN(
+                         text, pricing::FocusJson(built.report, built.query));
+                     break;
+                   }
+                   default:
+                     return domain::FieldError(
+                         "format", "INVALID_VALUE",
+                         "must be REPORT_FORMAT_CSV or REPORT_FORMAT_JSON");
+                 }
+                 constexpr size_t kChunk = 64 * 1024;
+                 for (size_t at = 0; at < text.size() || at == 0;
+                      at += kChunk) {
+                   v1::ExportReportResponse chunk;
+                   chunk.set_data(text.substr(at, kChunk));
+                   if (!writer->Write(chunk)) {
+                     return absl::CancelledError("the client went away");
+                   }
+                   if (text.empty()) break;
+                 }
+                 return absl::OkStatus();
+               });
   }
 
   TY_RPC(ListUsage, v1::ListUsageRequest, v1::ListUsageResponse) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "services/lib/domain/errors.h"
@@ -38,6 +39,13 @@ constexpr char kLineColumns[] =
     "project, queue, user_name, cluster, flavor, spot, amount, "
     "unit_price_micros, price_source, spot_price_gap, cost_micros, lost_work, "
     "tenant_cost_micros, platform_cost_micros, open";
+
+// kLineColumns of the table aliased `alias`.
+std::string QualifiedLineColumns(const std::string& alias) {
+  std::vector<std::string> columns = absl::StrSplit(kLineColumns, ", ");
+  for (std::string& c : columns) c = absl::StrCat(alias, ".", c);
+  return absl::StrJoin(columns, ", ");
+}
 
 LedgerLine RowToLine(const pqxx::row& r) {
   LedgerLine line;
@@ -159,10 +167,10 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "ORDER BY job_id, attempt, resource, start_ms LIMIT $9"));
   db_->Prepare(
       "acct_load_lines",
-      absl::StrCat("SELECT ", kLineColumns,
-                   ", j.labels::text FROM usage_lines JOIN jobs j ON j.id = "
-                   "usage_lines.job_id WHERE ($1 = '' OR usage_lines.tenant = "
-                   "$1) AND period_start_ms >= $2 AND period_start_ms < $3"));
+      absl::StrCat("SELECT ", QualifiedLineColumns("u"),
+                   ", j.labels::text FROM usage_lines u JOIN jobs j ON j.id = "
+                   "u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
+                   "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
 }
 
 absl::StatusOr<pricing::PriceBook> AccountingStore::LoadPriceBook(

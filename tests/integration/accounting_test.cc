@@ -3,6 +3,7 @@
 // lines whose sums are checked against hand-computed amounts, re-metering and
 // two meters at once writing each line once, a running attempt's cost growing
 // pass by pass and shrinking back when its end is recorded late.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <pqxx/pqxx>
@@ -10,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -329,6 +332,120 @@ TEST_F(AccountingTest, RefusesBadPricesNamingTheFieldAndStoresNothing) {
   EXPECT_EQ(stub_->ListUsage(c4.get(), req, &resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(ErrorInfoOf(*c4).field(), "page_token");
+}
+
+// Reports group the ledger's lines by any dimensions and days, add up exactly
+// to the lines ListUsage returns, and export as FOCUS CSV whose BilledCost
+// column sums to the total.
+TEST_F(AccountingTest, ReportsAndFocusExportsAddUpToTheLedger) {
+  const int64_t nov1 = Ms(2026, 11, 1, 0);
+  for (v1::ResourceName r : {v1::RESOURCE_NAME_GPU, v1::RESOURCE_NAME_CPU,
+                             v1::RESOURCE_NAME_MEMORY}) {
+    ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", r,
+                        r == v1::RESOURCE_NAME_GPU ? 2'000'000 : 10'000, nov1)
+                    .ok());
+  }
+  // Two jobs on Nov 10 and one on Nov 11 (2 h × 2 GPUs × $2 = $8 of GPU).
+  JobWithAttempt(1, Ms(2026, 11, 10, 10), Ms(2026, 11, 10, 11));
+  JobWithAttempt(2, Ms(2026, 11, 10, 23), Ms(2026, 11, 11, 1));
+  JobWithAttempt(3, Ms(2026, 11, 11, 5), Ms(2026, 11, 11, 5, 20),
+                 v1::FAILURE_CLASS_PREEMPTION);
+  std::unique_ptr<MeterService> meter = NewMeter();
+  ASSERT_NE(meter, nullptr);
+  ASSERT_TRUE(meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 12, 0))).ok());
+  int64_t ledger = 0;
+  for (const v1::UsageRecord& r : Usage()) ledger += r.cost().micros();
+  ASSERT_GT(ledger, 0);
+
+  const std::string finance =
+      harness_->Token("users/fin", v1::ROLE_FINANCE, "acme");
+  v1::GetReportRequest req;
+  req.set_parent("tenants/acme");
+  *req.mutable_start_time() = Ts(nov1);
+  *req.mutable_end_time() = Ts(Ms(2026, 12, 1, 0));
+  req.add_group_by(v1::REPORT_DIMENSION_DAY);
+  req.add_group_by(v1::REPORT_DIMENSION_RESOURCE);
+  v1::Report report;
+  auto ctx = ApiHarness::Context(finance);
+  grpc::Status s = stub_->GetReport(ctx.get(), req, &report);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(report.total().cost().micros(), ledger);
+  EXPECT_EQ(report.currency(), "USD");
+  EXPECT_EQ(report.step(), v1::REPORT_STEP_DAY);
+  int64_t rows = 0, gpu_10 = 0, gpu_11 = 0;
+  for (const v1::ReportRow& row : report.rows()) {
+    rows += row.cost().micros();
+    ASSERT_EQ(row.keys_size(), 2);
+    if (row.keys(1) != "GPU") continue;
+    if (row.keys(0) == "2026-11-10") gpu_10 += row.cost().micros();
+    if (row.keys(0) == "2026-11-11") gpu_11 += row.cost().micros();
+  }
+  EXPECT_EQ(rows, ledger);
+  // Nov 10: 1 h × 1 GPU + 1 h × 2 GPUs at $2 = $6; Nov 11: 1 h × 2 + 1/3 h
+  // × 3 GPUs at $2 = $4 + $2 = $6.
+  EXPECT_EQ(gpu_10, 6'000'000);
+  EXPECT_EQ(gpu_11, 6'000'000);
+  EXPECT_EQ(report.total().gpu_hours(), "6");  // 1 + 4 + 1
+  // The preempted job had no checkpoint: its 20 minutes are lost work.
+  EXPECT_EQ(report.total().lost_gpu_seconds(), 3 * 20 * 60);
+
+  // FOCUS CSV: the BilledCost column sums to the tenants' total.
+  v1::ExportReportRequest ex;
+  *ex.mutable_report() = req;
+  ex.set_format(v1::REPORT_FORMAT_CSV);
+  auto ectx = ApiHarness::Context(finance);
+  auto reader = stub_->ExportReport(ectx.get(), ex);
+  std::string csv;
+  v1::ExportReportResponse chunk;
+  while (reader->Read(&chunk)) csv += chunk.data();
+  ASSERT_TRUE(reader->Finish().ok());
+  std::vector<std::string> lines =
+      absl::StrSplit(csv, "\r\n", absl::SkipEmpty());
+  ASSERT_GE(lines.size(), 2u);
+  std::vector<std::string> header = absl::StrSplit(lines[0], ',');
+  const size_t billed =
+      std::find(header.begin(), header.end(), "BilledCost") - header.begin();
+  ASSERT_LT(billed, header.size());
+  int64_t billed_sum = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> cells = absl::StrSplit(lines[i], ',');
+    ASSERT_EQ(cells.size(), header.size()) << lines[i];
+    // "12.345678" → micros, exactly.
+    std::vector<std::string> parts = absl::StrSplit(cells[billed], '.');
+    int64_t whole = 0, frac = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(parts[0], &whole));
+    std::string digits = parts.size() > 1 ? parts[1] : "";
+    digits.resize(6, '0');
+    ASSERT_TRUE(absl::SimpleAtoi(digits, &frac));
+    billed_sum += whole * 1'000'000 + frac;
+  }
+  EXPECT_EQ(billed_sum, report.total().tenant_cost().micros());
+
+  // Bad windows and zones are refused, naming the field.
+  v1::GetReportRequest bad = req;
+  *bad.mutable_end_time() = Ts(nov1);
+  auto b1 = ApiHarness::Context(finance);
+  EXPECT_EQ(stub_->GetReport(b1.get(), bad, &report).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorInfoOf(*b1).field(), "end_time");
+  bad = req;
+  bad.set_time_zone("Asia/Kolkata");
+  auto b2 = ApiHarness::Context(finance);
+  EXPECT_EQ(stub_->GetReport(b2.get(), bad, &report).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorInfoOf(*b2).field(), "time_zone");
+  bad = req;
+  bad.add_group_by(v1::REPORT_DIMENSION_RESOURCE);
+  auto b3 = ApiHarness::Context(finance);
+  EXPECT_EQ(stub_->GetReport(b3.get(), bad, &report).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorInfoOf(*b3).field(), "group_by[2]");
+  // A member of the tenant reads no report.
+  const std::string member =
+      harness_->Token("users/mem", v1::ROLE_MEMBER, "acme");
+  auto b4 = ApiHarness::Context(member);
+  EXPECT_EQ(stub_->GetReport(b4.get(), req, &report).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 }  // namespace
