@@ -186,6 +186,7 @@ class Stack:
                              f"--redis_addr=127.0.0.1:{self.redis_port}",
                              *sim, "--db_pool_size=8",
                              "--schedule_interval=500ms", "--dispatch_interval=250ms",
+                             "--meter_interval=1s",
                              "--log_level=info", *extra], "trainyard.log")
             deadline = time.time() + 60
             ready = False

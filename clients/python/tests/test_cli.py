@@ -93,7 +93,10 @@ def test_server_side_errors_exit_codes(yard, tmp_path, stack):
     r = yard("jobs", "--addr", "127.0.0.1:1", "--request-timeout", "2")
     assert r.code == 5 and "UNAVAILABLE" in r.err, r
     r = yard("report", "--period", "2026-11", "--group-by", "project", "--format", "csv")
-    assert r.code == 8 and "AccountingService" in r.err, r
+    assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
+    r = yard("report", "--period", "2026-11", "--group-by", "project", "--format", "csv",
+             "--all-tenants", env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 0 and r.out.startswith("BillingAccountId,"), r
     for out in (r.err,):
         assert "Traceback" not in out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import uuid
@@ -11,6 +12,7 @@ import pytest
 
 import trainyard
 from trainyard import JobSpec, Resources, job_pb2
+from trainyard.v1 import common_pb2
 from proxy import Proxy
 
 QUICK = {"queue": "default", "project": "default", "command": ["python3", "train.py"],
@@ -216,10 +218,49 @@ def test_report_checkpoint_and_list(client):
         client.cancel(job)
 
 
-def test_accounting_reads_are_unimplemented_for_now(client):
-    with pytest.raises(trainyard.Unimplemented) as e:
-        client.report(period="2026-11", group_by=["project"])
-    assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
+def test_accounting_prices_metering_and_reports(client, admin):
+    """Rates from the start of this month, a job run, its usage metered by the meter of
+    `trainyard all` (every second in the test stack) into lines whose GPU cost is the job's
+    GPU time at $2/GPU-hour, and a report whose rows add up to its total."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    with pytest.raises(trainyard.PermissionDenied):
+        client.add_rate("on-demand-h100", "gpu", 2_000_000, month_start)
+    for flavor in ("on-demand-h100", "spot-h100", "flaky-spot-h100"):
+        for resource, micros in (("gpu", 2_000_000), ("cpu", 40_000), ("memory", 5_000)):
+            admin.add_rate(flavor, resource, micros, month_start)
+    with pytest.raises(trainyard.InvalidArgument) as e:
+        admin.add_rate("on-demand-h100", "gpu", -1, month_start + datetime.timedelta(hours=1))
+    assert e.value.field == "rate.price_per_unit_hour.micros"
+    book = client.price_book()
+    assert len(book.rates) == 9 and book.rates[0].price_per_unit_hour.currency_code == "USD"
+
+    job = client.submit(quick(name="metered"))
+    done = client.wait(job, timeout=60)
+    assert done.state == job_pb2.JOB_STATE_SUCCEEDED
+    attempt = done.attempts[0]
+    gpu_ms = attempt.end_time.ToMilliseconds() - attempt.start_time.ToMilliseconds()
+    deadline = time.time() + 30
+    lines = []
+    while time.time() < deadline:
+        lines = list(admin.usage_records(job=job))
+        if lines and not any(r.open for r in lines):
+            break
+        time.sleep(0.5)
+    gpu = [r for r in lines if r.resource == common_pb2.RESOURCE_NAME_GPU]
+    assert gpu, lines
+    # Each line is rounded half-even on its own: at most half a micro off per line.
+    expected = 2_000_000 * gpu_ms / 3_600_000
+    assert abs(sum(r.cost.micros for r in gpu) - expected) <= len(gpu), (gpu, expected)
+    assert sum(r.amount * (r.end_time.ToMilliseconds() - r.start_time.ToMilliseconds())
+               for r in gpu) == gpu_ms
+
+    with pytest.raises(trainyard.PermissionDenied):
+        client.report(period=now.strftime("%Y-%m"), group_by=["project"])
+    report = admin.report(period=now.strftime("%Y-%m"), group_by=["project", "resource"])
+    assert report.currency == "USD"
+    assert report.total.cost.micros == sum(r.cost.micros for r in report.rows)
+    assert report.total.cost.micros >= sum(r.cost.micros for r in lines)
     with pytest.raises(trainyard.InvalidArgument) as e:
         client.report(period="2026-13")
     assert e.value.field == "period"

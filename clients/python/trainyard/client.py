@@ -540,6 +540,25 @@ class Client:
                                       field="group_by") from None
         return req
 
+    # --- price book and usage (AccountingService) ----------------------------------------------
+
+    def price_book(self):
+        """The price book: rate versions and spot prices (``trainyard.v1.PriceBook``)."""
+        return self._call(self._accounting.GetPriceBook, accounting_pb2.GetPriceBookRequest(),
+                          "AccountingService.GetPriceBook")
+
+    def add_rate(self, flavor: str, resource: str, price_micros: int, effective: _dt.datetime,
+                 currency: str = "USD"):
+        """Adds a rate version (platform-admin): ``price_micros`` per unit-hour of ``resource``
+        ("gpu", "cpu" or "memory") on ``flavor`` from ``effective`` on."""
+        rate = accounting_pb2.Rate(
+            flavor=flavor,
+            resource=common_pb2.ResourceName.Value("RESOURCE_NAME_" + resource.upper()),
+            price_per_unit_hour=common_pb2.Money(currency_code=currency, micros=price_micros))
+        rate.effective_time.FromDatetime(effective)
+        return self._call(self._accounting.AddRate, accounting_pb2.AddRateRequest(rate=rate),
+                          "AccountingService.AddRate")
+
     def report(self, *, period: Optional[str] = None, start=None, end=None,
                group_by: Sequence[str] = ("project",), project: str = "", queue: str = "",
                tenant: Optional[str] = None, all_tenants: bool = False):
