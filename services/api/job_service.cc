@@ -247,7 +247,7 @@ class JobServiceImpl final
               *response,
               ctx_->jobs->Get(name.tenant, name.job_id,
                               request->view() == trainyard::v1::JOB_VIEW_FULL));
-          return absl::OkStatus();
+          return ctx_->jobs->FillCosts({response});
         });
   }
 
@@ -308,6 +308,9 @@ class JobServiceImpl final
           TY_ASSIGN_OR_RETURN(storage::postgres::JobPage page,
                               ctx_->jobs->List(query));
           for (auto& job : page.jobs) *response->add_jobs() = std::move(job);
+          std::vector<trainyard::v1::Job*> jobs;
+          for (auto& job : *response->mutable_jobs()) jobs.push_back(&job);
+          TY_RETURN_IF_ERROR(ctx_->jobs->FillCosts(jobs));
           if (page.next_before_id > 0) {
             response->set_next_page_token(absl::StrCat(page.next_before_id));
           }

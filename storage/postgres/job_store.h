@@ -90,6 +90,11 @@ class JobStore {
   absl::StatusOr<trainyard::v1::Job> Get(const std::string& tenant,
                                          int64_t job_id, bool with_attempts);
   absl::StatusOr<JobPage> List(const JobQuery& query);
+  // Sets each job's `cost` from the accounting ledger (usage_lines): what its
+  // attempts' lines add up to, and whether it is final (the job is terminal
+  // and every attempt that started is metered for good). Jobs with no line
+  // and no accounting currency stored are left without a cost. One query.
+  absl::Status FillCosts(const std::vector<trainyard::v1::Job*>& jobs);
 
   // Ends a pending job at once, or asks the dispatcher to stop a running one.
   // Idempotent; a terminal job is returned unchanged.

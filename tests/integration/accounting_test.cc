@@ -204,6 +204,24 @@ TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
   EXPECT_EQ(Cost(Usage(ja), v1::RESOURCE_NAME_GPU), 9'000'000);
   EXPECT_EQ(Cost(Usage(ja), v1::RESOURCE_NAME_CPU), 320'000);
   EXPECT_EQ(Cost(Usage(ja), v1::RESOURCE_NAME_MEMORY), 160'000);
+  // The job's cost in Get and List: every resource's lines, GPU-hours.
+  v1::Job got = harness_->GetJob(harness_->admin_token(), "acme", a);
+  EXPECT_EQ(got.cost().spent().micros(), 9'000'000 + 320'000 + 160'000);
+  EXPECT_EQ(got.cost().spent().currency_code(), "USD");
+  EXPECT_EQ(got.cost().gpu_hours(), "4");  // 2 GPUs × 2 h
+  EXPECT_FALSE(got.cost().final());        // the job itself has not ended
+  {
+    v1::ListJobsRequest list;
+    list.set_parent("tenants/acme");
+    v1::ListJobsResponse jobs;
+    auto lctx = ApiHarness::Context(harness_->admin_token());
+    ASSERT_TRUE(harness_->jobs()->List(lctx.get(), list, &jobs).ok());
+    int64_t listed = 0;
+    for (const v1::Job& j : jobs.jobs()) listed += j.cost().spent().micros();
+    int64_t ledger = 0;
+    for (const v1::UsageRecord& r : Usage()) ledger += r.cost().micros();
+    EXPECT_EQ(listed, ledger);
+  }
   std::vector<v1::UsageRecord> rb = Usage(jb);
   EXPECT_EQ(Cost(rb, v1::RESOURCE_NAME_GPU), 444);
   for (const v1::UsageRecord& r : rb) {

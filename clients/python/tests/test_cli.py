@@ -28,7 +28,7 @@ def test_help_everywhere(yard):
     top = yard("--help")
     assert top.code == 0 and "Exit codes" in top.out
     for cmd in ("submit", "get", "jobs", "cancel", "hold", "release", "watch", "wait", "why", "queues", "quota",
-                "checkpoints", "report", "whoami", "context"):
+                "checkpoints", "report", "cost", "whoami", "context"):
         r = yard(cmd, "--help")
         assert r.code == 0, r
         assert f"usage: yard {cmd}" in r.out
@@ -227,3 +227,22 @@ def test_context_use_and_precedence(yard, stack, tmp_path):
     r = yard("whoami", env={"TRAINYARD_ADDR": "127.0.0.1:1", "TRAINYARD_TOKEN": None},
              timeout=60)
     assert r.code == 5, r
+
+
+def test_cost_by_project_and_job_cost_columns(yard, stack):
+    """`yard cost` prints the report's rows and a TOTAL whose cost is their sum; members may
+    not read costs; `yard jobs` has a COST column."""
+    r = yard("cost", "--by", "project,resource", "--all-tenants",
+             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 0 and "TOTAL" in r.out and "PER GPU-HOUR" in r.out, r
+    r = yard("cost", "-o", "json", "--all-tenants",
+             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 0, r
+    report = json.loads(r.out)
+    total = int(report.get("total", {}).get("cost", {}).get("micros", 0))
+    assert total == sum(int(row.get("cost", {}).get("micros", 0))
+                        for row in report.get("rows", []))
+    r = yard("cost")
+    assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
+    r = yard("jobs")
+    assert r.code == 0 and "COST" in r.out.splitlines()[0], r

@@ -255,6 +255,11 @@ def test_accounting_prices_metering_and_reports(client, admin):
     assert sum(r.amount * (r.end_time.ToMilliseconds() - r.start_time.ToMilliseconds())
                for r in gpu) == gpu_ms
 
+    # The job's cost: its lines' sum, final once the job ended and its attempt is metered.
+    cost = client.get(job).cost
+    assert cost.final and cost.spent.micros == sum(r.cost.micros for r in lines), cost
+    assert cost.spent.currency_code == "USD"
+
     with pytest.raises(trainyard.PermissionDenied):
         client.report(period=now.strftime("%Y-%m"), group_by=["project"])
     report = admin.report(period=now.strftime("%Y-%m"), group_by=["project", "resource"])

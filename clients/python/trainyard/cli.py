@@ -107,7 +107,7 @@ def _job_row(job, with_tenant: bool):
     if with_tenant:
         row.append(job.tenant)
     row += [job.display_name, spec.queue, state_name(job.state), res, job.attempt_count,
-            output.age(job.create_time), job.state_reason]
+            _cost(job), output.age(job.create_time), job.state_reason]
     return row
 
 
@@ -115,7 +115,16 @@ def _job_headers(with_tenant: bool):
     h = ["ID"]
     if with_tenant:
         h.append("TENANT")
-    return h + ["NAME", "QUEUE", "STATE", "GPUS", "ATTEMPTS", "AGE", "REASON"]
+    return h + ["NAME", "QUEUE", "STATE", "GPUS", "ATTEMPTS", "COST", "AGE", "REASON"]
+
+
+def _cost(job) -> str:
+    """The job's metered cost, with "~" while it still accrues; "" without accounting."""
+    from trainyard import output
+    if not job.HasField("cost"):
+        return ""
+    text = output.money(job.cost.spent)
+    return text if job.cost.final else f"~{text}"
 
 
 def _print_jobs(args, jobs, with_tenant=False):
@@ -225,6 +234,9 @@ def cmd_get(args):
              ("Created", output.ts(job.create_time)), ("Updated", output.ts(job.update_time)),
              ("Ended", output.ts(job.end_time)), ("Creator", job.creator),
              ("Attempts", job.attempt_count), ("Resume from", job.resume_from)]
+    if job.HasField("cost"):
+        pairs.append(("Cost", f"{_cost(job)} ({job.cost.gpu_hours} GPU-hours, lost work "
+                              f"{output.money(job.cost.lost_work)})"))
     if s.job_set:
         pairs.append(("Job set", s.job_set))
     if job.labels:
@@ -437,6 +449,30 @@ def cmd_report(args):
     return EXIT_OK
 
 
+def cmd_cost(args):
+    import datetime as _dt
+    from trainyard import output
+    period = args.period or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m")
+    by = [g.strip() for g in args.by.split(",") if g.strip()]
+    with _client(args) as c:
+        report = c.report(period=period, group_by=by, project=args.project or "",
+                          queue=args.queue or "", all_tenants=args.all_tenants)
+    if args.output != "table":
+        output.dump(report, args.output)
+        return EXIT_OK
+
+    def cells(r):
+        return [r.gpu_hours or "0", output.money(r.cost), output.money(r.lost_work_cost),
+                output.money(r.effective_gpu_hour_price), r.attempts]
+    headers = [g.upper() for g in by] + ["GPU-HOURS", "COST", "LOST WORK", "PER GPU-HOUR",
+                                        "ATTEMPTS"]
+    rows = [list(r.keys) + cells(r) for r in report.rows]
+    rows.append(["TOTAL"] + [""] * (len(by) - 1) + cells(report.total))
+    print(f"{period} ({report.currency})")
+    output.table(headers, rows)
+    return EXIT_OK
+
+
 def cmd_whoami(args):
     from trainyard import output
     from trainyard.v1 import admin_pb2
@@ -627,6 +663,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated: tenant, project, queue, user, flavor, cluster, day, job")
     sp.add_argument("--format", choices=("csv", "json", "yaml", "table"),
                     help="default: the -o format")
+    sp.add_argument("--project")
+    sp.add_argument("--queue")
+    sp.add_argument("--all-tenants", action="store_true")
+
+    sp = add("cost", cmd_cost, "what was spent, by project, user or queue, over a window")
+    sp.add_argument("--by", default="project",
+                    help="comma-separated: project, user, queue, flavor, cluster, job, resource, "
+                         "tenant, day (default project)")
+    sp.add_argument("--period", help="YYYY-MM or YYYY-MM-DD (default: this month, UTC)")
     sp.add_argument("--project")
     sp.add_argument("--queue")
     sp.add_argument("--all-tenants", action="store_true")
