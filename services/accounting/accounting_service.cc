@@ -200,10 +200,13 @@ absl::StatusOr<std::string> FinanceTenant(const Caller& caller,
   TY_ASSIGN_OR_RETURN(std::string tenant,
                       domain::ParseTenantParent(parent, "parent"));
   if (tenant == domain::kAllId) {
-    TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
-        caller, "read the accounting of every tenant"));
-    return std::string();
+    if (caller.platform_admin || caller.platform_finance) return std::string();
+    return absl::PermissionDeniedError(absl::StrCat(
+        caller.principal,
+        " needs role finance without a tenant (platform finance) or "
+        "platform-admin to read the accounting of every tenant"));
   }
+  if (caller.ReadsAccountingOf(tenant)) return tenant;
   TY_RETURN_IF_ERROR(api::Require(caller, tenant, api::Permission::kFinance,
                                   domain::TenantName(tenant)));
   return tenant;

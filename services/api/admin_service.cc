@@ -164,9 +164,10 @@ absl::Status CheckBindingAuthority(const Caller& caller, v1::Role role,
                                    std::string_view verb) {
   if (caller.platform_admin) return absl::OkStatus();
   if (role == v1::ROLE_PLATFORM_ADMIN || tenant.empty()) {
-    return absl::PermissionDeniedError(
-        domain::Cat(caller.principal, " needs role platform-admin to ", verb,
-                    " ROLE_PLATFORM_ADMIN bindings"));
+    return absl::PermissionDeniedError(domain::Cat(
+        caller.principal, " needs role platform-admin to ", verb,
+        " platform-wide bindings (ROLE_PLATFORM_ADMIN, ROLE_FINANCE without "
+        "a tenant)"));
   }
   return Require(caller, tenant, Permission::kAdminTenant,
                  domain::TenantName(tenant));

@@ -30,7 +30,8 @@ uint32_t Allowed(Permission p) {
     case Permission::kAdminTenant:
       return Bit(trainyard::v1::ROLE_TENANT_ADMIN);
     case Permission::kFinance:
-      return Bit(trainyard::v1::ROLE_FINANCE);
+      return Bit(trainyard::v1::ROLE_FINANCE) |
+             Bit(trainyard::v1::ROLE_TENANT_ADMIN);
   }
   return 0;
 }
@@ -44,7 +45,7 @@ std::string_view PermissionName(Permission p) {
     case Permission::kAdminTenant:
       return "tenant-admin";
     case Permission::kFinance:
-      return "finance";
+      return "finance (or tenant-admin)";
   }
   return "?";
 }
@@ -53,6 +54,10 @@ std::string_view PermissionName(Permission p) {
 
 bool Caller::Sees(std::string_view tenant) const {
   return platform_admin || roles.contains(std::string(tenant));
+}
+
+bool Caller::ReadsAccountingOf(std::string_view tenant) const {
+  return platform_finance || Can(tenant, Permission::kFinance);
 }
 
 bool Caller::Can(std::string_view tenant, Permission p) const {
@@ -244,6 +249,8 @@ absl::StatusOr<Caller> Authenticator::AuthenticateToken(
   for (const auto& b : *bindings) {
     if (b.role() == trainyard::v1::ROLE_PLATFORM_ADMIN) {
       caller.platform_admin = true;
+    } else if (b.role() == trainyard::v1::ROLE_FINANCE && b.tenant().empty()) {
+      caller.platform_finance = true;
     } else if (!b.tenant().empty()) {
       caller.roles[b.tenant()] |= Bit(b.role());
     }

@@ -35,6 +35,9 @@ struct Caller {
   std::string principal;
   std::string token_id;
   bool platform_admin = false;
+  // ROLE_FINANCE bound without a tenant: reads every tenant's accounting
+  // (AccountingService) and nothing else.
+  bool platform_finance = false;
   // tenant → bitmask of (1 << trainyard::v1::Role)
   absl::flat_hash_map<std::string, uint32_t> roles;
   // A job token's scope (docs/security.md "Job tokens"): the job it may read
@@ -46,6 +49,9 @@ struct Caller {
   bool job_scoped() const { return job_id != 0; }
 
   bool Sees(std::string_view tenant) const;
+  // Whether the caller reads `tenant`'s accounting: platform-admin, platform
+  // finance, or finance or tenant-admin of the tenant.
+  bool ReadsAccountingOf(std::string_view tenant) const;
   bool Can(std::string_view tenant, Permission p) const;
   // Tenants with any binding (platform admins: all, signalled by the flag, not
   // listed).

@@ -46,6 +46,8 @@
 #include "google/protobuf/empty.pb.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "services/accounting/accounting_service.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/runtime/job_token.h"
 #include "tests/integration/api_test_harness.h"
@@ -67,11 +69,14 @@ enum class Who {
   kNobody,         // a valid token, no role binding anywhere
   kAnonymous,      // no credentials at all
   kJobToken,       // the job token of the shared job of t1
+  // finance bound without a tenant: every tenant's accounting, nothing else
+  kPlatformFinance,
 };
-constexpr int kWhoCount = 8;
+constexpr int kWhoCount = 9;
 constexpr Who kEveryone[] = {
-    Who::kViewer,        Who::kMember, Who::kTenantAdmin, Who::kFinance,
-    Who::kPlatformAdmin, Who::kNobody, Who::kAnonymous,   Who::kJobToken};
+    Who::kViewer,    Who::kMember,        Who::kTenantAdmin,
+    Who::kFinance,   Who::kPlatformAdmin, Who::kNobody,
+    Who::kAnonymous, Who::kJobToken,      Who::kPlatformFinance};
 
 std::string WhoName(Who who) {
   switch (who) {
@@ -91,6 +96,8 @@ std::string WhoName(Who who) {
       return "anonymous";
     case Who::kJobToken:
       return "job_token";
+    case Who::kPlatformFinance:
+      return "platform_finance";
   }
   return "?";
 }
@@ -178,7 +185,10 @@ Expect InTenant(Need need) {
   return [need](Who who, Target target) -> Codes {
     if (who == Who::kAnonymous) return {StatusCode::UNAUTHENTICATED};
     if (who == Who::kPlatformAdmin) return {StatusCode::OK};
-    if (who == Who::kNobody || target == Target::kOther)
+    // Platform finance holds no role in any tenant: like nobody, outside
+    // accounting.
+    if (who == Who::kNobody || who == Who::kPlatformFinance ||
+        target == Target::kOther)
       return {StatusCode::NOT_FOUND};
     return {Grants(who, need) ? StatusCode::OK : StatusCode::PERMISSION_DENIED};
   };
@@ -219,6 +229,7 @@ struct Env {
   std::unique_ptr<v1::QueueService::Stub> queues;
   std::unique_ptr<v1::ClusterService::Stub> clusters;
   std::unique_ptr<v1::AdminService::Stub> admin;
+  std::unique_ptr<v1::AccountingService::Stub> accounting;
   std::string token[kWhoCount];      // by Who; empty for kAnonymous
   std::string principal[kWhoCount];  // by Who; empty for kAnonymous
   // A queued job in each tenant, with one checkpoint; never cancelled.
@@ -556,7 +567,7 @@ void ExpectTenantsListed(const Call& c,
     tenants.insert(tenant_of(item));
     EXPECT_TRUE(c.Sees(tenant_of(item))) << "leaked " << item.name();
   }
-  if (c.who != Who::kNobody) {
+  if (c.Sees(kOwnTenant)) {
     EXPECT_TRUE(tenants.contains(kOwnTenant));
   }
   if (c.SeesAll()) {
@@ -747,7 +758,7 @@ std::vector<Row> QueueRows() {
                         EXPECT_TRUE(c.Sees(TenantOfName(t.name())))
                             << "leaked " << t.name();
                       }
-                      if (c.who != Who::kNobody) {
+                      if (c.Sees(kOwnTenant)) {
                         EXPECT_TRUE(names.contains("tenants/t1"));
                       }
                       if (c.SeesAll()) {
@@ -1242,10 +1253,127 @@ std::vector<Row> AdminRows() {
   return rows;
 }
 
+// AccountingService (docs/security.md, "Roles"): the price book is read by
+// everyone and changed by platform admins; a tenant's usage and reports are
+// read by its finance and tenant-admins, by platform finance and by platform
+// admins; every tenant's ("tenants/-") only by the last two. The budget
+// methods are not served yet (UNIMPLEMENTED for everyone), so they have no
+// rows.
+Expect FinanceRead() {
+  return [](Who who, Target target) -> Codes {
+    if (who == Who::kAnonymous) return {StatusCode::UNAUTHENTICATED};
+    if (who == Who::kPlatformAdmin || who == Who::kPlatformFinance)
+      return {StatusCode::OK};
+    if (who == Who::kNobody || target == Target::kOther)
+      return {StatusCode::NOT_FOUND};
+    return {who == Who::kFinance || who == Who::kTenantAdmin
+                ? StatusCode::OK
+                : StatusCode::PERMISSION_DENIED};
+  };
+}
+
+Expect FinanceReadAll() {
+  return [](Who who, Target) -> Codes {
+    if (who == Who::kAnonymous) return {StatusCode::UNAUTHENTICATED};
+    if (who == Who::kPlatformAdmin || who == Who::kPlatformFinance)
+      return {StatusCode::OK};
+    return {StatusCode::PERMISSION_DENIED};
+  };
+}
+
+using AccountingStub = v1::AccountingService::Stub;
+
+google::protobuf::Timestamp AuthzTime(int64_t seconds) {
+  google::protobuf::Timestamp t;
+  t.set_seconds(seconds);
+  return t;
+}
+
+// November 2026, the window of the report rows.
+void Window(v1::GetReportRequest& req) {
+  *req.mutable_start_time() = AuthzTime(1793491200);  // 2026-11-01T00:00:00Z
+  *req.mutable_end_time() = AuthzTime(1796083200);    // 2026-12-01T00:00:00Z
+}
+
+std::vector<Row> AccountingRows() {
+  std::vector<Row> rows;
+  auto add = [&](std::string rpc, std::string variant, bool per_tenant,
+                 bool audited, const char* role, Expect expect, Run run) {
+    rows.push_back({"AccountingService", std::move(rpc), std::move(variant),
+                    per_tenant, audited, role, std::move(expect),
+                    std::move(run)});
+  };
+  add("GetPriceBook", "", false, false, nullptr, AnyAuthenticated(),
+      CallsEmpty(&Env::accounting, &AccountingStub::GetPriceBook));
+  // Each call a new instant in 2030, so that every permitted one is stored.
+  add("AddRate", "", false, true, "platform-admin", PlatformAdminOnly(),
+      Calls(&Env::accounting, &AccountingStub::AddRate,
+            [](const Call& c, v1::AddRateRequest& req) {
+              v1::Rate* r = req.mutable_rate();
+              r->set_flavor("gpu");
+              r->set_resource(v1::RESOURCE_NAME_GPU);
+              r->mutable_price_per_unit_hour()->set_currency_code("USD");
+              r->mutable_price_per_unit_hour()->set_micros(2000000);
+              *r->mutable_effective_time() =
+                  AuthzTime(1893456000 + 3600 * int64_t{++c.env->counter});
+            }));
+  add("AddSpotPrice", "", false, true, "platform-admin", PlatformAdminOnly(),
+      Calls(&Env::accounting, &AccountingStub::AddSpotPrice,
+            [](const Call& c, v1::AddSpotPriceRequest& req) {
+              v1::SpotPrice* p = req.mutable_spot_price();
+              p->set_flavor("gpu");
+              p->mutable_gpu_hour_price()->set_currency_code("USD");
+              p->mutable_gpu_hour_price()->set_micros(900000);
+              *p->mutable_effective_time() =
+                  AuthzTime(1893456000 + 3600 * int64_t{++c.env->counter});
+            }));
+  add("ListUsage", "of_tenant", true, false, "finance", FinanceRead(),
+      Calls(&Env::accounting, &AccountingStub::ListUsage,
+            [](const Call& c, v1::ListUsageRequest& req) {
+              req.set_parent(c.parent());
+            }));
+  add("ListUsage", "all", false, false, "finance", FinanceReadAll(),
+      Calls(&Env::accounting, &AccountingStub::ListUsage,
+            [](const Call&, v1::ListUsageRequest& req) {
+              req.set_parent("tenants/-");
+            }));
+  add("GetReport", "of_tenant", true, false, "finance", FinanceRead(),
+      Calls(&Env::accounting, &AccountingStub::GetReport,
+            [](const Call& c, v1::GetReportRequest& req) {
+              req.set_parent(c.parent());
+              Window(req);
+            }));
+  add("GetReport", "all", false, false, "finance", FinanceReadAll(),
+      Calls(&Env::accounting, &AccountingStub::GetReport,
+            [](const Call&, v1::GetReportRequest& req) {
+              req.set_parent("tenants/-");
+              Window(req);
+            }));
+  add("ExportReport", "of_tenant", true, false, "finance", FinanceRead(),
+      [](const Call& c) {
+        v1::ExportReportRequest req;
+        req.mutable_report()->set_parent(c.parent());
+        Window(*req.mutable_report());
+        req.set_format(v1::REPORT_FORMAT_CSV);
+        auto ctx = c.Ctx();
+        auto reader = c.env->accounting->ExportReport(ctx.get(), req);
+        v1::ExportReportResponse chunk;
+        std::string data;
+        while (reader->Read(&chunk)) data += chunk.data();
+        grpc::Status s = reader->Finish();
+        if (s.ok()) {
+          EXPECT_TRUE(absl::StartsWith(data, "BillingAccountId,"));
+        }
+        return s;
+      });
+  return rows;
+}
+
 const std::vector<Row>& Rows() {
   static const std::vector<Row>* rows = [] {
     auto* all = new std::vector<Row>();
-    for (auto part : {JobRows(), QueueRows(), ClusterRows(), AdminRows()}) {
+    for (auto part : {JobRows(), QueueRows(), ClusterRows(), AdminRows(),
+                      AccountingRows()}) {
       for (Row& r : part) all->push_back(std::move(r));
     }
     return all;
@@ -1304,6 +1432,9 @@ class AuthzTest : public ::testing::TestWithParam<CellParam> {
     const std::shared_ptr<const runtime::JobTokenKeys> job_token_keys =
         runtime::JobTokenKeys::Random();
     options.server.job_tokens = job_token_keys;
+    options.server.more_services.push_back([](api::ApiContext* ctx) {
+      return accounting::NewAccountingService(ctx, {});
+    });
     absl::StatusOr<std::unique_ptr<ApiHarness>> h =
         ApiHarness::Start(std::move(options));
     if (!h.ok()) return h.status();
@@ -1314,6 +1445,7 @@ class AuthzTest : public ::testing::TestWithParam<CellParam> {
     env.queues = env.h->queues();
     env.clusters = env.h->clusters();
     env.admin = env.h->admin();
+    env.accounting = v1::AccountingService::NewStub(env.h->channel());
 
     struct Principal {
       Who who;
@@ -1330,6 +1462,7 @@ class AuthzTest : public ::testing::TestWithParam<CellParam> {
         {Who::kPlatformAdmin, "users/platform-admin", v1::ROLE_PLATFORM_ADMIN,
          ""},
         {Who::kNobody, "users/nobody", v1::ROLE_UNSPECIFIED, ""},
+        {Who::kPlatformFinance, "users/platform-finance", v1::ROLE_FINANCE, ""},
     };
     for (const Principal& p : principals) {
       env.principal[static_cast<int>(p.who)] = p.name;

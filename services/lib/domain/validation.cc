@@ -973,10 +973,13 @@ absl::Status ValidateRoleBinding(const v1::RoleBinding& binding) {
     }
     return absl::OkStatus();
   }
-  if (binding.tenant().empty()) {
+  // ROLE_FINANCE without a tenant is the platform's finance role: it reads
+  // every tenant's accounting and nothing else.
+  if (binding.tenant().empty() && binding.role() != v1::ROLE_FINANCE) {
     return FieldError("tenant", reason::kRequired,
                       Cat("required for ", v1::Role_Name(binding.role())));
   }
+  if (binding.tenant().empty()) return absl::OkStatus();
   if (!IsValidId(binding.tenant())) return BadId("tenant", binding.tenant());
   return absl::OkStatus();
 }
