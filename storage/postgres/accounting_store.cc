@@ -86,6 +86,58 @@ std::map<std::string, std::string> LabelsOf(const std::string& json_text) {
   return labels;
 }
 
+// What the meter reads of an attempt (CandidateOf), up to "WHERE ... AND ".
+constexpr char kCandidateSelect[] =
+    "SELECT a.job_id, a.idx, a.cluster, a.flavor, a.body, "
+    "a.metered_until_ms, j.tenant, j.project, j.queue, j.creator, "
+    "j.labels::text, j.spec, f.body, (SELECT (extract(epoch FROM "
+    "max(c.report_time)) * 1000)::bigint FROM checkpoints c WHERE c.job_id "
+    "= a.job_id AND c.attempt = a.idx) FROM attempts a JOIN jobs j ON j.id "
+    "= a.job_id LEFT JOIN flavors f ON f.id = a.flavor WHERE a.start_time "
+    "IS NOT NULL AND ";
+
+// An attempt row of acct_candidates (or acct_attempts_in) as the meter reads
+// it.
+absl::StatusOr<MeterCandidate> CandidateOf(const pqxx::row& r) {
+  MeterCandidate c;
+  c.job_id = r[0].as<int64_t>();
+  c.attempt = r[1].as<int32_t>();
+  c.cluster = r[2].as<std::string>();
+  c.flavor = r[3].as<std::string>();
+  trainyard::v1::Attempt attempt;
+  if (!attempt.ParseFromString(BytesOf(r[4]))) {
+    return absl::DataLossError(absl::StrCat("attempt ", c.attempt, " of job ",
+                                            c.job_id, " does not decode"));
+  }
+  if (!r[5].is_null()) c.metered_until_ms = r[5].as<int64_t>();
+  c.tenant = r[6].as<std::string>();
+  c.project = r[7].as<std::string>();
+  c.queue = r[8].as<std::string>();
+  c.user = r[9].as<std::string>();
+  c.labels = LabelsOf(r[10].as<std::string>());
+  trainyard::v1::JobSpec spec;
+  if (!spec.ParseFromString(BytesOf(r[11]))) {
+    return absl::DataLossError(
+        absl::StrCat("the spec of job ", c.job_id, " does not decode"));
+  }
+  c.workers = std::max(1, spec.workers());
+  c.gpus_per_worker = spec.resources().gpus();
+  c.cpu_millis_per_worker = spec.resources().cpu_millis();
+  c.memory_bytes_per_worker = spec.resources().memory_bytes();
+  if (!r[12].is_null()) {
+    trainyard::v1::Flavor flavor;
+    if (flavor.ParseFromString(BytesOf(r[12]))) {
+      c.spot_flavor = flavor.kind() == trainyard::v1::FLAVOR_KIND_SPOT;
+    }
+  }
+  if (!r[13].is_null()) c.last_checkpoint_ms = r[13].as<int64_t>();
+  c.start_ms = MsOf(attempt.start_time());
+  if (attempt.has_end_time()) c.end_ms = MsOf(attempt.end_time());
+  c.failure_class = attempt.failure_class();
+
+  return c;
+}
+
 }  // namespace
 
 AccountingStore::AccountingStore(Database* db) : db_(db) {
@@ -116,14 +168,16 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                "$3::bigint[], $4::bigint[])");
   db_->Prepare(
       "acct_candidates",
-      "SELECT a.job_id, a.idx, a.cluster, a.flavor, a.body, "
-      "a.metered_until_ms, j.tenant, j.project, j.queue, j.creator, "
-      "j.labels::text, j.spec, f.body, (SELECT (extract(epoch FROM "
-      "max(c.report_time)) * 1000)::bigint FROM checkpoints c WHERE c.job_id "
-      "= a.job_id AND c.attempt = a.idx) FROM attempts a JOIN jobs j ON j.id "
-      "= a.job_id LEFT JOIN flavors f ON f.id = a.flavor WHERE a.start_time "
-      "IS NOT NULL AND NOT a.metered_final AND (a.job_id, a.idx) > ($1, $2) "
-      "ORDER BY a.job_id, a.idx LIMIT $3 FOR UPDATE OF a SKIP LOCKED");
+      absl::StrCat(kCandidateSelect,
+                   "NOT a.metered_final AND (a.job_id, a.idx) > ($1, $2) "
+                   "ORDER BY a.job_id, a.idx LIMIT $3 FOR UPDATE OF a SKIP "
+                   "LOCKED"));
+  db_->Prepare(
+      "acct_attempts_in",
+      absl::StrCat(kCandidateSelect,
+                   "a.start_time < to_timestamp($2::bigint / 1000.0) AND "
+                   "(a.end_time IS NULL OR a.end_time > to_timestamp($1::bigint "
+                   "/ 1000.0)) ORDER BY a.job_id, a.idx"));
   db_->Prepare(
       "acct_old_lines",
       absl::StrCat("SELECT ", kLineColumns,
@@ -341,44 +395,11 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     pqxx::result rows = txn.exec_prepared("acct_candidates", after_job_id,
                                           after_attempt, limit);
     for (const pqxx::row& r : rows) {
-      MeterCandidate c;
-      c.job_id = r[0].as<int64_t>();
-      c.attempt = r[1].as<int32_t>();
+      absl::StatusOr<MeterCandidate> decoded = CandidateOf(r);
+      if (!decoded.ok()) return decoded.status();
+      const MeterCandidate& c = *decoded;
       result.last_job_id = c.job_id;
       result.last_attempt = c.attempt;
-      c.cluster = r[2].as<std::string>();
-      c.flavor = r[3].as<std::string>();
-      trainyard::v1::Attempt attempt;
-      if (!attempt.ParseFromString(BytesOf(r[4]))) {
-        return absl::DataLossError(absl::StrCat(
-            "attempt ", c.attempt, " of job ", c.job_id, " does not decode"));
-      }
-      if (!r[5].is_null()) c.metered_until_ms = r[5].as<int64_t>();
-      c.tenant = r[6].as<std::string>();
-      c.project = r[7].as<std::string>();
-      c.queue = r[8].as<std::string>();
-      c.user = r[9].as<std::string>();
-      c.labels = LabelsOf(r[10].as<std::string>());
-      trainyard::v1::JobSpec spec;
-      if (!spec.ParseFromString(BytesOf(r[11]))) {
-        return absl::DataLossError(
-            absl::StrCat("the spec of job ", c.job_id, " does not decode"));
-      }
-      c.workers = std::max(1, spec.workers());
-      c.gpus_per_worker = spec.resources().gpus();
-      c.cpu_millis_per_worker = spec.resources().cpu_millis();
-      c.memory_bytes_per_worker = spec.resources().memory_bytes();
-      if (!r[12].is_null()) {
-        trainyard::v1::Flavor flavor;
-        if (flavor.ParseFromString(BytesOf(r[12]))) {
-          c.spot_flavor = flavor.kind() == trainyard::v1::FLAVOR_KIND_SPOT;
-        }
-      }
-      if (!r[13].is_null()) c.last_checkpoint_ms = r[13].as<int64_t>();
-      c.start_ms = MsOf(attempt.start_time());
-      if (attempt.has_end_time()) c.end_ms = MsOf(attempt.end_time());
-      c.failure_class = attempt.failure_class();
-
       absl::StatusOr<MeterWrite> write = meter(c);
       if (!write.ok()) {
         result.failed.emplace_back(JobName(c.tenant, c.job_id), write.status());
@@ -445,6 +466,23 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
   });
   if (!s.ok()) return s;
   return result;
+}
+
+absl::StatusOr<std::vector<MeterCandidate>> AccountingStore::AttemptsIn(
+    TimeMs start_ms, TimeMs end_ms) {
+  std::vector<MeterCandidate> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_attempts_in", start_ms, end_ms)) {
+      absl::StatusOr<MeterCandidate> c = CandidateOf(r);
+      if (!c.ok()) return c.status();
+      out.push_back(*std::move(c));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<UsagePage> AccountingStore::ListLines(

@@ -119,6 +119,12 @@ class AccountingStore {
       absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
           meter);
 
+  // Every attempt that started and ran at some instant of [start_ms, end_ms)
+  // (started before end_ms and not ended by start_ms), as MeterBatch reads
+  // them, without locking anything: the reconciliation's input.
+  absl::StatusOr<std::vector<MeterCandidate>> AttemptsIn(
+      pricing::TimeMs start_ms, pricing::TimeMs end_ms);
+
   // Ledger lines whose charge period starts in [start_ms, end_ms), of
   // `tenant` ("" = every tenant) and `job_id` (0 = every job), after the
   // page key `after` ("" = from the start), at most `limit`.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
@@ -20,6 +21,8 @@
 #include "gtest/gtest.h"
 #include "services/accounting/accounting_service.h"
 #include "services/accounting/meter_service.h"
+#include "services/accounting/reconcile.h"
+#include "storage/postgres/accounting_store.h"
 #include "storage/postgres/pool.h"
 #include "tests/integration/api_test_harness.h"
 #include "trainyard/v1/accounting.grpc.pb.h"
@@ -281,6 +284,51 @@ TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
   pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 10, 15)));
   ASSERT_TRUE(pass.ok());
   EXPECT_EQ(pass->attempts, 0);
+
+  // The ledger the passes wrote equals the attempts recomputed whole.
+  storage::postgres::AccountingStore store(db_.get());
+  auto book = store.LoadPriceBook("USD");
+  ASSERT_TRUE(book.ok());
+  auto november = accounting::MonthWindow("2026-11");
+  ASSERT_TRUE(november.ok());
+  auto reconciled = accounting::Reconcile(store, *book, november->first,
+                                          november->second, {});
+  ASSERT_TRUE(reconciled.ok()) << reconciled.status();
+  EXPECT_TRUE(reconciled->ok()) << absl::StrJoin(reconciled->differences, "\n");
+  EXPECT_EQ(reconciled->attempts, 3);
+  EXPECT_EQ(reconciled->ledger_micros, reconciled->recomputed_micros);
+  EXPECT_EQ(reconciled->ledger_micros,
+            9'480'000 + Cost(Usage(jb), v1::RESOURCE_NAME_GPU) +
+                Cost(Usage(jb), v1::RESOURCE_NAME_CPU) +
+                Cost(Usage(jb), v1::RESOURCE_NAME_MEMORY) + 11'000'000 +
+                Cost(Usage(jc), v1::RESOURCE_NAME_CPU) +
+                Cost(Usage(jc), v1::RESOURCE_NAME_MEMORY));
+  // A line changed behind the meter's back, and one deleted: both named.
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   txn.exec_params(
+                       "UPDATE usage_lines SET cost_micros = cost_micros + 1 "
+                       "WHERE job_id = $1 AND resource = 0 AND start_ms = $2",
+                       a, Ms(2026, 11, 10, 12));
+                   txn.exec_params(
+                       "DELETE FROM usage_lines WHERE job_id = $1 AND "
+                       "resource = 1",
+                       c);
+                   return absl::OkStatus();
+                 })
+                  .ok());
+  reconciled = accounting::Reconcile(store, *book, november->first,
+                                     november->second, {});
+  ASSERT_TRUE(reconciled.ok());
+  ASSERT_EQ(reconciled->differences.size(), 3u)
+      << absl::StrJoin(reconciled->differences, "\n");  // a's GPU, c's 2 CPU
+  EXPECT_THAT(
+      reconciled->differences,
+      ::testing::Contains(::testing::HasSubstr(absl::StrCat(
+          ja, "/1/GPU/", Ms(2026, 11, 10, 12), ": ledger cost 3000001"))));
+  EXPECT_THAT(
+      reconciled->differences,
+      ::testing::Contains(::testing::HasSubstr(absl::StrCat(
+          jc, "/1/CPU/", Ms(2026, 11, 10, 11), ": missing from the ledger"))));
 }
 
 TEST_F(AccountingTest, RefusesBadPricesNamingTheFieldAndStoresNothing) {

@@ -199,6 +199,21 @@ TEST_F(CliTest, ImportSpotPricesLoadsAWholeFileOrNothing) {
               HasSubstr("spot_prices[0].spot_price.effective_time"));
 }
 
+// `trainyard accounting reconcile`: a bad month is a usage error; an empty
+// ledger of a migrated database reconciles.
+TEST_F(CliTest, ReconcileChecksItsMonthAndReconcilesAnEmptyLedger) {
+  RunResult bad = Run({"accounting", "reconcile", "--month=2026-13",
+                       "--postgres_url=" + db_url_});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--month: must be YYYY-MM"));
+  ASSERT_EQ(Run({"migrate", "--postgres_url=" + db_url_}).exit_code, 0);
+  RunResult ok = Run({"accounting", "reconcile", "--month=2026-11",
+                      "--postgres_url=" + db_url_});
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("2026-11: 0 attempts"));
+  EXPECT_THAT(ok.output, HasSubstr("0 difference(s)"));
+}
+
 TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
   ASSERT_EQ(Run({"migrate", "--postgres_url=" + db_url_}).exit_code, 0);
   RunResult admin = Run({"token", "create", "--postgres_url=" + db_url_,

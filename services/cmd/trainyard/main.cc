@@ -6,6 +6,7 @@
 //   trainyard sim-cluster a simulated cluster served over gRPC
 //   trainyard accounting  AccountingService and the meter (one leader)
 //   trainyard accounting import-spot-prices -f FILE
+//   trainyard accounting reconcile --month=YYYY-MM
 //   trainyard all         every service that exists, in one process
 //   trainyard migrate     apply the SQL migrations
 //   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
@@ -39,6 +40,7 @@
 #include "services/accounting/accounting_service.h"
 #include "services/accounting/meter_service.h"
 #include "services/accounting/pricing/spot_csv.h"
+#include "services/accounting/reconcile.h"
 #include "services/api/auth.h"
 #include "services/api/server.h"
 #include "services/cmd/trainyard/apply.h"
@@ -169,6 +171,8 @@ ABSL_FLAG(std::string, description, "", "token create: what the token is for");
 ABSL_FLAG(std::string, f, "",
           "apply: text-format ApplyBundle file; accounting import-spot-prices: "
           "the CSV file");
+ABSL_FLAG(std::string, month, "",
+          "accounting reconcile: the month to reconcile, YYYY-MM (UTC)");
 ABSL_FLAG(absl::Duration, meter_interval, absl::Seconds(30),
           "accounting/all: how often the meter turns attempts into ledger "
           "lines (a running job's cost is at most this old)");
@@ -206,6 +210,7 @@ Usage:
                      [--accounting_currency=USD] [--lost_work_rule=tenant|platform|split] [--lost_work_tenant_percent=50]
                      [--spot_price_max_age=2h] [--close_month_after=120h]
   trainyard accounting import-spot-prices -f FILE.csv [--postgres_url=..]
+  trainyard accounting reconcile --month=YYYY-MM [--postgres_url=..] [the meter's --lost_work_rule, ...]
   trainyard all      (the api's flags, --schedule_interval, --sim_config, the accounting flags; every service in one process)
   Job tokens (api, dispatcher, all): [--job_token_key_file=FILE] [--api_advertise_addr=HOST:PORT]
                      [--job_token_ttl=168h] [--job_token_margin=1h]  (docs/security.md "Job tokens")
@@ -421,6 +426,48 @@ int ImportSpotPrices() {
   std::cout << "imported " << change.spot_prices.size() << " spot price(s) in "
             << stored->currency() << "\n";
   return 0;
+}
+
+// `trainyard accounting reconcile --month=YYYY-MM`: the month's ledger against
+// the attempts and the price book, recomputed (docs/accounting.md). Exits 0
+// when they agree, 1 with the differences otherwise.
+int Reconcile() {
+  auto window = trainyard::accounting::MonthWindow(absl::GetFlag(FLAGS_month));
+  if (!window.ok()) {
+    std::cerr << "reconcile: --" << window.status().message() << "\n";
+    return 2;
+  }
+  auto meter = MeterOptionsFromFlags();
+  if (!meter.ok()) {
+    std::cerr << "reconcile: " << meter.status().message() << "\n";
+    return 2;
+  }
+  auto db = trainyard::storage::postgres::Database::Open(
+      {.url = absl::GetFlag(FLAGS_postgres_url), .pool_size = 1});
+  if (!db.ok()) {
+    std::cerr << "reconcile: " << db.status() << "\n";
+    return 1;
+  }
+  trainyard::storage::postgres::AccountingStore store(db->get());
+  auto book = store.LoadPriceBook(meter->currency);
+  if (!book.ok()) {
+    std::cerr << "reconcile: " << book.status() << "\n";
+    return 1;
+  }
+  auto result = trainyard::accounting::Reconcile(store, *book, window->first,
+                                                 window->second, meter->meter);
+  if (!result.ok()) {
+    std::cerr << "reconcile: " << result.status() << "\n";
+    return 1;
+  }
+  for (const std::string& d : result->differences) std::cout << d << "\n";
+  std::cout << absl::StrFormat(
+      "%s: %d attempts (%d not metered yet), %d lines recomputed = %d micros "
+      "%s, %d ledger lines = %d micros: %d difference(s)\n",
+      absl::GetFlag(FLAGS_month), result->attempts, result->unmetered,
+      result->lines, result->recomputed_micros, book->currency(),
+      result->ledger_lines, result->ledger_micros, result->differences.size());
+  return result->ok() ? 0 : 1;
 }
 
 trainyard::scheduler::SchedulerOptions SchedulerOptionsFromFlags() {
@@ -941,8 +988,11 @@ int main(int argc, char** argv) {
   if (command == "accounting") {
     if (args.size() >= 3 && std::string(args[2]) == "import-spot-prices")
       return ImportSpotPrices();
+    if (args.size() >= 3 && std::string(args[2]) == "reconcile")
+      return Reconcile();
     if (args.size() >= 3) {
-      std::cerr << "usage: trainyard accounting [import-spot-prices -f FILE]\n";
+      std::cerr << "usage: trainyard accounting [import-spot-prices -f FILE | "
+                   "reconcile --month=YYYY-MM]\n";
       return 2;
     }
     return Serve(ServeMode::kAccounting);
