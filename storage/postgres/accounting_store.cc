@@ -178,11 +178,11 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                    "a.start_time < to_timestamp($2::bigint / 1000.0) AND "
                    "(a.end_time IS NULL OR a.end_time > to_timestamp($1::bigint "
                    "/ 1000.0)) ORDER BY a.job_id, a.idx"));
-  db_->Prepare(
-      "acct_old_lines",
-      absl::StrCat("SELECT ", kLineColumns,
-                   " FROM usage_lines WHERE job_id = $1 AND attempt = $2 AND "
-                   "start_ms >= $3"));
+  db_->Prepare("acct_old_keys",
+               "SELECT u.job_id, u.attempt, u.resource, u.start_ms FROM "
+               "usage_lines u JOIN unnest($1::bigint[], $2::int[], "
+               "$3::bigint[]) AS w(j, a, f) ON u.job_id = w.j AND u.attempt = "
+               "w.a AND u.start_ms >= w.f");
   db_->Prepare(
       "acct_upsert_lines",
       absl::StrCat(
@@ -205,12 +205,14 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "EXCLUDED.tenant_cost_micros, platform_cost_micros = "
           "EXCLUDED.platform_cost_micros, open = EXCLUDED.open"));
   db_->Prepare("acct_delete_lines",
-               "DELETE FROM usage_lines WHERE job_id = $1 AND attempt = $2 AND "
-               "(resource, start_ms) IN (SELECT * FROM unnest($3::smallint[], "
-               "$4::bigint[]))");
-  db_->Prepare("acct_cursor",
-               "UPDATE attempts SET metered_until_ms = $3, metered_final = $4 "
-               "WHERE job_id = $1 AND idx = $2");
+               "DELETE FROM usage_lines WHERE (job_id, attempt, resource, "
+               "start_ms) IN (SELECT * FROM unnest($1::bigint[], $2::int[], "
+               "$3::smallint[], $4::bigint[]))");
+  db_->Prepare("acct_cursors",
+               "UPDATE attempts SET metered_until_ms = u.m, metered_final = "
+               "u.f FROM unnest($1::bigint[], $2::int[], $3::bigint[], "
+               "$4::bool[]) AS u(j, i, m, f) WHERE attempts.job_id = u.j AND "
+               "attempts.idx = u.i");
   db_->Prepare(
       "acct_list_lines",
       absl::StrCat(
@@ -394,27 +396,47 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     result = MeterBatchResult();
     pqxx::result rows = txn.exec_prepared("acct_candidates", after_job_id,
                                           after_attempt, limit);
+    // What `meter` made of each attempt it could meter.
+    std::vector<std::pair<MeterCandidate, MeterWrite>> writes;
     for (const pqxx::row& r : rows) {
       absl::StatusOr<MeterCandidate> decoded = CandidateOf(r);
       if (!decoded.ok()) return decoded.status();
-      const MeterCandidate& c = *decoded;
-      result.last_job_id = c.job_id;
-      result.last_attempt = c.attempt;
-      absl::StatusOr<MeterWrite> write = meter(c);
+      result.last_job_id = decoded->job_id;
+      result.last_attempt = decoded->attempt;
+      absl::StatusOr<MeterWrite> write = meter(*decoded);
       if (!write.ok()) {
-        result.failed.emplace_back(JobName(c.tenant, c.job_id), write.status());
+        result.failed.emplace_back(JobName(decoded->tenant, decoded->job_id),
+                                   write.status());
         continue;
       }
-      // What the attempt had from replace_from on, to delete what the new
-      // lines no longer cover.
-      std::set<std::pair<int, int64_t>> stale;
-      for (const pqxx::row& old : txn.exec_prepared(
-               "acct_old_lines", c.job_id, c.attempt, write->replace_from)) {
-        stale.emplace(old[2].as<int>(), old[3].as<int64_t>());
+      writes.emplace_back(*std::move(decoded), *std::move(write));
+    }
+    if (writes.empty()) return absl::OkStatus();
+    // Every attempt's stored lines from its replace_from on, in one query:
+    // those the new lines no longer cover are deleted.
+    using Key = std::tuple<int64_t, int32_t, int, int64_t>;
+    std::set<Key> stale;
+    {
+      ArrayLiteral jobs, attempts, froms;
+      for (const auto& [c, w] : writes) {
+        jobs.Int(c.job_id);
+        attempts.Int(c.attempt);
+        froms.Int(w.replace_from);
       }
-      ArrayLiteral cols[22];
-      for (const LedgerLine& line : write->lines) {
-        stale.erase({static_cast<int>(line.resource), line.start});
+      for (const pqxx::row& old :
+           txn.exec_prepared("acct_old_keys", jobs.str(), attempts.str(),
+                             froms.str())) {
+        stale.emplace(old[0].as<int64_t>(), old[1].as<int32_t>(),
+                      old[2].as<int>(), old[3].as<int64_t>());
+      }
+    }
+    ArrayLiteral cols[22];
+    size_t lines = 0;
+    ArrayLiteral cursor_jobs, cursor_attempts, cursor_until, cursor_final;
+    for (const auto& [c, w] : writes) {
+      for (const LedgerLine& line : w.lines) {
+        stale.erase(
+            {c.job_id, c.attempt, static_cast<int>(line.resource), line.start});
         cols[0].Int(c.job_id);
         cols[1].Int(c.attempt);
         cols[2].Int(static_cast<int>(line.resource));
@@ -437,31 +459,39 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
         cols[19].Int(line.tenant_cost_micros);
         cols[20].Int(line.platform_cost_micros);
         cols[21].Bool(line.open);
+        ++lines;
       }
-      if (!write->lines.empty()) {
-        txn.exec_prepared(
-            "acct_upsert_lines", cols[0].str(), cols[1].str(), cols[2].str(),
-            cols[3].str(), cols[4].str(), cols[5].str(), cols[6].str(),
-            cols[7].str(), cols[8].str(), cols[9].str(), cols[10].str(),
-            cols[11].str(), cols[12].str(), cols[13].str(), cols[14].str(),
-            cols[15].str(), cols[16].str(), cols[17].str(), cols[18].str(),
-            cols[19].str(), cols[20].str(), cols[21].str());
-        result.lines_upserted += static_cast<int>(write->lines.size());
-      }
-      if (!stale.empty()) {
-        ArrayLiteral resources, starts;
-        for (const auto& [resource, start] : stale) {
-          resources.Int(resource);
-          starts.Int(start);
-        }
-        txn.exec_prepared("acct_delete_lines", c.job_id, c.attempt,
-                          resources.str(), starts.str());
-        result.lines_deleted += static_cast<int>(stale.size());
-      }
-      txn.exec_prepared("acct_cursor", c.job_id, c.attempt,
-                        write->metered_until_ms, write->final);
+      cursor_jobs.Int(c.job_id);
+      cursor_attempts.Int(c.attempt);
+      cursor_until.Int(w.metered_until_ms);
+      cursor_final.Bool(w.final);
       ++result.attempts;
     }
+    if (lines > 0) {
+      txn.exec_prepared("acct_upsert_lines", cols[0].str(), cols[1].str(),
+                        cols[2].str(), cols[3].str(), cols[4].str(),
+                        cols[5].str(), cols[6].str(), cols[7].str(),
+                        cols[8].str(), cols[9].str(), cols[10].str(),
+                        cols[11].str(), cols[12].str(), cols[13].str(),
+                        cols[14].str(), cols[15].str(), cols[16].str(),
+                        cols[17].str(), cols[18].str(), cols[19].str(),
+                        cols[20].str(), cols[21].str());
+      result.lines_upserted = static_cast<int>(lines);
+    }
+    if (!stale.empty()) {
+      ArrayLiteral jobs, attempts, resources, starts;
+      for (const auto& [job, attempt, resource, start] : stale) {
+        jobs.Int(job);
+        attempts.Int(attempt);
+        resources.Int(resource);
+        starts.Int(start);
+      }
+      txn.exec_prepared("acct_delete_lines", jobs.str(), attempts.str(),
+                        resources.str(), starts.str());
+      result.lines_deleted = static_cast<int>(stale.size());
+    }
+    txn.exec_prepared("acct_cursors", cursor_jobs.str(), cursor_attempts.str(),
+                      cursor_until.str(), cursor_final.str());
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
