@@ -225,15 +225,18 @@ def test_accounting_prices_metering_and_reports(client, admin):
     now = datetime.datetime.now(datetime.timezone.utc)
     month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     with pytest.raises(trainyard.PermissionDenied):
-        client.add_rate("on-demand-h100", "gpu", 2_000_000, month_start)
-    for flavor in ("on-demand-h100", "spot-h100", "flaky-spot-h100"):
-        for resource, micros in (("gpu", 2_000_000), ("cpu", 40_000), ("memory", 5_000)):
-            admin.add_rate(flavor, resource, micros, month_start)
+        client.add_rate("flaky-spot-h100", "gpu", 2_000_000, month_start)
+    # The demo bundle priced on-demand-h100 ($4/GPU-h) and spot-h100 (spot $1.50/GPU-h)
+    # from the stack's start; the test bundle's flaky pool gets $2 from the month's start.
+    for resource, micros in (("gpu", 2_000_000), ("cpu", 40_000), ("memory", 5_000)):
+        admin.add_rate("flaky-spot-h100", resource, micros, month_start)
     with pytest.raises(trainyard.InvalidArgument) as e:
-        admin.add_rate("on-demand-h100", "gpu", -1, month_start + datetime.timedelta(hours=1))
+        admin.add_rate("flaky-spot-h100", "gpu", -1, month_start + datetime.timedelta(hours=1))
     assert e.value.field == "rate.price_per_unit_hour.micros"
     book = client.price_book()
     assert len(book.rates) == 9 and book.rates[0].price_per_unit_hour.currency_code == "USD"
+    gpu_price = {"on-demand-h100": 4_000_000, "spot-h100": 1_500_000,
+                 "flaky-spot-h100": 2_000_000}
 
     job = client.submit(quick(name="metered"))
     done = client.wait(job, timeout=60)
@@ -249,8 +252,10 @@ def test_accounting_prices_metering_and_reports(client, admin):
         time.sleep(0.5)
     gpu = [r for r in lines if r.resource == common_pb2.RESOURCE_NAME_GPU]
     assert gpu, lines
+    price = gpu_price[attempt.flavor.rsplit("/", 1)[-1]]
+    assert all(r.unit_price.micros == price for r in gpu), gpu
     # Each line is rounded half-even on its own: at most half a micro off per line.
-    expected = 2_000_000 * gpu_ms / 3_600_000
+    expected = price * gpu_ms / 3_600_000
     assert abs(sum(r.cost.micros for r in gpu) - expected) <= len(gpu), (gpu, expected)
     assert sum(r.amount * (r.end_time.ToMilliseconds() - r.start_time.ToMilliseconds())
                for r in gpu) == gpu_ms

@@ -16,12 +16,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/string_view.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 #include "trainyard/v1/admin.grpc.pb.h"
 #include "trainyard/v1/admin.pb.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
@@ -152,6 +156,7 @@ class Applier {
       : queues_(v1::QueueService::NewStub(channel)),
         clusters_(v1::ClusterService::NewStub(channel)),
         admin_(v1::AdminService::NewStub(channel)),
+        accounting_(v1::AccountingService::NewStub(channel)),
         token_(std::move(token)) {}
 
   // Applies the bundle; on failure returns the RPC's status and sets `step` to
@@ -208,12 +213,16 @@ class Applier {
   grpc::Status ApplyNodes(const v1::ApplyBundle& b, std::string* step);
   grpc::Status ApplyRoleBinding(const v1::RoleBinding& binding,
                                 std::string* step);
+  // The bundle's rates and spot prices against the price book (see
+  // ApplyBundle.rates).
+  grpc::Status ApplyPrices(const v1::ApplyBundle& b, std::string* step);
   // The stored pool of that name (NOT_FOUND if none), found through ListPools.
   grpc::Status FindPool(const std::string& name, v1::Pool* out);
 
   std::unique_ptr<v1::QueueService::Stub> queues_;
   std::unique_ptr<v1::ClusterService::Stub> clusters_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::unique_ptr<v1::AccountingService::Stub> accounting_;
   std::string token_;
 };
 
@@ -323,6 +332,129 @@ grpc::Status Applier::ApplyRoleBinding(const v1::RoleBinding& binding,
   }
   if (!status.ok()) return status;
   Print("created", "role binding", what);
+  return grpc::Status::OK;
+}
+
+// The version of a series in force at `at` (the last one at or before it),
+// or null. `series` holds (effective_time, price) of one flavor (and
+// resource), ascending.
+const std::pair<int64_t, int64_t>* InForce(
+    const std::vector<std::pair<int64_t, int64_t>>& series, int64_t at) {
+  const std::pair<int64_t, int64_t>* found = nullptr;
+  for (const auto& version : series) {
+    if (version.first > at) break;
+    found = &version;
+  }
+  return found;
+}
+
+int64_t MillisOf(const google::protobuf::Timestamp& t) {
+  return t.seconds() * 1000 + t.nanos() / 1000000;
+}
+
+grpc::Status Applier::ApplyPrices(const v1::ApplyBundle& b, std::string* step) {
+  if (b.rates().empty() && b.spot_prices().empty()) return grpc::Status::OK;
+  v1::PriceBook book;
+  {
+    ClientContext context;
+    Prepare(&context);
+    *step = "get the price book";
+    grpc::Status status =
+        accounting_->GetPriceBook(&context, v1::GetPriceBookRequest(), &book);
+    if (!status.ok()) return status;
+  }
+  // (effective ms, micros) by "flavor/resource" (spot: "flavor/spot").
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> series;
+  for (const v1::Rate& r : book.rates()) {
+    series[Cat(r.flavor(), "/", v1::ResourceName_Name(r.resource()))]
+        .emplace_back(MillisOf(r.effective_time()),
+                      r.price_per_unit_hour().micros());
+  }
+  for (const v1::SpotPrice& p : book.spot_prices()) {
+    series[Cat(p.flavor(), "/spot")].emplace_back(
+        MillisOf(p.effective_time()), p.gpu_hour_price().micros());
+  }
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  // Whether the book already has `micros` for `key` at the version's instant
+  // (or in force now, without one); an instant taken by another price is
+  // FAILED_PRECONDITION.
+  auto present = [&](const std::string& key, const std::string& what,
+                     bool has_time, int64_t at,
+                     int64_t micros) -> absl::StatusOr<bool> {
+    const auto& versions = series[key];
+    if (!has_time) {
+      const auto* now = InForce(versions, now_ms);
+      return now != nullptr && now->second == micros;
+    }
+    for (const auto& version : versions) {
+      if (version.first != at) continue;
+      if (version.second == micros) return true;
+      return absl::FailedPreconditionError(
+          Cat(what, " has another price (", version.second,
+              " micros) at that instant; versions are never rewritten: add "
+              "one with a later effective_time"));
+    }
+    return false;
+  };
+  for (const v1::Rate& desired : b.rates()) {
+    const std::string what =
+        Cat("rate of ", desired.flavor(), " ",
+            v1::ResourceName_Name(desired.resource()));
+    *step = Cat("add ", what);
+    absl::StatusOr<bool> same =
+        present(Cat(desired.flavor(), "/",
+                    v1::ResourceName_Name(desired.resource())),
+                what, desired.has_effective_time(),
+                MillisOf(desired.effective_time()),
+                desired.price_per_unit_hour().micros());
+    if (!same.ok()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          std::string(same.status().message()));
+    }
+    if (*same) {
+      Print("unchanged", "rate", what);
+      continue;
+    }
+    v1::AddRateRequest request;
+    *request.mutable_rate() = desired;
+    if (!desired.has_effective_time()) {
+      request.mutable_rate()->mutable_effective_time()->set_seconds(now_ms /
+                                                                    1000);
+    }
+    ClientContext context;
+    Prepare(&context);
+    v1::Rate added;
+    grpc::Status status = accounting_->AddRate(&context, request, &added);
+    if (!status.ok()) return status;
+    Print("created", "rate", what);
+  }
+  for (const v1::SpotPrice& desired : b.spot_prices()) {
+    const std::string what = Cat("spot price of ", desired.flavor());
+    *step = Cat("add ", what);
+    absl::StatusOr<bool> same = present(
+        Cat(desired.flavor(), "/spot"), what, desired.has_effective_time(),
+        MillisOf(desired.effective_time()), desired.gpu_hour_price().micros());
+    if (!same.ok()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          std::string(same.status().message()));
+    }
+    if (*same) {
+      Print("unchanged", "spot price", what);
+      continue;
+    }
+    v1::AddSpotPriceRequest request;
+    *request.mutable_spot_price() = desired;
+    if (!desired.has_effective_time()) {
+      request.mutable_spot_price()->mutable_effective_time()->set_seconds(
+          now_ms / 1000);
+    }
+    ClientContext context;
+    Prepare(&context);
+    v1::SpotPrice added;
+    grpc::Status status = accounting_->AddSpotPrice(&context, request, &added);
+    if (!status.ok()) return status;
+    Print("created", "spot price", what);
+  }
   return grpc::Status::OK;
 }
 
@@ -532,7 +664,7 @@ grpc::Status Applier::Apply(const v1::ApplyBundle& b, std::string* step) {
     status = ApplyRoleBinding(binding, step);
     if (!status.ok()) return status;
   }
-  return grpc::Status::OK;
+  return ApplyPrices(b, step);
 }
 
 }  // namespace
