@@ -173,6 +173,14 @@ v1::PriceBook BookProto(const pricing::PriceBook& book) {
         MoneyOf(spot.gpu_hour_price.micros, book.currency());
     *s->mutable_effective_time() = TimestampOf(spot.effective_time);
   }
+  for (const pricing::Commitment& c : book.AllCommitments()) {
+    v1::Commitment* out_c = out.add_commitments();
+    out_c->set_flavor(c.flavor);
+    *out_c->mutable_amount() = MoneyOf(c.amount.micros, book.currency());
+    *out_c->mutable_start_time() = TimestampOf(c.start_time);
+    *out_c->mutable_end_time() = TimestampOf(c.end_time);
+  }
+  out.set_currency(book.currency());
   return out;
 }
 
@@ -453,6 +461,38 @@ class AccountingServiceImpl final
           *response = spot;
           response->mutable_gpu_hour_price()->set_currency_code(
               book.currency());
+          return absl::OkStatus();
+        });
+  }
+
+  TY_RPC(AddCommitment, v1::AddCommitmentRequest, v1::Commitment) {
+    const v1::Commitment& c = request->commitment();
+    return RunMutation(
+        ctx_, context, Method("AddCommitment"), *request,
+        absl::StrCat("flavors/", c.flavor()),
+        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+          TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
+              caller, "add commitments to the price book"));
+          TY_RETURN_IF_ERROR(
+              CheckFlavor(*ctx_, c.flavor(), "commitment.flavor"));
+          TY_ASSIGN_OR_RETURN(TimeMs start,
+                              MsOf(c.start_time(), c.has_start_time(),
+                                   "commitment.start_time"));
+          TY_ASSIGN_OR_RETURN(TimeMs end, MsOf(c.end_time(), c.has_end_time(),
+                                               "commitment.end_time"));
+          pg::AccountingStore::PriceChange change;
+          change.commitments.push_back(
+              {.flavor = c.flavor(),
+               .amount = {.micros = c.amount().micros(),
+                          .currency_code = c.amount().currency_code()},
+               .start_time = start,
+               .end_time = end});
+          TY_ASSIGN_OR_RETURN(
+              pricing::PriceBook book,
+              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
+                                                     &audit.record)));
+          *response = c;
+          response->mutable_amount()->set_currency_code(book.currency());
           return absl::OkStatus();
         });
   }

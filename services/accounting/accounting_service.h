@@ -4,14 +4,15 @@
 //
 // Who may do what:
 //   GetPriceBook   any authenticated caller (prices are platform facts).
-//   AddRate, AddSpotPrice
+//   AddRate, AddSpotPrice, AddCommitment
 //                  platform-admin; checked against the stored book (negative
 //                  or overflowing prices, unknown or mixed currencies, an
 //                  effective time already taken or in a closed month are
 //                  INVALID_ARGUMENT naming the field, and nothing is stored).
 //   ListUsage, GetReport, ExportReport
-//                  finance of the tenant ("tenants/{t}"), or platform-admin
-//                  (also "tenants/-": every tenant).
+//                  finance or tenant-admin of the tenant ("tenants/{t}"),
+//                  platform finance (ROLE_FINANCE without a tenant) or
+//                  platform-admin (these two also "tenants/-": every tenant).
 //   budgets        not served yet (UNIMPLEMENTED, said in the message).
 #ifndef TRAINYARD_SERVICES_ACCOUNTING_ACCOUNTING_SERVICE_H_
 #define TRAINYARD_SERVICES_ACCOUNTING_ACCOUNTING_SERVICE_H_

@@ -376,6 +376,31 @@ TEST_F(AccountingTest, RefusesBadPricesNamingTheFieldAndStoresNothing) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(info.field(), "rate.effective_time");
 
+  // A commitment: stored and listed; one that ends before it starts is not.
+  {
+    v1::AddCommitmentRequest req;
+    v1::Commitment* c = req.mutable_commitment();
+    c->set_flavor("gpu");
+    c->mutable_amount()->set_currency_code("USD");
+    c->mutable_amount()->set_micros(1'000'000'000);
+    *c->mutable_start_time() = Ts(nov1);
+    *c->mutable_end_time() = Ts(Ms(2026, 12, 1, 0));
+    v1::Commitment out;
+    auto ok_ctx = ApiHarness::Context(harness_->admin_token());
+    ASSERT_TRUE(stub_->AddCommitment(ok_ctx.get(), req, &out).ok());
+    *c->mutable_end_time() = Ts(nov1 - 1000);
+    auto bad_ctx = ApiHarness::Context(harness_->admin_token());
+    EXPECT_EQ(stub_->AddCommitment(bad_ctx.get(), req, &out).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(ErrorInfoOf(*bad_ctx).field(), "commitment.end_time");
+    v1::PriceBook listed;
+    auto read_ctx = ApiHarness::Context(member);
+    ASSERT_TRUE(stub_->GetPriceBook(read_ctx.get(), {}, &listed).ok());
+    ASSERT_EQ(listed.commitments_size(), 1);
+    EXPECT_EQ(listed.commitments(0).amount().micros(), 1'000'000'000);
+    EXPECT_EQ(listed.currency(), "USD");
+  }
+
   // Members read no usage; another tenant's finance does not see acme.
   v1::ListUsageRequest req;
   req.set_parent("tenants/acme");

@@ -47,10 +47,10 @@
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/accounting/accounting_service.h"
-#include "trainyard/v1/accounting.grpc.pb.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/runtime/job_token.h"
 #include "tests/integration/api_test_harness.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
@@ -1326,6 +1326,17 @@ std::vector<Row> AccountingRows() {
               p->mutable_gpu_hour_price()->set_micros(900000);
               *p->mutable_effective_time() =
                   AuthzTime(1893456000 + 3600 * int64_t{++c.env->counter});
+            }));
+  add("AddCommitment", "", false, true, "platform-admin", PlatformAdminOnly(),
+      Calls(&Env::accounting, &AccountingStub::AddCommitment,
+            [](const Call& c, v1::AddCommitmentRequest& req) {
+              v1::Commitment* m = req.mutable_commitment();
+              m->set_flavor("gpu");
+              m->mutable_amount()->set_currency_code("USD");
+              m->mutable_amount()->set_micros(1000000);
+              const int64_t at = 1893456000 + 3600 * int64_t{++c.env->counter};
+              *m->mutable_start_time() = AuthzTime(at);
+              *m->mutable_end_time() = AuthzTime(at + 3600);
             }));
   add("ListUsage", "of_tenant", true, false, "finance", FinanceRead(),
       Calls(&Env::accounting, &AccountingStub::ListUsage,
