@@ -401,19 +401,14 @@ class AccountingServiceImpl final
 
   TY_RPC(AddRate, v1::AddRateRequest, v1::Rate) {
     const v1::Rate& rate = request->rate();
-    return RunMutation(
-        ctx_, context, Method("AddRate"), *request,
-        absl::StrCat("flavors/", rate.flavor()),
-        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
-          TY_RETURN_IF_ERROR(
-              api::RequirePlatformAdmin(caller, "add rates to the price book"));
-          TY_RETURN_IF_ERROR(CheckFlavor(*ctx_, rate.flavor(), "rate.flavor"));
+    return AddPrice(
+        context, "AddRate", *request, rate.flavor(), "rates", "rate",
+        [&](pg::AccountingStore::PriceChange& change) -> absl::Status {
           TY_ASSIGN_OR_RETURN(pricing::Resource resource,
                               ResourceOf(rate.resource(), "rate.resource"));
           TY_ASSIGN_OR_RETURN(TimeMs effective, MsOf(rate.effective_time(),
                                                      rate.has_effective_time(),
                                                      "rate.effective_time"));
-          pg::AccountingStore::PriceChange change;
           change.rates.push_back(
               {.flavor = rate.flavor(),
                .resource = resource,
@@ -422,78 +417,60 @@ class AccountingServiceImpl final
                     .currency_code =
                         rate.price_per_unit_hour().currency_code()},
                .effective_time = effective});
-          TY_ASSIGN_OR_RETURN(
-              pricing::PriceBook book,
-              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
-                                                     &audit.record)));
-          *response = rate;
-          response->mutable_price_per_unit_hour()->set_currency_code(
-              book.currency());
           return absl::OkStatus();
+        },
+        [&](const std::string& currency) {
+          *response = rate;
+          response->mutable_price_per_unit_hour()->set_currency_code(currency);
         });
   }
 
   TY_RPC(AddSpotPrice, v1::AddSpotPriceRequest, v1::SpotPrice) {
     const v1::SpotPrice& spot = request->spot_price();
-    return RunMutation(
-        ctx_, context, Method("AddSpotPrice"), *request,
-        absl::StrCat("flavors/", spot.flavor()),
-        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
-          TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
-              caller, "add spot prices to the price book"));
-          TY_RETURN_IF_ERROR(
-              CheckFlavor(*ctx_, spot.flavor(), "spot_price.flavor"));
+    return AddPrice(
+        context, "AddSpotPrice", *request, spot.flavor(), "spot prices",
+        "spot_price",
+        [&](pg::AccountingStore::PriceChange& change) -> absl::Status {
           TY_ASSIGN_OR_RETURN(
               TimeMs effective,
               MsOf(spot.effective_time(), spot.has_effective_time(),
                    "spot_price.effective_time"));
-          pg::AccountingStore::PriceChange change;
           change.spot_prices.push_back(
               {.flavor = spot.flavor(),
                .gpu_hour_price = {.micros = spot.gpu_hour_price().micros(),
                                   .currency_code =
                                       spot.gpu_hour_price().currency_code()},
                .effective_time = effective});
-          TY_ASSIGN_OR_RETURN(
-              pricing::PriceBook book,
-              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
-                                                     &audit.record)));
-          *response = spot;
-          response->mutable_gpu_hour_price()->set_currency_code(
-              book.currency());
           return absl::OkStatus();
+        },
+        [&](const std::string& currency) {
+          *response = spot;
+          response->mutable_gpu_hour_price()->set_currency_code(currency);
         });
   }
 
   TY_RPC(AddCommitment, v1::AddCommitmentRequest, v1::Commitment) {
     const v1::Commitment& c = request->commitment();
-    return RunMutation(
-        ctx_, context, Method("AddCommitment"), *request,
-        absl::StrCat("flavors/", c.flavor()),
-        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
-          TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
-              caller, "add commitments to the price book"));
-          TY_RETURN_IF_ERROR(
-              CheckFlavor(*ctx_, c.flavor(), "commitment.flavor"));
+    return AddPrice(
+        context, "AddCommitment", *request, c.flavor(), "commitments",
+        "commitment",
+        [&](pg::AccountingStore::PriceChange& change) -> absl::Status {
           TY_ASSIGN_OR_RETURN(TimeMs start,
                               MsOf(c.start_time(), c.has_start_time(),
                                    "commitment.start_time"));
           TY_ASSIGN_OR_RETURN(TimeMs end, MsOf(c.end_time(), c.has_end_time(),
                                                "commitment.end_time"));
-          pg::AccountingStore::PriceChange change;
           change.commitments.push_back(
               {.flavor = c.flavor(),
                .amount = {.micros = c.amount().micros(),
                           .currency_code = c.amount().currency_code()},
                .start_time = start,
                .end_time = end});
-          TY_ASSIGN_OR_RETURN(
-              pricing::PriceBook book,
-              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
-                                                     &audit.record)));
-          *response = c;
-          response->mutable_amount()->set_currency_code(book.currency());
           return absl::OkStatus();
+        },
+        [&](const std::string& currency) {
+          *response = c;
+          response->mutable_amount()->set_currency_code(currency);
         });
   }
 
@@ -629,6 +606,36 @@ class AccountingServiceImpl final
   }
 
  private:
+  // The path of every price book addition: platform-admin only, the flavor
+  // must exist (`entry`.flavor), `fill` reads the request into the change,
+  // AddPrices checks it against the stored book and stores it with the audit
+  // row, and `respond` writes the reply with the book's currency.
+  grpc::Status AddPrice(
+      grpc::ServerContext* context, std::string_view rpc,
+      const google::protobuf::Message& request, const std::string& flavor,
+      std::string_view what, std::string_view entry,
+      absl::FunctionRef<absl::Status(pg::AccountingStore::PriceChange&)> fill,
+      absl::FunctionRef<void(const std::string&)> respond) {
+    return RunMutation(
+        ctx_, context, Method(std::string(rpc)), request,
+        absl::StrCat("flavors/", flavor),
+        [&](const Caller& caller, MutationAudit& audit) -> absl::Status {
+          TY_RETURN_IF_ERROR(api::RequirePlatformAdmin(
+              caller,
+              absl::StrCat("add ", std::string(what), " to the price book")));
+          TY_RETURN_IF_ERROR(
+              CheckFlavor(*ctx_, flavor, domain::JoinField(entry, "flavor")));
+          pg::AccountingStore::PriceChange change;
+          TY_RETURN_IF_ERROR(fill(change));
+          TY_ASSIGN_OR_RETURN(
+              pricing::PriceBook book,
+              api::Committed(audit, store_.AddPrices(change, ClosedNow(), "",
+                                                     &audit.record)));
+          respond(book.currency());
+          return absl::OkStatus();
+        });
+  }
+
   TimeMs ClosedNow() const {
     return ClosedBefore(absl::Now(), options_.close_after);
   }

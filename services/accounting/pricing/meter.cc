@@ -411,35 +411,39 @@ absl::StatusOr<std::vector<LedgerLine>> MeterAttemptSince(
   return lines;
 }
 
+absl::Status AddLineTo(LineTotals& t, const LedgerLine& line) {
+  TY_ASSIGN_OR_RETURN(t.cost_micros,
+                      CheckedAdd(t.cost_micros, line.cost_micros));
+  TY_ASSIGN_OR_RETURN(
+      t.tenant_cost_micros,
+      CheckedAdd(t.tenant_cost_micros, line.tenant_cost_micros));
+  TY_ASSIGN_OR_RETURN(
+      t.platform_cost_micros,
+      CheckedAdd(t.platform_cost_micros, line.platform_cost_micros));
+  if (line.lost_work) {
+    TY_ASSIGN_OR_RETURN(t.lost_work_cost_micros,
+                        CheckedAdd(t.lost_work_cost_micros, line.cost_micros));
+  }
+  if (line.resource == Resource::kGpu) {
+    const __int128 q = Quantity(line);
+    if (q > std::numeric_limits<int64_t>::max()) {
+      return absl::OutOfRangeError("GPU-ms overflow");
+    }
+    TY_ASSIGN_OR_RETURN(t.gpu_ms,
+                        CheckedAdd(t.gpu_ms, static_cast<int64_t>(q)));
+    if (line.lost_work) {
+      TY_ASSIGN_OR_RETURN(t.lost_gpu_ms,
+                          CheckedAdd(t.lost_gpu_ms, static_cast<int64_t>(q)));
+    }
+  }
+  t.spot_price_gap = t.spot_price_gap || line.spot_price_gap;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LineTotals> SumLines(absl::Span<const LedgerLine> lines) {
   LineTotals t;
   for (const LedgerLine& line : lines) {
-    TY_ASSIGN_OR_RETURN(t.cost_micros,
-                        CheckedAdd(t.cost_micros, line.cost_micros));
-    TY_ASSIGN_OR_RETURN(
-        t.tenant_cost_micros,
-        CheckedAdd(t.tenant_cost_micros, line.tenant_cost_micros));
-    TY_ASSIGN_OR_RETURN(
-        t.platform_cost_micros,
-        CheckedAdd(t.platform_cost_micros, line.platform_cost_micros));
-    if (line.lost_work) {
-      TY_ASSIGN_OR_RETURN(
-          t.lost_work_cost_micros,
-          CheckedAdd(t.lost_work_cost_micros, line.cost_micros));
-    }
-    if (line.resource == Resource::kGpu) {
-      const __int128 q = Quantity(line);
-      if (q > std::numeric_limits<int64_t>::max()) {
-        return absl::OutOfRangeError("GPU-ms overflow");
-      }
-      TY_ASSIGN_OR_RETURN(t.gpu_ms,
-                          CheckedAdd(t.gpu_ms, static_cast<int64_t>(q)));
-      if (line.lost_work) {
-        TY_ASSIGN_OR_RETURN(t.lost_gpu_ms,
-                            CheckedAdd(t.lost_gpu_ms, static_cast<int64_t>(q)));
-      }
-    }
-    t.spot_price_gap = t.spot_price_gap || line.spot_price_gap;
+    TY_RETURN_IF_ERROR(AddLineTo(t, line));
   }
   return t;
 }

@@ -189,6 +189,9 @@ struct LineTotals {
   bool spot_price_gap = false;
 };
 absl::StatusOr<LineTotals> SumLines(absl::Span<const LedgerLine> lines);
+// SumLines's step: adds one line to `totals` (OutOfRange on overflow, and
+// `totals` is then unchanged or partly added to: discard it).
+absl::Status AddLineTo(LineTotals& totals, const LedgerLine& line);
 
 }  // namespace trainyard::accounting::pricing
 

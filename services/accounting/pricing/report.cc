@@ -261,36 +261,28 @@ absl::Status Add128(__int128& sum, __int128 v) {
 }
 
 absl::Status AddLine(ReportRow& row, const LedgerLine& line, int64_t list) {
-  TY_ASSIGN_OR_RETURN(row.cost_micros,
-                      CheckedAdd(row.cost_micros, line.cost_micros));
-  TY_ASSIGN_OR_RETURN(
-      row.tenant_cost_micros,
-      CheckedAdd(row.tenant_cost_micros, line.tenant_cost_micros));
-  TY_ASSIGN_OR_RETURN(
-      row.platform_cost_micros,
-      CheckedAdd(row.platform_cost_micros, line.platform_cost_micros));
-  if (line.lost_work) {
-    TY_ASSIGN_OR_RETURN(
-        row.lost_work_cost_micros,
-        CheckedAdd(row.lost_work_cost_micros, line.cost_micros));
-  }
+  // The sums every total has (SumLines's), then the report's own.
+  LineTotals t{.cost_micros = row.cost_micros,
+               .tenant_cost_micros = row.tenant_cost_micros,
+               .platform_cost_micros = row.platform_cost_micros,
+               .lost_work_cost_micros = row.lost_work_cost_micros,
+               .gpu_ms = row.gpu_ms,
+               .lost_gpu_ms = row.lost_gpu_ms,
+               .spot_price_gap = row.spot_price_gap};
+  TY_RETURN_IF_ERROR(AddLineTo(t, line));
+  row.cost_micros = t.cost_micros;
+  row.tenant_cost_micros = t.tenant_cost_micros;
+  row.platform_cost_micros = t.platform_cost_micros;
+  row.lost_work_cost_micros = t.lost_work_cost_micros;
+  row.gpu_ms = t.gpu_ms;
+  row.lost_gpu_ms = t.lost_gpu_ms;
+  row.spot_price_gap = t.spot_price_gap;
   TY_ASSIGN_OR_RETURN(row.list_cost_micros,
                       CheckedAdd(row.list_cost_micros, list));
   const __int128 q = Quantity(line);
   switch (line.resource) {
-    case Resource::kGpu: {
-      if (q > std::numeric_limits<int64_t>::max()) {
-        return absl::OutOfRangeError("report: GPU-ms overflow");
-      }
-      TY_ASSIGN_OR_RETURN(row.gpu_ms,
-                          CheckedAdd(row.gpu_ms, static_cast<int64_t>(q)));
-      if (line.lost_work) {
-        TY_ASSIGN_OR_RETURN(
-            row.lost_gpu_ms,
-            CheckedAdd(row.lost_gpu_ms, static_cast<int64_t>(q)));
-      }
+    case Resource::kGpu:
       break;
-    }
     case Resource::kCpu:
       TY_RETURN_IF_ERROR(Add128(row.cpu_millicore_ms, q));
       break;
@@ -298,7 +290,6 @@ absl::Status AddLine(ReportRow& row, const LedgerLine& line, int64_t list) {
       TY_RETURN_IF_ERROR(Add128(row.memory_byte_ms, q));
       break;
   }
-  row.spot_price_gap = row.spot_price_gap || line.spot_price_gap;
   return absl::OkStatus();
 }
 
