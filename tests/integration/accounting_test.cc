@@ -49,13 +49,9 @@ google::protobuf::Timestamp Ts(int64_t ms) {
 class AccountingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ApiHarness::Options options;
-    options.server.more_services.push_back([](api::ApiContext* ctx) {
-      return accounting::NewAccountingService(
-          ctx, {.currency = "USD", .close_after = absl::Hours(24 * 5)});
-    });
-    absl::StatusOr<std::unique_ptr<ApiHarness>> h =
-        ApiHarness::Start(std::move(options));
+    // The harness's api serves AccountingService (USD until a price says
+    // otherwise; months close 5 days after they end).
+    absl::StatusOr<std::unique_ptr<ApiHarness>> h = ApiHarness::Start();
     ASSERT_TRUE(h.ok()) << h.status();
     harness_ = std::move(*h);
     ASSERT_TRUE(harness_->SeedTenant("acme").ok());

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "services/accounting/accounting_service.h"
 #include "services/api/auth.h"
 #include "storage/postgres/auth_store.h"
 #include "storage/postgres/pool.h"
@@ -43,6 +44,10 @@ absl::StatusOr<std::unique_ptr<ApiHarness>> ApiHarness::Start(Options options) {
   server.http_listen = "127.0.0.1:0";
   server.postgres_url = h->database_url_;
   server.redis_addr = h->redis_->Address();
+  // The api serves AccountingService too, as `trainyard api` does.
+  server.more_services.push_back([](api::ApiContext* ctx) {
+    return accounting::NewAccountingService(ctx, {});
+  });
   server.db_pool_size = 8;
   absl::StatusOr<std::unique_ptr<api::ApiServer>> started =
       api::ApiServer::Start(server);

@@ -1443,9 +1443,6 @@ class AuthzTest : public ::testing::TestWithParam<CellParam> {
     const std::shared_ptr<const runtime::JobTokenKeys> job_token_keys =
         runtime::JobTokenKeys::Random();
     options.server.job_tokens = job_token_keys;
-    options.server.more_services.push_back([](api::ApiContext* ctx) {
-      return accounting::NewAccountingService(ctx, {});
-    });
     absl::StatusOr<std::unique_ptr<ApiHarness>> h =
         ApiHarness::Start(std::move(options));
     if (!h.ok()) return h.status();

@@ -824,7 +824,9 @@ enum class ServeMode { kApi, kAccounting, kAll };
 
 int Serve(ServeMode mode) {
   const bool with_scheduler = mode == ServeMode::kAll;
-  const bool with_accounting = mode != ServeMode::kApi;
+  // The api serves AccountingService too (price book, usage, reports: reads
+  // and writes of PostgreSQL); the meter runs in `accounting` and `all`.
+  const bool with_meter = mode != ServeMode::kApi;
   const char* name = mode == ServeMode::kAccounting ? "accounting" : "api";
   // SIGINT/SIGTERM end the process cleanly; block them before threads start so
   // that only the waiter below receives them.
@@ -864,16 +866,16 @@ int Serve(ServeMode mode) {
   options.serve_core = mode != ServeMode::kAccounting;
   options.log_name = name;
   std::unique_ptr<trainyard::accounting::MeterService> meter;
-  if (with_accounting) {
+  options.more_services.push_back([accounting = AccountingOptionsFromFlags()](
+                                      trainyard::api::ApiContext* ctx) {
+    return trainyard::accounting::NewAccountingService(ctx, accounting);
+  });
+  if (with_meter) {
     auto meter_options = MeterOptionsFromFlags();
     if (!meter_options.ok()) {
       std::cerr << name << ": " << meter_options.status().message() << "\n";
       return 2;
     }
-    options.more_services.push_back([accounting = AccountingOptionsFromFlags()](
-                                        trainyard::api::ApiContext* ctx) {
-      return trainyard::accounting::NewAccountingService(ctx, accounting);
-    });
     auto created =
         trainyard::accounting::MeterService::Create(*std::move(meter_options));
     if (!created.ok()) {
