@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "services/lib/domain/errors.h"
+#include "services/lib/domain/status_macros.h"
 #include "storage/postgres/errors.h"
 #include "storage/postgres/job_rows.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -138,6 +139,40 @@ absl::StatusOr<MeterCandidate> CandidateOf(const pqxx::row& r) {
   return c;
 }
 
+// Adds the stored rates, spot prices and commitments to `book`. They were
+// checked when added, so they go in as they are (no month is closed to them);
+// one the book refuses means the tables were changed behind the store's back.
+template <typename Txn>
+absl::Status LoadStoredPrices(Txn& txn, pricing::PriceBook& book) {
+  for (const pqxx::row& r : txn.exec_prepared("acct_rates")) {
+    absl::Status added = book.AddRate(
+        {.flavor = r[0].as<std::string>(),
+         .resource = static_cast<pricing::Resource>(r[1].as<int>()),
+         .price_per_unit_hour = {.micros = r[3].as<int64_t>()},
+         .effective_time = r[2].as<int64_t>()},
+        /*closed_before=*/0);
+    if (!added.ok()) return absl::DataLossError(added.message());
+  }
+  for (const pqxx::row& r : txn.exec_prepared("acct_spot")) {
+    absl::Status added =
+        book.AddSpotPrice({.flavor = r[0].as<std::string>(),
+                           .gpu_hour_price = {.micros = r[2].as<int64_t>()},
+                           .effective_time = r[1].as<int64_t>()},
+                          0);
+    if (!added.ok()) return absl::DataLossError(added.message());
+  }
+  for (const pqxx::row& r : txn.exec_prepared("acct_commitments")) {
+    absl::Status added =
+        book.AddCommitment({.flavor = r[0].as<std::string>(),
+                            .amount = {.micros = r[3].as<int64_t>()},
+                            .start_time = r[1].as<int64_t>(),
+                            .end_time = r[2].as<int64_t>()},
+                           0);
+    if (!added.ok()) return absl::DataLossError(added.message());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 AccountingStore::AccountingStore(Database* db) : db_(db) {
@@ -174,10 +209,11 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                    "LOCKED"));
   db_->Prepare(
       "acct_attempts_in",
-      absl::StrCat(kCandidateSelect,
-                   "a.start_time < to_timestamp($2::bigint / 1000.0) AND "
-                   "(a.end_time IS NULL OR a.end_time > to_timestamp($1::bigint "
-                   "/ 1000.0)) ORDER BY a.job_id, a.idx"));
+      absl::StrCat(
+          kCandidateSelect,
+          "a.start_time < to_timestamp($2::bigint / 1000.0) AND "
+          "(a.end_time IS NULL OR a.end_time > to_timestamp($1::bigint "
+          "/ 1000.0)) ORDER BY a.job_id, a.idx"));
   db_->Prepare("acct_old_keys",
                "SELECT u.job_id, u.attempt, u.resource, u.start_ms FROM "
                "usage_lines u JOIN unnest($1::bigint[], $2::int[], "
@@ -237,34 +273,8 @@ absl::StatusOr<pricing::PriceBook> AccountingStore::LoadPriceBook(
     absl::StatusOr<pricing::PriceBook> created = pricing::PriceBook::Create(
         currency.empty() ? default_currency : currency[0][0].as<std::string>());
     if (!created.ok()) return created.status();
-    // Stored entries were checked when added; they are loaded as they are
-    // (no month is closed to them).
-    for (const pqxx::row& r : txn.exec_prepared("acct_rates")) {
-      absl::Status added = created->AddRate(
-          {.flavor = r[0].as<std::string>(),
-           .resource = static_cast<pricing::Resource>(r[1].as<int>()),
-           .price_per_unit_hour = {.micros = r[3].as<int64_t>()},
-           .effective_time = r[2].as<int64_t>()},
-          /*closed_before=*/0);
-      if (!added.ok()) return absl::DataLossError(added.message());
-    }
-    for (const pqxx::row& r : txn.exec_prepared("acct_spot")) {
-      absl::Status added = created->AddSpotPrice(
-          {.flavor = r[0].as<std::string>(),
-           .gpu_hour_price = {.micros = r[2].as<int64_t>()},
-           .effective_time = r[1].as<int64_t>()},
-          0);
-      if (!added.ok()) return absl::DataLossError(added.message());
-    }
-    for (const pqxx::row& r : txn.exec_prepared("acct_commitments")) {
-      absl::Status added =
-          created->AddCommitment({.flavor = r[0].as<std::string>(),
-                                  .amount = {.micros = r[3].as<int64_t>()},
-                                  .start_time = r[1].as<int64_t>(),
-                                  .end_time = r[2].as<int64_t>()},
-                                 0);
-      if (!added.ok()) return absl::DataLossError(added.message());
-    }
+    if (absl::Status loaded = LoadStoredPrices(txn, *created); !loaded.ok())
+      return loaded;
     book = *std::move(created);
     return absl::OkStatus();
   });
@@ -306,27 +316,7 @@ absl::StatusOr<pricing::PriceBook> AccountingStore::AddPrices(
                        book_currency, "\""));
     }
     pricing::PriceBook book = *std::move(created);
-    for (const pqxx::row& r : txn.exec_prepared("acct_rates")) {
-      (void)book.AddRate(
-          {.flavor = r[0].as<std::string>(),
-           .resource = static_cast<pricing::Resource>(r[1].as<int>()),
-           .price_per_unit_hour = {.micros = r[3].as<int64_t>()},
-           .effective_time = r[2].as<int64_t>()},
-          0);
-    }
-    for (const pqxx::row& r : txn.exec_prepared("acct_spot")) {
-      (void)book.AddSpotPrice({.flavor = r[0].as<std::string>(),
-                               .gpu_hour_price = {.micros = r[2].as<int64_t>()},
-                               .effective_time = r[1].as<int64_t>()},
-                              0);
-    }
-    for (const pqxx::row& r : txn.exec_prepared("acct_commitments")) {
-      (void)book.AddCommitment({.flavor = r[0].as<std::string>(),
-                                .amount = {.micros = r[3].as<int64_t>()},
-                                .start_time = r[1].as<int64_t>(),
-                                .end_time = r[2].as<int64_t>()},
-                               0);
-    }
+    TY_RETURN_IF_ERROR(LoadStoredPrices(txn, book));
     // Each entry through the book's checks; an error names the entry.
     auto prefixed = [&](const absl::Status& st, std::string_view list, size_t i,
                         size_t n) -> absl::Status {
@@ -423,9 +413,8 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
         attempts.Int(c.attempt);
         froms.Int(w.replace_from);
       }
-      for (const pqxx::row& old :
-           txn.exec_prepared("acct_old_keys", jobs.str(), attempts.str(),
-                             froms.str())) {
+      for (const pqxx::row& old : txn.exec_prepared(
+               "acct_old_keys", jobs.str(), attempts.str(), froms.str())) {
         stale.emplace(old[0].as<int64_t>(), old[1].as<int32_t>(),
                       old[2].as<int>(), old[3].as<int64_t>());
       }
@@ -468,14 +457,13 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
       ++result.attempts;
     }
     if (lines > 0) {
-      txn.exec_prepared("acct_upsert_lines", cols[0].str(), cols[1].str(),
-                        cols[2].str(), cols[3].str(), cols[4].str(),
-                        cols[5].str(), cols[6].str(), cols[7].str(),
-                        cols[8].str(), cols[9].str(), cols[10].str(),
-                        cols[11].str(), cols[12].str(), cols[13].str(),
-                        cols[14].str(), cols[15].str(), cols[16].str(),
-                        cols[17].str(), cols[18].str(), cols[19].str(),
-                        cols[20].str(), cols[21].str());
+      txn.exec_prepared(
+          "acct_upsert_lines", cols[0].str(), cols[1].str(), cols[2].str(),
+          cols[3].str(), cols[4].str(), cols[5].str(), cols[6].str(),
+          cols[7].str(), cols[8].str(), cols[9].str(), cols[10].str(),
+          cols[11].str(), cols[12].str(), cols[13].str(), cols[14].str(),
+          cols[15].str(), cols[16].str(), cols[17].str(), cols[18].str(),
+          cols[19].str(), cols[20].str(), cols[21].str());
       result.lines_upserted = static_cast<int>(lines);
     }
     if (!stale.empty()) {
