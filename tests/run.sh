@@ -114,7 +114,7 @@ for p in "${PRESET_LIST[@]}"; do
       fi
       ;;
     debug) stage "ctest debug" ctest --preset debug -j2 ;;
-    asan) stage "ctest asan (-LE perf)" ctest --preset asan -j2 -LE perf ;;
+    asan) stage "ctest asan (-LE perf)" ctest --preset asan -j3 -LE perf ;;
   esac
 done
 

@@ -7,11 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/civil_time.h"
+#include "services/accounting/budgets.h"
+#include "services/accounting/pricing/budget.h"
 #include "services/accounting/pricing/report.h"
 #include "services/api/auth.h"
 #include "services/api/handler.h"
+#include "services/api/resource_handler.h"
+#include "services/api/resource_methods.h"
 #include "services/api/resource_util.h"
 #include "services/lib/domain/errors.h"
+#include "services/lib/domain/money.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/status_macros.h"
 #include "storage/postgres/accounting_store.h"
@@ -23,8 +28,11 @@ namespace {
 
 namespace pg = storage::postgres;
 namespace v1 = trainyard::v1;
+using api::Access;
 using api::Caller;
 using api::MutationAudit;
+using api::ResourceKey;
+using api::ResourceKind;
 using pricing::TimeMs;
 
 absl::StatusOr<pricing::Resource> ResourceOf(v1::ResourceName r,
@@ -218,6 +226,122 @@ absl::StatusOr<std::string> FinanceTenant(const Caller& caller,
   TY_RETURN_IF_ERROR(api::Require(caller, tenant, api::Permission::kFinance,
                                   domain::TenantName(tenant)));
   return tenant;
+}
+
+// --- Budgets ---
+
+constexpr std::string_view kBudgetFields[] = {"project", "monthly_amount",
+                                              "thresholds"};
+
+constexpr Access kBudgetWriters = {.rule = Access::Rule::kTenantRole,
+                                   .permission = api::Permission::kFinance};
+
+absl::Status ValidateBudget(const api::ApiContext&, const ResourceKey&,
+                            const v1::Budget& budget) {
+  if (!budget.project().empty()) {
+    TY_RETURN_IF_ERROR(api::CheckNewId("project", budget.project()));
+  }
+  const std::string& currency = budget.monthly_amount().currency_code();
+  if (!currency.empty() && !domain::IsKnownCurrency(currency)) {
+    return domain::FieldError("monthly_amount.currency_code", "INVALID_VALUE",
+                              "must be an ISO 4217 code such as USD");
+  }
+  return pricing::ValidateBudgetRule(RuleOf(budget));
+}
+
+// The project exists, its scope has no other budget, and the amount is in
+// the book's currency.
+absl::Status CheckBudgetReferences(const api::ApiContext& ctx,
+                                   const ResourceKey& key,
+                                   const v1::Budget& budget,
+                                   const google::protobuf::FieldMask* mask) {
+  if (api::Changes(mask, "project")) {
+    if (!budget.project().empty()) {
+      TY_RETURN_IF_ERROR(api::CheckExists(
+          ctx.objects, pg::ProjectKind(), {key[0], budget.project()},
+          "budget.project", "UNKNOWN_PROJECT", "project"));
+    }
+    pg::ListQuery query;
+    query.equals = {{"tenant", key[0]}, {"project", budget.project()}};
+    query.limit = 2;
+    TY_ASSIGN_OR_RETURN(pg::ListPage page,
+                        ctx.objects->List(pg::BudgetKind(), query));
+    for (const pg::StoredObject& other : page.objects) {
+      if (other.key[1] == key[1]) continue;
+      return domain::FieldError(
+          "budget.project", "BUDGET_EXISTS",
+          absl::StrCat(budget.project().empty()
+                           ? std::string("the tenant")
+                           : absl::StrCat("project ", budget.project()),
+                       " already has budget ",
+                       domain::BudgetName(key[0], other.key[1])));
+    }
+  }
+  if (api::Changes(mask, "monthly_amount")) {
+    const std::string& currency = budget.monthly_amount().currency_code();
+    pg::AccountingStore store(ctx.db);
+    TY_ASSIGN_OR_RETURN(pricing::PriceBook book, store.LoadPriceBook("USD"));
+    if (!currency.empty() && currency != book.currency()) {
+      return domain::FieldError(
+          "budget.monthly_amount.currency_code", "CURRENCY_MISMATCH",
+          absl::StrCat("is ", currency, "; the price book is in ",
+                       book.currency()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ClearBudgetOutputs(v1::Budget* budget) {
+  budget->clear_spent();
+  budget->clear_forecast();
+  budget->clear_active_action();
+}
+
+constexpr ResourceKind<v1::Budget> kBudgets = {
+    .field = "budget",
+    .plural = "budgets",
+    .collection = "budgets",
+    .parse_name = &api::ParseKey<&domain::ParseBudgetName>,
+    .name_of = &api::KeyName<&domain::BudgetName>,
+    .parse_parent = &domain::ParseTenantName,
+    .parent_name = &domain::TenantName,
+    .in_tenant = true,
+    .access = {.create = kBudgetWriters,
+               .read = {.rule = Access::Rule::kAccountingReader},
+               .update = kBudgetWriters,
+               .remove = kBudgetWriters},
+    .store = &pg::BudgetKind,
+    .extra_columns = [](const v1::Budget& budget)
+        -> std::vector<std::optional<std::string>> {
+      return {budget.project()};
+    },
+    .updatable = kBudgetFields,
+    .validate = &ValidateBudget,
+    .check_references = &CheckBudgetReferences,
+    .write_conflicts = [](const ResourceKey& key, const v1::Budget& budget)
+        -> std::vector<api::ConstraintMessage> {
+      return {
+          api::UnknownReference("budgets_tenant_fkey", "parent",
+                                "UNKNOWN_TENANT", "tenant", key[0]),
+          {.constraint = "budgets_scope",
+           .field = "budget.project",
+           .reason = "BUDGET_EXISTS",
+           .message = absl::StrCat("the scope already has a budget (project \"",
+                                   budget.project(), "\")")}};
+    },
+    .clear_output_only = &ClearBudgetOutputs,
+};
+
+// Budgets of one tenant, or ("tenants/-") of every tenant whose accounting
+// the caller reads.
+absl::StatusOr<pg::ListQuery> SelectBudgets(
+    const ResourceKind<v1::Budget>& kind, const Caller& caller,
+    const v1::ListBudgetsRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::string tenant,
+                      FinanceTenant(caller, request.parent()));
+  TY_ASSIGN_OR_RETURN(pg::ListQuery query, api::PageOf(kind, request));
+  if (!tenant.empty()) query.equals.emplace_back("tenant", tenant);
+  return query;
 }
 
 // A requested report: the pure query, the report built from the ledger's
@@ -605,7 +729,85 @@ class AccountingServiceImpl final
         });
   }
 
+  // --- Budgets: the generic object methods, with the meter's status ---
+
+  TY_RPC(CreateBudget, v1::CreateBudgetRequest, v1::Budget) {
+    grpc::Status st = api::CreateResource(
+        ctx_, context, Method("CreateBudget"), *request, kBudgets,
+        request->parent(), request->budget_id(), request->budget(), response);
+    if (st.ok()) AddStatus({response});
+    return st;
+  }
+
+  TY_RPC(GetBudget, v1::GetBudgetRequest, v1::Budget) {
+    grpc::Status st =
+        api::GetResource(ctx_, context, Method("GetBudget"), *request, kBudgets,
+                         request->name(), response);
+    if (st.ok()) AddStatus({response});
+    return st;
+  }
+
+  TY_RPC(ListBudgets, v1::ListBudgetsRequest, v1::ListBudgetsResponse) {
+    grpc::Status st = api::ListResources(
+        ctx_, context, Method("ListBudgets"), *request, kBudgets,
+        [&](const Caller& caller) {
+          return SelectBudgets(kBudgets, caller, *request);
+        },
+        response->mutable_budgets(), response->mutable_next_page_token());
+    if (st.ok()) {
+      std::vector<v1::Budget*> budgets;
+      for (v1::Budget& b : *response->mutable_budgets()) budgets.push_back(&b);
+      AddStatus(budgets);
+    }
+    return st;
+  }
+
+  TY_RPC(UpdateBudget, v1::UpdateBudgetRequest, v1::Budget) {
+    grpc::Status st = api::UpdateResource(ctx_, context, Method("UpdateBudget"),
+                                          *request, kBudgets, request->budget(),
+                                          request->update_mask(), response);
+    if (st.ok()) AddStatus({response});
+    return st;
+  }
+
+  TY_DELETE_METHOD(Budget, kBudgets)
+
  private:
+  // Fills the output-only fields from the meter's last status of each budget
+  // (nothing until the meter has seen it; zero spent in a month it has not
+  // seen yet). Best effort: the object itself is already read.
+  void AddStatus(const std::vector<v1::Budget*>& budgets) {
+    if (budgets.empty()) return;
+    std::string tenant;
+    if (budgets.size() == 1) {
+      absl::StatusOr<domain::TenantChildName> name =
+          domain::ParseBudgetName(budgets[0]->name(), "name");
+      if (name.ok()) tenant = name->tenant;
+    }
+    absl::StatusOr<std::vector<pg::BudgetStatusRow>> rows =
+        store_.LoadBudgetStatus(tenant);
+    absl::StatusOr<pricing::PriceBook> book =
+        store_.LoadPriceBook(options_.currency);
+    if (!rows.ok() || !book.ok()) return;
+    const TimeMs month = pricing::MonthStartMs(absl::ToUnixMillis(absl::Now()));
+    for (v1::Budget* b : budgets) {
+      const std::string& currency = b->monthly_amount().currency_code().empty()
+                                        ? book->currency()
+                                        : b->monthly_amount().currency_code();
+      b->mutable_monthly_amount()->set_currency_code(currency);
+      for (const pg::BudgetStatusRow& row : *rows) {
+        if (domain::BudgetName(row.tenant, row.id) != b->name()) continue;
+        const bool current = row.month_start_ms == month;
+        *b->mutable_spent() = MoneyOf(current ? row.spent_micros : 0, currency);
+        *b->mutable_forecast() =
+            MoneyOf(current ? row.forecast_micros : 0, currency);
+        b->set_active_action(
+            current ? static_cast<v1::BudgetAction>(row.active_action)
+                    : v1::BUDGET_ACTION_UNSPECIFIED);
+      }
+    }
+  }
+
   // The path of every price book addition: platform-admin only, the flavor
   // must exist (`entry`.flavor), `fill` reads the request into the change,
   // AddPrices checks it against the stored book and stores it with the audit

@@ -13,7 +13,11 @@
 //                  finance or tenant-admin of the tenant ("tenants/{t}"),
 //                  platform finance (ROLE_FINANCE without a tenant) or
 //                  platform-admin (these two also "tenants/-": every tenant).
-//   budgets        not served yet (UNIMPLEMENTED, said in the message).
+//   CreateBudget, UpdateBudget, DeleteBudget
+//                  finance or tenant-admin of the tenant, or platform-admin.
+//   GetBudget, ListBudgets
+//                  as ListUsage; with the meter's status of the month
+//                  (spent, forecast, active_action).
 #ifndef TRAINYARD_SERVICES_ACCOUNTING_ACCOUNTING_SERVICE_H_
 #define TRAINYARD_SERVICES_ACCOUNTING_ACCOUNTING_SERVICE_H_
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/accounting/budgets.h"
 #include "services/lib/runtime/logging.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -150,8 +151,57 @@ absl::StatusOr<MeterService::PassResult> MeterService::RunPass(absl::Time now) {
     after_job = batch->last_job_id;
     after_attempt = batch->last_attempt;
   }
+  if (absl::Status s = UpdateBudgets(*book, now_ms, result); !s.ok()) {
+    return s;
+  }
   passes_.fetch_add(1);
   return result;
+}
+
+absl::Status MeterService::UpdateBudgets(const pricing::PriceBook& book,
+                                         TimeMs now, PassResult& result) {
+  absl::StatusOr<std::vector<pg::StoredBudget>> budgets = store_->LoadBudgets();
+  if (!budgets.ok()) return budgets.status();
+  if (budgets->empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<pg::BudgetStatusRow>> previous =
+      store_->LoadBudgetStatus();
+  if (!previous.ok()) return previous.status();
+  absl::StatusOr<std::map<std::pair<std::string, std::string>, int64_t>> cost =
+      store_->TenantCostByProject(pricing::MonthStartMs(now),
+                                  pricing::NextMonthStartMs(now));
+  if (!cost.ok()) return cost.status();
+  absl::StatusOr<std::vector<pg::MeterCandidate>> open =
+      store_->OpenBudgetedAttempts();
+  if (!open.ok()) return open.status();
+  BudgetPass pass = ComputeBudgetPass(*budgets, *previous, *cost, *open, book,
+                                      now, options_.meter);
+  for (const auto& [job, status] : pass.unpriced) {
+    Log(LogLevel::kWarning, "meter: no forecast for an open attempt",
+        {{"job", job}, {"error", status}});
+  }
+  std::vector<pg::PendingEvent> events;
+  for (const BudgetNotice& notice : pass.notices) {
+    events.push_back(
+        {.tenant = notice.tenant, .job_id = 0, .event = NoticeEvent(notice)});
+  }
+  if (absl::Status s = store_->WriteBudgetStatus(pass.rows, events); !s.ok()) {
+    return s;
+  }
+  for (const BudgetNotice& notice : pass.notices) {
+    Log(LogLevel::kWarning, "budget threshold reached",
+        {{"budget", notice.budget},
+         {"percent", notice.threshold.percent},
+         {"action", pricing::BudgetActionName(notice.threshold.action)},
+         {"forecast_micros", notice.forecast_micros},
+         {"spent_micros", notice.spent_micros},
+         {"amount_micros", notice.amount_micros}});
+    if (options_.notify) {
+      options_.notify("budget.threshold_reached", NoticeJson(notice));
+    }
+  }
+  result.budgets = static_cast<int>(pass.rows.size());
+  result.notices = static_cast<int>(pass.notices.size());
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard::accounting

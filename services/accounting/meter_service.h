@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,10 @@ struct MeterServiceOptions {
   pricing::MeterOptions meter;
   // Attempts per transaction.
   int batch = 200;
+  // Called with each budget notice's JSON (the signed webhook), after its
+  // status and event are committed. Optional.
+  std::function<void(const std::string& event_type, const std::string& json)>
+      notify;
 };
 
 // The usage of an attempt as the pure meter reads it: failure classes map to
@@ -71,6 +76,9 @@ class MeterService {
     int lines_upserted = 0;
     int lines_deleted = 0;
     int failed = 0;
+    // Budgets whose status was written, and thresholds newly reached.
+    int budgets = 0;
+    int notices = 0;
   };
   absl::StatusOr<PassResult> RunPass(absl::Time now);
 
@@ -79,6 +87,10 @@ class MeterService {
 
  private:
   explicit MeterService(MeterServiceOptions options);
+  // After the attempts are metered: every budget's status and notices
+  // (budgets.h).
+  absl::Status UpdateBudgets(const pricing::PriceBook& book,
+                             pricing::TimeMs now, PassResult& result);
 
   MeterServiceOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;

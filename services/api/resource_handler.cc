@@ -10,6 +10,9 @@ absl::Status Authorize(const Caller& caller, const Access& access,
       return absl::OkStatus();
     case Access::Rule::kTenantRole:
       return Require(caller, tenant, access.permission, resource);
+    case Access::Rule::kAccountingReader:
+      if (caller.ReadsAccountingOf(tenant)) return absl::OkStatus();
+      return Require(caller, tenant, Permission::kFinance, resource);
     case Access::Rule::kPlatformAdmin:
       return RequirePlatformAdmin(caller,
                                   domain::Cat(verb, " ", plural, access.why));

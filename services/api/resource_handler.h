@@ -67,11 +67,13 @@ using ResourceKey = std::vector<std::string>;
 // queues (their quotas grant capacity)").
 struct Access {
   enum class Rule {
-    kAnyCaller,        // any authenticated caller
-    kTenantRole,       // Require(caller, tenant, permission, resource)
-    kPlatformAdmin,    // RequirePlatformAdmin(caller, action)
-    kPlatformAdminIn,  // RequirePlatformAdminIn(caller, tenant, action,
-                       // resource)
+    kAnyCaller,         // any authenticated caller
+    kTenantRole,        // Require(caller, tenant, permission, resource)
+    kPlatformAdmin,     // RequirePlatformAdmin(caller, action)
+    kPlatformAdminIn,   // RequirePlatformAdminIn(caller, tenant, action,
+                        // resource)
+    kAccountingReader,  // Caller::ReadsAccountingOf(tenant), else as
+                        // kTenantRole with Permission::kFinance
   };
   Rule rule = Rule::kAnyCaller;
   Permission permission = Permission::kRead;  // kTenantRole

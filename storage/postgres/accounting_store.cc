@@ -87,15 +87,14 @@ std::map<std::string, std::string> LabelsOf(const std::string& json_text) {
   return labels;
 }
 
-// What the meter reads of an attempt (CandidateOf), up to "WHERE ... AND ".
+// What the meter reads of an attempt (CandidateOf), up to "WHERE ".
 constexpr char kCandidateSelect[] =
     "SELECT a.job_id, a.idx, a.cluster, a.flavor, a.body, "
     "a.metered_until_ms, j.tenant, j.project, j.queue, j.creator, "
     "j.labels::text, j.spec, f.body, (SELECT (extract(epoch FROM "
     "max(c.report_time)) * 1000)::bigint FROM checkpoints c WHERE c.job_id "
     "= a.job_id AND c.attempt = a.idx) FROM attempts a JOIN jobs j ON j.id "
-    "= a.job_id LEFT JOIN flavors f ON f.id = a.flavor WHERE a.start_time "
-    "IS NOT NULL AND ";
+    "= a.job_id LEFT JOIN flavors f ON f.id = a.flavor WHERE ";
 
 // An attempt row of acct_candidates (or acct_attempts_in) as the meter reads
 // it.
@@ -132,7 +131,12 @@ absl::StatusOr<MeterCandidate> CandidateOf(const pqxx::row& r) {
     }
   }
   if (!r[13].is_null()) c.last_checkpoint_ms = r[13].as<int64_t>();
+  c.started = attempt.has_start_time();
   c.start_ms = MsOf(attempt.start_time());
+  if (spec.has_time_limit()) {
+    c.time_limit_ms = spec.time_limit().seconds() * 1000 +
+                      spec.time_limit().nanos() / 1'000'000;
+  }
   if (attempt.has_end_time()) c.end_ms = MsOf(attempt.end_time());
   c.failure_class = attempt.failure_class();
 
@@ -204,14 +208,16 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
   db_->Prepare(
       "acct_candidates",
       absl::StrCat(kCandidateSelect,
-                   "NOT a.metered_final AND (a.job_id, a.idx) > ($1, $2) "
+                   "a.start_time IS NOT NULL AND NOT a.metered_final AND "
+                   "(a.job_id, a.idx) > ($1, $2) "
                    "ORDER BY a.job_id, a.idx LIMIT $3 FOR UPDATE OF a SKIP "
                    "LOCKED"));
   db_->Prepare(
       "acct_attempts_in",
       absl::StrCat(
           kCandidateSelect,
-          "a.start_time < to_timestamp($2::bigint / 1000.0) AND "
+          "a.start_time IS NOT NULL AND a.start_time < to_timestamp($2::bigint "
+          "/ 1000.0) AND "
           "(a.end_time IS NULL OR a.end_time > to_timestamp($1::bigint "
           "/ 1000.0)) ORDER BY a.job_id, a.idx"));
   db_->Prepare("acct_old_keys",
@@ -263,6 +269,38 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                    ", j.labels::text FROM usage_lines u JOIN jobs j ON j.id = "
                    "u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
                    "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
+  db_->Prepare("acct_budgets",
+               "SELECT tenant, id, project, version, body FROM budgets ORDER "
+               "BY tenant, id");
+  db_->Prepare("acct_budget_status",
+               "SELECT tenant, id, month_start_ms, spent_micros, "
+               "forecast_micros, active_action, notified_percent, "
+               "budget_version, status_ms FROM budget_status WHERE ($1 = '' "
+               "OR tenant = $1) ORDER BY tenant, id");
+  db_->Prepare("acct_cost_by_project",
+               "SELECT tenant, project, sum(tenant_cost_micros)::bigint FROM "
+               "usage_lines WHERE period_start_ms >= $1 AND period_start_ms < "
+               "$2 AND tenant IN (SELECT DISTINCT tenant FROM budgets) GROUP "
+               "BY tenant, project");
+  db_->Prepare(
+      "acct_open_budgeted",
+      absl::StrCat(kCandidateSelect,
+                   "a.end_time IS NULL AND j.tenant IN (SELECT DISTINCT tenant "
+                   "FROM budgets) ORDER BY a.job_id, a.idx"));
+  db_->Prepare(
+      "acct_upsert_budget_status",
+      "INSERT INTO budget_status (tenant, id, month_start_ms, spent_micros, "
+      "forecast_micros, active_action, notified_percent, budget_version, "
+      "status_ms) SELECT u.* FROM unnest($1::text[], $2::text[], "
+      "$3::bigint[], $4::bigint[], $5::bigint[], $6::smallint[], $7::int[], "
+      "$8::bigint[], $9::bigint[]) AS u(t, i, m, s, f, a, n, v, at) JOIN "
+      "budgets b ON b.tenant = u.t AND b.id = u.i ON CONFLICT (tenant, id) DO "
+      "UPDATE SET month_start_ms = EXCLUDED.month_start_ms, spent_micros = "
+      "EXCLUDED.spent_micros, forecast_micros = EXCLUDED.forecast_micros, "
+      "active_action = EXCLUDED.active_action, notified_percent = "
+      "EXCLUDED.notified_percent, budget_version = EXCLUDED.budget_version, "
+      "status_ms = EXCLUDED.status_ms");
+  PrepareJobRowStatements(db_);
 }
 
 absl::StatusOr<pricing::PriceBook> AccountingStore::LoadPriceBook(
@@ -555,6 +593,106 @@ absl::StatusOr<std::vector<LedgerLine>> AccountingStore::LoadLines(
   });
   if (!s.ok()) return s;
   return lines;
+}
+
+absl::StatusOr<std::vector<StoredBudget>> AccountingStore::LoadBudgets() {
+  std::vector<StoredBudget> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r : txn.exec_prepared("acct_budgets")) {
+      out.push_back({.tenant = r[0].as<std::string>(),
+                     .id = r[1].as<std::string>(),
+                     .project = r[2].as<std::string>(),
+                     .version = r[3].as<int64_t>(),
+                     .body = BytesOf(r[4])});
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<BudgetStatusRow>> AccountingStore::LoadBudgetStatus(
+    const std::string& tenant) {
+  std::vector<BudgetStatusRow> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r : txn.exec_prepared("acct_budget_status", tenant)) {
+      out.push_back({.tenant = r[0].as<std::string>(),
+                     .id = r[1].as<std::string>(),
+                     .month_start_ms = r[2].as<int64_t>(),
+                     .spent_micros = r[3].as<int64_t>(),
+                     .forecast_micros = r[4].as<int64_t>(),
+                     .active_action = r[5].as<int32_t>(),
+                     .notified_percent = r[6].as<int32_t>(),
+                     .budget_version = r[7].as<int64_t>(),
+                     .status_ms = r[8].as<int64_t>()});
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::map<std::pair<std::string, std::string>, int64_t>>
+AccountingStore::TenantCostByProject(TimeMs start_ms, TimeMs end_ms) {
+  std::map<std::pair<std::string, std::string>, int64_t> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_cost_by_project", start_ms, end_ms)) {
+      out[{r[0].as<std::string>(), r[1].as<std::string>()}] =
+          r[2].as<int64_t>();
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<MeterCandidate>>
+AccountingStore::OpenBudgetedAttempts() {
+  std::vector<MeterCandidate> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r : txn.exec_prepared("acct_open_budgeted")) {
+      absl::StatusOr<MeterCandidate> c = CandidateOf(r);
+      if (!c.ok()) return c.status();
+      out.push_back(*std::move(c));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status AccountingStore::WriteBudgetStatus(
+    const std::vector<BudgetStatusRow>& rows,
+    const std::vector<PendingEvent>& events) {
+  if (rows.empty() && events.empty()) return absl::OkStatus();
+  return db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    ArrayLiteral tenants, ids, months, spent, forecast, actions, notified,
+        versions, at;
+    for (const BudgetStatusRow& r : rows) {
+      tenants.Text(r.tenant);
+      ids.Text(r.id);
+      months.Int(r.month_start_ms);
+      spent.Int(r.spent_micros);
+      forecast.Int(r.forecast_micros);
+      actions.Int(r.active_action);
+      notified.Int(r.notified_percent);
+      versions.Int(r.budget_version);
+      at.Int(r.status_ms);
+    }
+    if (!rows.empty()) {
+      txn.exec_prepared("acct_upsert_budget_status", tenants.str(), ids.str(),
+                        months.str(), spent.str(), forecast.str(),
+                        actions.str(), notified.str(), versions.str(),
+                        at.str());
+    }
+    if (!events.empty()) AppendEvents(txn, events);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace trainyard::storage::postgres

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "services/accounting/pricing/meter.h"
 #include "services/accounting/pricing/price_book.h"
+#include "storage/postgres/job_rows.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
 
@@ -50,6 +51,10 @@ struct MeterCandidate {
   std::optional<pricing::TimeMs> last_checkpoint_ms;
   // How far earlier passes metered it.
   std::optional<pricing::TimeMs> metered_until_ms;
+  // Whether it started (an admitted attempt that did not has start_ms 0).
+  bool started = false;
+  // The job's time limit, if it has one.
+  std::optional<pricing::TimeMs> time_limit_ms;
 };
 
 // What one pass wrote for one attempt: `lines` replace every line of the
@@ -78,6 +83,28 @@ struct UsagePage {
   std::vector<pricing::LedgerLine> lines;
   // The key after which the next page starts; empty on the last page.
   std::string next_after;
+};
+
+// A budget as stored (its body: the Budget without output-only fields).
+struct StoredBudget {
+  std::string tenant;
+  std::string id;
+  std::string project;
+  int64_t version = 0;
+  std::string body;
+};
+
+// What the meter last found for a budget (budget_status).
+struct BudgetStatusRow {
+  std::string tenant;
+  std::string id;
+  pricing::TimeMs month_start_ms = 0;
+  int64_t spent_micros = 0;
+  int64_t forecast_micros = 0;
+  int32_t active_action = 0;  // trainyard.v1.BudgetAction
+  int32_t notified_percent = 0;
+  int64_t budget_version = 0;
+  pricing::TimeMs status_ms = 0;
 };
 
 class AccountingStore {
@@ -138,6 +165,26 @@ class AccountingStore {
   absl::StatusOr<std::vector<pricing::LedgerLine>> LoadLines(
       const std::string& tenant, pricing::TimeMs start_ms,
       pricing::TimeMs end_ms);
+
+  // --- Budgets (the objects themselves are ObjectStore's BudgetKind) ---
+
+  // Every budget of every tenant, by (tenant, id).
+  absl::StatusOr<std::vector<StoredBudget>> LoadBudgets();
+  // Every budget's status, by (tenant, id); `tenant` "" = every tenant.
+  absl::StatusOr<std::vector<BudgetStatusRow>> LoadBudgetStatus(
+      const std::string& tenant = "");
+  // What the ledger charges each (tenant, project) of the tenants that have
+  // a budget, for the lines whose charge period starts in [start_ms, end_ms).
+  absl::StatusOr<std::map<std::pair<std::string, std::string>, int64_t>>
+  TenantCostByProject(pricing::TimeMs start_ms, pricing::TimeMs end_ms);
+  // Every attempt without an end (admitted or running) of the tenants that
+  // have a budget, as MeterBatch reads them, locking nothing.
+  absl::StatusOr<std::vector<MeterCandidate>> OpenBudgetedAttempts();
+  // Upserts the statuses and appends `events` (budget notices on the Watch
+  // stream), in one transaction. A status whose budget was deleted meanwhile
+  // is skipped.
+  absl::Status WriteBudgetStatus(const std::vector<BudgetStatusRow>& rows,
+                                 const std::vector<PendingEvent>& events);
 
  private:
   Database* db_;

@@ -129,6 +129,11 @@ const ObjectKind& PoolKind() {
       new ObjectKind{"pools", {"cluster", "id"}, {"flavor"}, nullptr};
   return *kind;
 }
+const ObjectKind& BudgetKind() {
+  static const auto* kind =
+      new ObjectKind{"budgets", {"tenant", "id"}, {"project"}, nullptr};
+  return *kind;
+}
 const ObjectKind& NodeKind() {
   static const auto* kind =
       new ObjectKind{"nodes", {"cluster", "id"}, {"pool", "state"}, nullptr};

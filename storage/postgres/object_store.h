@@ -38,8 +38,9 @@ const ObjectKind& QueueKind();          // key tenant, id; extra: cohort
 const ObjectKind& PriorityClassKind();  // extra: value
 const ObjectKind& FlavorKind();
 const ObjectKind& ClusterKind();
-const ObjectKind& PoolKind();  // key cluster, id; extra: flavor
-const ObjectKind& NodeKind();  // key cluster, id; extra: pool, state
+const ObjectKind& PoolKind();    // key cluster, id; extra: flavor
+const ObjectKind& NodeKind();    // key cluster, id; extra: pool, state
+const ObjectKind& BudgetKind();  // key tenant, id; extra: project
 
 struct StoredObject {
   std::vector<std::string> key;

@@ -537,3 +537,223 @@ TEST_F(AccountingTest, ReportsAndFocusExportsAddUpToTheLedger) {
 
 }  // namespace
 }  // namespace trainyard::testing
+
+namespace trainyard::testing {
+namespace {
+
+// Budgets over the real ledger: CRUD with its refusals, the meter's status
+// (spent from the ledger, the forecast with running work until its time
+// limit), each threshold notified once (an event on the tenant's Watch
+// stream and the webhook's JSON), an edit re-arming the thresholds it no
+// longer reaches.
+class BudgetTest : public AccountingTest {
+ protected:
+  grpc::Status CreateBudget(const std::string& token, const std::string& id,
+                            const v1::Budget& budget, v1::Budget* out,
+                            v1::ErrorInfo* info = nullptr) {
+    v1::CreateBudgetRequest req;
+    req.set_parent("tenants/acme");
+    req.set_budget_id(id);
+    *req.mutable_budget() = budget;
+    auto ctx = ApiHarness::Context(token);
+    grpc::Status s = stub_->CreateBudget(ctx.get(), req, out);
+    if (info != nullptr) *info = ErrorInfoOf(*ctx);
+    return s;
+  }
+
+  v1::Budget GetBudget(const std::string& name) {
+    v1::GetBudgetRequest req;
+    req.set_name(name);
+    v1::Budget out;
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    grpc::Status s = stub_->GetBudget(ctx.get(), req, &out);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out;
+  }
+
+  // The budget events in the outbox, oldest first.
+  std::vector<v1::JobEvent> BudgetEvents() {
+    std::vector<v1::JobEvent> out;
+    absl::Status s = db_->Transact([&](pqxx::work& txn) {
+      for (const pqxx::row& r : txn.exec(
+               "SELECT body FROM job_events WHERE job_id = 0 ORDER BY seq")) {
+        pqxx::binarystring bytes(r[0]);
+        v1::JobEvent e;
+        EXPECT_TRUE(e.ParseFromString(bytes.str()));
+        out.push_back(e);
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  static v1::Budget Budget(int64_t amount_micros) {
+    v1::Budget b;
+    b.mutable_monthly_amount()->set_micros(amount_micros);
+    b.mutable_monthly_amount()->set_currency_code("USD");
+    for (auto [percent, action] :
+         {std::pair{50, v1::BUDGET_ACTION_WARN},
+          std::pair{80, v1::BUDGET_ACTION_RESTRICT_TO_SPOT},
+          std::pair{100, v1::BUDGET_ACTION_HOLD}}) {
+      v1::BudgetThreshold* t = b.add_thresholds();
+      t->set_percent(percent);
+      t->set_action(action);
+    }
+    return b;
+  }
+};
+
+TEST_F(BudgetTest, RefusesBadBudgetsNamingTheField) {
+  v1::Budget out;
+  v1::ErrorInfo info;
+  v1::Budget bad = Budget(100'000'000);
+  bad.mutable_thresholds(1)->set_percent(50);
+  grpc::Status s =
+      CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.thresholds[1].percent");
+  bad = Budget(-1);
+  s = CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(info.field(), "budget.monthly_amount.micros");
+  bad = Budget(100);
+  bad.set_project("no-such-project");
+  s = CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.project");
+  bad = Budget(100);
+  bad.mutable_monthly_amount()->set_currency_code("EUR");
+  s = CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.monthly_amount.currency_code");
+  // Members may not set budgets; finance may.
+  const std::string member =
+      harness_->Token("users/m", v1::ROLE_MEMBER, "acme");
+  s = CreateBudget(member, "team", Budget(100), &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  const std::string finance =
+      harness_->Token("users/f", v1::ROLE_FINANCE, "acme");
+  ASSERT_TRUE(CreateBudget(finance, "team", Budget(100), &out).ok());
+  EXPECT_EQ(out.name(), "tenants/acme/budgets/team");
+  // One budget per scope.
+  s = CreateBudget(finance, "other", Budget(200), &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.project");
+  EXPECT_EQ(info.reason(), "BUDGET_EXISTS");
+  // A project's budget beside the tenant's is fine.
+  v1::Budget project = Budget(50);
+  project.set_project("default");
+  EXPECT_TRUE(CreateBudget(finance, "default-project", project, &out).ok());
+  // A member cannot read them.
+  v1::ListBudgetsRequest list;
+  list.set_parent("tenants/acme");
+  v1::ListBudgetsResponse page;
+  auto ctx = ApiHarness::Context(member);
+  EXPECT_EQ(stub_->ListBudgets(ctx.get(), list, &page).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  auto fctx = ApiHarness::Context(finance);
+  ASSERT_TRUE(stub_->ListBudgets(fctx.get(), list, &page).ok());
+  EXPECT_EQ(page.budgets_size(), 2);
+}
+
+TEST_F(BudgetTest, TheMeterForecastsAndNotifiesEachThresholdOnce) {
+  const int64_t now = absl::ToUnixSeconds(absl::Now()) * 1000;
+  const int64_t month = absl::ToUnixMillis(
+      absl::FromCivil(absl::CivilMonth(absl::ToCivilSecond(
+                          absl::FromUnixMillis(now), absl::UTCTimeZone())),
+                      absl::UTCTimeZone()));
+  if (now - month < 600'000) GTEST_SKIP() << "too close to a month's start";
+  // $1 per GPU-second; CPU and memory free.
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU,
+                      3'600'000'000, month)
+                  .ok());
+  ASSERT_TRUE(
+      AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_CPU, 0, month)
+          .ok());
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_MEMORY,
+                      0, month)
+                  .ok());
+  v1::Budget created;
+  ASSERT_TRUE(CreateBudget(harness_->admin_token(), "team", Budget(100'000'000),
+                           &created)
+                  .ok());
+  // Job a ran 30 s: $30. Job b runs since 20 s ago with a 40 s time limit:
+  // $20 spent, $20 more expected.
+  JobWithAttempt(1, now - 100'000, now - 70'000);
+  v1::SubmitJobRequest req = MinimalSubmit("acme", "limited");
+  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(40);
+  const int64_t b = harness_->SubmitJob(harness_->admin_token(), req);
+  RecordAttempt(b, now - 20'000, std::nullopt, v1::FAILURE_CLASS_UNSPECIFIED);
+
+  std::vector<std::string> sent;
+  accounting::MeterServiceOptions options;
+  options.postgres_url = harness_->database_url();
+  options.notify = [&](const std::string& type, const std::string& json) {
+    EXPECT_EQ(type, "budget.threshold_reached");
+    sent.push_back(json);
+  };
+  auto meter = MeterService::Create(options);
+  ASSERT_TRUE(meter.ok()) << meter.status();
+  auto pass = (*meter)->RunPass(absl::FromUnixMillis(now));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->budgets, 1);
+  EXPECT_EQ(pass->notices, 1);
+
+  v1::Budget got = GetBudget("tenants/acme/budgets/team");
+  EXPECT_EQ(got.spent().micros(), 50'000'000);
+  EXPECT_EQ(got.forecast().micros(), 70'000'000);
+  EXPECT_EQ(got.spent().currency_code(), "USD");
+  EXPECT_EQ(got.active_action(), v1::BUDGET_ACTION_WARN);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_THAT(sent[0], ::testing::HasSubstr("\"threshold_percent\":50"));
+  EXPECT_THAT(sent[0], ::testing::HasSubstr("\"forecast\":\"70.00\""));
+  std::vector<v1::JobEvent> events = BudgetEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type(), v1::JOB_EVENT_TYPE_BUDGET_THRESHOLD);
+  EXPECT_EQ(events[0].reason(), "BUDGET_WARN");
+  EXPECT_EQ(events[0].budget(), "tenants/acme/budgets/team");
+  EXPECT_EQ(events[0].tenant(), "acme");
+
+  // The same pass again notifies nothing new.
+  pass = (*meter)->RunPass(absl::FromUnixMillis(now));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->notices, 0);
+  EXPECT_EQ(BudgetEvents().size(), 1u);
+
+  // Lowered to $60: the forecast of $70 passes 80 % ($48) and 100 % ($60).
+  v1::UpdateBudgetRequest update;
+  update.mutable_budget()->set_name("tenants/acme/budgets/team");
+  update.mutable_budget()->mutable_monthly_amount()->set_micros(60'000'000);
+  update.mutable_budget()->mutable_monthly_amount()->set_currency_code("USD");
+  update.mutable_update_mask()->add_paths("monthly_amount");
+  v1::Budget updated;
+  {
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    ASSERT_TRUE(stub_->UpdateBudget(ctx.get(), update, &updated).ok());
+  }
+  pass = (*meter)->RunPass(absl::FromUnixMillis(now));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->notices, 2);
+  events = BudgetEvents();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[1].reason(), "BUDGET_RESTRICT_TO_SPOT");
+  EXPECT_EQ(events[2].reason(), "BUDGET_HOLD");
+  EXPECT_EQ(GetBudget("tenants/acme/budgets/team").active_action(),
+            v1::BUDGET_ACTION_HOLD);
+
+  // Raised to $1,000: nothing is reached; the thresholds are armed again.
+  update.mutable_budget()->mutable_monthly_amount()->set_micros(1'000'000'000);
+  {
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    ASSERT_TRUE(stub_->UpdateBudget(ctx.get(), update, &updated).ok());
+  }
+  pass = (*meter)->RunPass(absl::FromUnixMillis(now));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->notices, 0);
+  got = GetBudget("tenants/acme/budgets/team");
+  EXPECT_EQ(got.active_action(), v1::BUDGET_ACTION_UNSPECIFIED);
+  EXPECT_EQ(got.forecast().micros(), 70'000'000);
+}
+
+}  // namespace
+}  // namespace trainyard::testing

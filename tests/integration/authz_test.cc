@@ -295,6 +295,19 @@ struct Env {
     Check(queues->CreateQueue(AsAdmin().get(), req, &out), "queue");
     return absl::StrCat(req.parent(), "/queues/", req.queue_id());
   }
+  // A budget of a new project of `tenant` (one budget per scope).
+  std::string NewBudget(const std::string& tenant) {
+    const std::string project = NewProject(tenant);
+    v1::CreateBudgetRequest req;
+    req.set_parent(absl::StrCat("tenants/", tenant));
+    req.set_budget_id(Fresh("authz-budget"));
+    req.mutable_budget()->set_project(project.substr(project.rfind('/') + 1));
+    req.mutable_budget()->mutable_monthly_amount()->set_micros(100'000'000);
+    req.mutable_budget()->add_thresholds()->set_percent(100);
+    v1::Budget out;
+    Check(accounting->CreateBudget(AsAdmin().get(), req, &out), "budget");
+    return absl::StrCat(req.parent(), "/budgets/", req.budget_id());
+  }
   std::string NewCohort() {
     v1::CreateCohortRequest req;
     req.set_cohort_id(Fresh("authz-cohort"));
@@ -1256,15 +1269,28 @@ std::vector<Row> AdminRows() {
 // AccountingService (docs/security.md, "Roles"): the price book is read by
 // everyone and changed by platform admins; a tenant's usage and reports are
 // read by its finance and tenant-admins, by platform finance and by platform
-// admins; every tenant's ("tenants/-") only by the last two. The budget
-// methods are not served yet (UNIMPLEMENTED for everyone), so they have no
-// rows.
+// admins; every tenant's ("tenants/-") only by the last two. Budgets are
+// read as usage is, and written by the tenant's finance and tenant-admins
+// (and platform admins): platform finance only reads.
 Expect FinanceRead() {
   return [](Who who, Target target) -> Codes {
     if (who == Who::kAnonymous) return {StatusCode::UNAUTHENTICATED};
     if (who == Who::kPlatformAdmin || who == Who::kPlatformFinance)
       return {StatusCode::OK};
     if (who == Who::kNobody || target == Target::kOther)
+      return {StatusCode::NOT_FOUND};
+    return {who == Who::kFinance || who == Who::kTenantAdmin
+                ? StatusCode::OK
+                : StatusCode::PERMISSION_DENIED};
+  };
+}
+
+Expect FinanceWrite() {
+  return [](Who who, Target target) -> Codes {
+    if (who == Who::kAnonymous) return {StatusCode::UNAUTHENTICATED};
+    if (who == Who::kPlatformAdmin) return {StatusCode::OK};
+    if (who == Who::kNobody || who == Who::kPlatformFinance ||
+        target == Target::kOther)
       return {StatusCode::NOT_FOUND};
     return {who == Who::kFinance || who == Who::kTenantAdmin
                 ? StatusCode::OK
@@ -1377,6 +1403,40 @@ std::vector<Row> AccountingRows() {
         }
         return s;
       });
+  add("CreateBudget", "", true, true, "finance", FinanceWrite(),
+      Calls(&Env::accounting, &AccountingStub::CreateBudget,
+            [](const Call& c, v1::CreateBudgetRequest& req) {
+              const std::string project = c.env->NewProject(c.tenant);
+              req.set_parent(c.parent());
+              req.set_budget_id(c.env->Fresh("authz-budget"));
+              req.mutable_budget()->set_project(
+                  project.substr(project.rfind('/') + 1));
+              req.mutable_budget()->mutable_monthly_amount()->set_micros(1000);
+              req.mutable_budget()->add_thresholds()->set_percent(90);
+            }));
+  add("GetBudget", "", true, false, "finance", FinanceRead(),
+      CallsOn(&Env::accounting, &AccountingStub::GetBudget,
+              [](const Call& c) { return c.env->NewBudget(c.tenant); }));
+  add("ListBudgets", "of_tenant", true, false, "finance", FinanceRead(),
+      Calls(&Env::accounting, &AccountingStub::ListBudgets,
+            [](const Call& c, v1::ListBudgetsRequest& req) {
+              req.set_parent(c.parent());
+            }));
+  add("ListBudgets", "all", false, false, "finance", FinanceReadAll(),
+      Calls(&Env::accounting, &AccountingStub::ListBudgets,
+            [](const Call&, v1::ListBudgetsRequest& req) {
+              req.set_parent("tenants/-");
+            }));
+  add("UpdateBudget", "", true, true, "finance", FinanceWrite(),
+      Calls(&Env::accounting, &AccountingStub::UpdateBudget,
+            [](const Call& c, v1::UpdateBudgetRequest& req) {
+              req.mutable_budget()->set_name(c.env->NewBudget(c.tenant));
+              req.mutable_budget()->mutable_monthly_amount()->set_micros(2000);
+              req.mutable_update_mask()->add_paths("monthly_amount");
+            }));
+  add("DeleteBudget", "", true, true, "finance", FinanceWrite(),
+      CallsOn(&Env::accounting, &AccountingStub::DeleteBudget,
+              [](const Call& c) { return c.env->NewBudget(c.tenant); }));
   return rows;
 }
 

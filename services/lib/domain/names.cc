@@ -190,6 +190,16 @@ absl::StatusOr<TenantChildName> ParseQueueName(std::string_view name,
   return ParseTenantChild(name, field, "queues", kQueuePattern);
 }
 
+std::string BudgetName(std::string_view tenant, std::string_view budget) {
+  return Cat("tenants/", tenant, "/budgets/", budget);
+}
+
+absl::StatusOr<TenantChildName> ParseBudgetName(std::string_view name,
+                                                std::string_view field) {
+  return ParseTenantChild(name, field, "budgets",
+                          "tenants/{tenant}/budgets/{budget}");
+}
+
 std::string CohortName(std::string_view cohort) {
   return Cat("cohorts/", cohort);
 }

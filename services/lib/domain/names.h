@@ -93,6 +93,9 @@ absl::StatusOr<TenantChildName> ParseProjectName(std::string_view name,
 std::string QueueName(std::string_view tenant, std::string_view queue);
 absl::StatusOr<TenantChildName> ParseQueueName(std::string_view name,
                                                std::string_view field);
+std::string BudgetName(std::string_view tenant, std::string_view budget);
+absl::StatusOr<TenantChildName> ParseBudgetName(std::string_view name,
+                                                std::string_view field);
 
 // --- Platform objects ---
 std::string CohortName(std::string_view cohort);
