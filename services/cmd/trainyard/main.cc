@@ -31,6 +31,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,6 +42,7 @@
 #include "services/accounting/meter_service.h"
 #include "services/accounting/pricing/spot_csv.h"
 #include "services/accounting/reconcile.h"
+#include "services/accounting/webhook.h"
 #include "services/api/auth.h"
 #include "services/api/server.h"
 #include "services/cmd/trainyard/apply.h"
@@ -189,6 +191,12 @@ ABSL_FLAG(absl::Duration, spot_price_max_age, absl::Hours(2),
 ABSL_FLAG(absl::Duration, close_month_after, absl::Hours(24 * 5),
           "accounting/all: a month's prices become immutable this long after "
           "it ends");
+ABSL_FLAG(std::string, budget_webhook_url, "",
+          "accounting/all: http(s) URL that receives each budget threshold "
+          "notice (signed JSON POST); empty: none");
+ABSL_FLAG(std::string, budget_webhook_secret_file, "",
+          "accounting/all: file holding the webhook's HMAC-SHA256 key "
+          "(X-Trainyard-Signature); empty: unsigned");
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply: api address");
 ABSL_FLAG(std::string, token, "",
           "apply: bearer token (or env TRAINYARD_TOKEN)");
@@ -208,6 +216,7 @@ Usage:
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
   trainyard accounting [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--meter_interval=30s]
                      [--accounting_currency=USD] [--lost_work_rule=tenant|platform|split] [--lost_work_tenant_percent=50]
+                     [--budget_webhook_url=URL] [--budget_webhook_secret_file=FILE]
                      [--spot_price_max_age=2h] [--close_month_after=120h]
   trainyard accounting import-spot-prices -f FILE.csv [--postgres_url=..]
   trainyard accounting reconcile --month=YYYY-MM [--postgres_url=..] [the meter's --lost_work_rule, ...]
@@ -369,6 +378,37 @@ MeterOptionsFromFlags() {
 trainyard::accounting::AccountingServiceOptions AccountingOptionsFromFlags() {
   return {.currency = absl::GetFlag(FLAGS_accounting_currency),
           .close_after = absl::GetFlag(FLAGS_close_month_after)};
+}
+
+// The budget notices' webhook of --budget_webhook_url and
+// --budget_webhook_secret_file (the key: the file's bytes without a final
+// newline).
+absl::StatusOr<std::unique_ptr<trainyard::accounting::WebhookSender>>
+BudgetWebhookFromFlags() {
+  trainyard::accounting::WebhookOptions options;
+  options.url = absl::GetFlag(FLAGS_budget_webhook_url);
+  const std::string path = absl::GetFlag(FLAGS_budget_webhook_secret_file);
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--budget_webhook_secret_file: cannot read ", path));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    options.secret =
+        std::string(absl::StripTrailingAsciiWhitespace(text.str()));
+    if (options.secret.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--budget_webhook_secret_file: ", path, " is empty"));
+    }
+  }
+  auto sender = trainyard::accounting::WebhookSender::Create(options);
+  if (!sender.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget_webhook_url: ", sender.status().message()));
+  }
+  return sender;
 }
 
 // `trainyard accounting import-spot-prices -f FILE`: every row of the CSV
@@ -865,6 +905,8 @@ int Serve(ServeMode mode) {
   options.job_tokens = *keys;
   options.serve_core = mode != ServeMode::kAccounting;
   options.log_name = name;
+  // Declared first, destroyed last: the meter's notify hook points at it.
+  std::unique_ptr<trainyard::accounting::WebhookSender> webhook;
   std::unique_ptr<trainyard::accounting::MeterService> meter;
   options.more_services.push_back([accounting = AccountingOptionsFromFlags()](
                                       trainyard::api::ApiContext* ctx) {
@@ -875,6 +917,22 @@ int Serve(ServeMode mode) {
     if (!meter_options.ok()) {
       std::cerr << name << ": " << meter_options.status().message() << "\n";
       return 2;
+    }
+    if (!absl::GetFlag(FLAGS_budget_webhook_url).empty()) {
+      auto sender = BudgetWebhookFromFlags();
+      if (!sender.ok()) {
+        std::cerr << name << ": " << sender.status().message() << "\n";
+        return 2;
+      }
+      webhook = *std::move(sender);
+      meter_options->notify = [w = webhook.get()](const std::string& type,
+                                                  const std::string& json) {
+        absl::StatusOr<std::string> id = w->Enqueue(type, json);
+        if (!id.ok()) {
+          Log(LogLevel::kWarning, "budget webhook: not queued",
+              {{"error", id.status()}});
+        }
+      };
     }
     auto created =
         trainyard::accounting::MeterService::Create(*std::move(meter_options));
