@@ -55,19 +55,51 @@ TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
 
 int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config) {
-  const int64_t price = std::max<int64_t>(0, flavor.price_micros_per_gpu_hour);
-  const int64_t gpus = std::max<int64_t>(0, job.worker.gpus);
-  const int64_t workers = std::max<int32_t>(0, job.workers);
+  using U128 = unsigned __int128;
   const TimeMicros runtime = InflatedRuntime(job, flavor, config);
-  // The magnitude check uses long double only to rule out overflow; below the
-  // bound the product fits in 128 bits (< 2^63 x 3.6e9) and is exact.
-  const long double approx = static_cast<long double>(price) * gpus * workers *
-                             runtime / kMicrosPerHour;
-  if (approx >= 9.2e18L) return kMaxInt64;
-  const __int128 product =
-      static_cast<__int128>(price) * gpus * workers * runtime;
-  const __int128 cost = (product + kMicrosPerHour / 2) / kMicrosPerHour;
-  return cost > kMaxInt64 ? kMaxInt64 : static_cast<int64_t>(cost);
+  const uint64_t workers =
+      static_cast<uint64_t>(std::max<int32_t>(0, job.workers));
+  if (runtime <= 0 || workers == 0) return 0;
+  auto amount = [](int64_t v) {
+    return static_cast<U128>(std::max<int64_t>(0, v));
+  };
+  // The gang's price per hour in micros is
+  //   gpus x gpu_price + cpu_millis x cpu_price / 1000
+  //     + memory_bytes x gib_price / 2^30,
+  // kept exact as whole + fraction / (1000 x 2^30). The cost is
+  // round_half_up(rate x runtime / 1 h) = floor((N + D / 2) / D) with
+  // N = (whole x 1000 x 2^30 + fraction) x runtime and
+  // D = 1000 x 2^30 x kMicrosPerHour, evaluated without overflow by
+  // splitting whole x runtime at multiples of an hour. A product that
+  // overflows 128 bits (a 64 x 64-bit one cannot) means a cost far above
+  // INT64_MAX (runtime >= 1 us): saturated.
+  const U128 gpu =
+      amount(job.worker.gpus) * amount(flavor.price_micros_per_gpu_hour);
+  const U128 cpu =
+      amount(job.worker.cpu_millis) * amount(flavor.price_micros_per_cpu_hour);
+  const U128 memory = amount(job.worker.memory_bytes) *
+                      amount(flavor.price_micros_per_gib_hour);
+  U128 gang_gpu, gang_cpu, gang_memory, whole, scaled;
+  if (__builtin_mul_overflow(gpu, U128{workers}, &gang_gpu) ||
+      __builtin_mul_overflow(cpu, U128{workers}, &gang_cpu) ||
+      __builtin_mul_overflow(memory, U128{workers}, &gang_memory) ||
+      __builtin_add_overflow(gang_gpu, gang_cpu / kMillisPerCpu, &whole) ||
+      __builtin_add_overflow(whole, gang_memory / kBytesPerGib, &whole) ||
+      __builtin_mul_overflow(whole, static_cast<U128>(runtime), &scaled)) {
+    return kMaxInt64;
+  }
+  constexpr U128 kPerHour = kMicrosPerHour;
+  constexpr U128 kFractionUnit = U128{kMillisPerCpu} * kBytesPerGib;
+  constexpr U128 kDenominator = kFractionUnit * kPerHour;
+  // Each part below 2^41; the sum below 2^105.
+  const U128 fraction = gang_cpu % kMillisPerCpu * kBytesPerGib +
+                        gang_memory % kBytesPerGib * kMillisPerCpu;
+  const U128 cost = scaled / kPerHour +
+                    (scaled % kPerHour * kFractionUnit +
+                     fraction * static_cast<U128>(runtime) + kDenominator / 2) /
+                        kDenominator;
+  return cost > static_cast<U128>(kMaxInt64) ? kMaxInt64
+                                             : static_cast<int64_t>(cost);
 }
 
 std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,
