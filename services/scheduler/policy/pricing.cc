@@ -19,6 +19,35 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > kMaxInt64 - b ? kMaxInt64 : a + b;
 }
 
+using U128 = unsigned __int128;
+
+struct DivMod {
+  U128 quotient;
+  U128 remainder;
+};
+
+// a x b into `product`; false where it overflows 128 bits. Where a fits in
+// 64 bits it cannot (one 64 x 64-bit multiplication).
+bool Multiply(U128 a, uint64_t b, U128* product) {
+  if (a >> 64 == 0) {
+    *product = a * b;
+    return true;
+  }
+  return !__builtin_mul_overflow(a, U128{b}, product);
+}
+
+// n / kDivisor and n % kDivisor, in 64 bits (a multiplication, for a
+// constant divisor) where n fits: 128-bit division is a library call.
+template <int64_t kDivisor>
+DivMod Divide(U128 n) {
+  constexpr uint64_t d = static_cast<uint64_t>(kDivisor);
+  if (n <= std::numeric_limits<uint64_t>::max()) {
+    const uint64_t m = static_cast<uint64_t>(n);
+    return {m / d, m % d};
+  }
+  return {n / d, n % d};
+}
+
 }  // namespace
 
 TimeMicros ExpectedRuntime(const PendingJob& job, const PolicyConfig& config) {
@@ -55,7 +84,6 @@ TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
 
 int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config) {
-  using U128 = unsigned __int128;
   const TimeMicros runtime = InflatedRuntime(job, flavor, config);
   const uint64_t workers =
       static_cast<uint64_t>(std::max<int32_t>(0, job.workers));
@@ -66,38 +94,61 @@ int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
   // The gang's price per hour in micros is
   //   gpus x gpu_price + cpu_millis x cpu_price / 1000
   //     + memory_bytes x gib_price / 2^30,
-  // kept exact as whole + fraction / (1000 x 2^30). The cost is
+  // kept exact as whole + fraction / F with F = 1000 x 2^30. The cost is
   // round_half_up(rate x runtime / 1 h) = floor((N + D / 2) / D) with
-  // N = (whole x 1000 x 2^30 + fraction) x runtime and
-  // D = 1000 x 2^30 x kMicrosPerHour, evaluated without overflow by
-  // splitting whole x runtime at multiples of an hour. A product that
-  // overflows 128 bits (a 64 x 64-bit one cannot) means a cost far above
-  // INT64_MAX (runtime >= 1 us): saturated.
-  const U128 gpu =
-      amount(job.worker.gpus) * amount(flavor.price_micros_per_gpu_hour);
-  const U128 cpu =
-      amount(job.worker.cpu_millis) * amount(flavor.price_micros_per_cpu_hour);
-  const U128 memory = amount(job.worker.memory_bytes) *
-                      amount(flavor.price_micros_per_gib_hour);
-  U128 gang_gpu, gang_cpu, gang_memory, whole, scaled;
-  if (__builtin_mul_overflow(gpu, U128{workers}, &gang_gpu) ||
-      __builtin_mul_overflow(cpu, U128{workers}, &gang_cpu) ||
-      __builtin_mul_overflow(memory, U128{workers}, &gang_memory) ||
-      __builtin_add_overflow(gang_gpu, gang_cpu / kMillisPerCpu, &whole) ||
-      __builtin_add_overflow(whole, gang_memory / kBytesPerGib, &whole) ||
-      __builtin_mul_overflow(whole, static_cast<U128>(runtime), &scaled)) {
+  // N = (whole x F + fraction) x runtime and D = F x kMicrosPerHour,
+  // evaluated without overflow by splitting whole x runtime at whole hours.
+  // A product that overflows 128 bits (a 64 x 64-bit one cannot) means a
+  // cost far above INT64_MAX (runtime >= 1 us): saturated.
+  // (Jobs and flavors without CPU and memory prices skip their terms.)
+  constexpr int kGibShift = 30;
+  static_assert(kBytesPerGib == int64_t{1} << kGibShift);
+  U128 whole;
+  if (!Multiply(
+          amount(job.worker.gpus) * amount(flavor.price_micros_per_gpu_hour),
+          workers, &whole)) {
     return kMaxInt64;
   }
-  constexpr U128 kPerHour = kMicrosPerHour;
-  constexpr U128 kFractionUnit = U128{kMillisPerCpu} * kBytesPerGib;
-  constexpr U128 kDenominator = kFractionUnit * kPerHour;
-  // Each part below 2^41; the sum below 2^105.
-  const U128 fraction = gang_cpu % kMillisPerCpu * kBytesPerGib +
-                        gang_memory % kBytesPerGib * kMillisPerCpu;
-  const U128 cost = scaled / kPerHour +
-                    (scaled % kPerHour * kFractionUnit +
-                     fraction * static_cast<U128>(runtime) + kDenominator / 2) /
-                        kDenominator;
+  // In 1 / F micros per hour; below 2^41.
+  U128 fraction = 0;
+  if (flavor.price_micros_per_cpu_hour > 0 && job.worker.cpu_millis > 0) {
+    U128 gang_cpu;
+    if (!Multiply(amount(job.worker.cpu_millis) *
+                      amount(flavor.price_micros_per_cpu_hour),
+                  workers, &gang_cpu)) {
+      return kMaxInt64;
+    }
+    const DivMod cpus = Divide<kMillisPerCpu>(gang_cpu);
+    if (__builtin_add_overflow(whole, cpus.quotient, &whole)) return kMaxInt64;
+    fraction += cpus.remainder << kGibShift;
+  }
+  if (flavor.price_micros_per_gib_hour > 0 && job.worker.memory_bytes > 0) {
+    U128 gang_memory;
+    if (!Multiply(amount(job.worker.memory_bytes) *
+                      amount(flavor.price_micros_per_gib_hour),
+                  workers, &gang_memory) ||
+        __builtin_add_overflow(whole, gang_memory >> kGibShift, &whole)) {
+      return kMaxInt64;
+    }
+    fraction +=
+        (gang_memory & (kBytesPerGib - 1)) * static_cast<U128>(kMillisPerCpu);
+  }
+  U128 scaled;
+  if (!Multiply(whole, static_cast<uint64_t>(runtime), &scaled))
+    return kMaxInt64;
+  const DivMod hours = Divide<kMicrosPerHour>(scaled);
+  U128 cost = hours.quotient;
+  if (fraction == 0) {
+    // floor((remainder + H / 2) / H), remainder < H.
+    cost += 2 * hours.remainder >= static_cast<U128>(kMicrosPerHour) ? 1 : 0;
+  } else {
+    // floor((remainder x F + fraction x runtime + D / 2) / D): below 2^105;
+    // D = 2^30 x (1000 x H), and floor(floor(n / a) / b) = floor(n / ab).
+    const U128 rest = hours.remainder * (U128{kMillisPerCpu} << kGibShift) +
+                      fraction * static_cast<U128>(runtime) +
+                      (U128{kMillisPerCpu * kMicrosPerHour} << (kGibShift - 1));
+    cost += Divide<kMillisPerCpu * kMicrosPerHour>(rest >> kGibShift).quotient;
+  }
   return cost > static_cast<U128>(kMaxInt64) ? kMaxInt64
                                              : static_cast<int64_t>(cost);
 }
