@@ -420,6 +420,95 @@ TEST(BudgetTest, QueueWithoutBudgetIsUnlimited) {
   EXPECT_EQ(Decide(x.b.Build()).admissions.size(), 1u);
 }
 
+// A project budget (PendingJob::budget) of `remaining_micros` next to the
+// queue's budget "acme"; its id.
+BudgetId AddProjectBudget(BudgetSetup& x, std::string name,
+                          int64_t remaining_micros) {
+  x.b.snapshot().budgets.push_back(
+      {.name = std::move(name), .remaining_micros = remaining_micros});
+  return static_cast<BudgetId>(x.b.snapshot().budgets.size() - 1);
+}
+
+TEST(BudgetTest, ProjectBudgetHoldsAJobItsQueueBudgetAffords) {
+  BudgetSetup x = OneBudget(50000000);  // acme: 50.00.
+  const BudgetId vision = AddProjectBudget(x, "acme/vision", 10000000);
+  // 20.00 each: fits acme, not acme/vision.
+  x.b.AddJob(1, x.q, 1, 1, 1).time_limit_micros = 10 * kHour;
+  x.b.snapshot().pending.back().budget = vision;
+  const Decisions d = Decide(x.b.Build());
+  EXPECT_TRUE(d.admissions.empty());
+  ASSERT_NE(PendingOf(d, 1), nullptr);
+  EXPECT_EQ(PendingOf(d, 1)->reason, PendingReason::kBudgetHold);
+  EXPECT_EQ(PendingOf(d, 1)->message,
+            "BUDGET_HOLD: budget acme/vision has 10.000000 left, expected "
+            "cost 20.000000 (flavor od)");
+  // Where neither fits, the queue's budget is named.
+  x.b.snapshot().budgets[0].remaining_micros = 5000000;
+  EXPECT_EQ(PendingOf(Decide(x.b.Build()), 1)->message,
+            "BUDGET_HOLD: budget acme has 5.000000 left, expected cost "
+            "20.000000 (flavor od)");
+}
+
+TEST(BudgetTest, JobsOfAProjectShareItsBudgetAndSpendTheQueueBudgetToo) {
+  BudgetSetup x = OneBudget(50000000);  // acme: 50.00.
+  const BudgetId vision = AddProjectBudget(x, "acme/vision", 30000000);
+  // Jobs 1 and 2 of acme/vision, 3 and 4 without a project: 20.00 each.
+  for (JobId id = 1; id <= 4; ++id) {
+    PendingJob& job = x.b.AddJob(id, x.q, 1, 1, id);
+    job.time_limit_micros = 10 * kHour;
+    if (id <= 2) job.budget = vision;
+  }
+  const Decisions d = Decide(x.b.Build());
+  // Job 1: acme 50 -> 30, acme/vision 30 -> 10. Job 2 (20.00) does not fit
+  // acme/vision's 10.00. Job 3: acme 30 -> 10. Job 4 does not fit acme's
+  // 10.00: job 1's cost was charged to acme too.
+  ASSERT_EQ(d.admissions.size(), 2u);
+  EXPECT_NE(AdmissionOf(d, 1), nullptr);
+  EXPECT_NE(AdmissionOf(d, 3), nullptr);
+  EXPECT_EQ(PendingOf(d, 2)->message,
+            "BUDGET_HOLD: budget acme/vision has 10.000000 left, expected "
+            "cost 20.000000 (flavor od)");
+  EXPECT_EQ(PendingOf(d, 4)->message,
+            "BUDGET_HOLD: budget acme has 10.000000 left, expected cost "
+            "20.000000 (flavor od)");
+}
+
+TEST(BudgetTest, JobWithoutAProjectBudgetIgnoresAnotherProjectsBudget) {
+  BudgetSetup x = OneBudget(0);
+  x.b.snapshot().queues[x.q].budget.reset();  // No queue budget.
+  const BudgetId beta = AddProjectBudget(x, "beta/x", 0);
+  // Alike but for the budget: job 1 (beta/x, 20.00) first, then job 2.
+  x.b.AddJob(1, x.q, 1, 1, 1).time_limit_micros = 10 * kHour;
+  x.b.snapshot().pending.back().budget = beta;
+  x.b.AddJob(2, x.q, 1, 1, 2).time_limit_micros = 10 * kHour;
+  const Decisions d = Decide(x.b.Build());
+  ASSERT_EQ(d.admissions.size(), 1u);
+  EXPECT_EQ(d.admissions[0].job, 2);
+  EXPECT_EQ(PendingOf(d, 1)->message,
+            "BUDGET_HOLD: budget beta/x has 0.000000 left, expected cost "
+            "20.000000 (flavor od)");
+  // The same through the incremental scheduler, cycle after cycle.
+  Scheduler scheduler(x.b.Build());
+  EXPECT_EQ(scheduler.Cycle(), d);
+}
+
+TEST(BudgetTest, ProjectBudgetSharedAcrossQueues) {
+  BudgetSetup x = OneBudget(100000000);  // acme: 100.00.
+  const QueueId other = x.b.AddQueue("other");
+  x.b.AddGpuQuota(other, x.od, 8);  // No queue budget.
+  const BudgetId vision = AddProjectBudget(x, "acme/vision", 30000000);
+  x.b.AddJob(1, x.q, 1, 1, 1).time_limit_micros = 10 * kHour;
+  x.b.snapshot().pending.back().budget = vision;
+  x.b.AddJob(2, other, 1, 1, 2).time_limit_micros = 10 * kHour;
+  x.b.snapshot().pending.back().budget = vision;
+  const Decisions d = Decide(x.b.Build());
+  ASSERT_EQ(d.admissions.size(), 1u);
+  EXPECT_EQ(d.admissions[0].job, 1);
+  EXPECT_EQ(PendingOf(d, 2)->message,
+            "BUDGET_HOLD: budget acme/vision has 10.000000 left, expected "
+            "cost 20.000000 (flavor od)");
+}
+
 TEST(SnapshotValidationTest, NamesTheBadField) {
   auto invalid = [](const Snapshot& s) {
     const Decisions d = Decide(s);
@@ -432,6 +521,34 @@ TEST(SnapshotValidationTest, NamesTheBadField) {
     x.b.snapshot().queues[x.q].budget = 3;
     EXPECT_EQ(invalid(x.b.Build()),
               "INVALID_SNAPSHOT: queues[0].budget: out of range");
+  }
+  {
+    BudgetSetup x = OneBudget(0);
+    x.b.AddJob(1, x.q, 1, 1).budget = 1;
+    EXPECT_EQ(invalid(x.b.Build()),
+              "INVALID_SNAPSHOT: pending[0].budget: out of range");
+  }
+  {
+    BudgetSetup x = OneBudget(0);
+    x.b.AddJob(1, x.q, 1, 1).budget = -1;
+    EXPECT_EQ(invalid(x.b.Build()),
+              "INVALID_SNAPSHOT: pending[0].budget: out of range");
+  }
+  {
+    BudgetSetup x = OneBudget(0);
+    x.b.AddJob(1, x.q, 1, 1);
+    x.b.snapshot().flavors[0].price_micros_per_cpu_hour = -1;
+    EXPECT_EQ(invalid(x.b.Build()),
+              "INVALID_SNAPSHOT: flavors[0].price_micros_per_cpu_hour: must "
+              "be >= 0");
+  }
+  {
+    BudgetSetup x = OneBudget(0);
+    x.b.AddJob(1, x.q, 1, 1);
+    x.b.snapshot().flavors[0].price_micros_per_gib_hour = -1;
+    EXPECT_EQ(invalid(x.b.Build()),
+              "INVALID_SNAPSHOT: flavors[0].price_micros_per_gib_hour: must "
+              "be >= 0");
   }
   {
     BudgetSetup x = OneBudget(0);

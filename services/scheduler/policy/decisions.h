@@ -26,7 +26,8 @@ enum class PendingReason : uint8_t {
   kInvalidSnapshot,      // INVALID_SNAPSHOT
   // Nodes are reserved for it from a known time (Decisions::reservations).
   kWaitingForReservation,  // WAITING_FOR_RESERVATION
-  // Its expected cost fits in no flavor within its queue's budget.
+  // Its expected cost fits in no flavor within its queue's budget and its
+  // own (PendingJob::budget).
   kBudgetHold,  // BUDGET_HOLD
 };
 const char* PendingReasonCode(PendingReason reason);

@@ -162,10 +162,10 @@ class Engine final : public CycleRunner {
           const QueueId hq = heads[h].queue;
           __builtin_prefetch(&(*jobs_of_queue_)[hq].data()[cursor[hq] + 1]);
           // And what a failed attempt reads of its queue: its quota
-          // availability and (for its budget) its Queue.
+          // availability and its budget epoch.
           __builtin_prefetch(&state_.available[static_cast<size_t>(hq) *
                                                state_.s->flavors.size()]);
-          __builtin_prefetch(&state_.s->queues[hq].budget);
+          __builtin_prefetch(&state_.budget_epoch[hq]);
         }
       }
     }
@@ -263,10 +263,7 @@ class Engine final : public CycleRunner {
       stamp += state_.flavor_epoch[__builtin_ctzll(mask)];
     for (uint64_t mask = run.index_mask; mask != 0; mask &= mask - 1)
       stamp += state_.indexes.ById(__builtin_ctzll(mask)).epoch();
-    if (const std::optional<BudgetId>& b = state_.s->queues[q].budget;
-        b.has_value())
-      stamp += state_.budget_epoch[*b];
-    return stamp;
+    return stamp + state_.budget_epoch[q];
   }
 
   // Takes q's next jobs (after the one just attempted in order) while each
@@ -498,11 +495,13 @@ class Engine final : public CycleRunner {
       const FlavorId f = flavors[i];
       Resource failed = Resource::kGpu;
       int64_t cost = 0;
-      if (!state_.Affordable(job, f, &cost)) {
+      BudgetId refused = 0;
+      if (!state_.Affordable(job, f, &cost, &refused)) {
         add_detail({.kind = Detail::kBudget,
                     .flavor = f,
-                    .a = state_.budget_remaining[*queue.budget],
-                    .b = cost});
+                    .a = state_.budget_remaining[refused],
+                    .b = cost,
+                    .c = refused});
         continue;
       }
       affordable.push_back(f);

@@ -1,6 +1,7 @@
 #include "services/scheduler/policy/engine_state.h"
 
 #include <cstddef>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -71,7 +72,20 @@ bool EngineState::Reset(const Snapshot& snapshot,
   budget_remaining.clear();
   for (const Budget& b : s->budgets)
     budget_remaining.push_back(b.remaining_micros);
-  budget_epoch.assign(s->budgets.size(), 0);
+  budget_epoch.assign(s->queues.size(), 0);
+  queues_of_budget.resize(s->budgets.size());
+  for (std::vector<QueueId>& queues : queues_of_budget) queues.clear();
+  for (size_t q = 0; q < s->queues.size(); ++q) {
+    if (const std::optional<BudgetId>& b = s->queues[q].budget; b.has_value())
+      queues_of_budget[*b].push_back(static_cast<QueueId>(q));
+  }
+  // (A queue listed twice for a budget gets two bumps: still a change.)
+  for (const auto& [b, q] : classes->JobBudgetQueues()) {
+    if (static_cast<size_t>(b) < queues_of_budget.size() &&
+        static_cast<size_t>(q) < s->queues.size()) {
+      queues_of_budget[b].push_back(q);
+    }
+  }
   awaited_attempts.clear();
   preempted.clear();
   return wrapped;

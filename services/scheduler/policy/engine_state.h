@@ -105,23 +105,42 @@ struct EngineState {
 
   // --- Budgets ---
 
-  // Whether the job's expected cost on f fits its queue's budget (always
-  // without one); `cost` gets the cost.
-  bool Affordable(const PendingJob& job, FlavorId f, int64_t* cost) const {
+  // Whether the job's expected cost on f fits its queue's budget and its own
+  // (always without either); `cost` gets the cost (where it has one) and
+  // `refused` the budget it does not fit (the queue's where neither fits).
+  bool Affordable(const PendingJob& job, FlavorId f, int64_t* cost,
+                  BudgetId* refused) const {
     const std::optional<BudgetId>& budget = s->queues[job.queue].budget;
-    if (!budget.has_value()) return true;
+    if (!budget.has_value() && !job.budget.has_value()) return true;
     *cost = ExpectedCostMicros(job, s->flavors[f], *config);
-    return *cost <= budget_remaining[*budget];
+    if (budget.has_value() && *cost > budget_remaining[*budget]) {
+      *refused = *budget;
+      return false;
+    }
+    if (job.budget.has_value() && *cost > budget_remaining[*job.budget]) {
+      *refused = *job.budget;
+      return false;
+    }
+    return true;
   }
 
-  // Commits the job's expected cost on f to its queue's budget, if any.
+  // Commits the job's expected cost on f to its queue's budget and its own,
+  // if any (once where they are the same).
   void Spend(const PendingJob& job, FlavorId f) {
     const std::optional<BudgetId>& budget = s->queues[job.queue].budget;
-    if (!budget.has_value()) return;
-    budget_remaining[*budget] -=
-        ExpectedCostMicros(job, s->flavors[f], *config);
-    ++budget_epoch[*budget];
+    if (!budget.has_value() && !job.budget.has_value()) return;
+    const int64_t cost = ExpectedCostMicros(job, s->flavors[f], *config);
+    if (budget.has_value()) Charge(*budget, cost);
+    if (job.budget.has_value() && job.budget != budget)
+      Charge(*job.budget, cost);
     ++events;
+  }
+
+  // Takes `cost` from budget b, and bumps the budget epoch of each queue
+  // whose jobs' affordability it changes.
+  void Charge(BudgetId b, int64_t cost) {
+    budget_remaining[b] -= cost;
+    for (QueueId q : queues_of_budget[b]) ++budget_epoch[q];
   }
 
   // --- Failure stamps ---
@@ -129,7 +148,7 @@ struct EngineState {
   // Epochs only grow, so their sum changes exactly when one of them does.
   // The state a job of queue q with these candidate flavors depends on:
   // the quota epochs of q's cohort tree on the flavors, their capacity
-  // epochs and the epoch of q's budget.
+  // epochs and q's budget epoch.
   // (Capacity epochs of flavors at positions in `skip` (below 64) left out.)
   uint64_t Stamp(const std::vector<FlavorId>& flavors, uint64_t skip,
                  QueueId q) const {
@@ -138,13 +157,11 @@ struct EngineState {
   // Stamp() with `quota_sum` as QuotaSum(flavors, q).
   uint64_t StampWith(const std::vector<FlavorId>& flavors, uint64_t skip,
                      QueueId q, uint64_t quota_sum) const {
-    uint64_t stamp = quota_sum;
+    uint64_t stamp = quota_sum + budget_epoch[q];
     for (size_t i = 0; i < flavors.size(); ++i) {
       if (i < 64 && (skip >> i & 1) != 0) continue;
       stamp += flavor_epoch[flavors[i]];
     }
-    if (const std::optional<BudgetId>& b = s->queues[q].budget; b.has_value())
-      stamp += budget_epoch[*b];
     return stamp;
   }
 
@@ -210,9 +227,15 @@ struct EngineState {
   std::vector<uint64_t> quota_epoch;
   // Per flavor: grows with every change of its nodes' free capacity.
   std::vector<uint64_t> flavor_epoch;
-  // Per budget: what is left, and an epoch that grows as it is spent.
+  // Per budget: what is left.
   std::vector<int64_t> budget_remaining;
+  // Per queue: its budget epoch, which grows whenever a budget its jobs may
+  // spend is spent: its own budget, or one of its classes' own
+  // (ClassTable::JobBudgetQueues()). Per queue rather than per budget, so
+  // that a stamp reads one counter of the queue whatever the jobs' budgets.
   std::vector<uint64_t> budget_epoch;
+  // Per budget: the queues whose budget epoch its spending bumps.
+  std::vector<std::vector<QueueId>> queues_of_budget;
   // Epoch increments so far (any change of the state a failure depends on).
   uint64_t events = 0;
   // Counts Reset()s (ClassFailure::cycle); never 0.

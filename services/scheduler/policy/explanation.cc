@@ -110,9 +110,8 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
              << SpotPolicyName(job.spot_policy);
         break;
       case Detail::kBudget:
-        text << "budget " << s.budgets[*queue.budget].name << " has "
-             << FormatMicros(d.a) << " left, expected cost "
-             << FormatMicros(d.b) << " ";
+        text << "budget " << s.budgets[d.c].name << " has " << FormatMicros(d.a)
+             << " left, expected cost " << FormatMicros(d.b) << " ";
         flavor_tag();
         break;
       case Detail::kQuota: {

@@ -25,7 +25,7 @@ namespace trainyard::scheduler::policy::internal {
 struct Detail {
   enum Kind : uint8_t {
     kNoEligibleFlavor,
-    kBudget,         // a: budget remaining, b: expected cost
+    kBudget,         // a: budget remaining, b: expected cost, c: budget
     kQuota,          // a: usage, b: nominal, c: cohort lends; limit*
     kRebalancing,    // a: usage, b: nominal
     kHeld,           // a: usage, b: nominal, c: holding priority

@@ -66,6 +66,8 @@ bool Scheduler::PendingJobValid(const PendingJob& job) const {
   };
   return in_range(job.queue, s_.queues.size()) &&
          in_range(job.priority_class, s_.priority_classes.size()) &&
+         (!job.budget.has_value() ||
+          in_range(*job.budget, s_.budgets.size())) &&
          job.workers > 0 && job.worker.gpus >= 0 &&
          job.worker.cpu_millis >= 0 && job.worker.memory_bytes >= 0 &&
          job.time_limit_micros >= 0 && job.expected_runtime_micros >= 0 &&

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/preemption.h"
+#include "services/scheduler/policy/pricing.h"
 #include "services/scheduler/policy/snapshot.h"
 #include "tests/support/policy/synthetic.h"
 #include "tests/support/policy/test_util.h"
@@ -27,6 +29,28 @@ template <typename Id, typename T>
 Id Pick(std::mt19937_64& rng, const std::vector<T>& items) {
   return static_cast<Id>(
       Uniform(rng, 0, static_cast<int64_t>(items.size()) - 1));
+}
+
+// Gives `job` one of the snapshot's budgets as its own, sometimes.
+void GiveRandomBudget(const Snapshot& s, PendingJob& job,
+                      std::mt19937_64& rng) {
+  if (!s.budgets.empty() && Uniform(rng, 0, 2) != 0)
+    job.budget = Pick<BudgetId>(rng, s.budgets);
+}
+
+// Sometimes prices CPU-hours and GiB-hours on `f` (in steps that make the
+// flavors' cost order depend on the jobs' CPU and memory).
+void RandomCpuAndMemoryPrices(Flavor& f, std::mt19937_64& rng) {
+  if (Uniform(rng, 0, 2) != 0) return;
+  f.price_micros_per_cpu_hour = Uniform(rng, 0, 4) * 250000;
+  f.price_micros_per_gib_hour = Uniform(rng, 0, 4) * 33333;
+}
+
+// A job of MakeSyntheticJob() that may spend a budget of its own.
+PendingJob RandomJob(const Snapshot& s, JobId id, std::mt19937_64& rng) {
+  PendingJob job = MakeSyntheticJob(s, id, rng);
+  if (Uniform(rng, 0, 1) == 0) GiveRandomBudget(s, job, rng);
+  return job;
 }
 
 // A small synthetic snapshot, sometimes with irregular details that make the
@@ -107,15 +131,28 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
       if (Uniform(rng, 0, 3) != 0) q.budget = Uniform(rng, 0, budgets - 1);
     }
   }
+  // Some jobs spend budgets of their own (projects), as well as their
+  // queue's: new ones, or one a queue spends too.
+  if (Uniform(rng, 0, 2) == 0) {
+    const int projects = static_cast<int>(Uniform(rng, 1, 4));
+    for (int p = 0; p < projects; ++p) {
+      s.budgets.push_back(
+          {.name = "project-" + std::to_string(p),
+           .remaining_micros = Uniform(rng, -1, 1500) * 1000000});
+    }
+    for (PendingJob& job : s.pending) GiveRandomBudget(s, job, rng);
+  }
   for (PendingJob& job : s.pending) {
     if (Uniform(rng, 0, 19) == 0) {
       job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
     }
   }
-  // Some flavors have a restart overhead of their own.
+  // Some flavors have a restart overhead of their own, and some price CPU
+  // and memory too.
   for (Flavor& f : s.flavors) {
     if (Uniform(rng, 0, 2) == 0)
       f.restart_overhead_micros = Uniform(rng, 0, 60) * int64_t{60} * 1000000;
+    RandomCpuAndMemoryPrices(f, rng);
   }
   return s;
 }
@@ -187,8 +224,8 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
       for (JobId id : cancelled) ASSERT_TRUE(scheduler.RemovePending(id));
       if (!s.queues.empty()) {
         for (int k = 0, n = static_cast<int>(Uniform(rng, 0, 30)); k < n; ++k) {
-          scheduler.AddPending(MakeSyntheticJob(
-              s, 1000000 + iteration * 1000 + cycle * 100 + k, rng));
+          scheduler.AddPending(
+              RandomJob(s, 1000000 + iteration * 1000 + cycle * 100 + k, rng));
         }
       }
       scheduler.SetNow(s.now + Uniform(rng, 0, 600) * 1000 * 1000);
@@ -299,6 +336,10 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
             job.priority_class = static_cast<PriorityClassId>(
                 Uniform(rng, 0, s.priority_classes.size() - 1));
             job.worker.gpus = Uniform(rng, 0, 4);
+            if (Uniform(rng, 0, 2) == 0) {
+              job.budget.reset();
+              GiveRandomBudget(s, job, rng);
+            }
             ASSERT_TRUE(scheduler.UpdatePending(job));
             ++applied["UpdatePending"];
             break;
@@ -364,6 +405,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
             Flavor f = s.flavors[id];
             f.price_micros_per_gpu_hour = Uniform(rng, 0, 8) * 1000000;
             f.reclaim_rate_per_hour = Uniform(rng, 0, 4) / 2.0;
+            RandomCpuAndMemoryPrices(f, rng);
             if (Uniform(rng, 0, 1) == 0) {
               f.restart_overhead_micros =
                   Uniform(rng, 0, 60) * int64_t{60} * 1000000;
@@ -389,7 +431,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
                   s.running[Uniform(rng, 0, s.running.size() - 1)].job));
             }
             if (!s.queues.empty())
-              scheduler.AddPending(MakeSyntheticJob(s, next_id++, rng));
+              scheduler.AddPending(RandomJob(s, next_id++, rng));
             ++applied["CompleteAndArrive"];
             break;
           }
@@ -628,8 +670,8 @@ TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
       }
       if (!s.queues.empty()) {
         for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3)); k < m; ++k) {
-          scheduler.AddPending(MakeSyntheticJob(
-              s, 1000000 + iteration * 1000 + cycle * 10 + k, rng));
+          scheduler.AddPending(
+              RandomJob(s, 1000000 + iteration * 1000 + cycle * 10 + k, rng));
         }
       }
       scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
@@ -766,6 +808,122 @@ TEST(SchedulerTest, SameDecisionsAsThePlainEngineInTheServiceMix) {
     scheduler.SetNow(now.now + 1000 * 1000);
   }
   EXPECT_GT(preempted, 0);
+}
+
+// Tenant budgets on most queues and project budgets of the jobs
+// (PendingJob::budget) shared across queues, in a mix with preemption and
+// priced CPU and memory, through cycles of churn in which the budgets are
+// charged what the admissions cost (as the chargeback system does) and
+// sometimes topped up: every cycle equals Decide() and the plain engine
+// (no classes, no runs, no placement index), and both kinds of budget hold
+// jobs.
+TEST(SchedulerTest, SameDecisionsAsThePlainEngineWithProjectBudgets) {
+  std::mt19937_64 rng(20261127);
+  SyntheticSpec spec{.nodes = 160,
+                     .racks_per_block = 4,
+                     .queues = 24,
+                     .cohorts = 8,
+                     .pending = 0,
+                     .busy_fraction = 0,
+                     .seed = 11};
+  Snapshot s = MakeSyntheticSnapshot(spec);
+  constexpr int kTenants = 6;
+  constexpr int kProjects = 8;
+  for (int t = 0; t < kTenants; ++t) {
+    s.budgets.push_back(
+        {.name = "tenant-" + std::to_string(t),
+         .remaining_micros = Uniform(rng, 100, 1500) * 1000000});
+  }
+  for (int p = 0; p < kProjects; ++p) {
+    s.budgets.push_back({.name = "project-" + std::to_string(p),
+                         .remaining_micros = Uniform(rng, 30, 600) * 1000000});
+  }
+  for (size_t q = 0; q < s.queues.size(); ++q) {
+    if (q % 4 != 0) s.queues[q].budget = static_cast<BudgetId>(q % kTenants);
+    if (q % 3 == 1) {
+      s.queues[q].within_queue_preemption =
+          WithinQueuePreemption::kLowerPriority;
+    }
+  }
+  s.flavors[0].price_micros_per_cpu_hour = 20000;
+  s.flavors[0].price_micros_per_gib_hour = 1000;
+  s.flavors[2].price_micros_per_gib_hour = 2000;
+  JobId next_id = 1;
+  auto add_job = [&](const Snapshot& snapshot) {
+    PendingJob job = MakeSyntheticJob(snapshot, next_id++, rng);
+    const int64_t kind = Uniform(rng, 0, 9);
+    if (kind < 6) {
+      job.budget =
+          static_cast<BudgetId>(kTenants + Uniform(rng, 0, kProjects - 1));
+    } else if (kind == 6) {
+      // Its own budget is its queue's (or a tenant's): counted once.
+      job.budget = snapshot.queues[job.queue].budget.value_or(0);
+    }
+    return job;
+  };
+  for (int i = 0; i < 1500; ++i) s.pending.push_back(add_job(s));
+  Scheduler scheduler(std::move(s));
+  int admitted = 0, tenant_holds = 0, project_holds = 0;
+  for (int cycle = 0; cycle < 12; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    const Decisions got = scheduler.Cycle();
+    ExpectSame(Decide(scheduler.snapshot()), got);
+    if (::testing::Test::HasFatalFailure()) return;
+    ExpectSame(Decide(scheduler.snapshot(), kPlain), got);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (const PendingDecision& p : got.pending) {
+      if (p.reason != PendingReason::kBudgetHold) continue;
+      if (p.message.str().starts_with("BUDGET_HOLD: budget project-")) {
+        ++project_holds;
+      } else {
+        ++tenant_holds;
+      }
+    }
+    admitted += static_cast<int>(got.admissions.size());
+    // What the admissions cost comes off their budgets.
+    const Snapshot& now = scheduler.snapshot();
+    std::vector<int64_t> spent(now.budgets.size(), 0);
+    for (const Admission& a : got.admissions) {
+      const PendingJob* job = nullptr;
+      for (const PendingJob& j : now.pending) {
+        if (j.id == a.job) job = &j;
+      }
+      ASSERT_NE(job, nullptr);
+      const int64_t cost =
+          ExpectedCostMicros(*job, now.flavors[a.flavor], PolicyConfig{});
+      const std::optional<BudgetId> queue_budget =
+          now.queues[job->queue].budget;
+      if (queue_budget.has_value()) spent[*queue_budget] += cost;
+      if (job->budget.has_value() && job->budget != queue_budget)
+        spent[*job->budget] += cost;
+    }
+    for (size_t b = 0; b < spent.size(); ++b) {
+      Budget budget = now.budgets[b];
+      ASSERT_LE(spent[b], std::max<int64_t>(0, budget.remaining_micros))
+          << "budget " << budget.name << " overrun";
+      budget.remaining_micros -= spent[b];
+      if (Uniform(rng, 0, 5) == 0)
+        budget.remaining_micros += Uniform(rng, 0, 200) * 1000000;
+      if (!(budget == now.budgets[b]))
+        scheduler.SetBudget(static_cast<BudgetId>(b), std::move(budget));
+    }
+    for (const Preemption& p : got.preemptions)
+      ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+    for (const Admission& a : got.admissions)
+      ASSERT_TRUE(scheduler.ApplyAdmission(a));
+    for (int k = 0; k < 10 && !now.running.empty(); ++k) {
+      ASSERT_TRUE(scheduler.CompleteRunning(
+          now.running[Uniform(rng, 0, now.running.size() - 1)].job));
+    }
+    for (int k = 0; k < 40; ++k)
+      scheduler.AddPending(add_job(scheduler.snapshot()));
+    scheduler.SetNow(now.now + 1000 * 1000);
+  }
+  std::printf("admitted %d, tenant budget holds %d, project budget holds %d\n",
+              admitted, tenant_holds, project_holds);
+  EXPECT_GT(admitted, 100);
+  EXPECT_GT(tenant_holds, 100);
+  EXPECT_GT(project_holds, 100);
 }
 
 // Fair-share preemption compares the queues' usage on every flavor: a

@@ -13,11 +13,14 @@ namespace trainyard::scheduler::policy::internal {
 int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
                             const PendingJob& job) {
   const Queue& queue = s.queues[job.queue];
-  // The candidate flavors depend on the queue, the spot policy, the GPUs and
-  // the pricing inputs only: computed once per such combination.
+  // The candidate flavors depend on the queue, the spot policy, the gang's
+  // resources and the pricing inputs only: computed once per such
+  // combination.
   const PricingKey pricing = {job.queue,
                               job.spot_policy,
                               job.worker.gpus * job.workers,
+                              job.worker.cpu_millis * job.workers,
+                              job.worker.memory_bytes * job.workers,
                               job.expected_runtime_micros,
                               job.time_limit_micros,
                               job.can_checkpoint,
@@ -42,10 +45,12 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
   // the borrowing hold (hold_borrowing_for_priority) compare priorities.
   const bool preempts = PreemptionEnabled(queue, config);
   const bool by_priority = preempts || config.hold_borrowing_for_priority;
-  // A budget compares each flavor's expected cost.
-  const bool budget = queue.budget.has_value();
+  // A budget (the queue's or the job's own) compares each flavor's expected
+  // cost; jobs of different budgets of their own spend different money.
+  const bool budget = queue.budget.has_value() || job.budget.has_value();
   const Key key = {
       job.queue,
+      job.budget.value_or(-1),
       job.workers,
       job.worker.gpus,
       job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
@@ -82,6 +87,10 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
                                   .try_emplace(shape, static_cast<int32_t>(
                                                           shape_ids_.size()))
                                   .first->second});
+    if (job.budget.has_value() &&
+        job_budget_pairs_.insert({*job.budget, job.queue}).second) {
+      job_budget_queues_.push_back({*job.budget, job.queue});
+    }
     PendingJob& representative = representatives_.emplace_back(job);
     representative.name.clear();
     representative.name.shrink_to_fit();
@@ -97,6 +106,8 @@ void ClassTable::clear() {
   info_.clear();
   representatives_.clear();
   shape_ids_.clear();
+  job_budget_pairs_.clear();
+  job_budget_queues_.clear();
   empty_list_ = -1;
   generation_ = NewGeneration();
 }

@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "services/scheduler/policy/decisions.h"
 #include "services/scheduler/policy/explanation.h"
 #include "services/scheduler/policy/policy_config.h"
@@ -20,11 +22,12 @@
 namespace trainyard::scheduler::policy::internal {
 
 // Interns equivalence classes. A class holds everything a job's admission
-// attempt depends on besides the cycle state: queue, gang size, worker shape,
-// topology requirement, its candidate flavors in order (CandidateFlavors(),
-// which folds in the spot policy and the pricing inputs), its time limit
-// (backfill) and, where the queue has a budget, its pricing inputs (expected
-// cost), and, for a queue with preemption (or with
+// attempt depends on besides the cycle state: queue, its own budget (if any),
+// gang size, worker shape, topology requirement, its candidate flavors in
+// order (CandidateFlavors(), which folds in the spot policy and the pricing
+// inputs), its time limit (backfill) and, where the queue or the job has a
+// budget, its pricing inputs (expected cost), and, for a queue with
+// preemption (or with
 // PolicyConfig::hold_borrowing_for_priority), the priority value and
 // (LowerOrNewerEqualPriority) the submit time.
 class ClassTable {
@@ -48,18 +51,24 @@ class ClassTable {
   // Where FlavorsOf() and ShapeOf() read (for prefetching).
   const void* InfoAddress(int32_t job_class) const { return &info_[job_class]; }
   size_t num_shapes() const { return shape_ids_.size(); }
+  // Each (budget, queue) once where a class of the queue has that budget of
+  // its own (PendingJob::budget): whose failures a spend of the budget may
+  // change (EngineState::Charge).
+  const std::vector<std::pair<BudgetId, QueueId>>& JobBudgetQueues() const {
+    return job_budget_queues_;
+  }
   // Unique per table contents: changes whenever clear() renumbers classes,
   // so a runner may keep per-class data across cycles while it is the same.
   uint64_t generation() const { return generation_; }
   void clear();
 
  private:
-  using Key = std::tuple<QueueId, int32_t, int64_t, GpuModelId, int64_t,
-                         int64_t, TopologyLevel, int32_t, int64_t, int64_t,
-                         bool, int64_t, int64_t, TimeMicros>;
+  using Key = std::tuple<QueueId, BudgetId, int32_t, int64_t, GpuModelId,
+                         int64_t, int64_t, TopologyLevel, int32_t, int64_t,
+                         int64_t, bool, int64_t, int64_t, TimeMicros>;
   absl::flat_hash_map<Key, int32_t> ids_;
-  using PricingKey =
-      std::tuple<QueueId, SpotPolicy, int64_t, int64_t, int64_t, bool, int64_t>;
+  using PricingKey = std::tuple<QueueId, SpotPolicy, int64_t, int64_t, int64_t,
+                                int64_t, int64_t, bool, int64_t>;
   absl::flat_hash_map<PricingKey, int32_t> list_of_pricing_;
   absl::flat_hash_map<std::vector<FlavorId>, int32_t> list_ids_;
   std::vector<std::vector<FlavorId>> flavor_lists_;
@@ -74,6 +83,8 @@ class ClassTable {
   // GPUs, GPU model (kAnyGpuModel without GPUs), CPU, memory.
   using WorkerKey = std::tuple<int64_t, GpuModelId, int64_t, int64_t>;
   absl::flat_hash_map<WorkerKey, int32_t> shape_ids_;
+  absl::flat_hash_set<std::pair<BudgetId, QueueId>> job_budget_pairs_;
+  std::vector<std::pair<BudgetId, QueueId>> job_budget_queues_;
   int32_t empty_list_ = -1;
   uint64_t generation_ = NewGeneration();
   static uint64_t NewGeneration();
@@ -106,7 +117,8 @@ struct alignas(64) ClassFailure {
   uint32_t flavor_mask = 0;
   uint32_t quota_mask = 0;
   // The state it depended on when it failed (EngineState::Stamp): the quota
-  // epochs of its cohort tree on its candidate flavors, its budget's epoch,
+  // epochs of its cohort tree on its candidate flavors, its queue's budget
+  // epoch (which covers the queue's budget and its classes' own budgets),
   // and the capacity epochs of its candidate flavors, less those at
   // positions in `skip` (where it failed before placement: on budget or
   // quota).

@@ -19,6 +19,35 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > kMaxInt64 - b ? kMaxInt64 : a + b;
 }
 
+using U128 = unsigned __int128;
+
+struct DivMod {
+  U128 quotient;
+  U128 remainder;
+};
+
+// a x b into `product`; false where it overflows 128 bits. Where a fits in
+// 64 bits it cannot (one 64 x 64-bit multiplication).
+bool Multiply(U128 a, uint64_t b, U128* product) {
+  if (a >> 64 == 0) {
+    *product = a * b;
+    return true;
+  }
+  return !__builtin_mul_overflow(a, U128{b}, product);
+}
+
+// n / kDivisor and n % kDivisor, in 64 bits (a multiplication, for a
+// constant divisor) where n fits: 128-bit division is a library call.
+template <int64_t kDivisor>
+DivMod Divide(U128 n) {
+  constexpr uint64_t d = static_cast<uint64_t>(kDivisor);
+  if (n <= std::numeric_limits<uint64_t>::max()) {
+    const uint64_t m = static_cast<uint64_t>(n);
+    return {m / d, m % d};
+  }
+  return {n / d, n % d};
+}
+
 }  // namespace
 
 TimeMicros ExpectedRuntime(const PendingJob& job, const PolicyConfig& config) {
@@ -55,19 +84,73 @@ TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
 
 int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config) {
-  const int64_t price = std::max<int64_t>(0, flavor.price_micros_per_gpu_hour);
-  const int64_t gpus = std::max<int64_t>(0, job.worker.gpus);
-  const int64_t workers = std::max<int32_t>(0, job.workers);
   const TimeMicros runtime = InflatedRuntime(job, flavor, config);
-  // The magnitude check uses long double only to rule out overflow; below the
-  // bound the product fits in 128 bits (< 2^63 x 3.6e9) and is exact.
-  const long double approx = static_cast<long double>(price) * gpus * workers *
-                             runtime / kMicrosPerHour;
-  if (approx >= 9.2e18L) return kMaxInt64;
-  const __int128 product =
-      static_cast<__int128>(price) * gpus * workers * runtime;
-  const __int128 cost = (product + kMicrosPerHour / 2) / kMicrosPerHour;
-  return cost > kMaxInt64 ? kMaxInt64 : static_cast<int64_t>(cost);
+  const uint64_t workers =
+      static_cast<uint64_t>(std::max<int32_t>(0, job.workers));
+  if (runtime <= 0 || workers == 0) return 0;
+  auto amount = [](int64_t v) {
+    return static_cast<U128>(std::max<int64_t>(0, v));
+  };
+  // The gang's price per hour in micros is
+  //   gpus x gpu_price + cpu_millis x cpu_price / 1000
+  //     + memory_bytes x gib_price / 2^30,
+  // kept exact as whole + fraction / F with F = 1000 x 2^30. The cost is
+  // round_half_up(rate x runtime / 1 h) = floor((N + D / 2) / D) with
+  // N = (whole x F + fraction) x runtime and D = F x kMicrosPerHour,
+  // evaluated without overflow by splitting whole x runtime at whole hours.
+  // A product that overflows 128 bits (a 64 x 64-bit one cannot) means a
+  // cost far above INT64_MAX (runtime >= 1 us): saturated.
+  // (Jobs and flavors without CPU and memory prices skip their terms.)
+  constexpr int kGibShift = 30;
+  static_assert(kBytesPerGib == int64_t{1} << kGibShift);
+  U128 whole;
+  if (!Multiply(
+          amount(job.worker.gpus) * amount(flavor.price_micros_per_gpu_hour),
+          workers, &whole)) {
+    return kMaxInt64;
+  }
+  // In 1 / F micros per hour; below 2^41.
+  U128 fraction = 0;
+  if (flavor.price_micros_per_cpu_hour > 0 && job.worker.cpu_millis > 0) {
+    U128 gang_cpu;
+    if (!Multiply(amount(job.worker.cpu_millis) *
+                      amount(flavor.price_micros_per_cpu_hour),
+                  workers, &gang_cpu)) {
+      return kMaxInt64;
+    }
+    const DivMod cpus = Divide<kMillisPerCpu>(gang_cpu);
+    if (__builtin_add_overflow(whole, cpus.quotient, &whole)) return kMaxInt64;
+    fraction += cpus.remainder << kGibShift;
+  }
+  if (flavor.price_micros_per_gib_hour > 0 && job.worker.memory_bytes > 0) {
+    U128 gang_memory;
+    if (!Multiply(amount(job.worker.memory_bytes) *
+                      amount(flavor.price_micros_per_gib_hour),
+                  workers, &gang_memory) ||
+        __builtin_add_overflow(whole, gang_memory >> kGibShift, &whole)) {
+      return kMaxInt64;
+    }
+    fraction +=
+        (gang_memory & (kBytesPerGib - 1)) * static_cast<U128>(kMillisPerCpu);
+  }
+  U128 scaled;
+  if (!Multiply(whole, static_cast<uint64_t>(runtime), &scaled))
+    return kMaxInt64;
+  const DivMod hours = Divide<kMicrosPerHour>(scaled);
+  U128 cost = hours.quotient;
+  if (fraction == 0) {
+    // floor((remainder + H / 2) / H), remainder < H.
+    cost += 2 * hours.remainder >= static_cast<U128>(kMicrosPerHour) ? 1 : 0;
+  } else {
+    // floor((remainder x F + fraction x runtime + D / 2) / D): below 2^105;
+    // D = 2^30 x (1000 x H), and floor(floor(n / a) / b) = floor(n / ab).
+    const U128 rest = hours.remainder * (U128{kMillisPerCpu} << kGibShift) +
+                      fraction * static_cast<U128>(runtime) +
+                      (U128{kMillisPerCpu * kMicrosPerHour} << (kGibShift - 1));
+    cost += Divide<kMillisPerCpu * kMicrosPerHour>(rest >> kGibShift).quotient;
+  }
+  return cost > static_cast<U128>(kMaxInt64) ? kMaxInt64
+                                             : static_cast<int64_t>(cost);
 }
 
 std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,

@@ -1,12 +1,14 @@
-// Expected-cost flavor choice. A flavor's expected cost for a
-// job is price per GPU-hour x GPUs x expected runtime, where the expected
-// runtime is the job's runtime inflated by the expected number of reclaims
-// (reclaim rate per hour x runtime in hours) times the work lost per reclaim
-// (half the checkpoint interval, or half the runtime for a job that cannot
-// checkpoint, plus the flavor's restart overhead, RestartOverhead()). Money is
-// integer micros; the only floating-point step is the reclaim count (rate is a
-// double), whose product with the loss is rounded to the nearest microsecond
-// with std::llround, so the result is deterministic. See docs/scheduling.md.
+// Expected-cost flavor choice. A flavor's expected cost for a job is the
+// gang's price per hour there (GPUs x price per GPU-hour + CPUs x price per
+// CPU-hour + GiB of memory x price per GiB-hour, over all workers) x the
+// expected runtime, where the expected runtime is the job's runtime inflated
+// by the expected number of reclaims (reclaim rate per hour x runtime in
+// hours) times the work lost per reclaim (half the checkpoint interval, or
+// half the runtime for a job that cannot checkpoint, plus the flavor's
+// restart overhead, RestartOverhead()). Money is integer micros; the only
+// floating-point step is the reclaim count (rate is a double), whose product
+// with the loss is rounded to the nearest microsecond with std::llround, so
+// the result is deterministic. See docs/scheduling.md.
 #ifndef TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
 #define TRAINYARD_SERVICES_SCHEDULER_POLICY_PRICING_H_
 
@@ -20,6 +22,10 @@
 namespace trainyard::scheduler::policy {
 
 inline constexpr int64_t kMicrosPerHour = int64_t{3600} * 1000 * 1000;
+// Flavor::price_micros_per_cpu_hour is per whole CPU, price_micros_per_gib_hour
+// per GiB of memory.
+inline constexpr int64_t kMillisPerCpu = 1000;
+inline constexpr int64_t kBytesPerGib = int64_t{1} << 30;
 
 // The runtime the cost model assumes for `job`: its estimate, else its time
 // limit, else config.default_expected_runtime.
@@ -41,8 +47,13 @@ TimeMicros LossPerReclaim(const PendingJob& job, const Flavor& flavor,
 TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config);
 
-// price_micros_per_gpu_hour x job GPUs x InflatedRuntime / 1 h, in micros,
-// rounded half up (128-bit intermediate); saturates at INT64_MAX.
+// The gang's price per hour on `flavor` x InflatedRuntime / 1 h, in micros:
+//   workers x (gpus x price_micros_per_gpu_hour
+//              + cpu_millis x price_micros_per_cpu_hour / 1000
+//              + memory_bytes x price_micros_per_gib_hour / 2^30)
+//   x InflatedRuntime / kMicrosPerHour,
+// rounded half up once, on the exact sum (integer arithmetic, 128-bit
+// intermediates, no floating point); saturates at INT64_MAX.
 int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config);
 

@@ -91,6 +91,121 @@ TEST(PricingTest, ExpectedCostSaturatesInsteadOfOverflowing) {
             std::numeric_limits<int64_t>::max());
 }
 
+// CPU-hours (per whole CPU) and GiB-hours are priced with GPU-hours, over
+// the whole gang.
+TEST(PricingTest, ExpectedCostPricesGpusCpusAndMemory) {
+  const PolicyConfig config;
+  PendingJob job = Job(2, 1);
+  job.worker.cpu_millis = 4000;
+  job.worker.memory_bytes = 16 * testing::kGiB;
+  job.expected_runtime_micros = 90 * kMinute;
+  const Flavor f{.price_micros_per_gpu_hour = 2000000,
+                 .price_micros_per_cpu_hour = 50000,
+                 .price_micros_per_gib_hour = 10000};
+  // 2 x (2.00 + 4 x 0.05 + 16 x 0.01) per hour x 1.5 h = 2 x 2.36 x 1.5.
+  EXPECT_EQ(ExpectedCostMicros(job, f, config), 7080000);
+  // Each price alone: 2 x 2.00 x 1.5 = 6.00, 2 x 0.20 x 1.5 = 0.60,
+  // 2 x 0.16 x 1.5 = 0.48.
+  EXPECT_EQ(
+      ExpectedCostMicros(job, {.price_micros_per_gpu_hour = 2000000}, config),
+      6000000);
+  EXPECT_EQ(
+      ExpectedCostMicros(job, {.price_micros_per_cpu_hour = 50000}, config),
+      600000);
+  EXPECT_EQ(
+      ExpectedCostMicros(job, {.price_micros_per_gib_hour = 10000}, config),
+      480000);
+}
+
+// Fractions of a micro from CPU and memory are summed exactly and the total
+// rounded once, half up.
+TEST(PricingTest, ExpectedCostRoundsTheExactSumHalfUp) {
+  const PolicyConfig config;
+  PendingJob job = Job(1, 0);
+  job.worker.cpu_millis = 2500;
+  job.worker.memory_bytes = 3 * testing::kGiB + testing::kGiB / 2;
+  job.expected_runtime_micros = kHour;
+  const Flavor cpu_only{.price_micros_per_cpu_hour = 33333};
+  const Flavor memory_only{.price_micros_per_gib_hour = 4001};
+  const Flavor both{.price_micros_per_cpu_hour = 33333,
+                    .price_micros_per_gib_hour = 4001};
+  // 2.5 x 33333 = 83332.5 -> 83333; 3.5 x 4001 = 14003.5 -> 14004.
+  EXPECT_EQ(ExpectedCostMicros(job, cpu_only, config), 83333);
+  EXPECT_EQ(ExpectedCostMicros(job, memory_only, config), 14004);
+  // Together exactly 97336 per hour (not 83333 + 14004).
+  EXPECT_EQ(ExpectedCostMicros(job, both, config), 97336);
+  // 7 minutes: 97336 x 7 / 60 = 11355.866... -> 11356.
+  job.expected_runtime_micros = 7 * kMinute;
+  EXPECT_EQ(ExpectedCostMicros(job, both, config), 11356);
+  // 3 workers x 1 milli-CPU x 1 micro per CPU-hour for 1 h: 0.003 -> 0; with
+  // 500 milli-CPU 1.5 -> 2 (half up); 499: 1.497 -> 1.
+  job = Job(3, 0);
+  job.expected_runtime_micros = kHour;
+  const Flavor micro{.price_micros_per_cpu_hour = 1};
+  job.worker.cpu_millis = 1;
+  EXPECT_EQ(ExpectedCostMicros(job, micro, config), 0);
+  job.worker.cpu_millis = 500;
+  EXPECT_EQ(ExpectedCostMicros(job, micro, config), 2);
+  job.worker.cpu_millis = 499;
+  EXPECT_EQ(ExpectedCostMicros(job, micro, config), 1);
+}
+
+TEST(PricingTest, ExpectedCostOfCpuAndMemorySaturates) {
+  PendingJob job = Job(1 << 20, 0);
+  job.worker.cpu_millis = std::numeric_limits<int64_t>::max();
+  job.worker.memory_bytes = std::numeric_limits<int64_t>::max();
+  job.expected_runtime_micros = std::numeric_limits<int64_t>::max();
+  const Flavor f{
+      .price_micros_per_cpu_hour = std::numeric_limits<int64_t>::max(),
+      .price_micros_per_gib_hour = std::numeric_limits<int64_t>::max()};
+  EXPECT_EQ(ExpectedCostMicros(job, f, PolicyConfig{}),
+            std::numeric_limits<int64_t>::max());
+  // A microsecond of 2^62 bytes (2^32 GiB) at 2^40 per GiB-hour: 2^72 micros
+  // per hour for 1 / 3,600,000,000 h.
+  job.workers = 1;
+  job.worker.cpu_millis = 0;
+  job.worker.memory_bytes = int64_t{1} << 62;
+  job.expected_runtime_micros = 1;
+  const Flavor g{.price_micros_per_gib_hour = int64_t{1} << 40};
+  // 2^72 / 3,600,000,000 = 1,311,768,467,463.79... -> 1311768467464.
+  EXPECT_EQ(ExpectedCostMicros(job, g, PolicyConfig{}), 1311768467464);
+  // An hour of it: 2^72 = 4722366482869645213696 > INT64_MAX.
+  job.expected_runtime_micros = kHour;
+  EXPECT_EQ(ExpectedCostMicros(job, g, PolicyConfig{}),
+            std::numeric_limits<int64_t>::max());
+}
+
+// The gang's memory decides between two flavors whose GPU and memory
+// prices differ: jobs alike but for their memory get different orders.
+TEST(PricingTest, MemoryPriceDecidesTheFlavorOrder) {
+  SnapshotBuilder b;
+  // gpu-cheap: 2.00 per GPU-h + 0.10 per GiB-h; flat: 2.50 per GPU-h.
+  const FlavorId gpu_cheap = b.AddFlavor("gpu-cheap");
+  const FlavorId flat = b.AddFlavor("flat");
+  b.snapshot().flavors[gpu_cheap].price_micros_per_gpu_hour = 2000000;
+  b.snapshot().flavors[gpu_cheap].price_micros_per_gib_hour = 100000;
+  b.snapshot().flavors[flat].price_micros_per_gpu_hour = 2500000;
+  const QueueId q = b.AddQueue("q");
+  for (FlavorId f : {gpu_cheap, flat}) {
+    b.AddNode(f, 8);
+    b.AddGpuQuota(q, f, 64);
+  }
+  // 1 GiB: 2.10 against 2.50 per hour; 16 GiB: 3.60 against 2.50.
+  b.AddJob(1, q, 1, 1, 1).expected_runtime_micros = kHour;
+  PendingJob& big = b.AddJob(2, q, 1, 1, 2);
+  big.expected_runtime_micros = kHour;
+  big.worker.memory_bytes = 16 * testing::kGiB;
+  const Snapshot& s = b.Build();
+  EXPECT_EQ(CandidateFlavors(s, s.pending[0], PolicyConfig{}),
+            (std::vector<FlavorId>{gpu_cheap, flat}));
+  EXPECT_EQ(CandidateFlavors(s, s.pending[1], PolicyConfig{}),
+            (std::vector<FlavorId>{flat, gpu_cheap}));
+  const Decisions d = Decide(s);
+  ASSERT_EQ(d.admissions.size(), 2u);
+  EXPECT_EQ(testing::AdmissionOf(d, 1)->flavor, gpu_cheap);
+  EXPECT_EQ(testing::AdmissionOf(d, 2)->flavor, flat);
+}
+
 // Queue 0 lists: od-expensive, od-cheap, spot (price 1.5, reclaim rate r).
 struct PricedCase {
   SnapshotBuilder b;

@@ -686,9 +686,33 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
         if (rng.Chance(70)) q.budget = 0;
       }
     }
+    // Some flavors price CPU and memory too.
+    for (Flavor& f : s.flavors) {
+      if (rng.Chance(30)) {
+        f.price_micros_per_cpu_hour = rng.Int(0, 300'000);
+        f.price_micros_per_gib_hour = rng.Int(0, 50'000);
+      }
+    }
+    // Project budgets of the jobs' own (PendingJob::budget), sometimes the
+    // queues' budget itself.
+    if (rng.Chance(50)) {
+      const BudgetId first = static_cast<BudgetId>(s.budgets.size());
+      for (int p = 0; p < 2; ++p) {
+        s.budgets.push_back({.name = "p" + std::to_string(p),
+                             .remaining_micros = rng.Int(-1, 100'000'000)});
+      }
+      for (PendingJob& j : s.pending) {
+        if (rng.Chance(60))
+          j.budget = static_cast<BudgetId>(
+              rng.Int(first > 0 ? first - 1 : 0, first + 1));
+      }
+    }
     ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
     const Decisions d = Decide(s);
     ASSERT_EQ(Decide(s), d);
+    ASSERT_EQ(Decide(s, PolicyConfig{.use_placement_index = false,
+                                     .use_equivalence_classes = false}),
+              d);
     std::map<JobId, const PendingJob*> jobs;
     for (const PendingJob& j : s.pending) jobs[j.id] = &j;
 
@@ -712,10 +736,13 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
       Charge(usage, s, r.queue, r.flavor, r.resources);
     std::map<BudgetId, int64_t> spent;
     auto spend = [&](const PendingJob& job, FlavorId f) {
-      if (s.queues[job.queue].budget.has_value()) {
-        spent[*s.queues[job.queue].budget] +=
-            ExpectedCostMicros(job, s.flavors[f], PolicyConfig{});
-      }
+      const int64_t cost =
+          ExpectedCostMicros(job, s.flavors[f], PolicyConfig{});
+      const std::optional<BudgetId>& budget = s.queues[job.queue].budget;
+      if (budget.has_value()) spent[*budget] += cost;
+      // A job's own budget is charged too (once where it is the queue's).
+      if (job.budget.has_value() && job.budget != budget)
+        spent[*job.budget] += cost;
     };
     for (const Reservation& r : d.reservations) {
       ASSERT_TRUE(waiting.count(r.job));

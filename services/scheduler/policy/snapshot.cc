@@ -98,6 +98,14 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
       return Invalid(absl::StrCat("flavors[", i,
                                   "].price_micros_per_gpu_hour: must be >= 0"));
     }
+    if (f.price_micros_per_cpu_hour < 0) {
+      return Invalid(absl::StrCat("flavors[", i,
+                                  "].price_micros_per_cpu_hour: must be >= 0"));
+    }
+    if (f.price_micros_per_gib_hour < 0) {
+      return Invalid(absl::StrCat("flavors[", i,
+                                  "].price_micros_per_gib_hour: must be >= 0"));
+    }
     if (!std::isfinite(f.reclaim_rate_per_hour) ||
         f.reclaim_rate_per_hour < 0.0) {
       return Invalid(absl::StrCat(
@@ -180,6 +188,9 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     if (!InRange(j.queue, s.queues.size()) ||
         !InRange(j.priority_class, s.priority_classes.size())) {
       return Invalid(absl::StrCat("pending[", i, "]: id out of range"));
+    }
+    if (j.budget.has_value() && !InRange(*j.budget, s.budgets.size())) {
+      return Invalid(absl::StrCat("pending[", i, "].budget: out of range"));
     }
     if (j.workers < 1) {
       return Invalid(

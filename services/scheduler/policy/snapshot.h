@@ -83,8 +83,12 @@ enum class FlavorKind { kOnDemand, kReserved, kSpot };
 struct Flavor {
   std::string name;
   FlavorKind kind = FlavorKind::kOnDemand;
-  // Money is integer micros, never floating point.
+  // Money is integer micros, never floating point. Prices per hour of one
+  // GPU, one whole CPU (1000 cpu_millis) and one GiB (2^30 bytes) of memory;
+  // a job's expected cost sums all three over its gang (pricing.h).
   int64_t price_micros_per_gpu_hour = 0;
+  int64_t price_micros_per_cpu_hour = 0;
+  int64_t price_micros_per_gib_hour = 0;
   // Expected reclaims per hour (spot); 0 for on-demand/reserved.
   double reclaim_rate_per_hour = 0.0;
   // Time each restart on this flavor loses on top of the work since the last
@@ -224,9 +228,11 @@ struct Queue {
 };
 
 // Money a tenant (or project) may still commit. A job is admitted on a flavor
-// only if its expected cost there (pricing.h) fits in what remains; each
-// admission or reservation commits its expected cost. Jobs that fit nowhere
-// stay pending with BUDGET_HOLD, before an overrun rather than after.
+// only if its expected cost there (pricing.h) fits in what remains of its
+// queue's budget (Queue::budget, usually the tenant's) and of its own
+// (PendingJob::budget, usually its project's), where it has them; each
+// admission or reservation commits its expected cost to both. Jobs that fit
+// nowhere stay pending with BUDGET_HOLD, before an overrun rather than after.
 struct Budget {
   std::string name;
   // Integer micros; may be negative (already overspent: everything waits).
@@ -280,6 +286,11 @@ struct PendingJob {
   JobId id = 0;
   std::string name;
   QueueId queue = 0;
+  // The job's own budget (usually its project's), which it spends in
+  // addition to its queue's (Queue::budget): it is admitted only where its
+  // expected cost fits both. None = only the queue's budget limits it; the
+  // queue's own budget counts once.
+  std::optional<BudgetId> budget;
   PriorityClassId priority_class = 0;
   TimeMicros submit_time = 0;
   int32_t workers = 1;
