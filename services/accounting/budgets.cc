@@ -16,19 +16,6 @@ namespace v1 = trainyard::v1;
 using pricing::BudgetAction;
 using pricing::TimeMs;
 
-pricing::BudgetRule RuleOf(const v1::Budget& budget) {
-  pricing::BudgetRule rule;
-  rule.monthly_amount_micros = budget.monthly_amount().micros();
-  for (const v1::BudgetThreshold& t : budget.thresholds()) {
-    rule.thresholds.push_back(
-        {.percent = t.percent(),
-         .action = t.action() == v1::BUDGET_ACTION_UNSPECIFIED
-                       ? BudgetAction::kWarn
-                       : static_cast<BudgetAction>(t.action())});
-  }
-  return rule;
-}
-
 namespace {
 
 std::string Rfc3339(TimeMs ms) {

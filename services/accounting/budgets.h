@@ -14,15 +14,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/accounting/budget_rule.h"
 #include "services/accounting/pricing/budget.h"
 #include "services/accounting/pricing/meter.h"
 #include "storage/postgres/accounting_store.h"
 #include "trainyard/v1/accounting.pb.h"
 
 namespace trainyard::accounting {
-
-// The pure rule of a stored Budget.
-pricing::BudgetRule RuleOf(const trainyard::v1::Budget& budget);
 
 // A threshold newly reached.
 struct BudgetNotice {

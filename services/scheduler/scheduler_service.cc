@@ -18,6 +18,8 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "services/accounting/budget_rule.h"
+#include "services/accounting/pricing/budget.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/runtime/logging.h"
 #include "services/lib/runtime/metrics.h"
@@ -82,12 +84,13 @@ enum ConfigKind : size_t {
   kCohorts,
   kQueues,
   kPriorityClasses,
+  kBudgets,
 };
 const std::vector<const pg::ObjectKind*>& ConfigKinds() {
   static const std::vector<const pg::ObjectKind*> kinds = {
-      &pg::FlavorKind(),       &pg::ClusterKind(), &pg::PoolKind(),
-      &pg::NodeKind(),         &pg::CohortKind(),  &pg::QueueKind(),
-      &pg::PriorityClassKind()};
+      &pg::FlavorKind(),        &pg::ClusterKind(), &pg::PoolKind(),
+      &pg::NodeKind(),          &pg::CohortKind(),  &pg::QueueKind(),
+      &pg::PriorityClassKind(), &pg::BudgetKind()};
   return kinds;
 }
 
@@ -199,6 +202,7 @@ absl::StatusOr<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   s->jobs_ = std::make_unique<pg::SchedulerStore>(s->db_.get());
   s->api_jobs_ = std::make_unique<pg::JobStore>(s->db_.get());
   s->objects_ = std::make_unique<pg::ObjectStore>(s->db_.get());
+  s->accounting_ = std::make_unique<pg::AccountingStore>(s->db_.get());
   s->writer_ = std::thread([p = s.get()] { p->WriteExplanationsLoop(); });
   if (!s->options_.redis_addr.empty()) {
     absl::StatusOr<storage::redis::RedisOptions> redis =
@@ -323,6 +327,8 @@ absl::Status SchedulerService::LoadConfigKind(size_t kind) {
       return ReloadAll(*objects_, pg::QueueKind(), st.queues);
     case kPriorityClasses:
       return ReloadAll(*objects_, pg::PriorityClassKind(), st.priority_classes);
+    case kBudgets:
+      return ReloadAll(*objects_, pg::BudgetKind(), budget_objects_);
   }
   return absl::InternalError("unknown configuration kind");
 }
@@ -416,10 +422,15 @@ absl::Status SchedulerService::RefreshConfig(CycleReport& report) {
     return absl::InternalError("fingerprints: wrong column count");
   const bool all = !config_loaded_;
   std::map<std::string, v1::Cluster> old_clusters;
-  bool clusters_changed = false, others_changed = false;
+  bool clusters_changed = false, others_changed = false, budgets_changed = all;
   config_loaded_ = false;
   for (size_t k = 0; k < fingerprints->size(); ++k) {
     if (!all && (*fingerprints)[k] == config_fingerprints_[k]) continue;
+    if (k == kBudgets) {
+      budgets_changed = true;
+      if (absl::Status s = LoadConfigKind(k); !s.ok()) return s;
+      continue;
+    }
     if (k == kClusters) {
       clusters_changed = true;
       old_clusters = std::move(state_.clusters);
@@ -436,7 +447,84 @@ absl::Status SchedulerService::RefreshConfig(CycleReport& report) {
       (clusters_changed && !SameButHeartbeats(old_clusters, state_.clusters));
   config_fingerprints_ = std::move(*fingerprints);
   config_loaded_ = true;
+  if (absl::Status s = RefreshBudgets(budgets_changed); !s.ok()) return s;
   report.refresh_config = absl::Now() - config_start;
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerService::RefreshBudgets(bool budgets_changed) {
+  const absl::Time wall = absl::Now();
+  if (!budgets_changed && wall - budgets_read_ < absl::Seconds(1)) {
+    return absl::OkStatus();
+  }
+  // The scheduler's clock (virtual in the simulator and the tests), as the
+  // attempts' times and the meter's passes.
+  const absl::Time now = options_.clock ? options_.clock() : wall;
+  absl::StatusOr<std::map<std::string, pg::CurrentPrices>> prices =
+      accounting_->PricesAt(absl::ToUnixMillis(now));
+  if (!prices.ok()) return prices.status();
+  std::map<std::string, BookPrices> book;
+  for (const auto& [flavor, p] : *prices) {
+    auto f = state_.flavors.find(flavor);
+    const bool spot =
+        f != state_.flavors.end() && f->second.kind() == v1::FLAVOR_KIND_SPOT;
+    book[flavor] = {.gpu_hour = spot && p.spot_gpu_hour.has_value()
+                                    ? p.spot_gpu_hour
+                                    : p.gpu_hour,
+                    .cpu_hour = p.cpu_hour,
+                    .gib_hour = p.gib_hour};
+  }
+  std::map<std::pair<std::string, std::string>, BudgetView> budgets;
+  if (!budget_objects_.empty()) {
+    absl::StatusOr<std::vector<pg::BudgetStatusRow>> rows =
+        accounting_->LoadBudgetStatus();
+    if (!rows.ok()) return rows.status();
+    std::map<std::pair<std::string, std::string>, const pg::BudgetStatusRow*>
+        status;
+    for (const pg::BudgetStatusRow& r : *rows) status[{r.tenant, r.id}] = &r;
+    const int64_t month =
+        accounting::pricing::MonthStartMs(absl::ToUnixMillis(now));
+    for (const auto& [key, budget] : budget_objects_) {
+      const accounting::pricing::BudgetRule rule = accounting::RuleOf(budget);
+      BudgetView view{
+          .name = absl::StrCat("tenants/", key.first, "/budgets/", key.second),
+          .hold_limit_micros = accounting::pricing::HoldLimitMicros(rule)};
+      // A status of an earlier month is none: the month turned.
+      if (auto it = status.find(key);
+          it != status.end() && it->second->month_start_ms == month) {
+        view.forecast_micros = it->second->forecast_micros;
+        view.status_time = absl::FromUnixMillis(it->second->status_ms);
+      }
+      // The action in force from the budget as it is now (an edit acts at
+      // once) and the meter's forecast.
+      const accounting::pricing::BudgetAction action =
+          accounting::pricing::ActiveAction(rule, view.forecast_micros);
+      view.hold = action == accounting::pricing::BudgetAction::kHold;
+      view.restrict_to_spot =
+          action == accounting::pricing::BudgetAction::kRestrictToSpot;
+      budgets[{key.first, budget.project()}] = std::move(view);
+    }
+  }
+  budgets_read_ = wall;
+  // What the policy's configuration maps: prices, which budgets limit
+  // admission, which restrict to spot.
+  auto shape =
+      [](const std::map<std::pair<std::string, std::string>, BudgetView>& m) {
+        std::vector<std::tuple<std::pair<std::string, std::string>, std::string,
+                               bool, bool>>
+            out;
+        for (const auto& [key, v] : m) {
+          out.emplace_back(key, v.name,
+                           v.hold || v.hold_limit_micros.has_value(),
+                           v.restrict_to_spot);
+        }
+        return out;
+      };
+  if (book != state_.prices || shape(budgets) != shape(state_.budgets)) {
+    config_changed_ = true;
+  }
+  state_.prices = std::move(book);
+  state_.budgets = std::move(budgets);
   return absl::OkStatus();
 }
 
@@ -533,6 +621,7 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     }
   }
   policy_state_.Advance(state_, now, liveness);
+  policy_state_.UpdateBudgets(state_);
   const absl::Time loaded = absl::Now();
   policy_state_.Cycle(decisions_);
   const policy::Decisions& d = decisions_;

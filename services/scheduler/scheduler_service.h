@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,11 +31,13 @@
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/scheduler_state.h"
 #include "services/scheduler/snapshot_builder.h"
+#include "storage/postgres/accounting_store.h"
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
 #include "storage/postgres/scheduler_store.h"
 #include "storage/redis/redis_client.h"
+#include "trainyard/v1/accounting.pb.h"
 
 namespace trainyard::scheduler {
 
@@ -182,6 +185,13 @@ class SchedulerService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Reads the configuration table of kConfigKinds()[kind] into state_.
   absl::Status LoadConfigKind(size_t kind);
+  // The price book's current prices and each budget's view (its thresholds
+  // and the meter's forecast) into state_, at most once a second unless the
+  // budgets changed; a change of prices, of the budgets that limit
+  // admission or of those that restrict to spot marks the configuration
+  // changed (forecasts alone do not: UpdateBudgets follows them).
+  absl::Status RefreshBudgets(bool budgets_changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // The leader loop's round: one cycle, logged.
   leader::NextRound LeadRound();
   // Forgets what this process believes it wrote (explanations and shares),
@@ -200,6 +210,8 @@ class SchedulerService {
   // The api's store: LastEventSequence, where a full load starts.
   std::unique_ptr<storage::postgres::JobStore> api_jobs_;
   std::unique_ptr<storage::postgres::ObjectStore> objects_;
+  // The price book and the budgets' status.
+  std::unique_ptr<storage::postgres::AccountingStore> accounting_;
   // Publishes dispatcher wake-ups (nullptr without Redis).
   std::unique_ptr<storage::redis::RedisClient> redis_;
 
@@ -230,6 +242,11 @@ class SchedulerService {
   // per kind: only the tables that changed are read again.
   bool config_loaded_ ABSL_GUARDED_BY(cycle_mu_) = false;
   std::vector<std::string> config_fingerprints_ ABSL_GUARDED_BY(cycle_mu_);
+  // The budgets as stored (key: tenant, id), and when RefreshBudgets last
+  // read prices and statuses.
+  std::map<std::pair<std::string, std::string>, trainyard::v1::Budget>
+      budget_objects_ ABSL_GUARDED_BY(cycle_mu_);
+  absl::Time budgets_read_ ABSL_GUARDED_BY(cycle_mu_) = absl::InfinitePast();
   // What was last written to pending_explanations, per job, so that only
   // changes are written: the reason's code (an index into reasons_) and a
   // hash of the message, not the texts. A full load (a new leader's first

@@ -1,9 +1,16 @@
 #include "services/scheduler/scheduler_state.h"
 
+#include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "services/scheduler/policy/pricing.h"
+
 namespace trainyard::scheduler {
+
+namespace v1 = ::trainyard::v1;
 
 std::set<std::string> SchedulerState::GoneClusters(
     const PlatformState& state, const DispatcherLiveness& liveness) {
@@ -95,6 +102,77 @@ bool SchedulerState::ConfigChanged(const PlatformState& state, absl::Time now,
   }
   gone_ = GoneClusters(state, liveness);
   return false;
+}
+
+void SchedulerState::UpdateBudgets(const PlatformState& state) {
+  if (!built()) return;
+  const policy::Snapshot& s = scheduler_->snapshot();
+  if (s.budgets.empty()) {
+    admitted_.clear();
+    return;
+  }
+  // The earliest forecast: what every budget's forecast covers.
+  absl::Time covered = absl::InfiniteFuture();
+  for (const auto& [key, view] : state.budgets) {
+    covered = std::min(covered, view.status_time);
+  }
+  for (const policy::RunningAttempt& r : s.running) {
+    auto view = state.jobs.find(r.job);
+    if (view == state.jobs.end() || !view->second.attempt.has_value()) continue;
+    const v1::Job& job = view->second.job;
+    const v1::Attempt& a = *view->second.attempt;
+    const absl::Time admitted =
+        a.has_admit_time() ? absl::FromUnixSeconds(a.admit_time().seconds()) +
+                                 absl::Nanoseconds(a.admit_time().nanos())
+                           : absl::InfinitePast();
+    if (admitted <= covered) continue;
+    if (!mapper_.BudgetOf(job.tenant(), "").has_value() &&
+        !mapper_.BudgetOf(job.tenant(), job.spec().project()).has_value()) {
+      continue;
+    }
+    auto [it, inserted] = admitted_.try_emplace({r.job, a.index()});
+    if (!inserted) continue;
+    it->second = {
+        .admitted = admitted,
+        .cost = policy::ExpectedCostMicros(SnapshotMapper::CostShapeOf(job),
+                                           s.flavors[r.flavor], config_),
+        .tenant = job.tenant(),
+        .project = job.spec().project()};
+  }
+  std::vector<int64_t> committed(s.budgets.size(), 0);
+  for (auto it = admitted_.begin(); it != admitted_.end();) {
+    const AdmittedCost& c = it->second;
+    if (c.admitted <= covered) {
+      it = admitted_.erase(it);
+      continue;
+    }
+    std::vector<std::string> scopes = {""};
+    if (!c.project.empty()) scopes.push_back(c.project);
+    for (const std::string& project : scopes) {
+      std::optional<policy::BudgetId> b = mapper_.BudgetOf(c.tenant, project);
+      auto budget = state.budgets.find({c.tenant, project});
+      if (!b.has_value() || budget == state.budgets.end() ||
+          c.admitted <= budget->second.status_time) {
+        continue;
+      }
+      committed[*b] += c.cost;
+    }
+    ++it;
+  }
+  for (const auto& [key, view] : state.budgets) {
+    std::optional<policy::BudgetId> b = mapper_.BudgetOf(key.first, key.second);
+    if (!b.has_value()) continue;
+    int64_t remaining = -1;
+    if (!view.hold && view.hold_limit_micros.has_value()) {
+      remaining =
+          *view.hold_limit_micros - view.forecast_micros - committed[*b];
+    }
+    if (s.budgets[*b].remaining_micros != remaining ||
+        s.budgets[*b].name != view.name) {
+      scheduler_->SetBudget(*b,
+                            {.name = view.name, .remaining_micros = remaining});
+    }
+  }
 }
 
 void SchedulerState::SyncInterned() {

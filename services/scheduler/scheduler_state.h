@@ -50,6 +50,14 @@ class SchedulerState {
   void Advance(const PlatformState& state, absl::Time now,
                const DispatcherLiveness& liveness);
 
+  // Sets what each policy budget has left before a cycle: its HOLD limit
+  // less the meter's forecast (state.budgets) less the expected cost
+  // (policy::ExpectedCostMicros) of the attempts of its scope admitted after
+  // the meter computed that forecast, running or since ended (remembered
+  // until a forecast covers them); -1 while the budget is in HOLD. Call
+  // after the configuration and jobs are up to date.
+  void UpdateBudgets(const PlatformState& state);
+
   // One cycle into `out` (its memory reused). Requires built().
   void Cycle(policy::Decisions& out) { scheduler_->Cycle(out); }
 
@@ -85,6 +93,15 @@ class SchedulerState {
   absl::flat_hash_map<int64_t, absl::Time> backoff_until_;
   // Clusters whose dispatcher counted as gone at the last mapping.
   std::set<std::string> gone_;
+  // Attempts seen running in a budgeted scope, by (job, attempt index), with
+  // their admission time and expected cost, until every forecast covers them.
+  struct AdmittedCost {
+    absl::Time admitted;
+    int64_t cost = 0;
+    std::string tenant;
+    std::string project;
+  };
+  std::map<std::pair<int64_t, int32_t>, AdmittedCost> admitted_;
 };
 
 }  // namespace trainyard::scheduler

@@ -156,11 +156,21 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     if (f.kind() == v1::FLAVOR_KIND_RESERVED)
       kind = policy::FlavorKind::kReserved;
     if (f.kind() == v1::FLAVOR_KIND_SPOT) kind = policy::FlavorKind::kSpot;
+    // The price book's prices where it has them (what the meter will
+    // charge), else the flavor's own GPU-hour price.
+    BookPrices book;
+    if (auto it = state.prices.find(id); it != state.prices.end()) {
+      book = it->second;
+    }
     s.flavors.push_back(
         {.name = id,
          .kind = kind,
-         .price_micros_per_gpu_hour =
-             std::max<int64_t>(0, f.gpu_hour_price().micros()),
+         .price_micros_per_gpu_hour = std::max<int64_t>(
+             0, book.gpu_hour.value_or(f.gpu_hour_price().micros())),
+         .price_micros_per_cpu_hour =
+             std::max<int64_t>(0, book.cpu_hour.value_or(0)),
+         .price_micros_per_gib_hour =
+             std::max<int64_t>(0, book.gib_hour.value_or(0)),
          .reclaim_rate_per_hour = std::max(0.0, f.reclaim_rate_per_hour())});
     if (f.has_restart_overhead()) {
       s.flavors.back().restart_overhead_micros =
@@ -246,6 +256,17 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     }
   }
 
+  // Budgets: those that limit admission (a HOLD threshold, or in HOLD) are
+  // the policy's; those that restrict to spot are remembered for MapJob.
+  budget_ids_.clear();
+  restricted_.clear();
+  for (const auto& [key, b] : state.budgets) {
+    if (b.restrict_to_spot) restricted_.insert(key);
+    if (!b.hold && !b.hold_limit_micros.has_value()) continue;
+    budget_ids_[key] = static_cast<policy::BudgetId>(s.budgets.size());
+    s.budgets.push_back({.name = b.name, .remaining_micros = 0});
+  }
+
   // Queues.
   for (const auto& [key, q] : state.queues) {
     known_queues_.insert(key);
@@ -307,6 +328,7 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     }
     if (q.has_min_runtime())
       queue.min_runtime = std::max<int64_t>(0, Micros(q.min_runtime()));
+    queue.budget = BudgetOf(key.first, "");
     s.queues.push_back(std::move(queue));
   }
 
@@ -397,25 +419,15 @@ JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
   }
   e.kind = JobEntry::Kind::kPending;
   policy::PendingJob& p = e.pending;
-  p = policy::PendingJob{
-      .id = id,
-      .name = job.display_name(),
-      .queue = queue->second,
-      .priority_class = JobClass(job, true),
-      .submit_time = Micros(job.create_time()),
-      .workers = workers,
-      .worker = {.gpus = worker.gpus,
-                 .gpu_model = ModelId(spec.resources().gpu_model()),
-                 .cpu_millis = worker.cpu_millis,
-                 .memory_bytes = worker.memory_bytes},
-      .time_limit_micros =
-          spec.has_time_limit() ? Micros(spec.time_limit()) : 0,
-      .expected_runtime_micros =
-          spec.has_expected_runtime() ? Micros(spec.expected_runtime()) : 0,
-      .can_checkpoint = spec.checkpoint().resumable(),
-      .checkpoint_interval_micros = spec.checkpoint().has_interval()
-                                        ? Micros(spec.checkpoint().interval())
-                                        : 0};
+  p = CostShapeOf(job);
+  p.id = id;
+  p.name = job.display_name();
+  p.queue = queue->second;
+  p.priority_class = JobClass(job, true);
+  p.submit_time = Micros(job.create_time());
+  p.worker.gpu_model = ModelId(spec.resources().gpu_model());
+  if (!spec.project().empty())
+    p.budget = BudgetOf(job.tenant(), spec.project());
   switch (spec.topology().required_level()) {
     case v1::TOPOLOGY_LEVEL_BLOCK:
       p.required_topology = policy::TopologyLevel::kBlock;
@@ -446,7 +458,44 @@ JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
                           : policy::SpotPolicy::kNever;
       break;
   }
+  // A budget past its RESTRICT_TO_SPOT threshold: spot capacity only.
+  if (restricted_.contains({job.tenant(), ""}) ||
+      restricted_.contains({job.tenant(), spec.project()})) {
+    p.spot_policy = policy::SpotPolicy::kRequired;
+  }
   return e;
+}
+
+std::optional<policy::BudgetId> SnapshotMapper::BudgetOf(
+    const std::string& tenant, const std::string& project) const {
+  auto it = budget_ids_.find({tenant, project});
+  if (it == budget_ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<policy::FlavorId> SnapshotMapper::FlavorOf(
+    const std::string& id) const {
+  auto it = flavor_ids_.find(id);
+  if (it == flavor_ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+policy::PendingJob SnapshotMapper::CostShapeOf(const v1::Job& job) {
+  const v1::JobSpec& spec = job.spec();
+  const policy::Resources worker = ShapeOf(spec.resources());
+  return policy::PendingJob{
+      .workers = std::max(1, spec.workers()),
+      .worker = {.gpus = worker.gpus,
+                 .cpu_millis = worker.cpu_millis,
+                 .memory_bytes = worker.memory_bytes},
+      .time_limit_micros =
+          spec.has_time_limit() ? Micros(spec.time_limit()) : 0,
+      .expected_runtime_micros =
+          spec.has_expected_runtime() ? Micros(spec.expected_runtime()) : 0,
+      .can_checkpoint = spec.checkpoint().resumable(),
+      .checkpoint_interval_micros = spec.checkpoint().has_interval()
+                                        ? Micros(spec.checkpoint().interval())
+                                        : 0};
 }
 
 void BuildSnapshot(const PlatformState& state, absl::Time now,

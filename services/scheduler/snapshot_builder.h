@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -31,6 +32,31 @@ struct JobView {
   std::optional<absl::Time> last_checkpoint;
 };
 
+// A flavor's prices in the price book at the cycle's time (micros per
+// unit-hour); a price the book does not have falls back to the flavor's own
+// gpu_hour_price (GPU) or to zero (CPU, memory).
+struct BookPrices {
+  std::optional<int64_t> gpu_hour;  // a spot flavor: its latest spot price
+  std::optional<int64_t> cpu_hour;
+  std::optional<int64_t> gib_hour;
+  friend bool operator==(const BookPrices&, const BookPrices&) = default;
+};
+
+// A budget as the scheduler acts on it: its HOLD limit (amount x the lowest
+// HOLD threshold), the meter's forecast of the month, the action in force
+// (from the budget's thresholds and that forecast). See docs/accounting.md.
+struct BudgetView {
+  std::string name;  // "tenants/{t}/budgets/{b}"
+  std::optional<int64_t> hold_limit_micros;
+  // The meter's forecast for the current month (0 before its first pass of
+  // the month), and when the meter computed it: attempts admitted since are
+  // not in it.
+  int64_t forecast_micros = 0;
+  absl::Time status_time = absl::InfinitePast();
+  bool hold = false;
+  bool restrict_to_spot = false;
+};
+
 // Everything a cycle looks at. Keys are ids without their collection prefix.
 struct PlatformState {
   std::map<std::string, trainyard::v1::Flavor> flavors;
@@ -44,6 +70,10 @@ struct PlatformState {
   std::map<std::string, trainyard::v1::PriorityClass> priority_classes;
   // Non-terminal jobs by id.
   std::map<int64_t, JobView> jobs;
+  // The price book's prices by flavor id (empty without a price book).
+  std::map<std::string, BookPrices> prices;
+  // Budgets by (tenant, project); project "" = the whole tenant.
+  std::map<std::pair<std::string, std::string>, BudgetView> budgets;
 };
 
 // Names for the snapshot's dense ids, and what the commit needs per job.
@@ -76,7 +106,12 @@ struct SnapshotIndex {
 //     resolved priority value, preemptible); jobs being preempted are not
 //     preemptible again;
 //   - running attempts (ADMITTED, DISPATCHING, RUNNING, PREEMPTING) and
-//     pending jobs (QUEUED; HELD ones wait for their hold to lift).
+//     pending jobs (QUEUED; HELD ones wait for their hold to lift);
+//   - budgets: each budget with a HOLD threshold (or in HOLD) is a policy
+//     budget, the tenant's on its queues, a project's on its pending jobs
+//     (remaining 0 here: SchedulerState::UpdateBudgets sets it each cycle);
+//     a pending job whose tenant or project budget restricts to spot gets
+//     SpotPolicy::kRequired.
 // Jobs of queues that do not exist or are stopped (stop_policy HOLD …), and
 // jobs waiting out a retry backoff, are left out and listed in
 // index->excluded with a reason.
@@ -144,11 +179,21 @@ class SnapshotMapper {
     return gpu_model_names_;
   }
   // Whether jobs mapped by `other` map the same here: the same priority
-  // classes are configured (with the same preemptibility) and interned.
+  // classes are configured (with the same preemptibility) and interned, and
+  // the same budgets hold or restrict them.
   bool SameClassesAs(const SnapshotMapper& other) const {
     return class_preemptible_ == other.class_preemptible_ &&
-           priority_classes_.size() == other.priority_classes_.size();
+           priority_classes_.size() == other.priority_classes_.size() &&
+           budget_ids_ == other.budget_ids_ && restricted_ == other.restricted_;
   }
+  // The policy budget of (tenant, project) ("" = the tenant's), if any.
+  std::optional<policy::BudgetId> BudgetOf(const std::string& tenant,
+                                           const std::string& project) const;
+  // The cost model's view of a job (its gang, time limit, estimate and
+  // checkpointing), for the expected cost of its attempt.
+  static policy::PendingJob CostShapeOf(const trainyard::v1::Job& job);
+  // The policy flavor of a flavor id, if mapped.
+  std::optional<policy::FlavorId> FlavorOf(const std::string& id) const;
 
  private:
   policy::GpuModelId ModelId(const std::string& name);
@@ -175,6 +220,10 @@ class SnapshotMapper {
   absl::flat_hash_set<std::pair<std::string, std::string>> known_queues_;
   // Configured priority classes: name -> preemptible.
   absl::flat_hash_map<std::string, bool> class_preemptible_;
+  // Budgets of the configuration last mapped, and the scopes restricted to
+  // spot.
+  std::map<std::pair<std::string, std::string>, policy::BudgetId> budget_ids_;
+  std::set<std::pair<std::string, std::string>> restricted_;
 };
 
 // Whether the cluster's dispatcher counts as gone at liveness.wall_now.

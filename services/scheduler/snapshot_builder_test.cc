@@ -73,6 +73,64 @@ PlatformState Platform() {
   return st;
 }
 
+// The price book's prices win over a flavor's own; budgets with a HOLD limit
+// become policy budgets (the tenant's on its queues, a project's on its
+// jobs); a budget restricting to spot makes its scope's jobs spot-only.
+TEST(SnapshotBuilderTest, MapsBookPricesAndBudgets) {
+  PlatformState st = Platform();
+  st.prices["h100"] = {.gpu_hour = 3'000'000, .cpu_hour = 100'000,
+                       .gib_hour = 10'000};
+  st.budgets[{"acme", ""}] = {.name = "tenants/acme/budgets/all",
+                              .hold_limit_micros = 100'000'000};
+  st.budgets[{"acme", "nlp"}] = {.name = "tenants/acme/budgets/nlp",
+                                 .hold_limit_micros = 50'000'000};
+  st.budgets[{"acme", "vision"}] = {.name = "tenants/acme/budgets/vision",
+                                    .restrict_to_spot = true};
+  st.budgets[{"acme", "warned"}] = {.name = "tenants/acme/budgets/warned"};
+  auto job = [&](int64_t id, const std::string& project) {
+    JobView v = MakeJob(id, "default", v1::JOB_STATE_QUEUED, 1);
+    v.job.mutable_spec()->set_project(project);
+    v.job.mutable_spec()->mutable_checkpoint()->set_resumable(true);
+    st.jobs[id] = v;
+  };
+  job(1, "nlp");
+  job(2, "vision");
+  job(3, "warned");
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  const policy::Flavor& h100 = s.flavors[0];
+  ASSERT_EQ(h100.name, "h100");
+  EXPECT_EQ(h100.price_micros_per_gpu_hour, 3'000'000);
+  EXPECT_EQ(h100.price_micros_per_cpu_hour, 100'000);
+  EXPECT_EQ(h100.price_micros_per_gib_hour, 10'000);
+  ASSERT_EQ(s.flavors[1].name, "h100-spot");
+  EXPECT_EQ(s.flavors[1].price_micros_per_gpu_hour, 1'000'000);  // its own
+  EXPECT_EQ(s.flavors[1].price_micros_per_cpu_hour, 0);
+  // Two budgets limit admission (all, nlp); vision and warned do not.
+  ASSERT_EQ(s.budgets.size(), 2u);
+  EXPECT_EQ(s.budgets[0].name, "tenants/acme/budgets/all");
+  EXPECT_EQ(s.budgets[1].name, "tenants/acme/budgets/nlp");
+  ASSERT_FALSE(s.queues.empty());
+  EXPECT_EQ(s.queues[0].budget, 0);
+  ASSERT_EQ(s.pending.size(), 3u);
+  for (const policy::PendingJob& p : s.pending) {
+    switch (p.id) {
+      case 1:
+        EXPECT_EQ(p.budget, 1);
+        EXPECT_EQ(p.spot_policy, policy::SpotPolicy::kAllowed);
+        break;
+      case 2:
+        EXPECT_EQ(p.budget, std::nullopt);
+        EXPECT_EQ(p.spot_policy, policy::SpotPolicy::kRequired);
+        break;
+      default:
+        EXPECT_EQ(p.budget, std::nullopt);
+        EXPECT_EQ(p.spot_policy, policy::SpotPolicy::kAllowed);
+    }
+  }
+}
+
 TEST(SnapshotBuilderTest, MapsMinimumRuntimesAndRestartOverheads) {
   PlatformState st = Platform();
   policy::Snapshot s;

@@ -269,6 +269,14 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                    ", j.labels::text FROM usage_lines u JOIN jobs j ON j.id = "
                    "u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
                    "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
+  db_->Prepare("acct_rates_at",
+               "SELECT DISTINCT ON (flavor, resource) flavor, resource, "
+               "price_micros FROM price_rates WHERE effective_ms <= $1 ORDER "
+               "BY flavor, resource, effective_ms DESC");
+  db_->Prepare("acct_spot_at",
+               "SELECT DISTINCT ON (flavor) flavor, price_micros FROM "
+               "spot_prices WHERE effective_ms <= $1 ORDER BY flavor, "
+               "effective_ms DESC");
   db_->Prepare("acct_budgets",
                "SELECT tenant, id, project, version, body FROM budgets ORDER "
                "BY tenant, id");
@@ -593,6 +601,35 @@ absl::StatusOr<std::vector<LedgerLine>> AccountingStore::LoadLines(
   });
   if (!s.ok()) return s;
   return lines;
+}
+
+absl::StatusOr<std::map<std::string, CurrentPrices>> AccountingStore::PricesAt(
+    TimeMs at) {
+  std::map<std::string, CurrentPrices> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r : txn.exec_prepared("acct_rates_at", at)) {
+      CurrentPrices& p = out[r[0].as<std::string>()];
+      const int64_t price = r[2].as<int64_t>();
+      switch (static_cast<pricing::Resource>(r[1].as<int>())) {
+        case pricing::Resource::kGpu:
+          p.gpu_hour = price;
+          break;
+        case pricing::Resource::kCpu:
+          p.cpu_hour = price;
+          break;
+        case pricing::Resource::kMemory:
+          p.gib_hour = price;
+          break;
+      }
+    }
+    for (const pqxx::row& r : txn.exec_prepared("acct_spot_at", at)) {
+      out[r[0].as<std::string>()].spot_gpu_hour = r[1].as<int64_t>();
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<std::vector<StoredBudget>> AccountingStore::LoadBudgets() {

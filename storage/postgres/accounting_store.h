@@ -107,6 +107,15 @@ struct BudgetStatusRow {
   pricing::TimeMs status_ms = 0;
 };
 
+// The prices of one flavor in force at an instant (micros per unit-hour).
+struct CurrentPrices {
+  std::optional<int64_t> gpu_hour;
+  std::optional<int64_t> cpu_hour;
+  std::optional<int64_t> gib_hour;
+  // The latest spot observation at or before the instant.
+  std::optional<int64_t> spot_gpu_hour;
+};
+
 class AccountingStore {
  public:
   explicit AccountingStore(Database* db);
@@ -165,6 +174,11 @@ class AccountingStore {
   absl::StatusOr<std::vector<pricing::LedgerLine>> LoadLines(
       const std::string& tenant, pricing::TimeMs start_ms,
       pricing::TimeMs end_ms);
+
+  // Each flavor's prices in force at `at` (two statements; what the
+  // scheduler prices expected costs with).
+  absl::StatusOr<std::map<std::string, CurrentPrices>> PricesAt(
+      pricing::TimeMs at);
 
   // --- Budgets (the objects themselves are ObjectStore's BudgetKind) ---
 

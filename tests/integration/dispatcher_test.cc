@@ -8,14 +8,17 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/substitute.h"
+#include "absl/time/civil_time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "services/accounting/meter_service.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -24,6 +27,7 @@
 #include "storage/postgres/dispatcher_store.h"
 #include "storage/postgres/pool.h"
 #include "tests/integration/api_test_harness.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
@@ -688,6 +692,185 @@ TEST_F(DispatcherTest, HoldAndDrainStopsTheQueuesRunningJobsUntilResumed) {
     EXPECT_EQ(resumed.state(), v1::JOB_STATE_RUNNING) << id;
   }
   EXPECT_EQ(Get(a).attempt_count(), 2);
+}
+
+}  // namespace
+}  // namespace trainyard::testing
+
+namespace trainyard::testing {
+namespace {
+
+// Budgets acting on the scheduler, end to end on the sim backend and the
+// meter: GPU-hours at $3,600 ($1 per GPU-second), CPU and memory free; jobs
+// of 8 GPUs for 60 s with a 60 s time limit, each expected to cost $480.
+class BudgetDispatchTest : public DispatcherTest {
+ protected:
+  void SetUp() override {
+    DispatcherTest::SetUp();
+    accounting_ = v1::AccountingService::NewStub(harness_->channel());
+    const int64_t month = absl::ToUnixMillis(
+        absl::FromCivil(absl::CivilMonth(absl::ToCivilSecond(
+                            clock_.Now(), absl::UTCTimeZone())),
+                        absl::UTCTimeZone()));
+    for (auto [resource, micros] :
+         {std::pair{v1::RESOURCE_NAME_GPU, int64_t{3'600'000'000}},
+          std::pair{v1::RESOURCE_NAME_CPU, int64_t{0}},
+          std::pair{v1::RESOURCE_NAME_MEMORY, int64_t{0}}}) {
+      v1::AddRateRequest req;
+      req.mutable_rate()->set_flavor("gpu");
+      req.mutable_rate()->set_resource(resource);
+      req.mutable_rate()->mutable_price_per_unit_hour()->set_micros(micros);
+      req.mutable_rate()->mutable_price_per_unit_hour()->set_currency_code(
+          "USD");
+      *req.mutable_rate()->mutable_effective_time() =
+          google::protobuf::util::TimeUtil::MillisecondsToTimestamp(month);
+      v1::Rate out;
+      grpc::Status st = accounting_->AddRate(
+          ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+    }
+    accounting::MeterServiceOptions mo;
+    mo.postgres_url = harness_->database_url();
+    auto meter = accounting::MeterService::Create(mo);
+    ASSERT_TRUE(meter.ok()) << meter.status();
+    meter_ = std::move(*meter);
+  }
+
+  void SetBudget(int64_t amount_micros, bool create) {
+    v1::Budget b;
+    b.mutable_monthly_amount()->set_micros(amount_micros);
+    for (auto [percent, action] : {std::pair{50, v1::BUDGET_ACTION_WARN},
+                                   std::pair{100, v1::BUDGET_ACTION_HOLD}}) {
+      v1::BudgetThreshold* t = b.add_thresholds();
+      t->set_percent(percent);
+      t->set_action(action);
+    }
+    v1::Budget out;
+    grpc::Status st;
+    if (create) {
+      v1::CreateBudgetRequest req;
+      req.set_parent("tenants/acme");
+      req.set_budget_id("acme");
+      *req.mutable_budget() = b;
+      st = accounting_->CreateBudget(ApiHarness::Context(token_).get(), req,
+                                     &out);
+    } else {
+      v1::UpdateBudgetRequest req;
+      b.set_name("tenants/acme/budgets/acme");
+      *req.mutable_budget() = b;
+      req.mutable_update_mask()->add_paths("monthly_amount");
+      st = accounting_->UpdateBudget(ApiHarness::Context(token_).get(), req,
+                                     &out);
+    }
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+
+  v1::Budget GetBudget() {
+    v1::GetBudgetRequest req;
+    req.set_name("tenants/acme/budgets/acme");
+    v1::Budget out;
+    grpc::Status st =
+        accounting_->GetBudget(ApiHarness::Context(token_).get(), req, &out);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return out;
+  }
+
+  v1::SubmitJobRequest Priced(const std::string& id, const std::string& run) {
+    v1::SubmitJobRequest req = Job(id, 1, run);
+    req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(60);
+    return req;
+  }
+
+  void Meter() {
+    auto pass = meter_->RunPass(clock_.Now());
+    ASSERT_TRUE(pass.ok()) << pass.status();
+  }
+
+  std::unique_ptr<v1::AccountingService::Stub> accounting_;
+  std::unique_ptr<accounting::MeterService> meter_;
+};
+
+TEST_F(BudgetDispatchTest, ABudgetHoldsNewWorkBeforeAnOverrunUntilRaised) {
+  SetBudget(1'000'000'000, /*create=*/true);  // $1,000, hold at 100 %
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(Submit(Priced(absl::StrCat("b", i), "60s")));
+  }
+  // $480 + $480 fit in $1,000; a third would make $1,440.
+  Step();
+  EXPECT_EQ(Get(ids[0]).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(ids[1]).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(ids[2]).state(), v1::JOB_STATE_QUEUED);
+  v1::ExplainPendingResponse why = Explain(ids[2]);
+  EXPECT_EQ(why.reason(), "BUDGET_HOLD") << why.message();
+  EXPECT_THAT(why.message(),
+              ::testing::HasSubstr("budget tenants/acme/budgets/acme has "
+                                   "40.000000 left, expected cost"));
+  Meter();
+  // Nothing metered yet beyond the start; the forecast is the two jobs.
+  EXPECT_EQ(GetBudget().forecast().micros(), 960'000'000);
+  EXPECT_EQ(GetBudget().active_action(), v1::BUDGET_ACTION_WARN);
+
+  clock_.Advance(absl::Seconds(61));
+  Step();  // both succeed
+  EXPECT_EQ(Get(ids[0]).state(), v1::JOB_STATE_SUCCEEDED);
+  Meter();
+  v1::Budget budget = GetBudget();
+  EXPECT_EQ(budget.spent().micros(), 960'000'000);
+  EXPECT_EQ(budget.forecast().micros(), 960'000'000);
+  Step();
+  EXPECT_EQ(Get(ids[2]).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Explain(ids[3]).reason(), "BUDGET_HOLD");
+
+  // Raised to $2,000: both admitted at once (the edit acts without a pass).
+  SetBudget(2'000'000'000, /*create=*/false);
+  Step();
+  EXPECT_EQ(Get(ids[2]).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(ids[3]).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(61));
+  Step();
+  Meter();
+  // Never overrun: four jobs of $480.
+  EXPECT_EQ(GetBudget().spent().micros(), 1'920'000'000);
+}
+
+// The bound, over random work: jobs run for random times up
+// to their time limits, against a budget lowered while work runs. Whatever
+// the draw, what the month spends is at most the budget's HOLD limit plus
+// the expected cost of the work already running when the limit was lowered
+// (the work admitted after it fits in what was left).
+TEST_F(BudgetDispatchTest,
+       SpendingNeverPassesTheLimitByMoreThanTheRunningWork) {
+  std::mt19937 rng(20261127);
+  SetBudget(3'000'000'000, /*create=*/true);  // $3,000
+  std::vector<int64_t> ids;
+  int64_t expected_running = 0;
+  for (int i = 0; i < 12; ++i) {
+    const int run = std::uniform_int_distribution<int>(10, 60)(rng);
+    ids.push_back(Submit(Priced(absl::StrCat("r", i), absl::StrCat(run, "s"))));
+  }
+  Step();
+  for (int64_t id : ids) {
+    if (Get(id).state() == v1::JOB_STATE_RUNNING)
+      expected_running += 480'000'000;
+  }
+  ASSERT_GT(expected_running, 0);
+  // Lowered while that work runs: $1,000 is already less than it will cost.
+  Meter();
+  SetBudget(1'000'000'000, /*create=*/false);
+  for (int round = 0; round < 20; ++round) {
+    clock_.Advance(absl::Seconds(15));
+    Step();
+    Meter();
+  }
+  const int64_t spent = GetBudget().spent().micros();
+  EXPECT_LE(spent, 1'000'000'000 + expected_running);
+  // And nothing was admitted after the limit was lowered.
+  int ran = 0;
+  for (int64_t id : ids) {
+    if (Get(id).state() != v1::JOB_STATE_QUEUED) ++ran;
+  }
+  EXPECT_EQ(int64_t{ran} * 480'000'000, expected_running);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import yaml
@@ -28,7 +29,7 @@ def test_help_everywhere(yard):
     top = yard("--help")
     assert top.code == 0 and "Exit codes" in top.out
     for cmd in ("submit", "get", "jobs", "cancel", "hold", "release", "watch", "wait", "why", "queues", "quota",
-                "checkpoints", "report", "cost", "whoami", "context"):
+                "checkpoints", "report", "cost", "budgets", "budget", "whoami", "context"):
         r = yard(cmd, "--help")
         assert r.code == 0, r
         assert f"usage: yard {cmd}" in r.out
@@ -246,3 +247,50 @@ def test_cost_by_project_and_job_cost_columns(yard, stack):
     assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
     r = yard("jobs")
     assert r.code == 0 and "COST" in r.out.splitlines()[0], r
+
+
+def test_budget_holds_a_projects_work_until_raised(yard, stack, tmp_path):
+    """A project budget of $0.01 with a HOLD threshold keeps a GPU job of the project QUEUED
+    with BUDGET_HOLD (`yard why`), other projects unaffected; raising it lets the job start;
+    bad input names the field; members may not set budgets."""
+    admin = {"TRAINYARD_TOKEN": stack.tokens["admin"], "TRAINYARD_TENANT": "demo"}
+    r = yard("budget", "set", "capped", "--project", "capped", "--amount", "0.01",
+             "--threshold", "50:warn", "--threshold", "100:hold", env=admin)
+    assert r.code == 0 and "tenants/demo/budgets/capped" in r.out, r
+    r = yard("budget", "set", "capped", "--project", "capped", "--amount", "1",
+             "--threshold", "100:hold", "--threshold", "50:warn", env=admin)
+    assert r.code == 2 and "thresholds[1].percent" in r.err, r
+    r = yard("budget", "set", "mine", "--amount", "1")
+    assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
+    spec = tmp_path / "capped.yaml"
+    spec.write_text(JOB_YAML.format(name="capped-job", queue="default", gpus=1)
+                    .replace("project: default", "project: capped")
+                    .replace("SIM_DURATION: 1s", "SIM_DURATION: 30s"))
+    r = yard("submit", "-f", spec)
+    assert r.code == 0, r
+    job = r.out.split("submitted ", 1)[1].split()[0].rstrip(";").rsplit("/", 1)[-1]
+    deadline = time.time() + 30
+    why = None
+    while time.time() < deadline:
+        why = yard("why", job)
+        if "BUDGET_HOLD" in why.out:
+            break
+        time.sleep(0.5)
+    assert why is not None and "BUDGET_HOLD" in why.out and "budgets/capped" in why.out, why
+    r = yard("budgets", env=admin)
+    assert r.code == 0 and "tenants/demo/budgets/capped" in r.out and "100%:hold" in r.out, r
+    # Raised: the job is admitted.
+    r = yard("budget", "set", "capped", "--project", "capped", "--amount", "100000",
+             "--threshold", "100:hold", env=admin)
+    assert r.code == 0, r
+    deadline = time.time() + 30
+    state = ""
+    while time.time() < deadline:
+        state = json.loads(yard("-o", "json", "get", job).out).get("state", "")
+        if state not in ("JOB_STATE_QUEUED", ""):
+            break
+        time.sleep(0.5)
+    assert state != "JOB_STATE_QUEUED", state
+    yard("cancel", job)
+    r = yard("budget", "delete", "capped", env=admin)
+    assert r.code == 0, r

@@ -473,6 +473,62 @@ def cmd_cost(args):
     return EXIT_OK
 
 
+def _micros(text: str, what: str) -> int:
+    """A decimal amount ("1000", "0.25") as integer micros, exactly."""
+    from decimal import Decimal, InvalidOperation
+    try:
+        d = Decimal(text)
+    except InvalidOperation:
+        raise SystemExit(f"yard: {what}: not a decimal amount: {text!r}") from None
+    micros = d * 1_000_000
+    if micros != micros.to_integral_value() or micros < 0:
+        raise SystemExit(f"yard: {what}: must be >= 0 with at most 6 decimals: {text!r}")
+    return int(micros)
+
+
+def cmd_budgets(args):
+    from trainyard import output
+    from trainyard.v1 import accounting_pb2
+    with _client(args) as c:
+        budgets = list(c.budgets(all_tenants=args.all_tenants))
+    if args.output != "table":
+        output.dump(budgets, args.output)
+        return EXIT_OK
+
+    def action(v):
+        return accounting_pb2.BudgetAction.Name(v).replace("BUDGET_ACTION_", "").lower() \
+            if v else ""
+    rows = [[b.name, b.project or "(tenant)", output.money(b.monthly_amount),
+             output.money(b.spent), output.money(b.forecast), action(b.active_action) or "-",
+             " ".join(f"{t.percent}%:{action(t.action) or 'warn'}" for t in b.thresholds)]
+            for b in budgets]
+    output.table(["NAME", "PROJECT", "MONTHLY", "SPENT", "FORECAST", "ACTION", "THRESHOLDS"],
+                 rows)
+    return EXIT_OK
+
+
+def cmd_budget(args):
+    from trainyard import output
+    with _client(args) as c:
+        if args.budget_cmd == "delete":
+            c.delete_budget(args.id)
+            print(f"deleted budget {args.id}")
+            return EXIT_OK
+        thresholds = []
+        for t in args.threshold or ["100:hold"]:
+            percent, _, act = t.partition(":")
+            if not percent.isdigit() or not act:
+                raise SystemExit(f"yard: --threshold: expected PERCENT:ACTION, got {t!r}")
+            thresholds.append((int(percent), act))
+        b = c.set_budget(args.id, _micros(args.amount, "--amount"), thresholds,
+                         project=args.project or "", currency=args.currency or "")
+    if args.output != "table":
+        output.dump(b, args.output)
+    else:
+        print(f"{b.name}: {output.money(b.monthly_amount)} a month")
+    return EXIT_OK
+
+
 def cmd_whoami(args):
     from trainyard import output
     from trainyard.v1 import admin_pb2
@@ -675,6 +731,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--project")
     sp.add_argument("--queue")
     sp.add_argument("--all-tenants", action="store_true")
+
+    sp = add("budgets", cmd_budgets, "budgets with this month's spend, forecast and action")
+    sp.add_argument("--all-tenants", action="store_true")
+
+    sp = add("budget", cmd_budget, "set or delete a monthly budget (finance or tenant-admin)")
+    bsub = sp.add_subparsers(dest="budget_cmd", metavar="ACTION", parser_class=_Parser)
+    bsub.required = True
+    b = bsub.add_parser("set", help="create or replace budget ID")
+    b.add_argument("id", metavar="ID")
+    b.add_argument("--amount", required=True, help="monthly amount, e.g. 1000 or 2500.50")
+    b.add_argument("--project", help="the project it limits (default: the whole tenant)")
+    b.add_argument("--currency", help="ISO 4217 code (default: the price book's)")
+    b.add_argument("--threshold", action="append", metavar="PERCENT:ACTION",
+                   help="repeatable, ascending; ACTION warn, restrict_to_spot or hold "
+                        "(default 100:hold)")
+    b = bsub.add_parser("delete", help="delete budget ID")
+    b.add_argument("id", metavar="ID")
 
     add("whoami", cmd_whoami, "the principal of the token and its roles")
 

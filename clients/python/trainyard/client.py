@@ -559,6 +559,60 @@ class Client:
         return self._call(self._accounting.AddRate, accounting_pb2.AddRateRequest(rate=rate),
                           "AccountingService.AddRate")
 
+    # --- budgets (AccountingService) ------------------------------------------------------
+
+    def budgets(self, *, tenant: Optional[str] = None, all_tenants: bool = False) -> Iterator:
+        """Budgets with the meter's status of the month (``trainyard.v1.Budget``)."""
+        req = accounting_pb2.ListBudgetsRequest(parent=self._parent(tenant, all_tenants))
+        yield from self._paged(self._accounting.ListBudgets, req,
+                               "AccountingService.ListBudgets", "budgets")
+
+    def get_budget(self, budget_id: str, *, tenant: Optional[str] = None):
+        """One budget (``AccountingService.GetBudget``)."""
+        return self._call(self._accounting.GetBudget,
+                          accounting_pb2.GetBudgetRequest(
+                              name=f"{self._parent(tenant)}/budgets/{budget_id}"),
+                          "AccountingService.GetBudget")
+
+    def set_budget(self, budget_id: str, amount_micros: int,
+                   thresholds: Sequence[tuple] = ((100, "hold"),), *, project: str = "",
+                   currency: str = "", tenant: Optional[str] = None):
+        """Creates the budget, or replaces its amount, thresholds and project: a monthly
+        ``amount_micros`` with ``thresholds`` as (percent, action) pairs, action "warn",
+        "restrict_to_spot" or "hold". Needs finance or tenant-admin."""
+        budget = accounting_pb2.Budget(
+            project=project,
+            monthly_amount=common_pb2.Money(currency_code=currency, micros=amount_micros))
+        for percent, action in thresholds:
+            key = "BUDGET_ACTION_" + str(action).upper()
+            try:
+                value = accounting_pb2.BudgetAction.Value(key)
+            except ValueError:
+                raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"thresholds: unknown action {action!r} (one of warn, "
+                                      "restrict_to_spot, hold)", field="thresholds") from None
+            budget.thresholds.add(percent=int(percent), action=value)
+        try:
+            current = self.get_budget(budget_id, tenant=tenant)
+        except NotFound:
+            return self._call(self._accounting.CreateBudget,
+                              accounting_pb2.CreateBudgetRequest(
+                                  parent=self._parent(tenant), budget_id=budget_id,
+                                  budget=budget),
+                              "AccountingService.CreateBudget")
+        budget.name = current.name
+        budget.etag = current.etag
+        req = accounting_pb2.UpdateBudgetRequest(budget=budget)
+        req.update_mask.paths.extend(["project", "monthly_amount", "thresholds"])
+        return self._call(self._accounting.UpdateBudget, req, "AccountingService.UpdateBudget")
+
+    def delete_budget(self, budget_id: str, *, tenant: Optional[str] = None) -> None:
+        """Deletes a budget (``AccountingService.DeleteBudget``)."""
+        self._call(self._accounting.DeleteBudget,
+                   accounting_pb2.DeleteBudgetRequest(
+                       name=f"{self._parent(tenant)}/budgets/{budget_id}"),
+                   "AccountingService.DeleteBudget")
+
     def report(self, *, period: Optional[str] = None, start=None, end=None,
                group_by: Sequence[str] = ("project",), project: str = "", queue: str = "",
                tenant: Optional[str] = None, all_tenants: bool = False):
