@@ -346,6 +346,17 @@ TEST_F(CliTest, BadConfigFileAndPortInUseFailClearly) {
            "--database_wait=0s"});
   EXPECT_EQ(no_db.exit_code, 1);
   EXPECT_THAT(no_db.output, HasSubstr("api failed to start"));
+
+  // The budget webhook's flags are checked before anything starts.
+  RunResult bad_url =
+      Run({"accounting", "--budget_webhook_url=ftp://hooks.example/x"});
+  EXPECT_EQ(bad_url.exit_code, 2);
+  EXPECT_THAT(bad_url.output, HasSubstr("--budget_webhook_url"));
+  RunResult no_secret =
+      Run({"accounting", "--budget_webhook_url=http://127.0.0.1:9/hook",
+           "--budget_webhook_secret_file=" + dir_ + "/absent.key"});
+  EXPECT_EQ(no_secret.exit_code, 2);
+  EXPECT_THAT(no_secret.output, HasSubstr("--budget_webhook_secret_file"));
 }
 
 }  // namespace
