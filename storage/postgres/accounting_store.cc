@@ -143,6 +143,25 @@ absl::StatusOr<MeterCandidate> CandidateOf(const pqxx::row& r) {
   return c;
 }
 
+// Every attempt a prepared candidate statement returns (CandidateOf), in one
+// read transaction.
+template <typename... Params>
+absl::StatusOr<std::vector<MeterCandidate>> ReadCandidates(
+    Database* db, const char* statement, const Params&... params) {
+  std::vector<MeterCandidate> out;
+  absl::Status s = db->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r : txn.exec_prepared(statement, params...)) {
+      absl::StatusOr<MeterCandidate> c = CandidateOf(r);
+      if (!c.ok()) return c.status();
+      out.push_back(*std::move(c));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
 // Adds the stored rates, spot prices and commitments to `book`. They were
 // checked when added, so they go in as they are (no month is closed to them);
 // one the book refuses means the tables were changed behind the store's back.
@@ -534,19 +553,7 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
 
 absl::StatusOr<std::vector<MeterCandidate>> AccountingStore::AttemptsIn(
     TimeMs start_ms, TimeMs end_ms) {
-  std::vector<MeterCandidate> out;
-  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    out.clear();
-    for (const pqxx::row& r :
-         txn.exec_prepared("acct_attempts_in", start_ms, end_ms)) {
-      absl::StatusOr<MeterCandidate> c = CandidateOf(r);
-      if (!c.ok()) return c.status();
-      out.push_back(*std::move(c));
-    }
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return out;
+  return ReadCandidates(db_, "acct_attempts_in", start_ms, end_ms);
 }
 
 absl::StatusOr<UsagePage> AccountingStore::ListLines(
@@ -689,18 +696,7 @@ AccountingStore::TenantCostByProject(TimeMs start_ms, TimeMs end_ms) {
 
 absl::StatusOr<std::vector<MeterCandidate>>
 AccountingStore::OpenBudgetedAttempts() {
-  std::vector<MeterCandidate> out;
-  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
-    out.clear();
-    for (const pqxx::row& r : txn.exec_prepared("acct_open_budgeted")) {
-      absl::StatusOr<MeterCandidate> c = CandidateOf(r);
-      if (!c.ok()) return c.status();
-      out.push_back(*std::move(c));
-    }
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return out;
+  return ReadCandidates(db_, "acct_open_budgeted");
 }
 
 absl::Status AccountingStore::WriteBudgetStatus(
