@@ -294,3 +294,16 @@ def test_budget_holds_a_projects_work_until_raised(yard, stack, tmp_path):
     yard("cancel", job)
     r = yard("budget", "delete", "capped", env=admin)
     assert r.code == 0, r
+
+
+def test_watch_prints_a_budget_notice():
+    """A budget threshold event (no job) prints as the budget and its reason."""
+    from trainyard import job_pb2
+    from trainyard.cli import _event_line
+    ev = job_pb2.JobEvent(sequence=7, type=job_pb2.JOB_EVENT_TYPE_BUDGET_THRESHOLD,
+                          tenant="demo", budget="tenants/demo/budgets/capped",
+                          reason="BUDGET_HOLD", message="reached 100%")
+    ev.time.FromSeconds(1_795_000_000)
+    line = _event_line(ev)
+    assert "#7" in line and "budget tenants/demo/budgets/capped" in line, line
+    assert "BUDGET_HOLD" in line and "(reached 100%)" in line and "job" not in line, line

@@ -138,6 +138,9 @@ def _print_jobs(args, jobs, with_tenant=False):
 def _event_line(ev) -> str:
     from trainyard import job_pb2, output, state_name
     t = output.ts(ev.time)
+    if ev.type == job_pb2.JOB_EVENT_TYPE_BUDGET_THRESHOLD:
+        return "  ".join([t, f"#{ev.sequence}", f"budget {ev.budget}", ev.reason,
+                          f"({ev.message})"])
     job = ev.job.rsplit("/", 1)[-1]
     if ev.type == job_pb2.JOB_EVENT_TYPE_CHECKPOINT_REPORTED:
         what = f"CHECKPOINT step={ev.checkpoint.step} {ev.checkpoint.uri}"
