@@ -19,6 +19,7 @@
 #include "services/lib/domain/money.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/validation.h"
 #include "storage/postgres/accounting_store.h"
 #include "storage/postgres/object_store.h"
 #include "trainyard/v1/accounting.grpc.pb.h"
@@ -76,7 +77,7 @@ absl::StatusOr<TimeMs> MsOf(const google::protobuf::Timestamp& t, bool set,
     return domain::FieldError(field, "INVALID_VALUE",
                               "must be a whole millisecond");
   }
-  return t.seconds() * 1000 + t.nanos() / 1'000'000;
+  return domain::UnixMillis(t);
 }
 
 google::protobuf::Timestamp TimestampOf(TimeMs ms) {
@@ -716,10 +717,10 @@ class AccountingServiceImpl final
           TY_ASSIGN_OR_RETURN(
               pg::UsagePage page,
               store_.ListLines(tenant, job_id, start, end, after, limit));
-          TY_ASSIGN_OR_RETURN(pricing::PriceBook book,
-                              store_.LoadPriceBook(options_.currency));
+          TY_ASSIGN_OR_RETURN(std::string currency,
+                              store_.Currency(options_.currency));
           for (const pricing::LedgerLine& line : page.lines) {
-            *response->add_records() = RecordOf(line, book.currency());
+            *response->add_records() = RecordOf(line, currency);
           }
           if (!page.next_after.empty()) {
             response->set_next_page_token(
@@ -786,13 +787,13 @@ class AccountingServiceImpl final
     }
     absl::StatusOr<std::vector<pg::BudgetStatusRow>> rows =
         store_.LoadBudgetStatus(tenant);
-    absl::StatusOr<pricing::PriceBook> book =
-        store_.LoadPriceBook(options_.currency);
-    if (!rows.ok() || !book.ok()) return;
+    absl::StatusOr<std::string> book_currency =
+        store_.Currency(options_.currency);
+    if (!rows.ok() || !book_currency.ok()) return;
     const TimeMs month = pricing::MonthStartMs(absl::ToUnixMillis(absl::Now()));
     for (v1::Budget* b : budgets) {
       const std::string& currency = b->monthly_amount().currency_code().empty()
-                                        ? book->currency()
+                                        ? *book_currency
                                         : b->monthly_amount().currency_code();
       b->mutable_monthly_amount()->set_currency_code(currency);
       for (const pg::BudgetStatusRow& row : *rows) {

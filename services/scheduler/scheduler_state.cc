@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "services/lib/domain/validation.h"
 #include "services/scheduler/policy/pricing.h"
 
 namespace trainyard::scheduler {
@@ -122,9 +123,9 @@ void SchedulerState::UpdateBudgets(const PlatformState& state) {
     const v1::Job& job = view->second.job;
     const v1::Attempt& a = *view->second.attempt;
     const absl::Time admitted =
-        a.has_admit_time() ? absl::FromUnixSeconds(a.admit_time().seconds()) +
-                                 absl::Nanoseconds(a.admit_time().nanos())
-                           : absl::InfinitePast();
+        a.has_admit_time()
+            ? absl::FromUnixMillis(domain::UnixMillis(a.admit_time()))
+            : absl::InfinitePast();
     if (admitted <= covered) continue;
     if (!mapper_.BudgetOf(job.tenant(), "").has_value() &&
         !mapper_.BudgetOf(job.tenant(), job.spec().project()).has_value()) {

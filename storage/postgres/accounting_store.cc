@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/status_macros.h"
+#include "services/lib/domain/validation.h"
 #include "storage/postgres/errors.h"
 #include "storage/postgres/job_rows.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -29,11 +30,6 @@ using pricing::TimeMs;
 // book, so that two writers cannot both pass the checks against the same
 // book.
 constexpr int64_t kPriceBookLock = 0x7472636b70726963;  // "trckpric"
-
-TimeMs MsOf(const google::protobuf::Timestamp& t) {
-  // Floor to the millisecond (seconds may be negative only for pre-1970).
-  return t.seconds() * 1000 + t.nanos() / 1000000;
-}
 
 constexpr char kLineColumns[] =
     "job_id, attempt, resource, start_ms, end_ms, period_start_ms, tenant, "
@@ -132,12 +128,12 @@ absl::StatusOr<MeterCandidate> CandidateOf(const pqxx::row& r) {
   }
   if (!r[13].is_null()) c.last_checkpoint_ms = r[13].as<int64_t>();
   c.started = attempt.has_start_time();
-  c.start_ms = MsOf(attempt.start_time());
+  c.start_ms = domain::UnixMillis(attempt.start_time());
   if (spec.has_time_limit()) {
     c.time_limit_ms = spec.time_limit().seconds() * 1000 +
                       spec.time_limit().nanos() / 1'000'000;
   }
-  if (attempt.has_end_time()) c.end_ms = MsOf(attempt.end_time());
+  if (attempt.has_end_time()) c.end_ms = domain::UnixMillis(attempt.end_time());
   c.failure_class = attempt.failure_class();
 
   return c;
@@ -328,6 +324,19 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
       "EXCLUDED.notified_percent, budget_version = EXCLUDED.budget_version, "
       "status_ms = EXCLUDED.status_ms");
   PrepareJobRowStatements(db_);
+}
+
+absl::StatusOr<std::string> AccountingStore::Currency(
+    std::string_view default_currency) {
+  std::string out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    pqxx::result currency = txn.exec_prepared("acct_currency");
+    out = currency.empty() ? std::string(default_currency)
+                           : currency[0][0].as<std::string>();
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<pricing::PriceBook> AccountingStore::LoadPriceBook(

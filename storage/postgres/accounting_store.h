@@ -124,6 +124,8 @@ class AccountingStore {
   // `default_currency` (which must be an ISO 4217 code).
   absl::StatusOr<pricing::PriceBook> LoadPriceBook(
       std::string_view default_currency);
+  // The book's currency alone (`default_currency` while no price is stored).
+  absl::StatusOr<std::string> Currency(std::string_view default_currency);
 
   // Adds prices to the stored book, all or none: under a lock on the book,
   // loads it, adds each entry through PriceBook's checks (its field errors

@@ -25,6 +25,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 #include "trainyard/v1/accounting.grpc.pb.h"
 #include "trainyard/v1/admin.grpc.pb.h"
 #include "trainyard/v1/admin.pb.h"
@@ -348,10 +349,6 @@ const std::pair<int64_t, int64_t>* InForce(
   return found;
 }
 
-int64_t MillisOf(const google::protobuf::Timestamp& t) {
-  return t.seconds() * 1000 + t.nanos() / 1000000;
-}
-
 grpc::Status Applier::ApplyPrices(const v1::ApplyBundle& b, std::string* step) {
   if (b.rates().empty() && b.spot_prices().empty()) return grpc::Status::OK;
   v1::PriceBook book;
@@ -367,12 +364,12 @@ grpc::Status Applier::ApplyPrices(const v1::ApplyBundle& b, std::string* step) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> series;
   for (const v1::Rate& r : book.rates()) {
     series[Cat(r.flavor(), "/", v1::ResourceName_Name(r.resource()))]
-        .emplace_back(MillisOf(r.effective_time()),
+        .emplace_back(domain::UnixMillis(r.effective_time()),
                       r.price_per_unit_hour().micros());
   }
   for (const v1::SpotPrice& p : book.spot_prices()) {
     series[Cat(p.flavor(), "/spot")].emplace_back(
-        MillisOf(p.effective_time()), p.gpu_hour_price().micros());
+        domain::UnixMillis(p.effective_time()), p.gpu_hour_price().micros());
   }
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   // Whether the book already has `micros` for `key` at the version's instant
@@ -405,7 +402,7 @@ grpc::Status Applier::ApplyPrices(const v1::ApplyBundle& b, std::string* step) {
         present(Cat(desired.flavor(), "/",
                     v1::ResourceName_Name(desired.resource())),
                 what, desired.has_effective_time(),
-                MillisOf(desired.effective_time()),
+                domain::UnixMillis(desired.effective_time()),
                 desired.price_per_unit_hour().micros());
     if (!same.ok()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -433,7 +430,7 @@ grpc::Status Applier::ApplyPrices(const v1::ApplyBundle& b, std::string* step) {
     *step = Cat("add ", what);
     absl::StatusOr<bool> same = present(
         Cat(desired.flavor(), "/spot"), what, desired.has_effective_time(),
-        MillisOf(desired.effective_time()), desired.gpu_hour_price().micros());
+        domain::UnixMillis(desired.effective_time()), desired.gpu_hour_price().micros());
     if (!same.ok()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           std::string(same.status().message()));

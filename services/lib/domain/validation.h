@@ -100,6 +100,11 @@ absl::StatusOr<absl::Duration> ToDuration(const google::protobuf::Duration& d,
 // 1e9.
 absl::StatusOr<absl::Time> ToTime(const google::protobuf::Timestamp& t,
                                   std::string_view field);
+// Milliseconds since the Unix epoch of a timestamp, floored; unchecked (for
+// timestamps that were validated when stored).
+inline int64_t UnixMillis(const google::protobuf::Timestamp& t) {
+  return t.seconds() * 1000 + t.nanos() / 1'000'000;
+}
 
 // --- Jobs ---
 
