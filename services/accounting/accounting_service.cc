@@ -281,12 +281,12 @@ absl::Status CheckBudgetReferences(const api::ApiContext& ctx,
   if (api::Changes(mask, "monthly_amount")) {
     const std::string& currency = budget.monthly_amount().currency_code();
     pg::AccountingStore store(ctx.db);
-    TY_ASSIGN_OR_RETURN(pricing::PriceBook book, store.LoadPriceBook("USD"));
-    if (!currency.empty() && currency != book.currency()) {
+    TY_ASSIGN_OR_RETURN(std::string book_currency, store.Currency("USD"));
+    if (!currency.empty() && currency != book_currency) {
       return domain::FieldError(
           "budget.monthly_amount.currency_code", "CURRENCY_MISMATCH",
           absl::StrCat("is ", currency, "; the price book is in ",
-                       book.currency()));
+                       book_currency));
     }
   }
   return absl::OkStatus();

@@ -473,13 +473,6 @@ std::optional<policy::BudgetId> SnapshotMapper::BudgetOf(
   return it->second;
 }
 
-std::optional<policy::FlavorId> SnapshotMapper::FlavorOf(
-    const std::string& id) const {
-  auto it = flavor_ids_.find(id);
-  if (it == flavor_ids_.end()) return std::nullopt;
-  return it->second;
-}
-
 policy::PendingJob SnapshotMapper::CostShapeOf(const v1::Job& job) {
   const v1::JobSpec& spec = job.spec();
   const policy::Resources worker = ShapeOf(spec.resources());

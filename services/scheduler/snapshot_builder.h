@@ -192,8 +192,6 @@ class SnapshotMapper {
   // The cost model's view of a job (its gang, time limit, estimate and
   // checkpointing), for the expected cost of its attempt.
   static policy::PendingJob CostShapeOf(const trainyard::v1::Job& job);
-  // The policy flavor of a flavor id, if mapped.
-  std::optional<policy::FlavorId> FlavorOf(const std::string& id) const;
 
  private:
   policy::GpuModelId ModelId(const std::string& name);
