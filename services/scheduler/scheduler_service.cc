@@ -623,7 +623,18 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   policy_state_.Advance(state_, now, liveness);
   policy_state_.UpdateBudgets(state_);
   const absl::Time loaded = absl::Now();
-  policy_state_.Cycle(decisions_);
+  // Between two explaining cycles at least explanation_interval passes (a
+  // new leader's first cycle, one after a full reload and one after a
+  // failed write always explain): under steady churn cycles follow each
+  // other back to back, and formatting and comparing every pending job's
+  // explanation each time would cost more than the decisions themselves
+  // (docs/performance.md). A cycle that does not explain leaves the
+  // messages unformatted.
+  const bool explain_now =
+      options_.explanation_interval <= absl::ZeroDuration() || jobs_reloaded_ ||
+      explain_due_ || explained_.empty() ||
+      loaded - last_explained_ >= options_.explanation_interval;
+  policy_state_.Cycle(decisions_, explain_now);
   const policy::Decisions& d = decisions_;
   const SnapshotIndex& index = policy_state_.index();
   const absl::Time decided = absl::Now();
@@ -640,21 +651,11 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
   // resources at most every explanation_refresh (ExplanationDue); rows of
   // jobs no longer pending go away. (Two different messages of one job with
   // the same 64-bit hash would leave the older text until the reason
-  // changes; the odds are negligible.)
-  //
-  // Between two explaining cycles at least explanation_interval passes (a
-  // new leader's first cycle, one after a full reload and one after a
-  // failed write always explain):
-  // under steady churn cycles follow each other back to back, and comparing
-  // every pending job's explanation each time would cost more than the
-  // decisions themselves (docs/performance.md).
+  // changes; the odds are negligible.) Only in an explaining cycle
+  // (explain_now, above).
   const absl::Time explained_at = absl::Now();
-  const bool explain_now =
-      options_.explanation_interval <= absl::ZeroDuration() || jobs_reloaded_ ||
-      explain_due_ || explained_.empty() ||
-      explained_at - last_explained_ >= options_.explanation_interval;
   if (explain_now) {
-    last_explained_ = explained_at;
+    last_explained_ = loaded;
     explain_due_ = false;
   }
   const int64_t this_cycle = explain_now ? ++explain_cycle_ : explain_cycle_;

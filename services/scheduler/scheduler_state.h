@@ -59,7 +59,9 @@ class SchedulerState {
   void UpdateBudgets(const PlatformState& state);
 
   // One cycle into `out` (its memory reused). Requires built().
-  void Cycle(policy::Decisions& out) { scheduler_->Cycle(out); }
+  void Cycle(policy::Decisions& out, bool explain = true) {
+    scheduler_->Cycle(out, explain);
+  }
 
   const policy::Snapshot& snapshot() const { return scheduler_->snapshot(); }
   // Each queue's weighted fair share (policy::Scheduler::QueueShares), by

@@ -186,8 +186,11 @@ void Churn(Scheduler& scheduler, const Decisions& last, std::mt19937_64& rng,
 }
 
 // (b) Steady state: after a cycle, ChurnPerCycle() arrivals and completions,
-// then the next cycle; only the cycle is timed.
-template <bool kUseDecide>
+// then the next cycle; only the cycle is timed. kSchedulerUnexplained runs
+// the cycles the scheduler service runs between two explaining ones (at most
+// one a second, --explanation_interval): no pending job's message formatted.
+enum class SteadyCycle { kScheduler, kSchedulerUnexplained, kDecide };
+template <SteadyCycle kCycle>
 void BM_SteadyState(benchmark::State& state) {
   Scheduler scheduler(BaseSnapshot());
   std::mt19937_64 rng(7);
@@ -200,10 +203,10 @@ void BM_SteadyState(benchmark::State& state) {
     state.ResumeTiming();
     // The Scheduler writes over the last cycle's Decisions (reusing their
     // memory), releasing what they held inside the timed cycle.
-    if (kUseDecide) {
+    if (kCycle == SteadyCycle::kDecide) {
       last = Decide(scheduler.snapshot());
     } else {
-      scheduler.Cycle(last);
+      scheduler.Cycle(last, kCycle == SteadyCycle::kScheduler);
     }
     admitted = last.admissions.size();
   }
@@ -439,11 +442,15 @@ BENCHMARK_TEMPLATE(BM_SchedulerFullCycleWith, Features::kPreemption)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 BENCHMARK(BM_SchedulerBuild)->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK_TEMPLATE(BM_SteadyState, false)
+BENCHMARK_TEMPLATE(BM_SteadyState, SteadyCycle::kScheduler)
     ->Name("BM_SchedulerSteadyState")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(30);
-BENCHMARK_TEMPLATE(BM_SteadyState, true)
+BENCHMARK_TEMPLATE(BM_SteadyState, SteadyCycle::kSchedulerUnexplained)
+    ->Name("BM_SchedulerSteadyStateUnexplained")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(30);
+BENCHMARK_TEMPLATE(BM_SteadyState, SteadyCycle::kDecide)
     ->Name("BM_DecideSteadyState")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);

@@ -44,8 +44,9 @@ class Engine final : public CycleRunner {
   void Run(const Snapshot& s, const PolicyConfig& config,
            const QuotaTree& running_quota,
            const std::vector<std::vector<QueueEntry>>& jobs,
-           const ClassTable& classes, Decisions& out) override {
+           const ClassTable& classes, Decisions& out, bool explain) override {
     Reset(s, config, running_quota, jobs, classes);
+    explain_ = explain;
     Run(out);
   }
 
@@ -127,10 +128,13 @@ class Engine final : public CycleRunner {
         admitted_[j] = 1;
       } else if (state_.s->queues[q].strategy ==
                  QueueingStrategy::kStrictFifo) {
-        const Message message = texts_.New(absl::StrCat(
-            "BLOCKED_BY_STRICT_FIFO: queue ", state_.s->queues[q].name,
-            " is StrictFIFO and job ", heads.front().job, " ahead is pending (",
-            PendingReasonCode(reason_[j]), ")"));
+        const Message message =
+            explain_ ? texts_.New(absl::StrCat(
+                           "BLOCKED_BY_STRICT_FIFO: queue ",
+                           state_.s->queues[q].name, " is StrictFIFO and job ",
+                           heads.front().job, " ahead is pending (",
+                           PendingReasonCode(reason_[j]), ")"))
+                     : Message();
         for (; cursor[q] < (*jobs_of_queue_)[q].size(); ++cursor[q]) {
           const size_t k = offset_[q] + cursor[q];
           reason_[k] = PendingReason::kBlockedByStrictFifo;
@@ -423,7 +427,7 @@ class Engine final : public CycleRunner {
         reservations_.StartSearch();
       }
       reason_[j] = failure.reason;
-      message_[j] = failure.message;
+      if (explain_) message_[j] = failure.message;
       return Outcome::kFailed;
     }
     if (speculative && state_.config->hold_borrowing_for_priority)
@@ -638,7 +642,7 @@ class Engine final : public CycleRunner {
         // Not remembered: the reservation changed the state, and the next
         // job of the class may get one of its own.
         reason_[j] = PendingReason::kWaitingForReservation;
-        message_[j] = texts_.New(message);
+        if (explain_) message_[j] = texts_.New(message);
         return Outcome::kFailed;
       }
     }
@@ -694,9 +698,16 @@ class Engine final : public CycleRunner {
   // The explanation of a failure of class c with these details: the class's
   // last one (kept across cycles while the class table is the same) when its
   // records are equal, so that most failures format and allocate nothing.
+  // In a cycle that does not explain, only the reason is kept (the text
+  // stays that of the kept details while the reason is the same).
   Message TextOf(ClassFailure& failure, int32_t job_class,
                  const PendingJob& job, PendingReason reason,
                  const std::vector<Detail>& details) {
+    if (!explain_) {
+      if (failure.reason != reason) failure.text_valid = false;
+      failure.reason = reason;
+      return Message();
+    }
     if (failure.text_valid && failure.reason == reason &&
         failure.num_details == details.size() &&
         std::equal(details.begin(), details.end(), kept_[job_class].details)) {
@@ -748,6 +759,8 @@ class Engine final : public CycleRunner {
   }
 
   EngineState state_;
+  // Whether this cycle formats its pending jobs' explanations (Run()).
+  bool explain_ = true;
   Reservations reservations_{state_};
   CyclePreemption preemption_{state_};
   const std::vector<std::vector<QueueEntry>>* jobs_of_queue_ = nullptr;
@@ -807,7 +820,7 @@ Decisions RunCycle(const Snapshot& s, const PolicyConfig& config,
                    const std::vector<std::vector<QueueEntry>>& jobs,
                    const ClassTable& classes) {
   Decisions out;
-  Engine().Run(s, config, running_quota, jobs, classes, out);
+  Engine().Run(s, config, running_quota, jobs, classes, out, true);
   return out;
 }
 

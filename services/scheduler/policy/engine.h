@@ -71,11 +71,15 @@ class CycleRunner {
  public:
   virtual ~CycleRunner() = default;
   // Sets `out` to RunCycle(s, config, running_quota, jobs, classes), reusing
-  // the memory of its vectors.
+  // the memory of its vectors. Without `explain` the pending decisions carry
+  // their reasons and positions but empty messages: no explanation is
+  // formatted (or compared with the class's last one), which is most of a
+  // steady cycle's work on jobs that stay pending.
   virtual void Run(const Snapshot& s, const PolicyConfig& config,
                    const QuotaTree& running_quota,
                    const std::vector<std::vector<QueueEntry>>& jobs,
-                   const ClassTable& classes, Decisions& out) = 0;
+                   const ClassTable& classes, Decisions& out,
+                   bool explain = true) = 0;
 };
 std::unique_ptr<CycleRunner> NewCycleRunner();
 

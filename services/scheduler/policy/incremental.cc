@@ -267,7 +267,7 @@ Decisions Scheduler::Cycle() {
   return out;
 }
 
-void Scheduler::Cycle(Decisions& out) {
+void Scheduler::Cycle(Decisions& out, bool explain) {
   if (!built_) {
     // Decide() explains an invalid snapshot.
     if (!ValidateSnapshot(s_).ok()) {
@@ -277,7 +277,8 @@ void Scheduler::Cycle(Decisions& out) {
     Rebuild();
   }
   if (runner_ == nullptr) runner_ = internal::NewCycleRunner();
-  runner_->Run(s_, config_, *running_quota_, jobs_of_queue_, classes_, out);
+  runner_->Run(s_, config_, *running_quota_, jobs_of_queue_, classes_, out,
+               explain);
 }
 
 }  // namespace trainyard::scheduler::policy

@@ -85,8 +85,11 @@ class Scheduler {
   Decisions Cycle();
   // The same, into `out` (its earlier contents replaced), reusing the memory
   // of its vectors: a caller that keeps one Decisions from cycle to cycle
-  // saves allocating (and faulting in) megabytes per cycle.
-  void Cycle(Decisions& out);
+  // saves allocating (and faulting in) megabytes per cycle. Without
+  // `explain` the pending decisions' messages are left empty (their reasons
+  // and positions are set): a caller that publishes explanations only now
+  // and then saves formatting them in the cycles between.
+  void Cycle(Decisions& out, bool explain = true);
 
  private:
   using QueueEntry = internal::QueueEntry;

@@ -684,6 +684,56 @@ TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
   std::printf("explanations shared %d, changed %d\n", shared, changed);
 }
 
+// Cycles that do not explain (the scheduler service's, between two
+// explaining ones) decide exactly as those that do and leave every message
+// empty, and the next cycle that explains gives Decide()'s messages: the
+// classes' kept explanations stay right across the cycles between.
+TEST(SchedulerTest, UnexplainedCyclesDecideAlikeAndLaterExplanationsAreRight) {
+  std::mt19937_64 rng(20261127);
+  int explained = 0;
+  int unexplained = 0;
+  for (int iteration = 0; iteration < 80; ++iteration) {
+    SCOPED_TRACE("iteration " + std::to_string(iteration));
+    Scheduler scheduler(RandomSnapshot(rng));
+    Decisions got;
+    for (int cycle = 0; cycle < 12; ++cycle) {
+      SCOPED_TRACE("cycle " + std::to_string(cycle));
+      const bool explain = Uniform(rng, 0, 2) == 0;
+      scheduler.Cycle(got, explain);
+      Decisions want = Decide(scheduler.snapshot());
+      if (explain) {
+        ++explained;
+      } else {
+        for (const PendingDecision& p : got.pending)
+          ASSERT_EQ(p.message, "") << "job " << p.job;
+        for (PendingDecision& p : want.pending) p.message = Message();
+        unexplained += static_cast<int>(got.pending.size());
+      }
+      ExpectSame(want, got);
+      if (::testing::Test::HasFatalFailure()) return;
+      for (const Preemption& p : got.preemptions)
+        ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+      for (const Admission& a : got.admissions)
+        ASSERT_TRUE(scheduler.ApplyAdmission(a));
+      const Snapshot& s = scheduler.snapshot();
+      for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3));
+           k < m && !s.running.empty(); ++k) {
+        ASSERT_TRUE(scheduler.CompleteRunning(
+            s.running[Uniform(rng, 0, s.running.size() - 1)].job));
+      }
+      if (!s.queues.empty()) {
+        for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3)); k < m; ++k) {
+          scheduler.AddPending(
+              RandomJob(s, 2000000 + iteration * 1000 + cycle * 10 + k, rng));
+        }
+      }
+      scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
+    }
+  }
+  EXPECT_GT(explained, 200);
+  EXPECT_GT(unexplained, 1000);
+}
+
 // A preemption that no running attempt allows is found in the first cycle
 // after a change allows it (nothing of an earlier cycle's search is kept):
 // a victim of lower priority in the job's own queue appears, and a borrower
