@@ -458,10 +458,13 @@ JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
                           : policy::SpotPolicy::kNever;
       break;
   }
-  // A budget past its RESTRICT_TO_SPOT threshold: spot capacity only.
-  if (restricted_.contains({job.tenant(), ""}) ||
-      restricted_.contains({job.tenant(), spec.project()})) {
-    p.spot_policy = policy::SpotPolicy::kRequired;
+  // A budget past its RESTRICT_TO_SPOT threshold: spot capacity only (a job
+  // that asked for spot alone keeps its own policy; its explanation need not
+  // blame the budget).
+  if (p.spot_policy != policy::SpotPolicy::kRequired &&
+      (restricted_.contains({job.tenant(), ""}) ||
+       restricted_.contains({job.tenant(), spec.project()}))) {
+    p.spot_policy = policy::SpotPolicy::kRequiredByBudget;
   }
   return e;
 }

@@ -111,7 +111,8 @@ struct SnapshotIndex {
 //     budget, the tenant's on its queues, a project's on its pending jobs
 //     (remaining 0 here: SchedulerState::UpdateBudgets sets it each cycle);
 //     a pending job whose tenant or project budget restricts to spot gets
-//     SpotPolicy::kRequired.
+//     SpotPolicy::kRequiredByBudget (kept kRequired where the job asked for
+//     it).
 // Jobs of queues that do not exist or are stopped (stop_policy HOLD …), and
 // jobs waiting out a retry backoff, are left out and listed in
 // index->excluded with a reason.

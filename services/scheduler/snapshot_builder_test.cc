@@ -78,8 +78,8 @@ PlatformState Platform() {
 // jobs); a budget restricting to spot makes its scope's jobs spot-only.
 TEST(SnapshotBuilderTest, MapsBookPricesAndBudgets) {
   PlatformState st = Platform();
-  st.prices["h100"] = {.gpu_hour = 3'000'000, .cpu_hour = 100'000,
-                       .gib_hour = 10'000};
+  st.prices["h100"] = {
+      .gpu_hour = 3'000'000, .cpu_hour = 100'000, .gib_hour = 10'000};
   st.budgets[{"acme", ""}] = {.name = "tenants/acme/budgets/all",
                               .hold_limit_micros = 100'000'000};
   st.budgets[{"acme", "nlp"}] = {.name = "tenants/acme/budgets/nlp",
@@ -122,7 +122,7 @@ TEST(SnapshotBuilderTest, MapsBookPricesAndBudgets) {
         break;
       case 2:
         EXPECT_EQ(p.budget, std::nullopt);
-        EXPECT_EQ(p.spot_policy, policy::SpotPolicy::kRequired);
+        EXPECT_EQ(p.spot_policy, policy::SpotPolicy::kRequiredByBudget);
         break;
       default:
         EXPECT_EQ(p.budget, std::nullopt);

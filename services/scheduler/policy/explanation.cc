@@ -235,6 +235,11 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
       }
     }
   }
+  // Why it waits for spot capacity alone.
+  if (job.spot_policy == SpotPolicy::kRequiredByBudget && !details.empty()) {
+    text << "; spot flavors only: a budget of the job's tenant or project is "
+            "past its RESTRICT_TO_SPOT threshold";
+  }
 }
 
 }  // namespace trainyard::scheduler::policy::internal

@@ -370,6 +370,35 @@ TEST(DecideTest, FallsBackToTheNextFlavorWithoutCapacity) {
   EXPECT_TRUE(required.admissions.empty());
 }
 
+// A budget past its RESTRICT_TO_SPOT threshold makes the job spot-only, even
+// one that cannot checkpoint, and its explanation says the budget is why it
+// waits for spot capacity while on-demand nodes are free.
+TEST(DecideTest, SpotOnlyByBudgetIsExplained) {
+  constexpr FlavorId kSpot = 1;
+  SnapshotBuilder free = SpotSetup();
+  Decisions placed = DecideOne(free, SpotPolicy::kRequiredByBudget);
+  ASSERT_EQ(placed.admissions.size(), 1u);
+  EXPECT_EQ(placed.admissions[0].flavor, kSpot);
+  SnapshotBuilder b = SpotSetup();
+  b.snapshot().nodes[1].used.gpus = 8;  // Spot is full, on-demand free.
+  b.AddJob(1, 0, 1, 8).spot_policy = SpotPolicy::kRequiredByBudget;
+  b.snapshot().pending[0].can_checkpoint = false;
+  Decisions d = Decide(b.Build());
+  EXPECT_TRUE(d.admissions.empty());
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].message,
+            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor spot); spot "
+            "flavors only: a budget of the job's tenant or project is past its "
+            "RESTRICT_TO_SPOT threshold");
+  // The job's own choice of spot alone blames no budget.
+  SnapshotBuilder c = SpotSetup();
+  c.snapshot().nodes[1].used.gpus = 8;
+  Decisions own = DecideOne(c, SpotPolicy::kRequired);
+  ASSERT_EQ(own.pending.size(), 1u);
+  EXPECT_EQ(own.pending[0].message,
+            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor spot)");
+}
+
 TEST(DecideTest, FallsBackToTheNextFlavorWithoutQuotaAndExplainsEach) {
   SnapshotBuilder b = SpotSetup();
   b.snapshot().queues[0].quotas[1].resources[0]->nominal = 4;  // od quota 4.

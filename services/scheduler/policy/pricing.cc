@@ -157,9 +157,9 @@ std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,
                                        const PolicyConfig& config) {
   const Queue& queue = s.queues[job.queue];
   const bool spot_ok =
-      job.spot_policy == SpotPolicy::kRequired ||
+      SpotOnly(job.spot_policy) ||
       (job.spot_policy != SpotPolicy::kNever && job.can_checkpoint);
-  const bool regular_ok = job.spot_policy != SpotPolicy::kRequired;
+  const bool regular_ok = !SpotOnly(job.spot_policy);
   // (group, expected cost, spot, position in the queue's list, flavor).
   std::vector<std::tuple<int, int64_t, bool, size_t, FlavorId>> keyed;
   keyed.reserve(queue.quotas.size());

@@ -21,6 +21,8 @@ const char* SpotPolicyName(SpotPolicy p) {
       return "preferred";
     case SpotPolicy::kRequired:
       return "required";
+    case SpotPolicy::kRequiredByBudget:
+      return "required by a budget";
   }
   return "?";
 }

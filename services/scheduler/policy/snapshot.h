@@ -277,9 +277,24 @@ struct WorkerShape {
 };
 
 enum class TopologyLevel { kNone, kBlock, kRack };
-enum class SpotPolicy { kNever, kAllowed, kPreferred, kRequired };
+// kRequiredByBudget: spot only, as kRequired, because a budget of the job's
+// tenant or project is past its RESTRICT_TO_SPOT threshold (explanations say
+// so).
+enum class SpotPolicy {
+  kNever,
+  kAllowed,
+  kPreferred,
+  kRequired,
+  kRequiredByBudget
+};
 
-// "never", "allowed", "preferred", "required" (for explanations).
+// Whether the policy allows spot flavors only.
+inline bool SpotOnly(SpotPolicy p) {
+  return p == SpotPolicy::kRequired || p == SpotPolicy::kRequiredByBudget;
+}
+
+// "never", "allowed", "preferred", "required", "required by a budget" (for
+// explanations).
 const char* SpotPolicyName(SpotPolicy p);
 
 struct PendingJob {
@@ -303,7 +318,7 @@ struct PendingJob {
   // (the time limit, else PolicyConfig::default_expected_runtime, is used).
   int64_t expected_runtime_micros = 0;
   // Whether the job checkpoints; one that does not is placed on spot only
-  // under SpotPolicy::kRequired.
+  // under SpotPolicy::kRequired (or kRequiredByBudget).
   bool can_checkpoint = true;
   // Interval between checkpoints; a reclaim loses half of it on average
   // (0 = checkpoints continuously: only the restart overhead is lost).
