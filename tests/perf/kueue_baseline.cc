@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
+#include "services/accounting/meter_service.h"
 #include "services/dispatcher/adapters/clock.h"
 #include "services/dispatcher/adapters/sim/sim_adapter.h"
 #include "services/dispatcher/adapters/sim/sim_config.h"
@@ -49,6 +50,7 @@
 #include "storage/postgres/job_store.h"
 #include "storage/postgres/pool.h"
 #include "tests/integration/api_test_harness.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 
 ABSL_FLAG(double, scale, 1.0,
           "Fraction of each queue's jobs to submit (1 = Kueue's 15,000)");
@@ -82,6 +84,15 @@ ABSL_FLAG(bool, preempt_for_capacity, false,
 ABSL_FLAG(bool, pg_statements, false,
           "Load pg_stat_statements into the private PostgreSQL and print the "
           "statements that took the most time (a diagnostic)");
+ABSL_FLAG(bool, accounting, false,
+          "Run the accounting meter beside the scheduler (a CPU-hour rate for "
+          "the flavor, a tenant budget with WARN 50 % and HOLD 100 % "
+          "thresholds that the scheduler prices every admission against, "
+          "and a meter pass every --meter_interval): what accounting adds "
+          "to the run");
+ABSL_FLAG(absl::Duration, meter_interval, absl::Seconds(5),
+          "With --accounting: the meter's pass interval (the service's "
+          "default is 30 s)");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
           "Give up after this long");
 
@@ -231,6 +242,53 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Accounting: a rate for the flavor's CPU-hours, a tenant budget far above
+  // what the run spends (so it never holds work, but every admission is
+  // priced against it), and the meter.
+  std::unique_ptr<trainyard::accounting::MeterService> meter;
+  if (absl::GetFlag(FLAGS_accounting)) {
+    auto accounting = v1::AccountingService::NewStub(h.channel());
+    v1::AddRateRequest rate;
+    rate.mutable_rate()->set_flavor("cpu");
+    rate.mutable_rate()->set_resource(v1::RESOURCE_NAME_CPU);
+    rate.mutable_rate()->mutable_price_per_unit_hour()->set_currency_code(
+        "USD");
+    rate.mutable_rate()->mutable_price_per_unit_hour()->set_micros(40000);
+    *rate.mutable_rate()->mutable_effective_time() =
+        google::protobuf::util::TimeUtil::MillisecondsToTimestamp(
+            absl::ToUnixMillis(absl::Now() - absl::Hours(1)));
+    v1::Rate rate_out;
+    CHECK_OK(accounting->AddRate(Ctx(admin).get(), rate, &rate_out));
+    // The jobs' memory is free (every resource a job holds needs a rate).
+    rate.mutable_rate()->set_resource(v1::RESOURCE_NAME_MEMORY);
+    rate.mutable_rate()->mutable_price_per_unit_hour()->set_micros(0);
+    CHECK_OK(accounting->AddRate(Ctx(admin).get(), rate, &rate_out));
+    v1::CreateBudgetRequest budget;
+    budget.set_parent("tenants/kueue");
+    budget.set_budget_id("all");
+    budget.mutable_budget()->mutable_monthly_amount()->set_currency_code("USD");
+    budget.mutable_budget()->mutable_monthly_amount()->set_micros(
+        int64_t{1000000} * 1000000);
+    for (auto [percent, action] : {std::pair{50, v1::BUDGET_ACTION_WARN},
+                                   std::pair{100, v1::BUDGET_ACTION_HOLD}}) {
+      v1::BudgetThreshold* t = budget.mutable_budget()->add_thresholds();
+      t->set_percent(percent);
+      t->set_action(action);
+    }
+    v1::Budget budget_out;
+    CHECK_OK(accounting->CreateBudget(Ctx(admin).get(), budget, &budget_out));
+    trainyard::accounting::MeterServiceOptions mo;
+    mo.postgres_url = h.database_url();
+    mo.interval = absl::GetFlag(FLAGS_meter_interval);
+    absl::StatusOr<std::unique_ptr<trainyard::accounting::MeterService>> m =
+        trainyard::accounting::MeterService::Create(mo);
+    if (!m.ok()) {
+      std::cerr << "meter: " << m.status() << "\n";
+      return 1;
+    }
+    meter = *std::move(m);
+  }
+
   // The sim cluster, its dispatcher and the scheduler.
   v1::SimClusterConfig config;
   config.set_cluster("sim");
@@ -287,6 +345,7 @@ int main(int argc, char** argv) {
   }
   (*scheduler)->Start();
   (*dispatcher)->Start();
+  if (meter != nullptr) meter->Start();
 
   // Submissions: one thread per class, each slot submitting one job to every
   // queue.
@@ -413,6 +472,42 @@ int main(int argc, char** argv) {
   (*dispatcher)->Shutdown();
   (*scheduler)->Shutdown();
   const absl::Duration wall = done - start;
+  // With --accounting: the passes the meter ran during the run, and what one
+  // last pass leaves in the ledger (every attempt metered to its end).
+  int64_t meter_passes = 0;
+  int64_t metered_micros = 0;
+  if (meter != nullptr) {
+    meter->Shutdown();
+    meter_passes = meter->passes();
+    absl::StatusOr<trainyard::accounting::MeterService::PassResult> last =
+        meter->RunPass(absl::Now());
+    if (!last.ok() || last->failed > 0) {
+      std::cerr << "meter pass: "
+                << (last.ok() ? absl::StrCat(last->failed, " attempts failed")
+                              : last.status().ToString())
+                << "\n";
+      return 1;
+    }
+    absl::Status read = (*db)->Read([&](pqxx::read_transaction& txn) {
+      metered_micros = txn.exec1(
+                              "SELECT coalesce(sum(cost_micros), 0)::bigint "
+                              "FROM usage_lines")[0]
+                           .as<int64_t>();
+      return absl::OkStatus();
+    });
+    if (!read.ok()) {
+      std::cerr << "ledger: " << read << "\n";
+      return 1;
+    }
+    if (metered_micros <= 0) {
+      std::cerr << "accounting: nothing was metered\n";
+      return 1;
+    }
+    std::cerr << "accounting: " << meter_passes << " meter passes, "
+              << metered_micros << " micros metered (the work at 0.04 USD "
+              << "per CPU-hour: " << total_work_cpu_ms * 40000 / 3600000
+              << " micros)\n";
+  }
 
   // Time to admission per class, from the outbox.
   trainyard::storage::postgres::JobStore store(db->get());
@@ -509,6 +604,9 @@ int main(int argc, char** argv) {
       ",\n  \"succeeded\": ", succeeded, ",\n  \"unfinished\": ", open,
       ",\n  \"submit_seconds\": ", absl::ToDoubleSeconds(submitted - start),
       ",\n  \"wall_seconds\": ", absl::ToDoubleSeconds(wall),
+      ",\n  \"accounting\": ", meter != nullptr ? "true" : "false",
+      ",\n  \"meter_passes\": ", meter_passes,
+      ",\n  \"metered_cost_micros\": ", metered_micros,
       ",\n  \"cpu_seconds_of_work\": ", total_work_cpu_ms / 1000,
       ",\n  \"cpu_utilisation\": ", utilisation,
       ",\n  \"avg_time_to_admission_seconds\": {");
