@@ -692,7 +692,7 @@ TEST(SchedulerTest, UnexplainedCyclesDecideAlikeAndLaterExplanationsAreRight) {
   std::mt19937_64 rng(20261127);
   int explained = 0;
   int unexplained = 0;
-  for (int iteration = 0; iteration < 80; ++iteration) {
+  for (int iteration = 0; iteration < 50; ++iteration) {
     SCOPED_TRACE("iteration " + std::to_string(iteration));
     Scheduler scheduler(RandomSnapshot(rng));
     Decisions got;
@@ -730,8 +730,8 @@ TEST(SchedulerTest, UnexplainedCyclesDecideAlikeAndLaterExplanationsAreRight) {
       scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
     }
   }
-  EXPECT_GT(explained, 200);
-  EXPECT_GT(unexplained, 1000);
+  EXPECT_GT(explained, 120);
+  EXPECT_GT(unexplained, 600);
 }
 
 // A preemption that no running attempt allows is found in the first cycle
