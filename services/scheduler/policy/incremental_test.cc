@@ -627,6 +627,32 @@ TEST_F(OneNodeSchedulerTest, RebuildDropsKeptExplanations) {
 // Long random sequences of small mutations: most classes see the same
 // numbers from cycle to cycle (their explanations are reused), some see
 // changed ones (theirs must be formatted again).
+// Applies a cycle's decisions (victims end, admissions start), then a little
+// churn: up to 3 completions, perhaps one pending job removed, up to 3
+// arrivals (ids from `first_id`) and 0–120 s.
+void ApplyWithLightChurn(Scheduler& scheduler, const Decisions& got,
+                         std::mt19937_64& rng, JobId first_id) {
+  for (const Preemption& p : got.preemptions)
+    ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+  for (const Admission& a : got.admissions)
+    ASSERT_TRUE(scheduler.ApplyAdmission(a));
+  const Snapshot& s = scheduler.snapshot();
+  for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3));
+       k < m && !s.running.empty(); ++k) {
+    ASSERT_TRUE(scheduler.CompleteRunning(
+        s.running[Uniform(rng, 0, s.running.size() - 1)].job));
+  }
+  if (!s.pending.empty() && Uniform(rng, 0, 2) == 0) {
+    ASSERT_TRUE(scheduler.RemovePending(
+        s.pending[Uniform(rng, 0, s.pending.size() - 1)].id));
+  }
+  if (!s.queues.empty()) {
+    for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3)); k < m; ++k)
+      scheduler.AddPending(RandomJob(s, first_id + k, rng));
+  }
+  scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
+}
+
 TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
   std::mt19937_64 rng(20261124);
   int shared = 0;
@@ -653,28 +679,9 @@ TEST(SchedulerTest, KeptExplanationsOnLongRandomMutationSequences) {
           ++changed;
         }
       }
-      for (const Preemption& p : got.preemptions)
-        ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
-      for (const Admission& a : got.admissions)
-        ASSERT_TRUE(scheduler.ApplyAdmission(a));
-      // A few completions, cancellations and arrivals.
-      const Snapshot& s = scheduler.snapshot();
-      for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3));
-           k < m && !s.running.empty(); ++k) {
-        ASSERT_TRUE(scheduler.CompleteRunning(
-            s.running[Uniform(rng, 0, s.running.size() - 1)].job));
-      }
-      if (!s.pending.empty() && Uniform(rng, 0, 2) == 0) {
-        ASSERT_TRUE(scheduler.RemovePending(
-            s.pending[Uniform(rng, 0, s.pending.size() - 1)].id));
-      }
-      if (!s.queues.empty()) {
-        for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3)); k < m; ++k) {
-          scheduler.AddPending(
-              RandomJob(s, 1000000 + iteration * 1000 + cycle * 10 + k, rng));
-        }
-      }
-      scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
+      ApplyWithLightChurn(scheduler, got, rng,
+                          1000000 + iteration * 1000 + cycle * 10);
+      if (::testing::Test::HasFatalFailure()) return;
       last = got;
     }
   }
@@ -711,23 +718,9 @@ TEST(SchedulerTest, UnexplainedCyclesDecideAlikeAndLaterExplanationsAreRight) {
       }
       ExpectSame(want, got);
       if (::testing::Test::HasFatalFailure()) return;
-      for (const Preemption& p : got.preemptions)
-        ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
-      for (const Admission& a : got.admissions)
-        ASSERT_TRUE(scheduler.ApplyAdmission(a));
-      const Snapshot& s = scheduler.snapshot();
-      for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3));
-           k < m && !s.running.empty(); ++k) {
-        ASSERT_TRUE(scheduler.CompleteRunning(
-            s.running[Uniform(rng, 0, s.running.size() - 1)].job));
-      }
-      if (!s.queues.empty()) {
-        for (int k = 0, m = static_cast<int>(Uniform(rng, 0, 3)); k < m; ++k) {
-          scheduler.AddPending(
-              RandomJob(s, 2000000 + iteration * 1000 + cycle * 10 + k, rng));
-        }
-      }
-      scheduler.SetNow(s.now + Uniform(rng, 0, 120) * 1000 * 1000);
+      ApplyWithLightChurn(scheduler, got, rng,
+                          2000000 + iteration * 1000 + cycle * 10);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   EXPECT_GT(explained, 120);
