@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <pqxx/pqxx>
 #include <set>
 #include <tuple>
@@ -15,6 +17,7 @@
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/validation.h"
+#include "services/accounting/pricing/rollup.h"
 #include "storage/postgres/errors.h"
 #include "storage/postgres/job_rows.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -35,7 +38,8 @@ constexpr char kLineColumns[] =
     "job_id, attempt, resource, start_ms, end_ms, period_start_ms, tenant, "
     "project, queue, user_name, cluster, flavor, spot, amount, "
     "unit_price_micros, price_source, spot_price_gap, cost_micros, lost_work, "
-    "tenant_cost_micros, platform_cost_micros, open";
+    "tenant_cost_micros, platform_cost_micros, open, list_cost_micros, "
+    "attempt_start";
 
 // kLineColumns of the table aliased `alias`.
 std::string QualifiedLineColumns(const std::string& alias) {
@@ -69,6 +73,8 @@ LedgerLine RowToLine(const pqxx::row& r) {
   line.tenant_cost_micros = r[19].as<int64_t>();
   line.platform_cost_micros = r[20].as<int64_t>();
   line.open = r[21].as<bool>();
+  line.list_cost_micros = r[22].as<int64_t>();
+  line.attempt_start = r[23].as<bool>();
   return line;
 }
 
@@ -192,6 +198,161 @@ absl::Status LoadStoredPrices(Txn& txn, pricing::PriceBook& book) {
   return absl::OkStatus();
 }
 
+// The advisory lock (transaction-scoped) that serializes changes of the
+// rollups: a transaction rebuilding an hour's rollups must see every line
+// committed before it, so two of them (two meters, or a meter and a bulk
+// rebuild) take turns from the rebuild to their commit.
+constexpr int64_t kRollupLock = 0x7472636b726f6c6c;  // "trckroll"
+
+TimeMs HourOf(TimeMs t) { return t - t % pricing::kMsPerHour; }
+
+// A rollup row's key columns and sums (migration 0007_usage_rollups.sql).
+constexpr char kRollupKeys[] =
+    "tenant, project, queue, user_name, cluster, flavor, resource";
+const std::vector<std::string>& RollupSumColumns() {
+  static const std::vector<std::string>* const kColumns =
+      new std::vector<std::string>{"lines",
+                                   "cost_micros",
+                                   "tenant_cost_micros",
+                                   "platform_cost_micros",
+                                   "lost_work_cost_micros",
+                                   "list_cost_micros",
+                                   "quantity",
+                                   "lost_quantity",
+                                   "attempts",
+                                   "spot_gap_lines"};
+  return *kColumns;
+}
+// The sums of the lines of a group, in RollupSumColumns's order.
+constexpr char kLineAggregates[] =
+    "count(*), sum(cost_micros), sum(tenant_cost_micros), "
+    "sum(platform_cost_micros), coalesce(sum(cost_micros) FILTER (WHERE "
+    "lost_work), 0), sum(list_cost_micros), sum(amount::numeric * (end_ms - "
+    "start_ms)), coalesce(sum(amount::numeric * (end_ms - start_ms)) FILTER "
+    "(WHERE lost_work), 0), count(*) FILTER (WHERE attempt_start), count(*) "
+    "FILTER (WHERE spot_price_gap)";
+
+// The hour rollups of the lines whose period is in `where` (SQL on
+// usage_lines): period_start_ms, the keys, the sums.
+std::string HourRollupSelect(std::string_view where) {
+  return absl::StrCat("SELECT period_start_ms, ", kRollupKeys, ", ",
+                      kLineAggregates, " FROM usage_lines ", where,
+                      " GROUP BY period_start_ms, ", kRollupKeys);
+}
+
+// Day and month rollups from the hour rollups.
+std::string DayMonthFromHours() {
+  std::vector<std::string> sums;
+  for (const std::string& c : RollupSumColumns()) {
+    sums.push_back(absl::StrCat("sum(", c, ")"));
+  }
+  return absl::StrCat(
+      "INSERT INTO usage_rollups SELECT g.g, CASE WHEN g.g = 1 THEN "
+      "r.period_start_ms - r.period_start_ms % 86400000 ELSE "
+      "utc_month_start_ms(r.period_start_ms) END, ",
+      kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      " FROM usage_rollups r CROSS JOIN (VALUES (1::smallint), (2::smallint)) "
+      "AS g(g) WHERE r.granularity = 0 GROUP BY 1, 2, ",
+      kRollupKeys);
+}
+
+// The statement that moves the day and month rollups of the hours $1 by the
+// difference between those hours' lines and their stored hour rollups.
+std::string RollupDeltaStatement() {
+  const std::vector<std::string>& sums = RollupSumColumns();
+  std::vector<std::string> negated, summed, nonzero, set;
+  for (const std::string& c : sums) {
+    negated.push_back(absl::StrCat("-", c));
+    summed.push_back(absl::StrCat("sum(", c, ") AS ", c));
+    nonzero.push_back(absl::StrCat("d.", c, " <> 0"));
+    set.push_back(
+        absl::StrCat(c, " = usage_rollups.", c, " + EXCLUDED.", c));
+  }
+  std::vector<std::string> plain_sums;
+  for (const std::string& c : sums) plain_sums.push_back(absl::StrCat("sum(", c, ")"));
+  return absl::StrCat(
+      "WITH fresh (period_start_ms, ", kRollupKeys, ", ",
+      absl::StrJoin(sums, ", "), ") AS (",
+      HourRollupSelect("WHERE period_start_ms = ANY($1::bigint[])"),
+      "), diff AS (SELECT period_start_ms, ", kRollupKeys, ", ",
+      absl::StrJoin(summed, ", "), " FROM (SELECT * FROM fresh UNION ALL "
+      "SELECT period_start_ms, ", kRollupKeys, ", ",
+      absl::StrJoin(negated, ", "),
+      " FROM usage_rollups WHERE granularity = 0 AND period_start_ms = "
+      "ANY($1::bigint[])) x GROUP BY period_start_ms, ",
+      kRollupKeys, ") INSERT INTO usage_rollups (granularity, "
+      "period_start_ms, ", kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      ") SELECT g.g, CASE WHEN g.g = 1 THEN d.period_start_ms - "
+      "d.period_start_ms % 86400000 ELSE utc_month_start_ms("
+      "d.period_start_ms) END, ", kRollupKeys, ", ",
+      absl::StrJoin(plain_sums, ", "),
+      " FROM diff d CROSS JOIN (VALUES (1::smallint), (2::smallint)) AS "
+      "g(g) WHERE ", absl::StrJoin(nonzero, " OR "), " GROUP BY 1, 2, ",
+      kRollupKeys, " ORDER BY 1, 2, ", kRollupKeys,
+      " ON CONFLICT (granularity, period_start_ms, ", kRollupKeys,
+      ") DO UPDATE SET ", absl::StrJoin(set, ", "));
+}
+
+// Rebuilds the rollups of the hours `hours` from their lines, and moves
+// their days' and months' rollups by the same difference, exactly: under
+// kRollupLock, in the caller's transaction (the one that wrote the lines).
+void UpdateRollups(pqxx::work& txn, const std::set<TimeMs>& hours) {
+  if (hours.empty()) return;
+  ArrayLiteral h;
+  for (TimeMs t : hours) h.Int(t);
+  const std::string hs = h.str();
+  txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
+  txn.exec_prepared("acct_rollup_delta", hs);
+  txn.exec_prepared("acct_rollup_prune", hs);
+  txn.exec_prepared("acct_rollup_hours_delete", hs);
+  txn.exec_prepared("acct_rollup_hours_insert", hs);
+}
+
+// A numeric's integer text as __int128 (rollup sums are integers).
+absl::StatusOr<__int128> Int128Of(const pqxx::field& f) {
+  if (f.is_null()) return 0;
+  std::string_view v(f.c_str(), f.size());
+  bool negative = false;
+  if (!v.empty() && v.front() == '-') {
+    negative = true;
+    v.remove_prefix(1);
+  }
+  if (v.empty()) return absl::DataLossError("rollup: empty number");
+  __int128 out = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9' ||
+        out > (std::numeric_limits<__int128>::max() - 9) / 10) {
+      return absl::DataLossError(
+          absl::StrCat("rollup: not an integer that fits: ", f.c_str()));
+    }
+    out = out * 10 + (c - '0');
+  }
+  return negative ? -out : out;
+}
+
+// The rollup column of a report dimension ("" for kJob).
+std::string_view RollupColumn(pricing::Dimension d) {
+  switch (d) {
+    case pricing::Dimension::kTenant:
+      return "tenant";
+    case pricing::Dimension::kProject:
+      return "project";
+    case pricing::Dimension::kUser:
+      return "user_name";
+    case pricing::Dimension::kQueue:
+      return "queue";
+    case pricing::Dimension::kCluster:
+      return "cluster";
+    case pricing::Dimension::kFlavor:
+      return "flavor";
+    case pricing::Dimension::kResource:
+      return "resource";
+    case pricing::Dimension::kJob:
+      break;
+  }
+  return "";
+}
+
 }  // namespace
 
 AccountingStore::AccountingStore(Database* db) : db_(db) {
@@ -249,7 +410,8 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "$9::text[], $10::text[], $11::text[], $12::text[], $13::bool[], "
           "$14::bigint[], $15::bigint[], $16::smallint[], $17::bool[], "
           "$18::bigint[], $19::bool[], $20::bigint[], $21::bigint[], "
-          "$22::bool[]) ON CONFLICT (job_id, attempt, resource, start_ms) DO "
+          "$22::bool[], $23::bigint[], $24::bool[]) ON CONFLICT (job_id, "
+          "attempt, resource, start_ms) DO "
           "UPDATE SET end_ms = EXCLUDED.end_ms, period_start_ms = "
           "EXCLUDED.period_start_ms, tenant = EXCLUDED.tenant, project = "
           "EXCLUDED.project, queue = EXCLUDED.queue, user_name = "
@@ -260,7 +422,9 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "cost_micros = EXCLUDED.cost_micros, lost_work = "
           "EXCLUDED.lost_work, tenant_cost_micros = "
           "EXCLUDED.tenant_cost_micros, platform_cost_micros = "
-          "EXCLUDED.platform_cost_micros, open = EXCLUDED.open"));
+          "EXCLUDED.platform_cost_micros, open = EXCLUDED.open, "
+          "list_cost_micros = EXCLUDED.list_cost_micros, attempt_start = "
+          "EXCLUDED.attempt_start"));
   db_->Prepare("acct_delete_lines",
                "DELETE FROM usage_lines WHERE (job_id, attempt, resource, "
                "start_ms) IN (SELECT * FROM unnest($1::bigint[], $2::int[], "
@@ -323,6 +487,20 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
       "active_action = EXCLUDED.active_action, notified_percent = "
       "EXCLUDED.notified_percent, budget_version = EXCLUDED.budget_version, "
       "status_ms = EXCLUDED.status_ms");
+  db_->Prepare("acct_rollup_delta", RollupDeltaStatement());
+  db_->Prepare("acct_rollup_prune",
+               "DELETE FROM usage_rollups WHERE granularity IN (1, 2) AND "
+               "lines = 0 AND period_start_ms IN (SELECT h - h % 86400000 "
+               "FROM unnest($1::bigint[]) AS h UNION SELECT "
+               "utc_month_start_ms(h) FROM unnest($1::bigint[]) AS h)");
+  db_->Prepare("acct_rollup_hours_delete",
+               "DELETE FROM usage_rollups WHERE granularity = 0 AND "
+               "period_start_ms = ANY($1::bigint[])");
+  db_->Prepare(
+      "acct_rollup_hours_insert",
+      absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
+                   HourRollupSelect("WHERE period_start_ms = ANY($1::bigint[])"),
+                   ") h"));
   PrepareJobRowStatements(db_);
 }
 
@@ -493,9 +671,13 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
                       old[2].as<int>(), old[3].as<int64_t>());
       }
     }
-    ArrayLiteral cols[22];
+    ArrayLiteral cols[24];
     size_t lines = 0;
     ArrayLiteral cursor_jobs, cursor_attempts, cursor_until, cursor_final;
+    // The charge periods (UTC hours) of every line written or deleted: their
+    // rollups are rebuilt below. A line's period is the hour of its start.
+    std::set<TimeMs> touched_hours;
+    for (const Key& k : stale) touched_hours.insert(HourOf(std::get<3>(k)));
     for (const auto& [c, w] : writes) {
       for (const LedgerLine& line : w.lines) {
         stale.erase(
@@ -522,6 +704,9 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
         cols[19].Int(line.tenant_cost_micros);
         cols[20].Int(line.platform_cost_micros);
         cols[21].Bool(line.open);
+        cols[22].Int(line.list_cost_micros);
+        cols[23].Bool(line.attempt_start);
+        touched_hours.insert(HourOf(line.start));
         ++lines;
       }
       cursor_jobs.Int(c.job_id);
@@ -537,7 +722,8 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
           cols[7].str(), cols[8].str(), cols[9].str(), cols[10].str(),
           cols[11].str(), cols[12].str(), cols[13].str(), cols[14].str(),
           cols[15].str(), cols[16].str(), cols[17].str(), cols[18].str(),
-          cols[19].str(), cols[20].str(), cols[21].str());
+          cols[19].str(), cols[20].str(), cols[21].str(), cols[22].str(),
+          cols[23].str());
       result.lines_upserted = static_cast<int>(lines);
     }
     if (!stale.empty()) {
@@ -552,12 +738,126 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
                         resources.str(), starts.str());
       result.lines_deleted = static_cast<int>(stale.size());
     }
+    UpdateRollups(txn, touched_hours);
     txn.exec_prepared("acct_cursors", cursor_jobs.str(), cursor_attempts.str(),
                       cursor_until.str(), cursor_final.str());
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   return result;
+}
+
+absl::Status AccountingStore::RebuildRollups() {
+  return db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
+    txn.exec("DELETE FROM usage_rollups");
+    txn.exec(absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
+                          HourRollupSelect(""), ") h"));
+    txn.exec(DayMonthFromHours());
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<pricing::RollupSum>> AccountingStore::SumRollups(
+    const pricing::ReportQuery& q) {
+  if (!pricing::RollupsServe(q)) {
+    return absl::InvalidArgumentError(
+        "rollups cannot serve a query by job or labels");
+  }
+  TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds,
+                      pricing::ReportPeriods(q));
+  ArrayLiteral grans, froms, tos, periods;
+  for (size_t p = 0; p + 1 < bounds.size(); ++p) {
+    for (const pricing::RollupRange& r :
+         pricing::CoverWithRollups(bounds[p], bounds[p + 1])) {
+      grans.Int(static_cast<int>(r.granularity));
+      froms.Int(r.from);
+      tos.Int(r.to);
+      periods.Int(static_cast<int64_t>(p));
+    }
+  }
+  // Filters: one value and one flag per rollup dimension, in this order.
+  const pricing::Dimension kFiltered[] = {
+      pricing::Dimension::kTenant,  pricing::Dimension::kProject,
+      pricing::Dimension::kUser,    pricing::Dimension::kQueue,
+      pricing::Dimension::kCluster, pricing::Dimension::kFlavor};
+  ArrayLiteral values, set;
+  std::vector<std::string> where;
+  for (size_t i = 0; i < std::size(kFiltered); ++i) {
+    auto it = q.filters.find(kFiltered[i]);
+    values.Text(it == q.filters.end() ? "" : it->second);
+    set.Bool(it != q.filters.end());
+    where.push_back(absl::StrCat("(NOT $6[", i + 1, "] OR r.",
+                                 RollupColumn(kFiltered[i]), " = $5[", i + 1,
+                                 "])"));
+  }
+  int resource = -1;
+  if (auto it = q.filters.find(pricing::Dimension::kResource);
+      it != q.filters.end()) {
+    for (pricing::Resource r : pricing::kAllResources) {
+      if (pricing::ResourceLabel(r) == it->second) resource = static_cast<int>(r);
+    }
+    // An unknown resource matches nothing (ValidateReportQuery refuses it).
+    if (resource < 0) resource = 99;
+  }
+  where.push_back("($7 < 0 OR r.resource = $7)");
+  std::vector<std::string> group = {"p.idx"};
+  for (pricing::Dimension d : q.group_by) {
+    group.push_back(absl::StrCat("r.", RollupColumn(d)));
+  }
+  const std::string sql = absl::StrCat(
+      "SELECT ", absl::StrJoin(group, ", "),
+      ", sum(r.lines), sum(r.cost_micros), sum(r.tenant_cost_micros), "
+      "sum(r.platform_cost_micros), sum(r.lost_work_cost_micros), "
+      "sum(r.list_cost_micros), sum(r.quantity) FILTER (WHERE r.resource = "
+      "0), sum(r.lost_quantity) FILTER (WHERE r.resource = 0), "
+      "sum(r.quantity) FILTER (WHERE r.resource = 1), sum(r.quantity) FILTER "
+      "(WHERE r.resource = 2), sum(r.attempts), sum(r.spot_gap_lines) FROM "
+      "unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::int[]) AS p(g, "
+      "f, t, idx) JOIN usage_rollups r ON r.granularity = p.g AND "
+      "r.period_start_ms >= p.f AND r.period_start_ms < p.t WHERE ",
+      absl::StrJoin(where, " AND "), " GROUP BY ", absl::StrJoin(group, ", "));
+  std::vector<pricing::RollupSum> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    pqxx::result rows =
+        txn.exec_params(sql, grans.str(), froms.str(), tos.str(),
+                        periods.str(), values.str(), set.str(), resource);
+    out.reserve(rows.size());
+    for (const pqxx::row& r : rows) {
+      pricing::RollupSum& sum = out.emplace_back();
+      sum.period = r[0].as<size_t>();
+      int c = 1;
+      for (pricing::Dimension d : q.group_by) {
+        if (d == pricing::Dimension::kResource) {
+          sum.keys.emplace_back(pricing::ResourceLabel(
+              static_cast<pricing::Resource>(r[c].as<int>())));
+        } else {
+          sum.keys.push_back(r[c].as<std::string>());
+        }
+        ++c;
+      }
+      __int128* fields[] = {&sum.lines,
+                            &sum.cost_micros,
+                            &sum.tenant_cost_micros,
+                            &sum.platform_cost_micros,
+                            &sum.lost_work_cost_micros,
+                            &sum.list_cost_micros,
+                            &sum.gpu_ms,
+                            &sum.lost_gpu_ms,
+                            &sum.cpu_millicore_ms,
+                            &sum.memory_byte_ms,
+                            &sum.attempts,
+                            &sum.spot_gap_lines};
+      for (__int128* f : fields) {
+        TY_ASSIGN_OR_RETURN(*f, Int128Of(r[c]));
+        ++c;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<std::vector<MeterCandidate>> AccountingStore::AttemptsIn(
@@ -610,7 +910,7 @@ absl::StatusOr<std::vector<LedgerLine>> AccountingStore::LoadLines(
     for (const pqxx::row& r :
          txn.exec_prepared("acct_load_lines", tenant, start_ms, end_ms)) {
       LedgerLine line = RowToLine(r);
-      line.keys.labels = LabelsOf(r[22].as<std::string>());
+      line.keys.labels = LabelsOf(r[24].as<std::string>());
       lines.push_back(std::move(line));
     }
     return absl::OkStatus();
