@@ -14,10 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "services/accounting/pricing/rollup.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/validation.h"
-#include "services/accounting/pricing/rollup.h"
 #include "storage/postgres/errors.h"
 #include "storage/postgres/job_rows.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -234,7 +234,7 @@ constexpr char kLineAggregates[] =
 
 // The hour rollups of the lines whose period is in `where` (SQL on
 // usage_lines): period_start_ms, the keys, the sums.
-std::string HourRollupSelect(std::string_view where) {
+std::string HourRollupSelect(const std::string& where) {
   return absl::StrCat("SELECT period_start_ms, ", kRollupKeys, ", ",
                       kLineAggregates, " FROM usage_lines ", where,
                       " GROUP BY period_start_ms, ", kRollupKeys);
@@ -265,30 +265,34 @@ std::string RollupDeltaStatement() {
     negated.push_back(absl::StrCat("-", c));
     summed.push_back(absl::StrCat("sum(", c, ") AS ", c));
     nonzero.push_back(absl::StrCat("d.", c, " <> 0"));
-    set.push_back(
-        absl::StrCat(c, " = usage_rollups.", c, " + EXCLUDED.", c));
+    set.push_back(absl::StrCat(c, " = usage_rollups.", c, " + EXCLUDED.", c));
   }
   std::vector<std::string> plain_sums;
-  for (const std::string& c : sums) plain_sums.push_back(absl::StrCat("sum(", c, ")"));
+  for (const std::string& c : sums)
+    plain_sums.push_back(absl::StrCat("sum(", c, ")"));
   return absl::StrCat(
       "WITH fresh (period_start_ms, ", kRollupKeys, ", ",
       absl::StrJoin(sums, ", "), ") AS (",
       HourRollupSelect("WHERE period_start_ms = ANY($1::bigint[])"),
       "), diff AS (SELECT period_start_ms, ", kRollupKeys, ", ",
-      absl::StrJoin(summed, ", "), " FROM (SELECT * FROM fresh UNION ALL "
-      "SELECT period_start_ms, ", kRollupKeys, ", ",
-      absl::StrJoin(negated, ", "),
+      absl::StrJoin(summed, ", "),
+      " FROM (SELECT * FROM fresh UNION ALL "
+      "SELECT period_start_ms, ",
+      kRollupKeys, ", ", absl::StrJoin(negated, ", "),
       " FROM usage_rollups WHERE granularity = 0 AND period_start_ms = "
       "ANY($1::bigint[])) x GROUP BY period_start_ms, ",
-      kRollupKeys, ") INSERT INTO usage_rollups (granularity, "
-      "period_start_ms, ", kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      kRollupKeys,
+      ") INSERT INTO usage_rollups (granularity, "
+      "period_start_ms, ",
+      kRollupKeys, ", ", absl::StrJoin(sums, ", "),
       ") SELECT g.g, CASE WHEN g.g = 1 THEN d.period_start_ms - "
       "d.period_start_ms % 86400000 ELSE utc_month_start_ms("
-      "d.period_start_ms) END, ", kRollupKeys, ", ",
-      absl::StrJoin(plain_sums, ", "),
+      "d.period_start_ms) END, ",
+      kRollupKeys, ", ", absl::StrJoin(plain_sums, ", "),
       " FROM diff d CROSS JOIN (VALUES (1::smallint), (2::smallint)) AS "
-      "g(g) WHERE ", absl::StrJoin(nonzero, " OR "), " GROUP BY 1, 2, ",
-      kRollupKeys, " ORDER BY 1, 2, ", kRollupKeys,
+      "g(g) WHERE ",
+      absl::StrJoin(nonzero, " OR "), " GROUP BY 1, 2, ", kRollupKeys,
+      " ORDER BY 1, 2, ", kRollupKeys,
       " ON CONFLICT (granularity, period_start_ms, ", kRollupKeys,
       ") DO UPDATE SET ", absl::StrJoin(set, ", "));
 }
@@ -331,7 +335,7 @@ absl::StatusOr<__int128> Int128Of(const pqxx::field& f) {
 }
 
 // The rollup column of a report dimension ("" for kJob).
-std::string_view RollupColumn(pricing::Dimension d) {
+const char* RollupColumn(pricing::Dimension d) {
   switch (d) {
     case pricing::Dimension::kTenant:
       return "tenant";
@@ -444,10 +448,11 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "ORDER BY job_id, attempt, resource, start_ms LIMIT $9"));
   db_->Prepare(
       "acct_load_lines",
-      absl::StrCat("SELECT ", QualifiedLineColumns("u"),
-                   ", j.labels::text FROM usage_lines u JOIN jobs j ON j.id = "
-                   "u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
-                   "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
+      absl::StrCat(
+          "SELECT ", QualifiedLineColumns("u"),
+          ", coalesce(j.labels::text, '{}') FROM usage_lines u LEFT "
+          "JOIN jobs j ON j.id = u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
+          "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
   db_->Prepare("acct_rates_at",
                "SELECT DISTINCT ON (flavor, resource) flavor, resource, "
                "price_micros FROM price_rates WHERE effective_ms <= $1 ORDER "
@@ -496,11 +501,11 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
   db_->Prepare("acct_rollup_hours_delete",
                "DELETE FROM usage_rollups WHERE granularity = 0 AND "
                "period_start_ms = ANY($1::bigint[])");
-  db_->Prepare(
-      "acct_rollup_hours_insert",
-      absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
-                   HourRollupSelect("WHERE period_start_ms = ANY($1::bigint[])"),
-                   ") h"));
+  db_->Prepare("acct_rollup_hours_insert",
+               absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
+                            HourRollupSelect(
+                                "WHERE period_start_ms = ANY($1::bigint[])"),
+                            ") h"));
   PrepareJobRowStatements(db_);
 }
 
@@ -787,20 +792,21 @@ absl::StatusOr<std::vector<pricing::RollupSum>> AccountingStore::SumRollups(
     auto it = q.filters.find(kFiltered[i]);
     values.Text(it == q.filters.end() ? "" : it->second);
     set.Bool(it != q.filters.end());
-    where.push_back(absl::StrCat("(NOT $6[", i + 1, "] OR r.",
-                                 RollupColumn(kFiltered[i]), " = $5[", i + 1,
-                                 "])"));
+    where.push_back(absl::StrCat("(NOT ($6::bool[])[", i + 1, "] OR r.",
+                                 RollupColumn(kFiltered[i]), " = ($5::text[])[",
+                                 i + 1, "])"));
   }
   int resource = -1;
   if (auto it = q.filters.find(pricing::Dimension::kResource);
       it != q.filters.end()) {
     for (pricing::Resource r : pricing::kAllResources) {
-      if (pricing::ResourceLabel(r) == it->second) resource = static_cast<int>(r);
+      if (pricing::ResourceLabel(r) == it->second)
+        resource = static_cast<int>(r);
     }
     // An unknown resource matches nothing (ValidateReportQuery refuses it).
     if (resource < 0) resource = 99;
   }
-  where.push_back("($7 < 0 OR r.resource = $7)");
+  where.push_back("($7::int < 0 OR r.resource = $7::int)");
   std::vector<std::string> group = {"p.idx"};
   for (pricing::Dimension d : q.group_by) {
     group.push_back(absl::StrCat("r.", RollupColumn(d)));
@@ -821,8 +827,8 @@ absl::StatusOr<std::vector<pricing::RollupSum>> AccountingStore::SumRollups(
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
     out.clear();
     pqxx::result rows =
-        txn.exec_params(sql, grans.str(), froms.str(), tos.str(),
-                        periods.str(), values.str(), set.str(), resource);
+        txn.exec_params(sql, grans.str(), froms.str(), tos.str(), periods.str(),
+                        values.str(), set.str(), resource);
     out.reserve(rows.size());
     for (const pqxx::row& r : rows) {
       pricing::RollupSum& sum = out.emplace_back();

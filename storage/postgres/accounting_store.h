@@ -154,8 +154,8 @@ class AccountingStore {
   // deleted, the cursor moved, and the rollups of every hour it wrote or
   // deleted a line of rebuilt from that hour's lines (their days' and
   // months' moved by the same difference). An attempt whose `meter` fails is
-  // left as it was and reported in `failed`. Metering the same attempt twice, or two
-  // meters at once, writes each line once.
+  // left as it was and reported in `failed`. Metering the same attempt twice,
+  // or two meters at once, writes each line once.
   absl::StatusOr<MeterBatchResult> MeterBatch(
       int64_t after_job_id, int32_t after_attempt, int limit,
       absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
@@ -176,7 +176,8 @@ class AccountingStore {
                                       const std::string& after, int limit);
 
   // Every ledger line of `tenant` ("" = all) whose charge period starts in
-  // [start_ms, end_ms), with the job's labels in its keys.
+  // [start_ms, end_ms), with the job's labels in its keys (none when the job
+  // is gone: its lines still count, as in the rollups).
   absl::StatusOr<std::vector<pricing::LedgerLine>> LoadLines(
       const std::string& tenant, pricing::TimeMs start_ms,
       pricing::TimeMs end_ms);

@@ -446,8 +446,7 @@ absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
                                    const ReportQuery& q,
                                    const PriceBook* list_prices) {
   TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds, ReportPeriods(q));
-  std::map<std::pair<TimeMs, std::vector<std::string>>, ReportRow>
-      groups;
+  std::map<std::pair<TimeMs, std::vector<std::string>>, ReportRow> groups;
   ReportRow total;
   total.period_start = q.start;
   total.period_end = q.end;

@@ -818,7 +818,8 @@ class RandomReportTest : public ::testing::Test {
       for (size_t j = 0; j < l->size(); ++j) {
         const LedgerLine& line = (*l)[j];
         const bool first = j == 0;
-        EXPECT_EQ(line.attempt_start, first) << "attempt " << i << " line " << j;
+        EXPECT_EQ(line.attempt_start, first)
+            << "attempt " << i << " line " << j;
         if (first) {
           EXPECT_EQ(line.start, u.start_time);
         }

@@ -104,8 +104,8 @@ TimeMs NextUtcMonthStart(TimeMs t) {
 std::vector<RollupRange> CoverWithRollups(TimeMs start, TimeMs end) {
   std::vector<RollupRange> out;
   if (start >= end) return out;
-  const TimeMs m0 = rollup_impl::CeilTo(start, &UtcMonthStart,
-                                        &NextUtcMonthStart);
+  const TimeMs m0 =
+      rollup_impl::CeilTo(start, &UtcMonthStart, &NextUtcMonthStart);
   const TimeMs m1 = UtcMonthStart(end);
   if (m0 >= m1) {
     rollup_impl::CoverDays(out, start, end);

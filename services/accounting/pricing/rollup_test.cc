@@ -140,9 +140,8 @@ TEST(RollupsServe, OnlyRollupKeys) {
 // ---------------------------------------------------------------------------
 // Reports from rollups of random metered lines equal BuildReport's.
 
-using RollupKey = std::tuple<int, TimeMs, std::string, std::string,
-                             std::string, std::string, std::string,
-                             std::string, int>;
+using RollupKey = std::tuple<int, TimeMs, std::string, std::string, std::string,
+                             std::string, std::string, std::string, int>;
 
 std::string KeyOf(const RollupKey& k, Dimension d) {
   switch (d) {
@@ -226,34 +225,42 @@ TEST(ReportFromRollups, EqualsBuildReportOverTheLines) {
   ASSERT_TRUE(book.ok());
   for (const char* flavor : {"f0", "s0"}) {
     for (Resource r : kAllResources) {
-      ASSERT_TRUE(book->AddRate({flavor, r, {rand(1, 5'000'000), ""}, 0}, 0)
-                      .ok());
-      ASSERT_TRUE(book->AddRate({flavor, r, {rand(1, 5'000'000), ""},
+      ASSERT_TRUE(
+          book->AddRate({flavor, r, {rand(1, 5'000'000), ""}, 0}, 0).ok());
+      ASSERT_TRUE(book->AddRate({flavor,
+                                 r,
+                                 {rand(1, 5'000'000), ""},
                                  base + rand(0, horizon)},
                                 0)
                       .ok());
     }
   }
   for (TimeMs t = base; t < base + horizon; t += rand(1, 6 * kH)) {
-    ASSERT_TRUE(book->AddSpotPrice({"s0", {rand(1, 3'000'000), ""}, t}, 0).ok());
+    ASSERT_TRUE(
+        book->AddSpotPrice({"s0", {rand(1, 3'000'000), ""}, t}, 0).ok());
   }
   std::vector<LedgerLine> lines;
   for (int i = 0; i < 1500; ++i) {
     AttemptUsage u;
-    u.keys = {domain::Cat("t", rand(0, 2)), domain::Cat("p", rand(0, 3)),
-              domain::Cat("u", rand(0, 2)), domain::Cat("q", rand(0, 1)),
-              domain::Cat("c", rand(0, 1)), rand(0, 1) ? "s0" : "f0",
-              domain::Cat("jobs/", i), 0, {}};
+    u.keys = {domain::Cat("t", rand(0, 2)),
+              domain::Cat("p", rand(0, 3)),
+              domain::Cat("u", rand(0, 2)),
+              domain::Cat("q", rand(0, 1)),
+              domain::Cat("c", rand(0, 1)),
+              rand(0, 1) ? "s0" : "f0",
+              domain::Cat("jobs/", i),
+              0,
+              {}};
     u.spot = u.keys.flavor == "s0";
     u.workers = static_cast<int32_t>(rand(1, 3));
     u.gpus_per_worker = rand(0, 2) == 0 ? 0 : rand(1, 8);
     u.cpu_millis_per_worker = rand(0, 1) ? rand(1, 64'000) : 0;
     u.memory_bytes_per_worker = rand(0, 1) ? rand(1, int64_t{1} << 40) : 0;
     u.start_time = base + rand(0, horizon - kH);
-    u.end_time = u.start_time + (rand(0, 5) == 0 ? rand(0, 60 * kH)
-                                                 : rand(0, 3 * kH));
-    u.end_reason = rand(0, 3) == 0 ? EndReason::kSpotReclaim
-                                   : EndReason::kCompleted;
+    u.end_time =
+        u.start_time + (rand(0, 5) == 0 ? rand(0, 60 * kH) : rand(0, 3 * kH));
+    u.end_reason =
+        rand(0, 3) == 0 ? EndReason::kSpotReclaim : EndReason::kCompleted;
     u.last_checkpoint_time = u.start_time + (*u.end_time - u.start_time) / 2;
     absl::StatusOr<std::vector<LedgerLine>> l =
         MeterAttempt(*book, u, 0, MeterOptions{});
@@ -268,15 +275,15 @@ TEST(ReportFromRollups, EqualsBuildReportOverTheLines) {
                              UtcMonthStart(l.period_start)};
     for (int g = 0; g < 3; ++g) {
       AddLine(rollups[{g, starts[g], l.keys.tenant, l.keys.project,
-                       l.keys.queue, l.keys.user, l.keys.cluster,
-                       l.keys.flavor, static_cast<int>(l.resource)}],
+                       l.keys.queue, l.keys.user, l.keys.cluster, l.keys.flavor,
+                       static_cast<int>(l.resource)}],
               l);
     }
   }
   const char* zones[] = {"UTC", "America/New_York", "Europe/Berlin",
                          "Asia/Tokyo"};
-  const Dimension dims[] = {Dimension::kTenant, Dimension::kProject,
-                            Dimension::kUser,   Dimension::kQueue,
+  const Dimension dims[] = {Dimension::kTenant,  Dimension::kProject,
+                            Dimension::kUser,    Dimension::kQueue,
                             Dimension::kCluster, Dimension::kFlavor,
                             Dimension::kResource};
   int rows = 0;
