@@ -256,60 +256,55 @@ std::string DayMonthFromHours() {
       kRollupKeys);
 }
 
-// The statement that moves the day and month rollups of the hours $1 by the
-// difference between those hours' lines and their stored hour rollups.
-std::string RollupDeltaStatement() {
+// The statement that adds $5 (1 or -1) times the lines with the keys ($1
+// job, $2 attempt, $3 resource, $4 start) to the rollups of their hours, days
+// and months.
+std::string RollupApplyStatement() {
   const std::vector<std::string>& sums = RollupSumColumns();
-  std::vector<std::string> negated, summed, nonzero, set;
+  std::vector<std::string> signed_sums, set;
   for (const std::string& c : sums) {
-    negated.push_back(absl::StrCat("-", c));
-    summed.push_back(absl::StrCat("sum(", c, ") AS ", c));
-    nonzero.push_back(absl::StrCat("d.", c, " <> 0"));
+    signed_sums.push_back(absl::StrCat("$5::int * sum(h.", c, ")"));
     set.push_back(absl::StrCat(c, " = usage_rollups.", c, " + EXCLUDED.", c));
   }
-  std::vector<std::string> plain_sums;
-  for (const std::string& c : sums)
-    plain_sums.push_back(absl::StrCat("sum(", c, ")"));
   return absl::StrCat(
-      "WITH fresh (period_start_ms, ", kRollupKeys, ", ",
-      absl::StrJoin(sums, ", "), ") AS (",
-      HourRollupSelect("WHERE period_start_ms = ANY($1::bigint[])"),
-      "), diff AS (SELECT period_start_ms, ", kRollupKeys, ", ",
-      absl::StrJoin(summed, ", "),
-      " FROM (SELECT * FROM fresh UNION ALL "
-      "SELECT period_start_ms, ",
-      kRollupKeys, ", ", absl::StrJoin(negated, ", "),
-      " FROM usage_rollups WHERE granularity = 0 AND period_start_ms = "
-      "ANY($1::bigint[])) x GROUP BY period_start_ms, ",
-      kRollupKeys,
-      ") INSERT INTO usage_rollups (granularity, "
+      "WITH h (period_start_ms, ", kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      ") AS (SELECT period_start_ms, ", kRollupKeys, ", ", kLineAggregates,
+      " FROM usage_lines u JOIN unnest($1::bigint[], $2::int[], "
+      "$3::smallint[], $4::bigint[]) AS k(j, a, r, s) ON u.job_id = k.j AND "
+      "u.attempt = k.a AND u.resource = k.r AND u.start_ms = k.s GROUP BY "
       "period_start_ms, ",
+      kRollupKeys,
+      ") INSERT INTO usage_rollups (granularity, period_start_ms, ",
       kRollupKeys, ", ", absl::StrJoin(sums, ", "),
-      ") SELECT g.g, CASE WHEN g.g = 1 THEN d.period_start_ms - "
-      "d.period_start_ms % 86400000 ELSE utc_month_start_ms("
-      "d.period_start_ms) END, ",
-      kRollupKeys, ", ", absl::StrJoin(plain_sums, ", "),
-      " FROM diff d CROSS JOIN (VALUES (1::smallint), (2::smallint)) AS "
-      "g(g) WHERE ",
-      absl::StrJoin(nonzero, " OR "), " GROUP BY 1, 2, ", kRollupKeys,
-      " ORDER BY 1, 2, ", kRollupKeys,
+      ") SELECT g.g, CASE g.g WHEN 0 THEN h.period_start_ms WHEN 1 THEN "
+      "h.period_start_ms - h.period_start_ms % 86400000 ELSE "
+      "utc_month_start_ms(h.period_start_ms) END, ",
+      kRollupKeys, ", ", absl::StrJoin(signed_sums, ", "),
+      " FROM h CROSS JOIN (VALUES (0::smallint), (1::smallint), "
+      "(2::smallint)) AS g(g) GROUP BY 1, 2, ",
+      kRollupKeys, " ORDER BY 1, 2, ", kRollupKeys,
       " ON CONFLICT (granularity, period_start_ms, ", kRollupKeys,
       ") DO UPDATE SET ", absl::StrJoin(set, ", "));
 }
 
-// Rebuilds the rollups of the hours `hours` from their lines, and moves
-// their days' and months' rollups by the same difference, exactly: under
-// kRollupLock, in the caller's transaction (the one that wrote the lines).
-void UpdateRollups(pqxx::work& txn, const std::set<TimeMs>& hours) {
-  if (hours.empty()) return;
-  ArrayLiteral h;
-  for (TimeMs t : hours) h.Int(t);
-  const std::string hs = h.str();
-  txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
-  txn.exec_prepared("acct_rollup_delta", hs);
-  txn.exec_prepared("acct_rollup_prune", hs);
-  txn.exec_prepared("acct_rollup_hours_delete", hs);
-  txn.exec_prepared("acct_rollup_hours_insert", hs);
+// Line keys, as four arrays.
+struct LineKeys {
+  ArrayLiteral jobs, attempts, resources, starts;
+  size_t size = 0;
+  void Add(int64_t job, int32_t attempt, int resource, TimeMs start) {
+    jobs.Int(job);
+    attempts.Int(attempt);
+    resources.Int(resource);
+    starts.Int(start);
+    ++size;
+  }
+};
+
+// Adds `sign` times the stored lines with `keys` to the rollups.
+void ApplyToRollups(pqxx::work& txn, const LineKeys& keys, int sign) {
+  if (keys.size == 0) return;
+  txn.exec_prepared("acct_rollup_apply", keys.jobs.str(), keys.attempts.str(),
+                    keys.resources.str(), keys.starts.str(), sign);
 }
 
 // A numeric's integer text as __int128 (rollup sums are integers).
@@ -492,20 +487,16 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
       "active_action = EXCLUDED.active_action, notified_percent = "
       "EXCLUDED.notified_percent, budget_version = EXCLUDED.budget_version, "
       "status_ms = EXCLUDED.status_ms");
-  db_->Prepare("acct_rollup_delta", RollupDeltaStatement());
+  db_->Prepare("acct_rollup_apply", RollupApplyStatement());
+  // Rollup rows left without lines, of the hours $1 and their days and
+  // months.
   db_->Prepare("acct_rollup_prune",
-               "DELETE FROM usage_rollups WHERE granularity IN (1, 2) AND "
-               "lines = 0 AND period_start_ms IN (SELECT h - h % 86400000 "
-               "FROM unnest($1::bigint[]) AS h UNION SELECT "
-               "utc_month_start_ms(h) FROM unnest($1::bigint[]) AS h)");
-  db_->Prepare("acct_rollup_hours_delete",
-               "DELETE FROM usage_rollups WHERE granularity = 0 AND "
-               "period_start_ms = ANY($1::bigint[])");
-  db_->Prepare("acct_rollup_hours_insert",
-               absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
-                            HourRollupSelect(
-                                "WHERE period_start_ms = ANY($1::bigint[])"),
-                            ") h"));
+               "DELETE FROM usage_rollups WHERE lines = 0 AND ((granularity = "
+               "0 AND period_start_ms = ANY($1::bigint[])) OR (granularity = 1 "
+               "AND period_start_ms IN (SELECT h - h % 86400000 FROM "
+               "unnest($1::bigint[]) AS h)) OR (granularity = 2 AND "
+               "period_start_ms IN (SELECT utc_month_start_ms(h) FROM "
+               "unnest($1::bigint[]) AS h)))");
   PrepareJobRowStatements(db_);
 }
 
@@ -679,8 +670,9 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     ArrayLiteral cols[24];
     size_t lines = 0;
     ArrayLiteral cursor_jobs, cursor_attempts, cursor_until, cursor_final;
-    // The charge periods (UTC hours) of every line written or deleted: their
-    // rollups are rebuilt below. A line's period is the hour of its start.
+    // The charge periods (UTC hours) of every line written or deleted, whose
+    // rollups may be left without lines. A line's period is the hour of its
+    // start.
     std::set<TimeMs> touched_hours;
     for (const Key& k : stale) touched_hours.insert(HourOf(std::get<3>(k)));
     for (const auto& [c, w] : writes) {
@@ -720,6 +712,26 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
       cursor_final.Bool(w.final);
       ++result.attempts;
     }
+    // The rollups move by what the batch changes: minus the stored lines it
+    // overwrites or deletes, plus the lines it writes (below), under
+    // kRollupLock to the commit. Exact whatever changed, and the work of the
+    // batch's own lines only.
+    LineKeys written, replaced;
+    for (const auto& [c, w] : writes) {
+      for (const LedgerLine& line : w.lines) {
+        written.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
+                    line.start);
+        replaced.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
+                     line.start);
+      }
+    }
+    for (const auto& [job, attempt, resource, start] : stale) {
+      replaced.Add(job, attempt, resource, start);
+    }
+    if (replaced.size > 0) {
+      txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
+    }
+    ApplyToRollups(txn, replaced, -1);
     if (lines > 0) {
       txn.exec_prepared(
           "acct_upsert_lines", cols[0].str(), cols[1].str(), cols[2].str(),
@@ -743,7 +755,12 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
                         resources.str(), starts.str());
       result.lines_deleted = static_cast<int>(stale.size());
     }
-    UpdateRollups(txn, touched_hours);
+    ApplyToRollups(txn, written, 1);
+    if (!touched_hours.empty()) {
+      ArrayLiteral hours;
+      for (TimeMs h : touched_hours) hours.Int(h);
+      txn.exec_prepared("acct_rollup_prune", hours.str());
+    }
     txn.exec_prepared("acct_cursors", cursor_jobs.str(), cursor_attempts.str(),
                       cursor_until.str(), cursor_final.str());
     return absl::OkStatus();
