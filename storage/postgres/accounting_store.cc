@@ -199,9 +199,9 @@ absl::Status LoadStoredPrices(Txn& txn, pricing::PriceBook& book) {
 }
 
 // The advisory lock (transaction-scoped) that serializes changes of the
-// rollups: a transaction rebuilding an hour's rollups must see every line
-// committed before it, so two of them (two meters, or a meter and a bulk
-// rebuild) take turns from the rebuild to their commit.
+// rollups, from a batch's first rollup statement (or a rebuild's) to its
+// commit: two meters' batches, or a batch and a bulk rebuild, take turns, and
+// each sees the lines the other committed.
 constexpr int64_t kRollupLock = 0x7472636b726f6c6c;  // "trckroll"
 
 TimeMs HourOf(TimeMs t) { return t - t % pricing::kMsPerHour; }
@@ -668,6 +668,9 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
       }
     }
     ArrayLiteral cols[24];
+    // The keys of the lines the batch writes, and of the stored lines it
+    // overwrites or deletes.
+    LineKeys written, replaced;
     size_t lines = 0;
     ArrayLiteral cursor_jobs, cursor_attempts, cursor_until, cursor_final;
     // The charge periods (UTC hours) of every line written or deleted, whose
@@ -677,8 +680,19 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     for (const Key& k : stale) touched_hours.insert(HourOf(std::get<3>(k)));
     for (const auto& [c, w] : writes) {
       for (const LedgerLine& line : w.lines) {
-        stale.erase(
-            {c.job_id, c.attempt, static_cast<int>(line.resource), line.start});
+        const bool stored =
+            stale.erase({c.job_id, c.attempt, static_cast<int>(line.resource),
+                         line.start}) > 0;
+        // The line overwrites a stored one: one of the stored lines from
+        // replace_from on, or possibly one that starts before it (the line
+        // that holds replace_from, or earlier ones an interruption's cut
+        // brings back).
+        if (stored || line.start < w.replace_from) {
+          replaced.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
+                       line.start);
+        }
+        written.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
+                    line.start);
         cols[0].Int(c.job_id);
         cols[1].Int(c.attempt);
         cols[2].Int(static_cast<int>(line.resource));
@@ -716,19 +730,10 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     // overwrites or deletes, plus the lines it writes (below), under
     // kRollupLock to the commit. Exact whatever changed, and the work of the
     // batch's own lines only.
-    LineKeys written, replaced;
-    for (const auto& [c, w] : writes) {
-      for (const LedgerLine& line : w.lines) {
-        written.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
-                    line.start);
-        replaced.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
-                     line.start);
-      }
-    }
     for (const auto& [job, attempt, resource, start] : stale) {
       replaced.Add(job, attempt, resource, start);
     }
-    if (replaced.size > 0) {
+    if (replaced.size > 0 || written.size > 0) {
       txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
     }
     ApplyToRollups(txn, replaced, -1);
