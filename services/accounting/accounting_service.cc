@@ -10,6 +10,7 @@
 #include "services/accounting/budgets.h"
 #include "services/accounting/pricing/budget.h"
 #include "services/accounting/pricing/report.h"
+#include "services/accounting/pricing/rollup.h"
 #include "services/api/auth.h"
 #include "services/api/handler.h"
 #include "services/api/resource_handler.h"
@@ -462,15 +463,24 @@ absl::StatusOr<BuiltReport> BuildRequestedReport(
   if (absl::Status s = pricing::ValidateReportQuery(q); !s.ok()) {
     return domain::PrefixField(s, prefix);
   }
-  TY_ASSIGN_OR_RETURN(pricing::PriceBook book,
-                      store.LoadPriceBook(default_currency));
-  TY_ASSIGN_OR_RETURN(std::vector<pricing::LedgerLine> lines,
-                      store.LoadLines(tenant, q.start, q.end));
-  absl::StatusOr<pricing::Report> report =
-      pricing::BuildReport(lines, q, &book);
+  // Lines carry their list cost: the report needs the book's currency only.
+  TY_ASSIGN_OR_RETURN(const std::string currency,
+                      store.Currency(default_currency));
+  // A query by rollup keys alone sums the rollups (docs/accounting.md,
+  // "Rollups"); one by job or labels reads the raw lines.
+  absl::StatusOr<pricing::Report> report;
+  if (pricing::RollupsServe(q)) {
+    TY_ASSIGN_OR_RETURN(std::vector<pricing::RollupSum> sums,
+                        store.SumRollups(q));
+    report = pricing::ReportFromRollups(q, sums, nullptr);
+  } else {
+    TY_ASSIGN_OR_RETURN(std::vector<pricing::LedgerLine> lines,
+                        store.LoadLines(tenant, q.start, q.end));
+    report = pricing::BuildReport(lines, q, nullptr);
+  }
   if (!report.ok()) return domain::PrefixField(report.status(), prefix);
   built.report = *std::move(report);
-  if (built.report.currency.empty()) built.report.currency = book.currency();
+  built.report.currency = currency;
   return built;
 }
 

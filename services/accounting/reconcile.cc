@@ -39,7 +39,9 @@ std::string Describe(const LedgerLine& l) {
   return absl::StrCat("cost ", l.cost_micros, " (tenant ", l.tenant_cost_micros,
                       ", platform ", l.platform_cost_micros, "), end ", l.end,
                       ", amount ", l.amount, ", unit price ",
-                      l.unit_price_micros, l.lost_work ? ", lost work" : "");
+                      l.unit_price_micros, ", list cost ", l.list_cost_micros,
+                      l.lost_work ? ", lost work" : "",
+                      l.attempt_start ? ", attempt start" : "");
 }
 
 bool Same(const LedgerLine& a, const LedgerLine& b) {
@@ -50,9 +52,11 @@ bool Same(const LedgerLine& a, const LedgerLine& b) {
          a.cost_micros == b.cost_micros && a.lost_work == b.lost_work &&
          a.tenant_cost_micros == b.tenant_cost_micros &&
          a.platform_cost_micros == b.platform_cost_micros && a.spot == b.spot &&
-         a.keys.tenant == b.keys.tenant && a.keys.project == b.keys.project &&
-         a.keys.queue == b.keys.queue && a.keys.user == b.keys.user &&
-         a.keys.cluster == b.keys.cluster && a.keys.flavor == b.keys.flavor;
+         a.list_cost_micros == b.list_cost_micros &&
+         a.attempt_start == b.attempt_start && a.keys.tenant == b.keys.tenant &&
+         a.keys.project == b.keys.project && a.keys.queue == b.keys.queue &&
+         a.keys.user == b.keys.user && a.keys.cluster == b.keys.cluster &&
+         a.keys.flavor == b.keys.flavor;
 }
 
 }  // namespace

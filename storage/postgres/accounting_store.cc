@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <pqxx/pqxx>
 #include <set>
 #include <tuple>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "services/accounting/pricing/rollup.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/validation.h"
@@ -35,7 +38,8 @@ constexpr char kLineColumns[] =
     "job_id, attempt, resource, start_ms, end_ms, period_start_ms, tenant, "
     "project, queue, user_name, cluster, flavor, spot, amount, "
     "unit_price_micros, price_source, spot_price_gap, cost_micros, lost_work, "
-    "tenant_cost_micros, platform_cost_micros, open";
+    "tenant_cost_micros, platform_cost_micros, open, list_cost_micros, "
+    "attempt_start";
 
 // kLineColumns of the table aliased `alias`.
 std::string QualifiedLineColumns(const std::string& alias) {
@@ -69,6 +73,8 @@ LedgerLine RowToLine(const pqxx::row& r) {
   line.tenant_cost_micros = r[19].as<int64_t>();
   line.platform_cost_micros = r[20].as<int64_t>();
   line.open = r[21].as<bool>();
+  line.list_cost_micros = r[22].as<int64_t>();
+  line.attempt_start = r[23].as<bool>();
   return line;
 }
 
@@ -192,6 +198,160 @@ absl::Status LoadStoredPrices(Txn& txn, pricing::PriceBook& book) {
   return absl::OkStatus();
 }
 
+// The advisory lock (transaction-scoped) that serializes changes of the
+// rollups, from a batch's first rollup statement (or a rebuild's) to its
+// commit: two meters' batches, or a batch and a bulk rebuild, take turns, and
+// each sees the lines the other committed.
+constexpr int64_t kRollupLock = 0x7472636b726f6c6c;  // "trckroll"
+
+TimeMs HourOf(TimeMs t) { return t - t % pricing::kMsPerHour; }
+
+// A rollup row's key columns and sums (migration 0007_usage_rollups.sql).
+constexpr char kRollupKeys[] =
+    "tenant, project, queue, user_name, cluster, flavor, resource";
+const std::vector<std::string>& RollupSumColumns() {
+  static const std::vector<std::string>* const kColumns =
+      new std::vector<std::string>{"lines",
+                                   "cost_micros",
+                                   "tenant_cost_micros",
+                                   "platform_cost_micros",
+                                   "lost_work_cost_micros",
+                                   "list_cost_micros",
+                                   "quantity",
+                                   "lost_quantity",
+                                   "attempts",
+                                   "spot_gap_lines"};
+  return *kColumns;
+}
+// The sums of the lines of a group, in RollupSumColumns's order.
+constexpr char kLineAggregates[] =
+    "count(*), sum(cost_micros), sum(tenant_cost_micros), "
+    "sum(platform_cost_micros), coalesce(sum(cost_micros) FILTER (WHERE "
+    "lost_work), 0), sum(list_cost_micros), sum(amount::numeric * (end_ms - "
+    "start_ms)), coalesce(sum(amount::numeric * (end_ms - start_ms)) FILTER "
+    "(WHERE lost_work), 0), count(*) FILTER (WHERE attempt_start), count(*) "
+    "FILTER (WHERE spot_price_gap)";
+
+// The hour rollups of the lines whose period is in `where` (SQL on
+// usage_lines): period_start_ms, the keys, the sums.
+std::string HourRollupSelect(const std::string& where) {
+  return absl::StrCat("SELECT period_start_ms, ", kRollupKeys, ", ",
+                      kLineAggregates, " FROM usage_lines ", where,
+                      " GROUP BY period_start_ms, ", kRollupKeys);
+}
+
+// Day and month rollups from the hour rollups.
+std::string DayMonthFromHours() {
+  std::vector<std::string> sums;
+  for (const std::string& c : RollupSumColumns()) {
+    sums.push_back(absl::StrCat("sum(", c, ")"));
+  }
+  return absl::StrCat(
+      "INSERT INTO usage_rollups SELECT g.g, CASE WHEN g.g = 1 THEN "
+      "r.period_start_ms - r.period_start_ms % 86400000 ELSE "
+      "utc_month_start_ms(r.period_start_ms) END, ",
+      kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      " FROM usage_rollups r CROSS JOIN (VALUES (1::smallint), (2::smallint)) "
+      "AS g(g) WHERE r.granularity = 0 GROUP BY 1, 2, ",
+      kRollupKeys);
+}
+
+// The statement that adds $5 (1 or -1) times the lines with the keys ($1
+// job, $2 attempt, $3 resource, $4 start) to the rollups of their hours, days
+// and months.
+std::string RollupApplyStatement() {
+  const std::vector<std::string>& sums = RollupSumColumns();
+  std::vector<std::string> signed_sums, set;
+  for (const std::string& c : sums) {
+    signed_sums.push_back(absl::StrCat("$5::int * sum(h.", c, ")"));
+    set.push_back(absl::StrCat(c, " = usage_rollups.", c, " + EXCLUDED.", c));
+  }
+  return absl::StrCat(
+      "WITH h (period_start_ms, ", kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      ") AS (SELECT period_start_ms, ", kRollupKeys, ", ", kLineAggregates,
+      " FROM usage_lines u JOIN unnest($1::bigint[], $2::int[], "
+      "$3::smallint[], $4::bigint[]) AS k(j, a, r, s) ON u.job_id = k.j AND "
+      "u.attempt = k.a AND u.resource = k.r AND u.start_ms = k.s GROUP BY "
+      "period_start_ms, ",
+      kRollupKeys,
+      ") INSERT INTO usage_rollups (granularity, period_start_ms, ",
+      kRollupKeys, ", ", absl::StrJoin(sums, ", "),
+      ") SELECT g.g, CASE g.g WHEN 0 THEN h.period_start_ms WHEN 1 THEN "
+      "h.period_start_ms - h.period_start_ms % 86400000 ELSE "
+      "utc_month_start_ms(h.period_start_ms) END, ",
+      kRollupKeys, ", ", absl::StrJoin(signed_sums, ", "),
+      " FROM h CROSS JOIN (VALUES (0::smallint), (1::smallint), "
+      "(2::smallint)) AS g(g) GROUP BY 1, 2, ",
+      kRollupKeys, " ORDER BY 1, 2, ", kRollupKeys,
+      " ON CONFLICT (granularity, period_start_ms, ", kRollupKeys,
+      ") DO UPDATE SET ", absl::StrJoin(set, ", "));
+}
+
+// Line keys, as four arrays.
+struct LineKeys {
+  ArrayLiteral jobs, attempts, resources, starts;
+  size_t size = 0;
+  void Add(int64_t job, int32_t attempt, int resource, TimeMs start) {
+    jobs.Int(job);
+    attempts.Int(attempt);
+    resources.Int(resource);
+    starts.Int(start);
+    ++size;
+  }
+};
+
+// Adds `sign` times the stored lines with `keys` to the rollups.
+void ApplyToRollups(pqxx::work& txn, const LineKeys& keys, int sign) {
+  if (keys.size == 0) return;
+  txn.exec_prepared("acct_rollup_apply", keys.jobs.str(), keys.attempts.str(),
+                    keys.resources.str(), keys.starts.str(), sign);
+}
+
+// A numeric's integer text as __int128 (rollup sums are integers).
+absl::StatusOr<__int128> Int128Of(const pqxx::field& f) {
+  if (f.is_null()) return 0;
+  std::string_view v(f.c_str(), f.size());
+  bool negative = false;
+  if (!v.empty() && v.front() == '-') {
+    negative = true;
+    v.remove_prefix(1);
+  }
+  if (v.empty()) return absl::DataLossError("rollup: empty number");
+  __int128 out = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9' ||
+        out > (std::numeric_limits<__int128>::max() - 9) / 10) {
+      return absl::DataLossError(
+          absl::StrCat("rollup: not an integer that fits: ", f.c_str()));
+    }
+    out = out * 10 + (c - '0');
+  }
+  return negative ? -out : out;
+}
+
+// The rollup column of a report dimension ("" for kJob).
+const char* RollupColumn(pricing::Dimension d) {
+  switch (d) {
+    case pricing::Dimension::kTenant:
+      return "tenant";
+    case pricing::Dimension::kProject:
+      return "project";
+    case pricing::Dimension::kUser:
+      return "user_name";
+    case pricing::Dimension::kQueue:
+      return "queue";
+    case pricing::Dimension::kCluster:
+      return "cluster";
+    case pricing::Dimension::kFlavor:
+      return "flavor";
+    case pricing::Dimension::kResource:
+      return "resource";
+    case pricing::Dimension::kJob:
+      break;
+  }
+  return "";
+}
+
 }  // namespace
 
 AccountingStore::AccountingStore(Database* db) : db_(db) {
@@ -249,7 +409,8 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "$9::text[], $10::text[], $11::text[], $12::text[], $13::bool[], "
           "$14::bigint[], $15::bigint[], $16::smallint[], $17::bool[], "
           "$18::bigint[], $19::bool[], $20::bigint[], $21::bigint[], "
-          "$22::bool[]) ON CONFLICT (job_id, attempt, resource, start_ms) DO "
+          "$22::bool[], $23::bigint[], $24::bool[]) ON CONFLICT (job_id, "
+          "attempt, resource, start_ms) DO "
           "UPDATE SET end_ms = EXCLUDED.end_ms, period_start_ms = "
           "EXCLUDED.period_start_ms, tenant = EXCLUDED.tenant, project = "
           "EXCLUDED.project, queue = EXCLUDED.queue, user_name = "
@@ -260,7 +421,9 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "cost_micros = EXCLUDED.cost_micros, lost_work = "
           "EXCLUDED.lost_work, tenant_cost_micros = "
           "EXCLUDED.tenant_cost_micros, platform_cost_micros = "
-          "EXCLUDED.platform_cost_micros, open = EXCLUDED.open"));
+          "EXCLUDED.platform_cost_micros, open = EXCLUDED.open, "
+          "list_cost_micros = EXCLUDED.list_cost_micros, attempt_start = "
+          "EXCLUDED.attempt_start"));
   db_->Prepare("acct_delete_lines",
                "DELETE FROM usage_lines WHERE (job_id, attempt, resource, "
                "start_ms) IN (SELECT * FROM unnest($1::bigint[], $2::int[], "
@@ -280,10 +443,11 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
           "ORDER BY job_id, attempt, resource, start_ms LIMIT $9"));
   db_->Prepare(
       "acct_load_lines",
-      absl::StrCat("SELECT ", QualifiedLineColumns("u"),
-                   ", j.labels::text FROM usage_lines u JOIN jobs j ON j.id = "
-                   "u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
-                   "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
+      absl::StrCat(
+          "SELECT ", QualifiedLineColumns("u"),
+          ", coalesce(j.labels::text, '{}') FROM usage_lines u LEFT "
+          "JOIN jobs j ON j.id = u.job_id WHERE ($1 = '' OR u.tenant = $1) AND "
+          "u.period_start_ms >= $2 AND u.period_start_ms < $3"));
   db_->Prepare("acct_rates_at",
                "SELECT DISTINCT ON (flavor, resource) flavor, resource, "
                "price_micros FROM price_rates WHERE effective_ms <= $1 ORDER "
@@ -323,6 +487,16 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
       "active_action = EXCLUDED.active_action, notified_percent = "
       "EXCLUDED.notified_percent, budget_version = EXCLUDED.budget_version, "
       "status_ms = EXCLUDED.status_ms");
+  db_->Prepare("acct_rollup_apply", RollupApplyStatement());
+  // Rollup rows left without lines, of the hours $1 and their days and
+  // months.
+  db_->Prepare("acct_rollup_prune",
+               "DELETE FROM usage_rollups WHERE lines = 0 AND ((granularity = "
+               "0 AND period_start_ms = ANY($1::bigint[])) OR (granularity = 1 "
+               "AND period_start_ms IN (SELECT h - h % 86400000 FROM "
+               "unnest($1::bigint[]) AS h)) OR (granularity = 2 AND "
+               "period_start_ms IN (SELECT utc_month_start_ms(h) FROM "
+               "unnest($1::bigint[]) AS h)))");
   PrepareJobRowStatements(db_);
 }
 
@@ -493,13 +667,32 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
                       old[2].as<int>(), old[3].as<int64_t>());
       }
     }
-    ArrayLiteral cols[22];
+    ArrayLiteral cols[24];
+    // The keys of the lines the batch writes, and of the stored lines it
+    // overwrites or deletes.
+    LineKeys written, replaced;
     size_t lines = 0;
     ArrayLiteral cursor_jobs, cursor_attempts, cursor_until, cursor_final;
+    // The charge periods (UTC hours) of every line written or deleted, whose
+    // rollups may be left without lines. A line's period is the hour of its
+    // start.
+    std::set<TimeMs> touched_hours;
+    for (const Key& k : stale) touched_hours.insert(HourOf(std::get<3>(k)));
     for (const auto& [c, w] : writes) {
       for (const LedgerLine& line : w.lines) {
-        stale.erase(
-            {c.job_id, c.attempt, static_cast<int>(line.resource), line.start});
+        const bool stored =
+            stale.erase({c.job_id, c.attempt, static_cast<int>(line.resource),
+                         line.start}) > 0;
+        // The line overwrites a stored one: one of the stored lines from
+        // replace_from on, or possibly one that starts before it (the line
+        // that holds replace_from, or earlier ones an interruption's cut
+        // brings back).
+        if (stored || line.start < w.replace_from) {
+          replaced.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
+                       line.start);
+        }
+        written.Add(c.job_id, c.attempt, static_cast<int>(line.resource),
+                    line.start);
         cols[0].Int(c.job_id);
         cols[1].Int(c.attempt);
         cols[2].Int(static_cast<int>(line.resource));
@@ -522,6 +715,9 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
         cols[19].Int(line.tenant_cost_micros);
         cols[20].Int(line.platform_cost_micros);
         cols[21].Bool(line.open);
+        cols[22].Int(line.list_cost_micros);
+        cols[23].Bool(line.attempt_start);
+        touched_hours.insert(HourOf(line.start));
         ++lines;
       }
       cursor_jobs.Int(c.job_id);
@@ -530,6 +726,17 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
       cursor_final.Bool(w.final);
       ++result.attempts;
     }
+    // The rollups move by what the batch changes: minus the stored lines it
+    // overwrites or deletes, plus the lines it writes (below), under
+    // kRollupLock to the commit. Exact whatever changed, and the work of the
+    // batch's own lines only.
+    for (const auto& [job, attempt, resource, start] : stale) {
+      replaced.Add(job, attempt, resource, start);
+    }
+    if (replaced.size > 0 || written.size > 0) {
+      txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
+    }
+    ApplyToRollups(txn, replaced, -1);
     if (lines > 0) {
       txn.exec_prepared(
           "acct_upsert_lines", cols[0].str(), cols[1].str(), cols[2].str(),
@@ -537,7 +744,8 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
           cols[7].str(), cols[8].str(), cols[9].str(), cols[10].str(),
           cols[11].str(), cols[12].str(), cols[13].str(), cols[14].str(),
           cols[15].str(), cols[16].str(), cols[17].str(), cols[18].str(),
-          cols[19].str(), cols[20].str(), cols[21].str());
+          cols[19].str(), cols[20].str(), cols[21].str(), cols[22].str(),
+          cols[23].str());
       result.lines_upserted = static_cast<int>(lines);
     }
     if (!stale.empty()) {
@@ -552,12 +760,132 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
                         resources.str(), starts.str());
       result.lines_deleted = static_cast<int>(stale.size());
     }
+    ApplyToRollups(txn, written, 1);
+    if (!touched_hours.empty()) {
+      ArrayLiteral hours;
+      for (TimeMs h : touched_hours) hours.Int(h);
+      txn.exec_prepared("acct_rollup_prune", hours.str());
+    }
     txn.exec_prepared("acct_cursors", cursor_jobs.str(), cursor_attempts.str(),
                       cursor_until.str(), cursor_final.str());
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   return result;
+}
+
+absl::Status AccountingStore::RebuildRollups() {
+  return db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
+    txn.exec("DELETE FROM usage_rollups");
+    txn.exec(absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
+                          HourRollupSelect(""), ") h"));
+    txn.exec(DayMonthFromHours());
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<pricing::RollupSum>> AccountingStore::SumRollups(
+    const pricing::ReportQuery& q) {
+  if (!pricing::RollupsServe(q)) {
+    return absl::InvalidArgumentError(
+        "rollups cannot serve a query by job or labels");
+  }
+  TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds,
+                      pricing::ReportPeriods(q));
+  ArrayLiteral grans, froms, tos, periods;
+  for (size_t p = 0; p + 1 < bounds.size(); ++p) {
+    for (const pricing::RollupRange& r :
+         pricing::CoverWithRollups(bounds[p], bounds[p + 1])) {
+      grans.Int(static_cast<int>(r.granularity));
+      froms.Int(r.from);
+      tos.Int(r.to);
+      periods.Int(static_cast<int64_t>(p));
+    }
+  }
+  // Filters: one value and one flag per rollup dimension, in this order.
+  const pricing::Dimension kFiltered[] = {
+      pricing::Dimension::kTenant,  pricing::Dimension::kProject,
+      pricing::Dimension::kUser,    pricing::Dimension::kQueue,
+      pricing::Dimension::kCluster, pricing::Dimension::kFlavor};
+  ArrayLiteral values, set;
+  std::vector<std::string> where;
+  for (size_t i = 0; i < std::size(kFiltered); ++i) {
+    auto it = q.filters.find(kFiltered[i]);
+    values.Text(it == q.filters.end() ? "" : it->second);
+    set.Bool(it != q.filters.end());
+    where.push_back(absl::StrCat("(NOT ($6::bool[])[", i + 1, "] OR r.",
+                                 RollupColumn(kFiltered[i]), " = ($5::text[])[",
+                                 i + 1, "])"));
+  }
+  int resource = -1;
+  if (auto it = q.filters.find(pricing::Dimension::kResource);
+      it != q.filters.end()) {
+    for (pricing::Resource r : pricing::kAllResources) {
+      if (pricing::ResourceLabel(r) == it->second)
+        resource = static_cast<int>(r);
+    }
+    // An unknown resource matches nothing (ValidateReportQuery refuses it).
+    if (resource < 0) resource = 99;
+  }
+  where.push_back("($7::int < 0 OR r.resource = $7::int)");
+  std::vector<std::string> group = {"p.idx"};
+  for (pricing::Dimension d : q.group_by) {
+    group.push_back(absl::StrCat("r.", RollupColumn(d)));
+  }
+  const std::string sql = absl::StrCat(
+      "SELECT ", absl::StrJoin(group, ", "),
+      ", sum(r.lines), sum(r.cost_micros), sum(r.tenant_cost_micros), "
+      "sum(r.platform_cost_micros), sum(r.lost_work_cost_micros), "
+      "sum(r.list_cost_micros), sum(r.quantity) FILTER (WHERE r.resource = "
+      "0), sum(r.lost_quantity) FILTER (WHERE r.resource = 0), "
+      "sum(r.quantity) FILTER (WHERE r.resource = 1), sum(r.quantity) FILTER "
+      "(WHERE r.resource = 2), sum(r.attempts), sum(r.spot_gap_lines) FROM "
+      "unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::int[]) AS p(g, "
+      "f, t, idx) JOIN usage_rollups r ON r.granularity = p.g AND "
+      "r.period_start_ms >= p.f AND r.period_start_ms < p.t WHERE ",
+      absl::StrJoin(where, " AND "), " GROUP BY ", absl::StrJoin(group, ", "));
+  std::vector<pricing::RollupSum> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    pqxx::result rows =
+        txn.exec_params(sql, grans.str(), froms.str(), tos.str(), periods.str(),
+                        values.str(), set.str(), resource);
+    out.reserve(rows.size());
+    for (const pqxx::row& r : rows) {
+      pricing::RollupSum& sum = out.emplace_back();
+      sum.period = r[0].as<size_t>();
+      int c = 1;
+      for (pricing::Dimension d : q.group_by) {
+        if (d == pricing::Dimension::kResource) {
+          sum.keys.emplace_back(pricing::ResourceLabel(
+              static_cast<pricing::Resource>(r[c].as<int>())));
+        } else {
+          sum.keys.push_back(r[c].as<std::string>());
+        }
+        ++c;
+      }
+      __int128* fields[] = {&sum.lines,
+                            &sum.cost_micros,
+                            &sum.tenant_cost_micros,
+                            &sum.platform_cost_micros,
+                            &sum.lost_work_cost_micros,
+                            &sum.list_cost_micros,
+                            &sum.gpu_ms,
+                            &sum.lost_gpu_ms,
+                            &sum.cpu_millicore_ms,
+                            &sum.memory_byte_ms,
+                            &sum.attempts,
+                            &sum.spot_gap_lines};
+      for (__int128* f : fields) {
+        TY_ASSIGN_OR_RETURN(*f, Int128Of(r[c]));
+        ++c;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<std::vector<MeterCandidate>> AccountingStore::AttemptsIn(
@@ -610,7 +938,7 @@ absl::StatusOr<std::vector<LedgerLine>> AccountingStore::LoadLines(
     for (const pqxx::row& r :
          txn.exec_prepared("acct_load_lines", tenant, start_ms, end_ms)) {
       LedgerLine line = RowToLine(r);
-      line.keys.labels = LabelsOf(r[22].as<std::string>());
+      line.keys.labels = LabelsOf(r[24].as<std::string>());
       lines.push_back(std::move(line));
     }
     return absl::OkStatus();

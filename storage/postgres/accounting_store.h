@@ -17,6 +17,8 @@
 #include "absl/status/statusor.h"
 #include "services/accounting/pricing/meter.h"
 #include "services/accounting/pricing/price_book.h"
+#include "services/accounting/pricing/report.h"
+#include "services/accounting/pricing/rollup.h"
 #include "storage/postgres/job_rows.h"
 #include "storage/postgres/object_store.h"
 #include "storage/postgres/pool.h"
@@ -149,9 +151,11 @@ class AccountingStore {
   // dispatcher recording their end, which the next pass meters), calls
   // `meter` for each, and writes what it returns: lines upserted by key, the
   // attempt's older lines from `replace_from` on that it no longer produces
-  // deleted, the cursor moved. An attempt whose `meter` fails is left as it
-  // was and reported in `failed`. Metering the same attempt twice, or two
-  // meters at once, writes each line once.
+  // deleted, the cursor moved, and the rollups of every hour it wrote or
+  // deleted a line of rebuilt from that hour's lines (their days' and
+  // months' moved by the same difference). An attempt whose `meter` fails is
+  // left as it was and reported in `failed`. Metering the same attempt twice,
+  // or two meters at once, writes each line once.
   absl::StatusOr<MeterBatchResult> MeterBatch(
       int64_t after_job_id, int32_t after_attempt, int limit,
       absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
@@ -172,10 +176,23 @@ class AccountingStore {
                                       const std::string& after, int limit);
 
   // Every ledger line of `tenant` ("" = all) whose charge period starts in
-  // [start_ms, end_ms), with the job's labels in its keys.
+  // [start_ms, end_ms), with the job's labels in its keys (none when the job
+  // is gone: its lines still count, as in the rollups).
   absl::StatusOr<std::vector<pricing::LedgerLine>> LoadLines(
       const std::string& tenant, pricing::TimeMs start_ms,
       pricing::TimeMs end_ms);
+
+  // The sums of the rollups that cover each period of `q` (which
+  // pricing::RollupsServe), filtered and grouped as `q` asks, one per
+  // (period, keys) with rollup rows: what pricing::ReportFromRollups makes
+  // the report of. One read-only statement.
+  absl::StatusOr<std::vector<pricing::RollupSum>> SumRollups(
+      const pricing::ReportQuery& q);
+
+  // Rebuilds every rollup from the ledger's lines (the statements of
+  // migration 0007_usage_rollups.sql), in one transaction: for a ledger
+  // loaded in bulk. The meter keeps the rollups up to date itself.
+  absl::Status RebuildRollups();
 
   // Each flavor's prices in force at `at` (two statements; what the
   // scheduler prices expected costs with).

@@ -139,6 +139,87 @@ TEST(MigrateWhenReachableTest,
   EXPECT_EQ(back->current_version, EmbeddedMigrations().back().version);
 }
 
+// Migration 0007 over a ledger written before it: each line's list cost (a
+// spot GPU line not priced from the rate: at the GPU rate in force at its
+// start, half to even), each attempt's first line, and the rollups.
+TEST(MigrationTest, RollupsMigrationFillsListCostAttemptStartsAndRollups) {
+  auto url = testing::SharedPostgres()->CreateDatabase();
+  ASSERT_TRUE(url.ok()) << url.status();
+  std::vector<Migration> before;
+  for (const Migration& m : EmbeddedMigrations()) {
+    if (m.version < 7) before.push_back(m);
+  }
+  ASSERT_TRUE(Migrate(*url, before).ok());
+  constexpr int64_t kH = 3'600'000;
+  const int64_t h0 = 1'793'491'200'000;  // 2026-11-01T00:00:00Z
+  {
+    pqxx::connection conn(*url);
+    pqxx::work txn(conn);
+    // The spot flavor's GPU list rate: 900 micros per GPU-hour from h0.
+    txn.exec_params(
+        "INSERT INTO price_rates (flavor, resource, effective_ms, "
+        "price_micros) VALUES ('s', 0, $1, 900)",
+        h0);
+    // job, attempt, resource, start, end, spot, price_source, cost.
+    auto line = [&](int64_t job, int attempt, int resource, int64_t start,
+                    int64_t end, bool spot, int source, int64_t cost) {
+      txn.exec_params(
+          "INSERT INTO usage_lines VALUES ($1, $2, $3, $4::bigint, $5, "
+          "$4::bigint - $4::bigint % "
+          "3600000, 't', 'p', 'q', 'u', 'c', 's', $6, 1, 1, $7, false, $8, "
+          "false, $8, 0, false)",
+          job, attempt, resource, start, end, spot, source, cost);
+    };
+    // 900 × 6,000 GPU-ms = 1.5 micro-units at list: a half, rounded to 2.
+    line(1, 0, 0, h0, h0 + 6000, true, 1, 7);
+    // 900 × 2,000 = 0.5: a half, rounded to 0.
+    line(1, 0, 0, h0 + 6000, h0 + 8000, true, 1, 7);
+    // Priced from the rate: list = cost.
+    line(1, 0, 0, h0 + kH, h0 + kH + 6000, true, 0, 11);
+    line(1, 0, 1, h0, h0 + 8000, true, 0, 13);
+    // Before the rate: list = cost. No GPU: the CPU line starts the attempt.
+    line(2, 1, 1, h0 - kH, h0 - kH + 60'000, true, 1, 17);
+    line(2, 1, 2, h0 - kH, h0 - kH + 60'000, true, 1, 19);
+    txn.commit();
+  }
+  auto m = Migrate(*url);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->applied, std::vector<int>{7});
+  pqxx::connection conn(*url);
+  pqxx::work txn(conn);
+  std::vector<std::string> got;
+  for (const pqxx::row& r :
+       txn.exec("SELECT job_id || '/' || resource || '/' || (start_ms - " +
+                std::to_string(h0) +
+                ") || ' ' || list_cost_micros || ' ' || attempt_start FROM "
+                "usage_lines ORDER BY job_id, resource, start_ms")) {
+    got.push_back(r[0].as<std::string>());
+  }
+  EXPECT_THAT(got, ::testing::ElementsAre(
+                       "1/0/0 2 true", "1/0/6000 0 false",
+                       "1/0/3600000 11 false", "1/1/0 13 false",
+                       "2/1/-3600000 17 true", "2/2/-3600000 19 false"));
+  // Hour, day and month rollups, each summing every line once.
+  for (int g = 0; g < 3; ++g) {
+    pqxx::row r = txn.exec_params1(
+        "SELECT sum(lines)::bigint, sum(cost_micros)::bigint, "
+        "sum(list_cost_micros)::bigint, sum(attempts)::bigint, "
+        "sum(quantity)::bigint FROM usage_rollups WHERE granularity = $1",
+        g);
+    EXPECT_EQ(r[0].as<int64_t>(), 6) << g;
+    EXPECT_EQ(r[1].as<int64_t>(), 7 + 7 + 11 + 13 + 17 + 19) << g;
+    EXPECT_EQ(r[2].as<int64_t>(), 2 + 0 + 11 + 13 + 17 + 19) << g;
+    EXPECT_EQ(r[3].as<int64_t>(), 2) << g;
+    EXPECT_EQ(r[4].as<int64_t>(), 6000 + 2000 + 6000 + 8000 + 60'000 + 60'000)
+        << g;
+  }
+  // The October line and the November ones are in different months.
+  EXPECT_EQ(txn.exec1("SELECT count(*) FROM usage_rollups WHERE granularity "
+                      "= 2 AND resource = 1")[0]
+                .as<int>(),
+            2);
+}
+
 TEST_F(PostgresTest, RefusesASchemaNewerThanTheBinary) {
   std::vector<Migration> older = {EmbeddedMigrations().front()};
   older.front().version = 0;  // knows nothing beyond version 0

@@ -4,9 +4,11 @@
 // two meters at once writing each line once, a running attempt's cost growing
 // pass by pass and shrinking back when its end is recorded late.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <pqxx/pqxx>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +23,8 @@
 #include "gtest/gtest.h"
 #include "services/accounting/accounting_service.h"
 #include "services/accounting/meter_service.h"
+#include "services/accounting/pricing/report.h"
+#include "services/accounting/pricing/rollup.h"
 #include "services/accounting/reconcile.h"
 #include "storage/postgres/accounting_store.h"
 #include "storage/postgres/pool.h"
@@ -33,6 +37,7 @@ namespace {
 
 namespace v1 = ::trainyard::v1;
 using accounting::MeterService;
+namespace pricing = ::trainyard::accounting::pricing;
 
 int64_t Ms(int y, int mo, int d, int h, int mi = 0, int s = 0) {
   return absl::ToUnixMillis(absl::FromCivil(
@@ -159,6 +164,7 @@ class AccountingTest : public ::testing::Test {
   std::unique_ptr<v1::AccountingService::Stub> stub_;
   std::unique_ptr<storage::postgres::Database> db_;
   int jobs_ = 0;
+  std::map<int64_t, int64_t> starts_;  // attempt starts by job
 };
 
 TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
@@ -325,6 +331,205 @@ TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
       reconciled->differences,
       ::testing::Contains(::testing::HasSubstr(absl::StrCat(
           jc, "/1/CPU/", Ms(2026, 11, 10, 11), ": missing from the ledger"))));
+}
+
+// Reports served from the rollups equal BuildReport over the raw lines, for
+// random windows (a month among them), zones, steps, groupings and filters,
+// through every kind of pass: first metering, accrual of running attempts,
+// late ends that delete and shorten lines, a re-metering of everything by two
+// meters at once. After each, a rebuild of the rollups from the lines changes
+// nothing: the meter kept them exact.
+TEST_F(AccountingTest, RollupsEqualTheLinesThroughEveryPass) {
+  ASSERT_TRUE(harness_->SeedTenant("bolt").ok());
+  const int64_t nov1 = Ms(2026, 11, 1, 0);
+  for (v1::ResourceName r : {v1::RESOURCE_NAME_GPU, v1::RESOURCE_NAME_CPU,
+                             v1::RESOURCE_NAME_MEMORY}) {
+    ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", r,
+                        r == v1::RESOURCE_NAME_GPU ? 2'000'000 : 10'000, nov1)
+                    .ok());
+  }
+  ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU,
+                      2'500'000, Ms(2026, 11, 15, 7))
+                  .ok());
+  std::mt19937_64 rng(20261127);
+  auto rand = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  constexpr int64_t kH = 3'600'000;
+  const int64_t base = nov1;
+  std::vector<int64_t> running;
+  for (int i = 0; i < 48; ++i) {
+    v1::SubmitJobRequest req =
+        MinimalSubmit(i % 3 == 0 ? "bolt" : "acme", absl::StrCat("roll-", i));
+    req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(
+        static_cast<int32_t>(rand(0, 4)));
+    const int64_t id = harness_->SubmitJob(harness_->admin_token(), req);
+    const int64_t start = base + rand(0, 34 * 24 * kH) + rand(0, 999);
+    const int64_t kind = rand(0, 9);
+    std::optional<int64_t> end;
+    if (kind < 6) {
+      end = start + rand(1, kH);  // most are short
+    } else if (kind < 8) {
+      end = start + rand(kH, 30 * kH);
+    } else {
+      running.push_back(id);
+    }
+    RecordAttempt(id, start, end,
+                  kind == 5 ? v1::FAILURE_CLASS_PREEMPTION
+                            : v1::FAILURE_CLASS_UNSPECIFIED);
+    starts_[id] = start;
+  }
+  ASSERT_FALSE(running.empty());
+
+  storage::postgres::AccountingStore store(db_.get());
+  auto digest = [&]() {
+    std::string out;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                     out = txn.exec(
+                                  "SELECT count(*) || ':' || coalesce(md5("
+                                  "string_agg(r::text, ';' ORDER BY "
+                                  "granularity, period_start_ms, tenant, "
+                                  "project, queue, user_name, cluster, "
+                                  "flavor, resource)), '') FROM "
+                                  "usage_rollups r")[0][0]
+                               .as<std::string>();
+                     return absl::OkStatus();
+                   })
+                    .ok());
+    return out;
+  };
+  int rows_compared = 0;
+  auto check = [&](const std::string& stage) {
+    SCOPED_TRACE(stage);
+    // The rollups the meter kept are those a rebuild makes.
+    const std::string kept = digest();
+    ASSERT_TRUE(store.RebuildRollups().ok());
+    EXPECT_EQ(digest(), kept);
+    const char* zones[] = {"UTC", "America/New_York", "Europe/Berlin"};
+    const pricing::Dimension dims[] = {
+        pricing::Dimension::kTenant,  pricing::Dimension::kProject,
+        pricing::Dimension::kUser,    pricing::Dimension::kQueue,
+        pricing::Dimension::kCluster, pricing::Dimension::kFlavor,
+        pricing::Dimension::kResource};
+    for (int i = 0; i < 30; ++i) {
+      pricing::ReportQuery q;
+      if (i % 6 == 0) {
+        q.start = Ms(2026, 11, 1, 0);
+        q.end = Ms(2026, 12, 1, 0);
+      } else {
+        q.start = base + rand(-48, 34 * 24) * kH;
+        q.end = q.start + rand(1, 40 * 24) * kH;
+      }
+      q.time_zone = zones[rand(0, 2)];
+      if (i % 6 == 1) q.time_zone = "America/New_York";
+      q.step = static_cast<pricing::Step>(rand(0, 3));
+      for (pricing::Dimension d : dims) {
+        if (rand(0, 2) == 0) q.group_by.push_back(d);
+      }
+      if (rand(0, 3) == 0) q.filters[pricing::Dimension::kTenant] = "bolt";
+      if (rand(0, 3) == 0) q.filters[pricing::Dimension::kResource] = "GPU";
+      SCOPED_TRACE(absl::StrCat("query ", i, " [", q.start, ", ", q.end, ") ",
+                                q.time_zone, " step ",
+                                static_cast<int>(q.step)));
+      auto sums = store.SumRollups(q);
+      ASSERT_TRUE(sums.ok()) << sums.status();
+      auto got = pricing::ReportFromRollups(q, *sums, nullptr);
+      ASSERT_TRUE(got.ok()) << got.status();
+      auto lines = store.LoadLines("", q.start, q.end);
+      ASSERT_TRUE(lines.ok()) << lines.status();
+      auto want = pricing::BuildReport(*lines, q, nullptr);
+      ASSERT_TRUE(want.ok()) << want.status();
+      std::vector<pricing::ReportRow> g = got->rows, w = want->rows;
+      g.push_back(got->total);
+      w.push_back(want->total);
+      ASSERT_EQ(g.size(), w.size());
+      for (size_t r = 0; r < g.size(); ++r) {
+        SCOPED_TRACE(absl::StrCat("row ", r));
+        EXPECT_EQ(g[r].keys, w[r].keys);
+        EXPECT_EQ(g[r].period_start, w[r].period_start);
+        EXPECT_EQ(g[r].period_end, w[r].period_end);
+        EXPECT_EQ(g[r].cost_micros, w[r].cost_micros);
+        EXPECT_EQ(g[r].tenant_cost_micros, w[r].tenant_cost_micros);
+        EXPECT_EQ(g[r].platform_cost_micros, w[r].platform_cost_micros);
+        EXPECT_EQ(g[r].lost_work_cost_micros, w[r].lost_work_cost_micros);
+        EXPECT_EQ(g[r].list_cost_micros, w[r].list_cost_micros);
+        EXPECT_EQ(g[r].gpu_ms, w[r].gpu_ms);
+        EXPECT_EQ(g[r].lost_gpu_ms, w[r].lost_gpu_ms);
+        EXPECT_TRUE(g[r].cpu_millicore_ms == w[r].cpu_millicore_ms);
+        EXPECT_TRUE(g[r].memory_byte_ms == w[r].memory_byte_ms);
+        EXPECT_EQ(g[r].attempts, w[r].attempts);
+        EXPECT_EQ(g[r].spot_price_gap, w[r].spot_price_gap);
+      }
+      rows_compared += static_cast<int>(w.size());
+    }
+  };
+
+  std::unique_ptr<MeterService> meter = NewMeter();
+  ASSERT_NE(meter, nullptr);
+  ASSERT_TRUE(meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 24, 0))).ok());
+  check("first pass");
+  // The running attempts accrue (their open lines grow, new hours come).
+  ASSERT_TRUE(
+      meter->RunPass(absl::FromUnixMillis(Ms(2026, 12, 2, 17, 30))).ok());
+  check("accrual");
+  // Late ends: lines past them are deleted, the one holding them shrinks.
+  for (int64_t id : running) {
+    RecordAttempt(id, starts_[id], starts_[id] + rand(0, 3 * kH),
+                  v1::FAILURE_CLASS_NODE_FAILURE);
+  }
+  auto pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 12, 3, 0)));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_GT(pass->lines_deleted, 0);
+  check("late ends");
+  // Everything metered again, by two meters at once: the same rollups.
+  const std::string before = digest();
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   txn.exec(
+                       "UPDATE attempts SET metered_until_ms = NULL, "
+                       "metered_final = false");
+                   return absl::OkStatus();
+                 })
+                  .ok());
+  std::unique_ptr<MeterService> other = NewMeter();
+  std::thread t1(
+      [&] { (void)meter->RunPass(absl::FromUnixMillis(Ms(2026, 12, 3, 0))); });
+  std::thread t2(
+      [&] { (void)other->RunPass(absl::FromUnixMillis(Ms(2026, 12, 3, 0))); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(digest(), before);
+  check("re-metered");
+  EXPECT_GT(rows_compared, 300);
+
+  // Through the API: a month by project (rollups) and by job (raw lines).
+  const std::string finance =
+      harness_->Token("users/fin", v1::ROLE_FINANCE, "acme");
+  int64_t by_project = 0, by_job = 0, attempts_project = 0, attempts_job = 0;
+  for (v1::ReportDimension d :
+       {v1::REPORT_DIMENSION_PROJECT, v1::REPORT_DIMENSION_JOB}) {
+    v1::GetReportRequest req;
+    req.set_parent("tenants/acme");
+    *req.mutable_start_time() = Ts(Ms(2026, 11, 1, 0));
+    *req.mutable_end_time() = Ts(Ms(2026, 12, 1, 0));
+    req.add_group_by(d);
+    v1::Report report;
+    auto ctx = ApiHarness::Context(finance);
+    grpc::Status s = stub_->GetReport(ctx.get(), req, &report);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    int64_t attempts = 0;
+    for (const v1::ReportRow& row : report.rows()) attempts += row.attempts();
+    EXPECT_EQ(attempts, report.total().attempts());
+    if (d == v1::REPORT_DIMENSION_PROJECT) {
+      by_project = report.total().cost().micros();
+      attempts_project = attempts;
+    } else {
+      by_job = report.total().cost().micros();
+      attempts_job = attempts;
+    }
+  }
+  EXPECT_GT(by_project, 0);
+  EXPECT_EQ(by_project, by_job);
+  EXPECT_EQ(attempts_project, attempts_job);
 }
 
 TEST_F(AccountingTest, RefusesBadPricesNamingTheFieldAndStoresNothing) {

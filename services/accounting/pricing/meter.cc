@@ -346,6 +346,16 @@ absl::StatusOr<std::vector<LedgerLine>> MeterAttemptSince(
     since = std::min(since, *lost_from - 1);
   }
   std::vector<LedgerLine> lines;
+  // The first resource with a non-zero amount holds the attempt's first
+  // line (amounts were validated non-negative).
+  std::optional<Resource> first_resource;
+  if (usage.gpus_per_worker > 0) {
+    first_resource = Resource::kGpu;
+  } else if (usage.cpu_millis_per_worker > 0) {
+    first_resource = Resource::kCpu;
+  } else if (usage.memory_bytes_per_worker > 0) {
+    first_resource = Resource::kMemory;
+  }
   for (Resource resource : kAllResources) {
     int64_t per_worker = 0;
     std::string_view field;
@@ -406,6 +416,17 @@ absl::StatusOr<std::vector<LedgerLine>> MeterAttemptSince(
       }
       line.platform_cost_micros = line.cost_micros - line.tenant_cost_micros;
       line.open = running && span.end == to;
+      line.attempt_start = resource == first_resource && span.start == from;
+      line.list_cost_micros = line.cost_micros;
+      if (line.price_source != PriceSource::kRate && line.spot &&
+          resource == Resource::kGpu) {
+        if (const std::optional<PriceAt> rate =
+                book.RateAt(usage.keys.flavor, Resource::kGpu, line.start)) {
+          TY_ASSIGN_OR_RETURN(line.list_cost_micros,
+                              LineCost(rate->micros, line.amount,
+                                       DurationMs(line), Resource::kGpu));
+        }
+      }
     }
   }
   return lines;

@@ -134,6 +134,17 @@ struct LedgerLine {
   int64_t platform_cost_micros = 0;
   // The last line of a running attempt: it ends at `now` and will grow.
   bool open = false;
+  // What the same usage costs at the rate book's (list) price: the cost of a
+  // line priced from the rate (kRate), of a line that is not spot GPU time,
+  // or of a spot GPU line whose flavor has no GPU rate in force at its start;
+  // else LineCost(that GPU rate, amount, duration). Set when the line is made
+  // (MeterAttemptSince), so that reports and their rollups only sum it.
+  int64_t list_cost_micros = 0;
+  // The attempt's first line: the line starting at the attempt's start of its
+  // first resource with a non-zero amount (GPU, else CPU, else MEMORY). A
+  // report counts an attempt in the period and row of this line, so that the
+  // attempts of rows add up (docs/accounting.md, "Reports").
+  bool attempt_start = false;
 };
 
 // The key a line is upserted by: "<job>/<attempt>/<RESOURCE>/<start ms>".

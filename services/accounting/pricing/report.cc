@@ -241,18 +241,6 @@ absl::Status CheckLine(const LedgerLine& line, size_t i) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> LineListCost(const LedgerLine& line,
-                                     const PriceBook* list_prices) {
-  if (line.price_source == PriceSource::kRate || !line.spot ||
-      line.resource != Resource::kGpu || list_prices == nullptr) {
-    return line.cost_micros;
-  }
-  const std::optional<PriceAt> rate =
-      list_prices->RateAt(line.keys.flavor, Resource::kGpu, line.start);
-  if (!rate) return line.cost_micros;
-  return LineCost(rate->micros, line.amount, DurationMs(line), Resource::kGpu);
-}
-
 absl::Status Add128(__int128& sum, __int128 v) {
   if (__builtin_add_overflow(sum, v, &sum)) {
     return absl::OutOfRangeError("report: quantity overflow");
@@ -260,7 +248,7 @@ absl::Status Add128(__int128& sum, __int128 v) {
   return absl::OkStatus();
 }
 
-absl::Status AddLine(ReportRow& row, const LedgerLine& line, int64_t list) {
+absl::Status AddLine(ReportRow& row, const LedgerLine& line) {
   // The sums every total has (SumLines's), then the report's own.
   LineTotals t{.cost_micros = row.cost_micros,
                .tenant_cost_micros = row.tenant_cost_micros,
@@ -278,7 +266,10 @@ absl::Status AddLine(ReportRow& row, const LedgerLine& line, int64_t list) {
   row.lost_gpu_ms = t.lost_gpu_ms;
   row.spot_price_gap = t.spot_price_gap;
   TY_ASSIGN_OR_RETURN(row.list_cost_micros,
-                      CheckedAdd(row.list_cost_micros, list));
+                      CheckedAdd(row.list_cost_micros, line.list_cost_micros));
+  if (line.attempt_start) {
+    TY_ASSIGN_OR_RETURN(row.attempts, CheckedAdd(row.attempts, int64_t{1}));
+  }
   const __int128 q = Quantity(line);
   switch (line.resource) {
     case Resource::kGpu:
@@ -292,11 +283,6 @@ absl::Status AddLine(ReportRow& row, const LedgerLine& line, int64_t list) {
   }
   return absl::OkStatus();
 }
-
-struct Group {
-  ReportRow row;
-  std::set<std::pair<std::string_view, int32_t>> attempts;
-};
 
 std::string Int128ToString(__int128 v) {
   if (v == 0) return "0";
@@ -460,11 +446,10 @@ absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
                                    const ReportQuery& q,
                                    const PriceBook* list_prices) {
   TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds, ReportPeriods(q));
-  std::map<std::pair<TimeMs, std::vector<std::string>>, report_impl::Group>
-      groups;
-  report_impl::Group total;
-  total.row.period_start = q.start;
-  total.row.period_end = q.end;
+  std::map<std::pair<TimeMs, std::vector<std::string>>, ReportRow> groups;
+  ReportRow total;
+  total.period_start = q.start;
+  total.period_end = q.end;
   for (size_t i = 0; i < lines.size(); ++i) {
     const LedgerLine& line = lines[i];
     TY_RETURN_IF_ERROR(report_impl::CheckLine(line, i));
@@ -479,29 +464,21 @@ absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
     keys.reserve(q.group_by.size());
     for (Dimension d : q.group_by)
       keys.push_back(report_impl::Key(line, d, resource));
-    TY_ASSIGN_OR_RETURN(const int64_t list,
-                        report_impl::LineListCost(line, list_prices));
     auto [it, inserted] =
-        groups.try_emplace({bounds[p], std::move(keys)}, report_impl::Group{});
-    report_impl::Group& g = it->second;
+        groups.try_emplace({bounds[p], std::move(keys)}, ReportRow{});
+    ReportRow& row = it->second;
     if (inserted) {
-      g.row.keys = it->first.second;
-      g.row.period_start = bounds[p];
-      g.row.period_end = bounds[p + 1];
+      row.keys = it->first.second;
+      row.period_start = bounds[p];
+      row.period_end = bounds[p + 1];
     }
-    TY_RETURN_IF_ERROR(report_impl::AddLine(g.row, line, list));
-    TY_RETURN_IF_ERROR(report_impl::AddLine(total.row, line, list));
-    g.attempts.emplace(line.keys.job, line.keys.attempt);
-    total.attempts.emplace(line.keys.job, line.keys.attempt);
+    TY_RETURN_IF_ERROR(report_impl::AddLine(row, line));
+    TY_RETURN_IF_ERROR(report_impl::AddLine(total, line));
   }
   Report report;
   report.rows.reserve(groups.size());
-  for (auto& [key, g] : groups) {
-    g.row.attempts = static_cast<int64_t>(g.attempts.size());
-    report.rows.push_back(std::move(g.row));
-  }
-  total.row.attempts = static_cast<int64_t>(total.attempts.size());
-  report.total = std::move(total.row);
+  for (auto& [key, row] : groups) report.rows.push_back(std::move(row));
+  report.total = std::move(total);
   if (list_prices != nullptr) report.currency = list_prices->currency();
   return report;
 }

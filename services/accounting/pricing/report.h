@@ -89,13 +89,17 @@ struct ReportRow {
   int64_t tenant_cost_micros = 0;    // what tenants are charged
   int64_t platform_cost_micros = 0;  // lost work the platform pays
   int64_t lost_work_cost_micros = 0;
-  // What the same usage costs at the rate book's (list) price (BuildReport).
+  // What the same usage costs at the rate book's (list) price: the sum of
+  // the lines' list_cost_micros (set by the meter, see LedgerLine).
   int64_t list_cost_micros = 0;
   int64_t gpu_ms = 0;
   int64_t lost_gpu_ms = 0;
   __int128 cpu_millicore_ms = 0;
   __int128 memory_byte_ms = 0;
-  // Distinct (job, attempt) with a line in the row.
+  // Attempts that started in the row: its lines with attempt_start (each
+  // attempt has one such line, in the period and row of its start). Unlike
+  // "distinct attempts with a line", rows add up to the total, which lets
+  // rollups serve reports exactly.
   int64_t attempts = 0;
   bool spot_price_gap = false;
 };
@@ -104,8 +108,7 @@ struct Report {
   // Ascending by (period_start, keys); only (period, keys) with lines.
   std::vector<ReportRow> rows;
   // All the lines of the window that pass the filters: no keys, the window as
-  // its period. Every row's sums add up exactly to it (attempts: distinct over
-  // the window, not the sum of the rows').
+  // its period. Every row's sums add up exactly to it (attempts included).
   ReportRow total;
   // The list price book's currency; "" when BuildReport had none (set it
   // before exporting).
@@ -114,12 +117,10 @@ struct Report {
 
 // The report of `lines` for `q`. A line is in the window (period) that holds
 // its period_start: lines never cross a UTC hour and periods are bounded by
-// whole UTC hours, so a line is wholly in or out. Line list cost: a line
-// priced from the rate (kRate) costs its cost; a spot GPU line costs
-// LineCost(the rate of (flavor, GPU) in force at its start, amount, duration)
-// when `list_prices` has one, else its cost; `list_prices` may be null (list
-// cost = cost). InvalidArgument as ValidateReportQuery; OutOfRange on
-// overflow.
+// whole UTC hours, so a line is wholly in or out. List cost sums the lines'
+// list_cost_micros and attempts counts their attempt_start (both set by the
+// meter). `list_prices` (may be null) only sets the report's currency.
+// InvalidArgument as ValidateReportQuery; OutOfRange on overflow.
 absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
                                    const ReportQuery& q,
                                    const PriceBook* list_prices);

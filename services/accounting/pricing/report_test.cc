@@ -217,6 +217,8 @@ LedgerLine GpuLine(TimeMs period_start, std::string tenant, int64_t cost) {
   l.unit_price_micros = cost;
   l.cost_micros = cost;
   l.tenant_cost_micros = cost;
+  l.list_cost_micros = cost;
+  l.attempt_start = true;  // each line is its own job's one attempt
   return l;
 }
 
@@ -535,7 +537,8 @@ TEST_F(HandReportTest, DaysByTenant) {
   EXPECT_EQ(a4.cost_micros, 6'480'000);
   EXPECT_EQ(a4.gpu_ms, 2 * 3 * kH / 2);  // 10,800,000
   EXPECT_EQ(a4.cpu_millicore_ms, __int128{8'000} * 3 * kH / 2);
-  EXPECT_EQ(a4.attempts, 1);
+  // Job A started on Nov 3: it counts there, not again on Nov 4.
+  EXPECT_EQ(a4.attempts, 0);
 
   // Nov 4, bolt (job C): 1 × 1 h × $2.00.
   EXPECT_EQ(b4.keys, std::vector<std::string>{"bolt"});
@@ -561,10 +564,11 @@ TEST_F(HandReportTest, DaysByTenant) {
   EXPECT_TRUE(t.spot_price_gap);
   EXPECT_EQ(*EffectiveGpuHourPriceMicros(t), 1'912'000);  // 19.12 / 10
 
-  // Without a price book: list cost is the cost, no currency.
+  // Without a price book: the same sums (list cost is the lines', set when
+  // they were metered), no currency.
   absl::StatusOr<Report> plain = BuildReport(lines_, q, nullptr);
   ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(plain->total.list_cost_micros, 19'120'000);
+  EXPECT_EQ(plain->total.list_cost_micros, 22'120'000);
   EXPECT_EQ(plain->currency, "");
   EXPECT_EQ(FocusCsv(*plain, q).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -596,12 +600,12 @@ TEST_F(HandReportTest, FlavorAndResourceWithFocusCsv) {
       "x_LostWorkCost,x_PlatformCost,x_SpotPriceGap,x_Attempts\r\n"))
       << *csv;
   // The first row, whole: the Tags JSON is quoted (it holds commas and
-  // quotes).
+  // quotes). No attempt starts on CPU: job A's first line is a GPU line.
   EXPECT_NE(csv->find("\r\n,,2026-11-03T00:00:00Z,2026-11-05T00:00:00Z,"
                       "2026-11-03T00:00:00Z,2026-11-05T00:00:00Z,1.12,1.12,"
                       "1.12,USD,28,Core-Hours,28,Core-Hours,,Trainyard,"
                       "a100/CPU,Usage,\"{\"\"flavor\"\":\"\"a100\"\",\"\""
-                      "resource\"\":\"\"CPU\"\"}\",0.00,0.00,false,1\r\n"),
+                      "resource\"\":\"\"CPU\"\"}\",0.00,0.00,false,0\r\n"),
             std::string::npos)
       << *csv;
   const std::vector<std::map<std::string, std::string>> rec = CsvRecords(*csv);
@@ -808,6 +812,20 @@ class RandomReportTest : public ::testing::Test {
       o.split_tenant_percent = Rand(0, 100);
       absl::StatusOr<std::vector<LedgerLine>> l = MeterAttempt(*book_, u, 0, o);
       ASSERT_TRUE(l.ok()) << l.status();
+      // Exactly one line starts the attempt: the earliest of its first
+      // resource (lines come by resource, then start), at its start.
+      int starts = 0;
+      for (size_t j = 0; j < l->size(); ++j) {
+        const LedgerLine& line = (*l)[j];
+        const bool first = j == 0;
+        EXPECT_EQ(line.attempt_start, first)
+            << "attempt " << i << " line " << j;
+        if (first) {
+          EXPECT_EQ(line.start, u.start_time);
+        }
+        starts += line.attempt_start;
+      }
+      EXPECT_EQ(starts, l->empty() ? 0 : 1);
       lines_.insert(lines_.end(), l->begin(), l->end());
     }
     // Shuffled: the report must not depend on the order of its input.
@@ -885,7 +903,7 @@ struct Expected {
   int64_t list = 0;
   __int128 cpu = 0;
   __int128 memory = 0;
-  std::set<std::pair<std::string, int32_t>> attempts;
+  int64_t attempts = 0;  // attempts that started in the row
 };
 
 void ExpectRowIs(const ReportRow& got, const Expected& want,
@@ -903,7 +921,7 @@ void ExpectRowIs(const ReportRow& got, const Expected& want,
   EXPECT_EQ(got.list_cost_micros, want.list);
   EXPECT_TRUE(got.cpu_millicore_ms == want.cpu);
   EXPECT_TRUE(got.memory_byte_ms == want.memory);
-  EXPECT_EQ(got.attempts, static_cast<int64_t>(want.attempts.size()));
+  EXPECT_EQ(got.attempts, want.attempts);
 }
 
 void Accumulate(Expected& e, const LedgerLine& l,
@@ -912,7 +930,7 @@ void Accumulate(Expected& e, const LedgerLine& l,
   e.list += ListCostOf(l, rates);
   if (l.resource == Resource::kCpu) e.cpu += Quantity(l);
   if (l.resource == Resource::kMemory) e.memory += Quantity(l);
-  e.attempts.emplace(l.keys.job, l.keys.attempt);
+  e.attempts += l.attempt_start ? 1 : 0;
 }
 
 TEST_F(RandomReportTest, RowsSumToTheTotalAndMatchAnIndependentGrouping) {
@@ -1000,8 +1018,8 @@ TEST_F(RandomReportTest, RowsSumToTheTotalAndMatchAnIndependentGrouping) {
     EXPECT_TRUE(sum.cpu_millicore_ms == r->total.cpu_millicore_ms);
     EXPECT_TRUE(sum.memory_byte_ms == r->total.memory_byte_ms);
     EXPECT_EQ(sum.spot_price_gap, r->total.spot_price_gap);
-    // An attempt can span rows (hours, resources): at least the total.
-    EXPECT_GE(sum.attempts, r->total.attempts);
+    // Each attempt counts once, in the row of its first line.
+    EXPECT_EQ(sum.attempts, r->total.attempts);
     EXPECT_EQ(r->total.tenant_cost_micros + r->total.platform_cost_micros,
               r->total.cost_micros);
 
