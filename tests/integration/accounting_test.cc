@@ -92,6 +92,18 @@ class AccountingTest : public ::testing::Test {
     return s;
   }
 
+  // Flavor "gpu" from `from_ms`: $2 per GPU-hour, $0.01 per core-hour and per
+  // GiB-hour.
+  void AddFlatRates(int64_t from_ms) {
+    for (v1::ResourceName r : {v1::RESOURCE_NAME_GPU, v1::RESOURCE_NAME_CPU,
+                               v1::RESOURCE_NAME_MEMORY}) {
+      ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", r,
+                          r == v1::RESOURCE_NAME_GPU ? 2'000'000 : 10'000,
+                          from_ms)
+                      .ok());
+    }
+  }
+
   // A job of `gpus` GPUs on one worker (4 cores, 16 GiB), and its attempt 1
   // on flavor "gpu" from start to end (none: running), ended by `failure`.
   int64_t JobWithAttempt(
@@ -342,12 +354,8 @@ TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
 TEST_F(AccountingTest, RollupsEqualTheLinesThroughEveryPass) {
   ASSERT_TRUE(harness_->SeedTenant("bolt").ok());
   const int64_t nov1 = Ms(2026, 11, 1, 0);
-  for (v1::ResourceName r : {v1::RESOURCE_NAME_GPU, v1::RESOURCE_NAME_CPU,
-                             v1::RESOURCE_NAME_MEMORY}) {
-    ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", r,
-                        r == v1::RESOURCE_NAME_GPU ? 2'000'000 : 10'000, nov1)
-                    .ok());
-  }
+  AddFlatRates(nov1);
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", v1::RESOURCE_NAME_GPU,
                       2'500'000, Ms(2026, 11, 15, 7))
                   .ok());
@@ -631,12 +639,8 @@ TEST_F(AccountingTest, RefusesBadPricesNamingTheFieldAndStoresNothing) {
 // column sums to the total.
 TEST_F(AccountingTest, ReportsAndFocusExportsAddUpToTheLedger) {
   const int64_t nov1 = Ms(2026, 11, 1, 0);
-  for (v1::ResourceName r : {v1::RESOURCE_NAME_GPU, v1::RESOURCE_NAME_CPU,
-                             v1::RESOURCE_NAME_MEMORY}) {
-    ASSERT_TRUE(AddRate(harness_->admin_token(), "gpu", r,
-                        r == v1::RESOURCE_NAME_GPU ? 2'000'000 : 10'000, nov1)
-                    .ok());
-  }
+  AddFlatRates(nov1);
+  if (HasFatalFailure()) return;
   // Two jobs on Nov 10 and one on Nov 11 (2 h × 2 GPUs × $2 = $8 of GPU).
   JobWithAttempt(1, Ms(2026, 11, 10, 10), Ms(2026, 11, 10, 11));
   JobWithAttempt(2, Ms(2026, 11, 10, 23), Ms(2026, 11, 11, 1));
