@@ -315,11 +315,15 @@ TEST(ReportFromRollups, EqualsBuildReportOverTheLines) {
     for (size_t p = 0; p + 1 < bounds->size(); ++p) {
       for (const RollupRange& r :
            CoverWithRollups((*bounds)[p], (*bounds)[p + 1])) {
-        for (const auto& [key, sum] : rollups) {
-          if (std::get<0>(key) != static_cast<int>(r.granularity) ||
-              std::get<1>(key) < r.from || std::get<1>(key) >= r.to) {
-            continue;
-          }
+        // The rows of this granularity with starts in [from, to): the map
+        // is ordered by (granularity, start, ...).
+        const int g = static_cast<int>(r.granularity);
+        for (auto it = rollups.lower_bound(
+                 RollupKey{g, r.from, "", "", "", "", "", "", 0});
+             it != rollups.end() && std::get<0>(it->first) == g &&
+             std::get<1>(it->first) < r.to;
+             ++it) {
+          const auto& [key, sum] = *it;
           bool match = true;
           for (const auto& [d, v] : q.filters) {
             match = match && KeyOf(key, d) == v;
