@@ -14,6 +14,10 @@
 #         the script exists)
 #   4. Python client tests: /usr/bin/python3 -m pytest -q clients/python/tests (if present)
 #
+#   With both release and asan (the default), 2-4's release part (ctest release, the
+#   benchmark smoke run, the Python tests) runs in the background while the asan preset
+#   builds at nice 10; the asan CTest stage starts once both are done.
+#
 # Stops at the first failing stage and prints a PASS/FAIL/SKIP summary of every stage.
 #
 # Environment:
@@ -102,38 +106,88 @@ else
   stage "install-deps" bash deploy/install-deps.sh
 fi
 
+# The checks that use the release build besides its CTest stage: the benchmark smoke run and
+# the Python client tests (they run build/release/bin/trainyard).
+release_checks() {
+  if [[ ! -x build/release/bin/submit_bench ]]; then
+    skip "benchmark smoke" "no build/release/bin/submit_bench"
+  elif [[ ! -f tests/perf/run_submit_bench.sh ]]; then
+    skip "benchmark smoke" "no tests/perf/run_submit_bench.sh"
+  else
+    stage "benchmark smoke" bash tests/perf/run_submit_bench.sh --smoke
+  fi
+  if [[ -d clients/python/tests ]]; then
+    stage "python client tests" /usr/bin/python3 -m pytest -q clients/python/tests
+  else
+    skip "python client tests" "no clients/python/tests"
+  fi
+}
+
+# The release tests (CTest, then release_checks) in a background shell while the asan preset
+# builds at a lower CPU priority (nice 10): the tests spend much of their time waiting on
+# servers and timers, and the build takes the CPU they leave, without slowing them. Their
+# output goes to build/release-tests.log (printed once they end), their results to
+# build/release-tests.stages.
+BG_PID=""
+BG_LOG="${REPO}/build/release-tests.log"
+BG_STAGES="${REPO}/build/release-tests.stages"
+start_release_tests_in_background() {
+  mkdir -p build
+  : >"${BG_STAGES}"
+  (
+    STAGE_NAMES=() STAGE_RESULTS=() STAGE_TIMES=()
+    stage "ctest release (-LE crash|slurm)" ctest --preset release -j2 -LE 'crash|slurm'
+    release_checks
+    for i in "${!STAGE_NAMES[@]}"; do
+      printf '%s\t%s\t%s\n' "${STAGE_NAMES[$i]}" "${STAGE_RESULTS[$i]}" "${STAGE_TIMES[$i]}"
+    done >"${BG_STAGES}"
+  ) >"${BG_LOG}" 2>&1 &
+  BG_PID=$!
+  printf '\n==> release tests started in the background (pid %s; log %s)\n' "${BG_PID}" "${BG_LOG}"
+}
+wait_release_tests() {
+  [[ -n "${BG_PID}" ]] || return 0
+  local rc=0 name result time
+  wait "${BG_PID}" || rc=$?
+  BG_PID=""
+  printf '\n==> release tests (background) ended: exit %s; their output:\n' "${rc}"
+  cat "${BG_LOG}"
+  while IFS=$'\t' read -r name result time; do
+    record "${name}" "${result}" "${time}"
+    if [[ "${result}" == FAIL* && -z "${FAILED_STAGE}" ]]; then FAILED_STAGE="${name}"; fi
+  done <"${BG_STAGES}"
+  if ((rc != 0)) && [[ -z "${FAILED_STAGE}" ]]; then FAILED_STAGE="release tests (background)"; fi
+}
+trap '[[ -n "${BG_PID}" ]] && kill "${BG_PID}" 2>/dev/null || true' EXIT
+
+both=0
+[[ " ${PRESETS} " == *" release "* && " ${PRESETS} " == *" asan "* ]] && both=1
 for p in "${PRESET_LIST[@]}"; do
   stage "configure ${p}" cmake --preset "${p}"
-  stage "build ${p}" cmake --build --preset "${p}" "${BUILD_JOBS[@]}"
+  if [[ "${p}" == asan && -n "${BG_PID}" ]]; then
+    stage "build asan (nice 10, beside the release tests)" \
+      nice -n 10 cmake --build --preset asan "${BUILD_JOBS[@]}"
+    wait_release_tests
+  else
+    stage "build ${p}" cmake --build --preset "${p}" "${BUILD_JOBS[@]}"
+  fi
   case "${p}" in
     release)
-      if [[ " ${PRESETS} " == *" asan "* ]]; then
-        stage "ctest release (-LE crash|slurm)" ctest --preset release -j2 -LE 'crash|slurm'
+      if ((both)); then
+        if [[ -z "${FAILED_STAGE}" ]]; then start_release_tests_in_background; fi
       else
         stage "ctest release" ctest --preset release -j2
+        release_checks
       fi
       ;;
     debug) stage "ctest debug" ctest --preset debug -j2 ;;
     asan) stage "ctest asan (-LE perf)" ctest --preset asan -j3 -LE perf ;;
   esac
 done
-
-release_built=0
-for p in "${PRESET_LIST[@]}"; do [[ "${p}" == release ]] && release_built=1; done
-if ((!release_built)); then
+wait_release_tests
+if ((!both)) && [[ " ${PRESETS} " != *" release "* ]]; then
   skip "benchmark smoke" "release preset not selected"
-elif [[ ! -x build/release/bin/submit_bench ]]; then
-  skip "benchmark smoke" "no build/release/bin/submit_bench"
-elif [[ ! -f tests/perf/run_submit_bench.sh ]]; then
-  skip "benchmark smoke" "no tests/perf/run_submit_bench.sh"
-else
-  stage "benchmark smoke" bash tests/perf/run_submit_bench.sh --smoke
-fi
-
-if [[ -d clients/python/tests ]]; then
-  stage "python client tests" /usr/bin/python3 -m pytest -q clients/python/tests
-else
-  skip "python client tests" "no clients/python/tests"
+  skip "python client tests" "release preset not selected"
 fi
 
 summary

@@ -7,6 +7,7 @@
 #   TRAINYARD_REDIS_PORT    private Redis port            (default 56379)
 #   TRAINYARD_GRPC_PORT     trainyard gRPC port           (default 50051)
 #   TRAINYARD_HTTP_PORT     trainyard HTTP port           (default 8081; /metrics /healthz /readyz)
+#   TRAINYARD_SIM_PORT      the sim cluster's own gRPC port (default 50061; fault injection)
 #   TRAINYARD_LOG_LEVEL     trainyard --log_level         (default info)
 #   TRAINYARD_BIN           trainyard binary              (default <repo>/build/release/bin/trainyard)
 #   TRAINYARD_PG_BINDIR     PostgreSQL server binaries    (default: newest /usr/lib/postgresql/*/bin)
@@ -17,12 +18,14 @@ TY_PG_PORT="${TRAINYARD_PG_PORT:-55432}"
 TY_REDIS_PORT="${TRAINYARD_REDIS_PORT:-56379}"
 TY_GRPC_PORT="${TRAINYARD_GRPC_PORT:-50051}"
 TY_HTTP_PORT="${TRAINYARD_HTTP_PORT:-8081}"
+TY_SIM_PORT="${TRAINYARD_SIM_PORT:-50061}"
 TY_LOG_LEVEL="${TRAINYARD_LOG_LEVEL:-info}"
 TY_BIN="${TRAINYARD_BIN:-${TY_REPO}/build/release/bin/trainyard}"
 TY_DB_NAME="trainyard"
 TY_DB_USER="trainyard"
 TY_GRPC_ADDR="127.0.0.1:${TY_GRPC_PORT}"
 TY_HTTP_ADDR="127.0.0.1:${TY_HTTP_PORT}"
+TY_SIM_ADDR="127.0.0.1:${TY_SIM_PORT}"
 TY_REDIS_ADDR="127.0.0.1:${TY_REDIS_PORT}"
 TY_POSTGRES_URL="postgresql://${TY_DB_USER}@127.0.0.1:${TY_PG_PORT}/${TY_DB_NAME}"
 TY_STACK_MARKER=".trainyard-local-stack"
@@ -31,7 +34,7 @@ ty_log() { printf '%s\n' "$*"; }
 ty_warn() { printf 'WARNING: %s\n' "$*" >&2; }
 ty_die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
-for _ty_port_var in TY_PG_PORT TY_REDIS_PORT TY_GRPC_PORT TY_HTTP_PORT; do
+for _ty_port_var in TY_PG_PORT TY_REDIS_PORT TY_GRPC_PORT TY_HTTP_PORT TY_SIM_PORT; do
   if ! [[ "${!_ty_port_var}" =~ ^[0-9]+$ ]] || ((${!_ty_port_var} < 1 || ${!_ty_port_var} > 65535)); then
     ty_die "${_ty_port_var#TY_} must be a port number (1-65535), got '${!_ty_port_var}'"
   fi
@@ -132,6 +135,7 @@ ty_resolve_stack() {
   TY_LOG="${TY_STACK}/trainyard.log"
   TY_ADMIN_TOKEN="${TY_STACK}/admin.token"
   TY_DEMO_TOKEN="${TY_STACK}/demo.token"
+  TY_FINANCE_TOKEN="${TY_STACK}/finance.token"
 }
 
 # ty_port_open PORT: true if something accepts TCP connections on 127.0.0.1:PORT.

@@ -242,6 +242,7 @@ write_trainyard_conf() {
     line="${line//@REDIS_ADDR@/${TY_REDIS_ADDR}}"
     line="${line//@GRPC_LISTEN@/${TY_GRPC_ADDR}}"
     line="${line//@HTTP_LISTEN@/${TY_HTTP_ADDR}}"
+    line="${line//@SIM_LISTEN@/${TY_SIM_ADDR}}"
     line="${line//@LOG_LEVEL@/${TY_LOG_LEVEL}}"
     line="${line//@REPO@/${TY_REPO}}"
     line="${line//@JOB_TOKEN_KEY_FILE@/${TY_JOB_TOKEN_KEY}}"
@@ -268,9 +269,9 @@ step_trainyard() {
     ty_stop_pid "${TY_PID}" trainyard 20 || ty_die "could not stop trainyard pid ${pid}"
   fi
   local port
-  for port in "${TY_GRPC_PORT}" "${TY_HTTP_PORT}"; do
+  for port in "${TY_GRPC_PORT}" "${TY_HTTP_PORT}" "${TY_SIM_PORT}"; do
     if ty_port_open "${port}"; then
-      ty_die "port ${port} is already in use by another process (another trainyard?); stop it or set TRAINYARD_GRPC_PORT / TRAINYARD_HTTP_PORT"
+      ty_die "port ${port} is already in use by another process (another trainyard?); stop it or set TRAINYARD_GRPC_PORT / TRAINYARD_HTTP_PORT / TRAINYARD_SIM_PORT"
     fi
   done
 
@@ -323,6 +324,8 @@ step_bootstrap() {
   ((rc == 0)) || ty_die "trainyard apply -f ${DEMO_FILE} failed (exit code ${rc})"
   create_token "${TY_DEMO_TOKEN}" --principal=users/demo --role=member --tenant=demo --ttl=720h
   ty_log "member token (users/demo, tenant demo): ${TY_DEMO_TOKEN}"
+  create_token "${TY_FINANCE_TOKEN}" --principal=users/fiona --role=finance --tenant=demo --ttl=720h
+  ty_log "finance token (users/fiona, tenant demo): ${TY_FINANCE_TOKEN}"
 }
 
 print_summary() {
@@ -350,6 +353,8 @@ Trainyard is running (${elapsed}s).
   Readiness   http://${TY_HTTP_ADDR}/readyz
   Tokens      ${TY_ADMIN_TOKEN}   (platform-admin, users/admin)
               ${TY_DEMO_TOKEN}    (member, users/demo, tenant demo)
+              ${TY_FINANCE_TOKEN} (finance, users/fiona, tenant demo)
+  Sim faults  ${TY_SIM_ADDR}   (trainyard sim-fault --sim_target=${TY_SIM_ADDR} KIND TARGET)
   Logs        ${TY_LOG}
               ${TY_PG_LOG}, ${TY_REDIS_LOG}
   PostgreSQL  ${TY_POSTGRES_URL}

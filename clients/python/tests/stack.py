@@ -255,15 +255,16 @@ class Stack:
         self.trainyard("apply", "-f", str(path), f"--target={self.target}",
                        f"--token={self.tokens['admin']}")
 
-    def start(self, quickstart: bool = False) -> "Stack":
+    def start(self, quickstart: bool = False, extra=()) -> "Stack":
         """Starts everything. quickstart=True runs exactly the quick start's cluster and
         bundle (deploy/local/sim-cluster.textproto, demo.textproto), without the test
-        additions."""
+        additions. `extra`: more flags of `trainyard all`."""
         try:
             self.start_postgres()
             self.start_redis()
             self.start_trainyard(REPO / "deploy" / "local" / "sim-cluster.textproto"
-                                 if quickstart else TESTS / "data" / "sim-cluster.textproto")
+                                 if quickstart else TESTS / "data" / "sim-cluster.textproto",
+                                 extra=extra)
             self.tokens["admin"] = self.create_token("users/admin", "platform-admin")
             self.apply(REPO / "deploy" / "local" / "demo.textproto")
             self.tokens["demo"] = self.create_token("users/demo", "member", "demo")

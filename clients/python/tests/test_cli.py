@@ -29,7 +29,8 @@ def test_help_everywhere(yard):
     top = yard("--help")
     assert top.code == 0 and "Exit codes" in top.out
     for cmd in ("submit", "get", "jobs", "cancel", "hold", "release", "watch", "wait", "why", "queues", "quota",
-                "checkpoints", "report", "cost", "budgets", "budget", "whoami", "context"):
+                "checkpoints", "report", "cost", "prices", "budgets", "budget", "whoami",
+                "context"):
         r = yard(cmd, "--help")
         assert r.code == 0, r
         assert f"usage: yard {cmd}" in r.out
@@ -247,6 +248,38 @@ def test_cost_by_project_and_job_cost_columns(yard, stack):
     assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
     r = yard("jobs")
     assert r.code == 0 and "COST" in r.out.splitlines()[0], r
+
+
+def test_prices_prints_the_book_exactly(yard):
+    """`yard prices` prints every rate of the book with its exact decimal price and unit, and
+    the latest spot price of each flavor (every observation with --all)."""
+    from decimal import Decimal
+    r = yard("prices", "-o", "json")
+    assert r.code == 0, r
+    book = json.loads(r.out)
+    assert book["rates"], book
+    table = yard("prices")
+    assert table.code == 0, table
+    rows = [line.split() for line in table.out.splitlines()]
+    units = {"gpu": "GPU-hour", "cpu": "CPU-hour", "memory": "GiB-hour"}
+    for rate in book["rates"]:
+        res = rate["resource"].removeprefix("RESOURCE_NAME_").lower()
+        price = Decimal(int(rate["price_per_unit_hour"]["micros"])) / 1_000_000
+        want = [rate["flavor"], res, f"{price.normalize():f}",
+                rate["price_per_unit_hour"]["currency_code"], units[res]]
+        assert any(row[:5] == want for row in rows), (want, table.out)
+    latest = {}
+    for p in book.get("spot_prices", []):
+        latest[p["flavor"]] = p
+    assert latest, book
+    spot = table.out[table.out.index("Spot prices"):]
+    for flavor, p in latest.items():
+        price = Decimal(int(p["gpu_hour_price"]["micros"])) / 1_000_000
+        assert any(line.split()[:3] == [flavor, f"{price.normalize():f}",
+                                        p["gpu_hour_price"]["currency_code"]]
+                   for line in spot.splitlines()), (flavor, spot)
+    r = yard("prices", "--all")
+    assert r.code == 0 and "every observation" not in r.out, r
 
 
 def test_budget_holds_a_projects_work_until_raised(yard, stack, tmp_path):

@@ -489,6 +489,53 @@ def _micros(text: str, what: str) -> int:
     return int(micros)
 
 
+def _exact(m) -> str:
+    """A Money as its exact decimal amount and currency, e.g. "1.2345 USD" (no rounding)."""
+    if m is None or not m.currency_code:
+        return ""
+    sign, micros = ("-" if m.micros < 0 else ""), abs(m.micros)
+    whole, frac = divmod(micros, 1_000_000)
+    text = f"{whole}.{frac:06d}".rstrip("0").rstrip(".")
+    return f"{sign}{text} {m.currency_code}"
+
+
+def cmd_prices(args):
+    from trainyard import output
+    from trainyard.v1 import common_pb2
+    with _client(args) as c:
+        book = c.price_book()
+    if args.output != "table":
+        output.dump(book, args.output)
+        return EXIT_OK
+    units = {"gpu": "GPU-hour", "cpu": "CPU-hour", "memory": "GiB-hour"}
+    print(f"Rates ({book.currency or 'no prices yet'})")
+    rows = []
+    for r in book.rates:
+        res = common_pb2.ResourceName.Name(r.resource).replace("RESOURCE_NAME_", "").lower()
+        rows.append([r.flavor, res, _exact(r.price_per_unit_hour), units.get(res, res),
+                     output.ts(r.effective_time)])
+    output.table(["FLAVOR", "RESOURCE", "PRICE", "PER", "EFFECTIVE FROM"], rows)
+    # Spot prices: the latest of each flavor, or every observation with --all.
+    spot = list(book.spot_prices)
+    if not args.all:
+        latest = {}
+        for p in spot:  # ascending by effective_time
+            latest[p.flavor] = p
+        spot = sorted(latest.values(), key=lambda p: p.flavor)
+    print()
+    print("Spot prices" + ("" if args.all else " (latest; --all for every observation)"))
+    output.table(["FLAVOR", "PRICE PER GPU-HOUR", "EFFECTIVE FROM"],
+                 [[p.flavor, _exact(p.gpu_hour_price), output.ts(p.effective_time)]
+                  for p in spot])
+    if book.commitments:
+        print()
+        print("Commitments")
+        output.table(["FLAVOR", "AMOUNT", "FROM", "TO"],
+                     [[m.flavor, _exact(m.amount), output.ts(m.start_time), output.ts(m.end_time)]
+                      for m in book.commitments])
+    return EXIT_OK
+
+
 def cmd_budgets(args):
     from trainyard import output
     from trainyard.v1 import accounting_pb2
@@ -734,6 +781,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--project")
     sp.add_argument("--queue")
     sp.add_argument("--all-tenants", action="store_true")
+
+    sp = add("prices", cmd_prices, "the price book: rates, spot prices and commitments")
+    sp.add_argument("--all", action="store_true", help="every spot price observation")
 
     sp = add("budgets", cmd_budgets, "budgets with this month's spend, forecast and action")
     sp.add_argument("--all-tenants", action="store_true")

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -132,6 +133,10 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, sim_target, "",
           "dispatcher: address (host:port) of a `trainyard sim-cluster` to "
           "dispatch to, instead of an in-process --sim_config cluster");
+ABSL_FLAG(std::string, sim_grpc_listen, "",
+          "dispatcher/all with --sim_config: also serve the in-process sim's "
+          "SimClusterService (fault injection, `trainyard sim-fault`) on this "
+          "address; empty: not served");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(500),
           "dispatcher: a pass runs at least this often");
 ABSL_FLAG(std::string, backend, "",
@@ -214,6 +219,7 @@ Usage:
   trainyard scheduler [--config=FILE] [--http_listen=..] [--postgres_url=..] [--redis_addr=..] [--schedule_interval=1s]
   trainyard dispatcher [--backend=NAME] BACKEND_FLAGS [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
+  trainyard sim-fault --sim_target=HOST:PORT KIND TARGET [EXIT_CODE]   (KIND: reclaim-node, fail-node, ... docs/sim.md)
   trainyard accounting [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--meter_interval=30s]
                      [--accounting_currency=USD] [--lost_work_rule=tenant|platform|split] [--lost_work_tenant_percent=50]
                      [--budget_webhook_url=URL] [--budget_webhook_secret_file=FILE]
@@ -596,6 +602,8 @@ struct ApiAccess {
 struct BackendDispatcher {
   std::unique_ptr<trainyard::dispatcher::Adapter> adapter;
   std::unique_ptr<trainyard::dispatcher::Dispatcher> dispatcher;
+  // BackendAdapter::companion; declared last so it goes first.
+  std::shared_ptr<void> companion;
 };
 
 // Starts the dispatcher of `cluster` driving `adapter` (with the flags
@@ -707,8 +715,10 @@ absl::StatusOr<BackendDispatcher> StartBackendDispatcher(const Backend& backend,
   auto created =
       trainyard::dispatcher::CreateAdapter(backend.name, backend.settings);
   if (!created.ok()) return created.status();
-  return StartDispatcher(std::move(created->adapter), created->cluster,
-                         created->label, api);
+  absl::StatusOr<BackendDispatcher> started = StartDispatcher(
+      std::move(created->adapter), created->cluster, created->label, api);
+  if (started.ok()) started->companion = std::move(created->companion);
+  return started;
 }
 
 // `trainyard sim-cluster`: the cluster `--sim_config` describes, on the real
@@ -756,6 +766,41 @@ int ServeSimCluster() {
   Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
   server.Shutdown();
   if (*http) (*http)->Stop();
+  return 0;
+}
+
+// `trainyard sim-fault KIND TARGET [EXIT_CODE]`: injects a fault into the sim
+// cluster at --sim_target (a `trainyard sim-cluster`, or the in-process sim of
+// a `trainyard all --sim_grpc_listen`), as docs/sim.md describes.
+int SimFault(const std::vector<char*>& args) {
+  using Kind = trainyard::v1::InjectSimFaultRequest;
+  static const std::map<std::string, Kind::Kind, std::less<>> kKinds = {
+      {"fail-node", Kind::FAIL_NODE},       {"reclaim-node", Kind::RECLAIM_NODE},
+      {"reclaim-pool", Kind::RECLAIM_POOL}, {"recover-node", Kind::RECOVER_NODE},
+      {"cordon-node", Kind::CORDON_NODE},   {"uncordon-node", Kind::UNCORDON_NODE},
+      {"crash-attempt", Kind::CRASH_ATTEMPT}};
+  const std::string target = absl::GetFlag(FLAGS_sim_target);
+  auto kind = args.size() >= 4 ? kKinds.find(std::string_view(args[2]))
+                               : kKinds.end();
+  int exit_code = 0;
+  if (target.empty() || kind == kKinds.end() || args.size() > 5 ||
+      (args.size() == 5 && !absl::SimpleAtoi(args[4], &exit_code))) {
+    std::cerr << "usage: trainyard sim-fault --sim_target=HOST:PORT KIND "
+                 "TARGET [EXIT_CODE]\n  KIND: "
+              << absl::StrJoin(kKinds, " | ",
+                               [](std::string* out, const auto& k) {
+                                 out->append(k.first);
+                               })
+              << "\n";
+    return 2;
+  }
+  trainyard::dispatcher::sim::SimClusterClient client({.target = target});
+  if (absl::Status s = client.InjectFault(kind->second, args[3], exit_code);
+      !s.ok()) {
+    std::cerr << "sim-fault: " << s << "\n";
+    return 1;
+  }
+  std::cout << "sim-fault: " << kind->first << " " << args[3] << "\n";
   return 0;
 }
 
@@ -1060,6 +1105,7 @@ int main(int argc, char** argv) {
   if (command == "scheduler") return ServeScheduler();
   if (command == "dispatcher") return ServeDispatcher();
   if (command == "sim-cluster") return ServeSimCluster();
+  if (command == "sim-fault") return SimFault(args);
   if (command == "token") {
     if (args.size() >= 3 && std::string(args[2]) == "create")
       return TokenCreate();

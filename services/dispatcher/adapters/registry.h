@@ -59,6 +59,10 @@ struct BackendAdapter {
   // How logs name the backend (e.g. "sim-remote" for a sim cluster reached
   // over gRPC); empty = the registered name.
   std::string label;
+  // What runs beside the adapter for as long as it does, destroyed before it
+  // (the in-process sim's own SimClusterService with --sim_grpc_listen);
+  // null for most backends.
+  std::shared_ptr<void> companion;
 };
 
 struct AdapterFactory {
