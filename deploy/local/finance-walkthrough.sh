@@ -55,11 +55,11 @@ MONTH="$(date -u +%Y-%m)"
 
 step "1. The price book: list rates per flavor and resource, and the spot market's price"
 as_finance prices || fail "yard prices failed"
-# The spot market moves: a new observation for the spot pool, effective now, from a CSV file
-# as a price feed would write it.
+# The spot market moves: a new observation for the spot pool, effective in a second, from a
+# CSV file as a price feed would write it.
 cat >"${WORK}/spot.csv" <<EOF
 pool,effective_time,price_per_gpu_hour,currency
-spot-h100,$(date -u +%Y-%m-%dT%H:%M:%SZ),1.35,USD
+spot-h100,$(date -u -d '+1 second' +%Y-%m-%dT%H:%M:%S.%3NZ),1.35,USD
 EOF
 cat "${WORK}/spot.csv"
 ty accounting import-spot-prices -f "${WORK}/spot.csv" --postgres_url="${POSTGRES_URL}" ||
@@ -111,8 +111,9 @@ as_member jobs --limit 2
 as_finance cost --by project,user || fail "yard cost failed"
 
 step "5. The month's FOCUS CSV, yard cost and the reconciliation agree"
-as_finance report --period "${MONTH}" --group-by project,flavor --format csv >"${WORK}/focus.csv" ||
-  fail "yard report failed"
+printf '$ yard report --period %s --group-by project,flavor --format csv > focus.csv   # as finance\n' "${MONTH}"
+TRAINYARD_TOKEN="${FINANCE_TOKEN}" "${YARD}" report --period "${MONTH}" --group-by project,flavor \
+  --format csv >"${WORK}/focus.csv" || fail "yard report failed"
 head -n 3 "${WORK}/focus.csv"
 TRAINYARD_TOKEN="${FINANCE_TOKEN}" "${YARD}" cost --by project -o json >"${WORK}/cost.json" ||
   fail "yard cost -o json failed"

@@ -57,6 +57,6 @@ def test_finance_walkthrough_agrees_to_the_micro(finance_stack, tmp_path):
     # The CSV and yard cost agree, lost work is its own non-zero figure, and the ledger
     # reconciles (the script checks each and exits non-zero otherwise).
     assert "they agree to the micro-unit" in out, out
-    lost = re.search(r"lost work (\d+\.\d+)", out)
+    lost = re.search(r"yard cost TOTAL: .*lost work (\d+\.\d+)", out)
     assert lost and float(lost.group(1)) > 0, out
     assert out.rstrip().endswith("finance-walkthrough: done"), out
