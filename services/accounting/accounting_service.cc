@@ -9,6 +9,7 @@
 #include "absl/time/civil_time.h"
 #include "services/accounting/budgets.h"
 #include "services/accounting/pricing/budget.h"
+#include "services/accounting/pricing/invoice.h"
 #include "services/accounting/pricing/report.h"
 #include "services/accounting/pricing/rollup.h"
 #include "services/api/auth.h"
@@ -95,32 +96,6 @@ v1::Money MoneyOf(int64_t micros, const std::string& currency) {
   return m;
 }
 
-// num / den as an exact decimal; den's prime factors are 2 and 5 only, so the
-// division ends.
-std::string ExactDecimal(__int128 num, __int128 den) {
-  std::string out;
-  if (num < 0) {
-    out.push_back('-');
-    num = -num;
-  }
-  __int128 whole = num / den;
-  __int128 rest = num % den;
-  std::string digits;
-  do {
-    digits.push_back(static_cast<char>('0' + static_cast<int>(whole % 10)));
-    whole /= 10;
-  } while (whole > 0);
-  out.append(digits.rbegin(), digits.rend());
-  if (rest == 0) return out;
-  out.push_back('.');
-  for (int i = 0; rest != 0 && i < 60; ++i) {
-    rest *= 10;
-    out.push_back(static_cast<char>('0' + static_cast<int>(rest / den)));
-    rest %= den;
-  }
-  return out;
-}
-
 // Unit-ms in a unit-second of the resource.
 __int128 UnitMsPerUnitSecond(pricing::Resource r) {
   return pricing::UnitMsPerUnitHour(r) / 3600;
@@ -143,7 +118,7 @@ v1::UsageRecord RecordOf(const pricing::LedgerLine& line,
   const __int128 quantity = pricing::Quantity(line);
   const __int128 per_second = UnitMsPerUnitSecond(line.resource);
   r.set_quantity_seconds(static_cast<int64_t>(quantity / per_second));
-  r.set_quantity(ExactDecimal(quantity, per_second));
+  r.set_quantity(pricing::UnitSecondsDecimal(quantity, line.resource));
   *r.mutable_cost() = MoneyOf(line.cost_micros, currency);
   *r.mutable_lost_work_cost() =
       MoneyOf(line.lost_work ? line.cost_micros : 0, currency);
@@ -380,6 +355,31 @@ absl::StatusOr<pricing::Dimension> DimensionOf(v1::ReportDimension d,
   }
 }
 
+// The report of a valid query `q` of `tenant` ("" = every tenant), with the
+// book's currency. A query by rollup keys alone sums the rollups
+// (docs/accounting.md, "Rollups"); one by job or labels reads the raw lines.
+absl::StatusOr<pricing::Report> ReportOf(pg::AccountingStore& store,
+                                         const std::string& default_currency,
+                                         const std::string& tenant,
+                                         const pricing::ReportQuery& q) {
+  // Lines carry their list cost: the report needs the book's currency only.
+  TY_ASSIGN_OR_RETURN(const std::string currency,
+                      store.Currency(default_currency));
+  absl::StatusOr<pricing::Report> report;
+  if (pricing::RollupsServe(q)) {
+    TY_ASSIGN_OR_RETURN(std::vector<pricing::RollupSum> sums,
+                        store.SumRollups(q));
+    report = pricing::ReportFromRollups(q, sums, nullptr);
+  } else {
+    TY_ASSIGN_OR_RETURN(std::vector<pricing::LedgerLine> lines,
+                        store.LoadLines(tenant, q.start, q.end));
+    report = pricing::BuildReport(lines, q, nullptr);
+  }
+  if (!report.ok()) return report.status();
+  report->currency = currency;
+  return report;
+}
+
 absl::StatusOr<BuiltReport> BuildRequestedReport(
     pg::AccountingStore& store, const std::string& default_currency,
     const std::string& tenant, const v1::GetReportRequest& request,
@@ -463,24 +463,10 @@ absl::StatusOr<BuiltReport> BuildRequestedReport(
   if (absl::Status s = pricing::ValidateReportQuery(q); !s.ok()) {
     return domain::PrefixField(s, prefix);
   }
-  // Lines carry their list cost: the report needs the book's currency only.
-  TY_ASSIGN_OR_RETURN(const std::string currency,
-                      store.Currency(default_currency));
-  // A query by rollup keys alone sums the rollups (docs/accounting.md,
-  // "Rollups"); one by job or labels reads the raw lines.
-  absl::StatusOr<pricing::Report> report;
-  if (pricing::RollupsServe(q)) {
-    TY_ASSIGN_OR_RETURN(std::vector<pricing::RollupSum> sums,
-                        store.SumRollups(q));
-    report = pricing::ReportFromRollups(q, sums, nullptr);
-  } else {
-    TY_ASSIGN_OR_RETURN(std::vector<pricing::LedgerLine> lines,
-                        store.LoadLines(tenant, q.start, q.end));
-    report = pricing::BuildReport(lines, q, nullptr);
-  }
+  absl::StatusOr<pricing::Report> report =
+      ReportOf(store, default_currency, tenant, q);
   if (!report.ok()) return domain::PrefixField(report.status(), prefix);
   built.report = *std::move(report);
-  built.report.currency = currency;
   return built;
 }
 
@@ -515,6 +501,46 @@ absl::StatusOr<v1::ReportRow> RowProto(const pricing::ReportRow& row,
                       pricing::EffectiveGpuHourPriceMicros(row));
   *out.mutable_effective_gpu_hour_price() = MoneyOf(effective, currency);
   out.set_spot_price_gap(row.spot_price_gap);
+  return out;
+}
+
+v1::Invoice InvoiceProto(const pricing::Invoice& invoice) {
+  const std::string& currency = invoice.currency;
+  v1::Invoice out;
+  out.set_name(pricing::InvoiceNameString(invoice.name));
+  out.set_tenant(invoice.name.tenant);
+  out.set_month(out.name().substr(out.name().rfind('/') + 1));
+  out.set_invoice_number(invoice.number);
+  out.set_currency(currency);
+  *out.mutable_billing_period_start() = TimestampOf(invoice.name.start);
+  *out.mutable_billing_period_end() = TimestampOf(invoice.name.end);
+  out.set_status(invoice.final ? v1::INVOICE_STATUS_FINAL
+                               : v1::INVOICE_STATUS_DRAFT);
+  for (const pricing::InvoiceLine& line : invoice.lines) {
+    v1::InvoiceLine* l = out.add_lines();
+    l->set_project(line.project);
+    l->set_flavor(line.flavor);
+    l->set_resource(ResourceNameOf(line.resource));
+    l->set_sku(absl::StrCat(
+        line.flavor, "/", std::string(pricing::ResourceLabel(line.resource))));
+    l->set_quantity(
+        pricing::UnitHoursDecimal(line.quantity_unit_ms, line.resource));
+    l->set_unit(std::string(pricing::PricingUnit(line.resource)));
+    l->set_quantity_seconds(
+        pricing::UnitSecondsDecimal(line.quantity_unit_ms, line.resource));
+    *l->mutable_cost() = MoneyOf(line.cost_micros, currency);
+    *l->mutable_list_cost() = MoneyOf(line.list_cost_micros, currency);
+    *l->mutable_platform_cost() = MoneyOf(line.platform_cost_micros, currency);
+    *l->mutable_lost_work_cost() =
+        MoneyOf(line.lost_work_cost_micros, currency);
+    l->set_spot_price_gap(line.spot_price_gap);
+  }
+  *out.mutable_total() = MoneyOf(invoice.total_micros, currency);
+  *out.mutable_list_cost() = MoneyOf(invoice.list_cost_micros, currency);
+  *out.mutable_platform_cost() =
+      MoneyOf(invoice.platform_cost_micros, currency);
+  *out.mutable_lost_work_cost() =
+      MoneyOf(invoice.lost_work_cost_micros, currency);
   return out;
 }
 
@@ -641,6 +667,40 @@ class AccountingServiceImpl final
                  response->set_time_zone(built.query.time_zone);
                  return absl::OkStatus();
                });
+  }
+
+  TY_RPC(GetInvoice, v1::GetInvoiceRequest, v1::Invoice) {
+    return Run(
+        ctx_, context, Method("GetInvoice"), *request,
+        [&](const Caller& caller) -> absl::Status {
+          const absl::Time now = absl::Now();
+          TY_ASSIGN_OR_RETURN(
+              pricing::InvoiceName name,
+              pricing::ParseInvoiceName(request->name(),
+                                        absl::ToUnixMillis(now), "name"));
+          TY_RETURN_IF_ERROR(
+              FinanceTenant(caller, domain::TenantName(name.tenant)).status());
+          // Platform finance and admins see every tenant: an unknown one is
+          // NOT_FOUND, not an empty invoice.
+          absl::StatusOr<pg::StoredObject> tenant =
+              ctx_->objects->Get(pg::TenantKind(), {name.tenant});
+          if (absl::IsNotFound(tenant.status())) {
+            return absl::NotFoundError(absl::StrCat(
+                "tenant ", domain::TenantName(name.tenant), " not found"));
+          }
+          TY_RETURN_IF_ERROR(tenant.status());
+          TY_ASSIGN_OR_RETURN(pricing::Report report,
+                              ReportOf(store_, options_.currency, name.tenant,
+                                       pricing::InvoiceQuery(name)));
+          TY_ASSIGN_OR_RETURN(
+              pricing::Invoice invoice,
+              pricing::BuildInvoice(name, report,
+                                    ClosedBefore(now, options_.close_after)));
+          *response = InvoiceProto(invoice);
+          *response->mutable_generate_time() =
+              TimestampOf(absl::ToUnixMillis(now));
+          return absl::OkStatus();
+        });
   }
 
   grpc::Status ExportReport(

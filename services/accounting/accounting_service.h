@@ -13,6 +13,11 @@
 //                  finance or tenant-admin of the tenant ("tenants/{t}"),
 //                  platform finance (ROLE_FINANCE without a tenant) or
 //                  platform-admin (these two also "tenants/-": every tenant).
+//   GetInvoice     as GetReport, of one tenant
+//                  ("tenants/{t}/invoices/{YYYY-MM}"):
+//                  a bad name or a month that has not started is
+//                  INVALID_ARGUMENT naming "name", an unknown tenant NOT_FOUND.
+//                  DRAFT until the month is closed (close_after), then FINAL.
 //   CreateBudget, UpdateBudget, DeleteBudget
 //                  finance or tenant-admin of the tenant, or platform-admin.
 //   GetBudget, ListBudgets

@@ -67,8 +67,10 @@ class AccountingTest : public ::testing::Test {
     db_ = std::move(*db);
   }
 
-  std::unique_ptr<MeterService> NewMeter() {
+  std::unique_ptr<MeterService> NewMeter(
+      pricing::MeterOptions meter_options = {}) {
     accounting::MeterServiceOptions options;
+    options.meter = meter_options;
     options.postgres_url = harness_->database_url();
     options.batch = 2;  // several batches per pass
     auto meter = MeterService::Create(options);
@@ -741,6 +743,145 @@ TEST_F(AccountingTest, ReportsAndFocusExportsAddUpToTheLedger) {
       harness_->Token("users/mem", v1::ROLE_MEMBER, "acme");
   auto b4 = ApiHarness::Context(member);
   EXPECT_EQ(stub_->GetReport(b4.get(), req, &report).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// GetInvoice: the month's lines by project, flavor and resource add up to
+// its total, which is the tenant cost of GetReport over the month and of an
+// independent sum of the ledger's lines (ListUsage); a job that runs into
+// December counts its November hours only; lost work split 30/70 shows the
+// platform's part apart; refusals name the field; roles as GetReport's.
+TEST_F(AccountingTest, InvoiceAddsUpToTheLedgerAndTheReport) {
+  const int64_t nov1 = Ms(2026, 11, 1, 0);
+  const int64_t dec1 = Ms(2026, 12, 1, 0);
+  AddFlatRates(nov1);
+  if (HasFatalFailure()) return;
+  JobWithAttempt(1, Ms(2026, 11, 10, 10), Ms(2026, 11, 10, 11));
+  JobWithAttempt(2, Ms(2026, 11, 10, 23), Ms(2026, 11, 11, 1));
+  JobWithAttempt(3, Ms(2026, 11, 11, 5), Ms(2026, 11, 11, 5, 20),
+                 v1::FAILURE_CLASS_PREEMPTION);
+  JobWithAttempt(1, Ms(2026, 11, 30, 23), Ms(2026, 12, 1, 1));
+  pricing::MeterOptions split;
+  split.lost_work_rule = pricing::LostWorkRule::kSplit;
+  split.split_tenant_percent = 30;
+  std::unique_ptr<MeterService> meter = NewMeter(split);
+  ASSERT_NE(meter, nullptr);
+  ASSERT_TRUE(meter->RunPass(absl::FromUnixMillis(Ms(2026, 12, 2, 0))).ok());
+
+  // The ledger's lines of November (by charge period), summed here.
+  int64_t billed = 0, platform = 0, december = 0;
+  for (const v1::UsageRecord& r : Usage()) {
+    const int64_t period = r.charge_period_start().seconds() * 1000;
+    if (period >= nov1 && period < dec1) {
+      billed += r.tenant_cost().micros();
+      platform += r.platform_cost().micros();
+    } else {
+      december += r.tenant_cost().micros();
+    }
+  }
+  ASSERT_GT(billed, 0);
+  ASSERT_GT(platform, 0);
+  ASSERT_GT(december, 0);
+
+  const std::string finance =
+      harness_->Token("users/fin", v1::ROLE_FINANCE, "acme");
+  v1::GetInvoiceRequest req;
+  req.set_name("tenants/acme/invoices/2026-11");
+  v1::Invoice inv;
+  auto ctx = ApiHarness::Context(finance);
+  grpc::Status s = stub_->GetInvoice(ctx.get(), req, &inv);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(inv.name(), "tenants/acme/invoices/2026-11");
+  EXPECT_EQ(inv.tenant(), "acme");
+  EXPECT_EQ(inv.month(), "2026-11");
+  EXPECT_EQ(inv.invoice_number(), "INV-acme-202611");
+  EXPECT_EQ(inv.currency(), "USD");
+  EXPECT_EQ(inv.billing_period_start().seconds() * 1000, nov1);
+  EXPECT_EQ(inv.billing_period_end().seconds() * 1000, dec1);
+  // November closes 5 days after it ends (the harness's default).
+  const bool closed =
+      absl::Now() >= absl::FromUnixMillis(dec1) + absl::Hours(5 * 24);
+  EXPECT_EQ(inv.status(),
+            closed ? v1::INVOICE_STATUS_FINAL : v1::INVOICE_STATUS_DRAFT);
+
+  // The lines add up to the total, to the micro; the total is the ledger's.
+  int64_t lines = 0, lines_platform = 0;
+  for (const v1::InvoiceLine& l : inv.lines()) {
+    lines += l.cost().micros();
+    lines_platform += l.platform_cost().micros();
+    EXPECT_EQ(l.cost().currency_code(), "USD");
+  }
+  EXPECT_EQ(lines, inv.total().micros());
+  EXPECT_EQ(lines_platform, inv.platform_cost().micros());
+  EXPECT_EQ(inv.total().micros(), billed);
+  EXPECT_EQ(inv.platform_cost().micros(), platform);
+
+  // GPU: 1 + 2 × 2 + 3 × 1/3 + 1 (of the last job's 2 h) = 7 GPU-hours at
+  // $2 = $14, of which $2 lost work (3 GPUs × 20 min, no checkpoint): the
+  // tenant pays 30 % of it.
+  ASSERT_EQ(inv.lines_size(), 3);  // project "default", flavor "gpu"
+  const v1::InvoiceLine& gpu = inv.lines(1);
+  EXPECT_EQ(gpu.project(), "default");
+  EXPECT_EQ(gpu.sku(), "gpu/GPU");
+  EXPECT_EQ(gpu.resource(), v1::RESOURCE_NAME_GPU);
+  EXPECT_EQ(gpu.quantity(), "7");
+  EXPECT_EQ(gpu.unit(), "GPU-Hours");
+  EXPECT_EQ(gpu.quantity_seconds(), "25200");
+  EXPECT_EQ(gpu.cost().micros(), 12'600'000);
+  EXPECT_EQ(gpu.platform_cost().micros(), 1'400'000);
+  EXPECT_EQ(gpu.lost_work_cost().micros(), 2'000'000);
+  EXPECT_EQ(gpu.list_cost().micros(), 14'000'000);
+  EXPECT_EQ(inv.lines(0).unit(), "Core-Hours");
+  EXPECT_EQ(inv.lines(2).unit(), "GiB-Hours");
+
+  // GetReport over the month: the same tenant cost.
+  v1::GetReportRequest rq;
+  rq.set_parent("tenants/acme");
+  *rq.mutable_start_time() = Ts(nov1);
+  *rq.mutable_end_time() = Ts(dec1);
+  v1::Report report;
+  auto rctx = ApiHarness::Context(finance);
+  ASSERT_TRUE(stub_->GetReport(rctx.get(), rq, &report).ok());
+  EXPECT_EQ(report.total().tenant_cost().micros(), inv.total().micros());
+
+  // A closed month with no usage: final, empty, zero.
+  req.set_name("tenants/acme/invoices/2026-09");
+  auto c2 = ApiHarness::Context(harness_->admin_token());
+  ASSERT_TRUE(stub_->GetInvoice(c2.get(), req, &inv).ok());
+  EXPECT_EQ(inv.status(), v1::INVOICE_STATUS_FINAL);
+  EXPECT_EQ(inv.lines_size(), 0);
+  EXPECT_EQ(inv.total().micros(), 0);
+
+  // Refusals name the field.
+  for (const char* bad :
+       {"tenants/acme/invoices/2026-13", "tenants/acme/invoices/2099-01",
+        "tenants/acme/invoices/26-11", "tenants/acme/2026-11"}) {
+    req.set_name(bad);
+    auto b = ApiHarness::Context(finance);
+    EXPECT_EQ(stub_->GetInvoice(b.get(), req, &inv).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << bad;
+    EXPECT_EQ(ErrorInfoOf(*b).field(), "name") << bad;
+  }
+  // An unknown tenant, to a platform admin and to platform finance.
+  req.set_name("tenants/nobody/invoices/2026-11");
+  auto b1 = ApiHarness::Context(harness_->admin_token());
+  EXPECT_EQ(stub_->GetInvoice(b1.get(), req, &inv).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  const std::string platform_finance =
+      harness_->Token("users/pf", v1::ROLE_FINANCE, "");
+  auto b2 = ApiHarness::Context(platform_finance);
+  EXPECT_EQ(stub_->GetInvoice(b2.get(), req, &inv).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // Platform finance reads acme's; a member of acme does not.
+  req.set_name("tenants/acme/invoices/2026-11");
+  auto b3 = ApiHarness::Context(platform_finance);
+  EXPECT_TRUE(stub_->GetInvoice(b3.get(), req, &inv).ok());
+  EXPECT_EQ(inv.total().micros(), billed);
+  const std::string member =
+      harness_->Token("users/mem", v1::ROLE_MEMBER, "acme");
+  auto b4 = ApiHarness::Context(member);
+  EXPECT_EQ(stub_->GetInvoice(b4.get(), req, &inv).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 }
 

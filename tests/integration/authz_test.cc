@@ -1403,6 +1403,12 @@ std::vector<Row> AccountingRows() {
         }
         return s;
       });
+  // October 2026: a month that has started whenever this runs.
+  add("GetInvoice", "", true, false, "finance", FinanceRead(),
+      Calls(&Env::accounting, &AccountingStub::GetInvoice,
+            [](const Call& c, v1::GetInvoiceRequest& req) {
+              req.set_name(c.parent() + "/invoices/2026-10");
+            }));
   add("CreateBudget", "", true, true, "finance", FinanceWrite(),
       Calls(&Env::accounting, &AccountingStub::CreateBudget,
             [](const Call& c, v1::CreateBudgetRequest& req) {

@@ -476,6 +476,56 @@ def cmd_cost(args):
     return EXIT_OK
 
 
+def _exact(m) -> str:
+    """Money as exact decimal text of currency units, 2 to 6 decimals: "12.345678", "3.00"."""
+    micros = int(m.micros)
+    sign = "-" if micros < 0 else ""
+    whole, frac = divmod(abs(micros), 1_000_000)
+    frac_text = f"{frac:06d}"
+    while len(frac_text) > 2 and frac_text.endswith("0"):
+        frac_text = frac_text[:-1]
+    return f"{sign}{whole}.{frac_text}"
+
+
+def cmd_invoice(args):
+    """The tenant's invoice of a month: a line per project, flavor and resource, the total."""
+    import csv as _csv
+    from trainyard import output
+    from trainyard.v1 import accounting_pb2, common_pb2
+    with _client(args) as c:
+        inv = c.invoice(args.month)
+    if args.output in ("json", "yaml"):
+        output.dump(inv, args.output)
+        return EXIT_OK
+    status = accounting_pb2.InvoiceStatus.Name(inv.status).replace("INVOICE_STATUS_", "")
+    headers = ["PROJECT", "SKU", "QUANTITY", "UNIT", "COST", "LIST COST", "LOST WORK",
+               "PLATFORM PAYS"]
+    rows = [[line.project, line.sku, line.quantity, line.unit, _exact(line.cost),
+             _exact(line.list_cost), _exact(line.lost_work_cost), _exact(line.platform_cost)]
+            for line in inv.lines]
+    total = ["TOTAL", "", "", "", _exact(inv.total), _exact(inv.list_cost),
+             _exact(inv.lost_work_cost), _exact(inv.platform_cost)]
+    if args.output == "csv":
+        w = _csv.writer(sys.stdout, lineterminator="\r\n")
+        w.writerow(["invoice_number", "tenant", "month", "status", "currency", "project",
+                    "flavor", "resource", "sku", "quantity", "unit", "cost", "list_cost",
+                    "lost_work_cost", "platform_cost"])
+        head = [inv.invoice_number, inv.tenant, inv.month, status, inv.currency]
+        for line in inv.lines:
+            resource = common_pb2.ResourceName.Name(line.resource).replace("RESOURCE_NAME_", "")
+            w.writerow(head + [line.project, line.flavor, resource, line.sku, line.quantity,
+                               line.unit, _exact(line.cost), _exact(line.list_cost),
+                               _exact(line.lost_work_cost), _exact(line.platform_cost)])
+        w.writerow(head + ["TOTAL", "", "", "", "", ""] + total[4:])
+        return EXIT_OK
+    print(f"Invoice {inv.invoice_number}  {inv.name}  {status}  {inv.currency}  "
+          f"{output.ts(inv.billing_period_start)} to {output.ts(inv.billing_period_end)}")
+    output.table(headers, rows + [total])
+    print(f"Total billed: {_exact(inv.total)} {inv.currency} (lost work the platform pays, "
+          f"not billed: {_exact(inv.platform_cost)} {inv.currency})")
+    return EXIT_OK
+
+
 def _micros(text: str, what: str) -> int:
     """A decimal amount ("1000", "0.25") as integer micros, exactly."""
     from decimal import Decimal, InvalidOperation
@@ -489,14 +539,9 @@ def _micros(text: str, what: str) -> int:
     return int(micros)
 
 
-def _exact(m) -> str:
-    """A Money as its exact decimal amount and currency, e.g. "1.2345 USD" (no rounding)."""
-    if m is None or not m.currency_code:
-        return ""
-    sign, micros = ("-" if m.micros < 0 else ""), abs(m.micros)
-    whole, frac = divmod(micros, 1_000_000)
-    text = f"{whole}.{frac:06d}".rstrip("0").rstrip(".")
-    return f"{sign}{text} {m.currency_code}"
+def _money_exact(m) -> str:
+    """Money as its exact decimal amount and currency: "0.015 USD", "4.00 USD"."""
+    return f"{_exact(m)} {m.currency_code}" if m.currency_code else ""
 
 
 def cmd_prices(args):
@@ -512,7 +557,7 @@ def cmd_prices(args):
     rows = []
     for r in book.rates:
         res = common_pb2.ResourceName.Name(r.resource).replace("RESOURCE_NAME_", "").lower()
-        rows.append([r.flavor, res, _exact(r.price_per_unit_hour), units.get(res, res),
+        rows.append([r.flavor, res, _money_exact(r.price_per_unit_hour), units.get(res, res),
                      output.ts(r.effective_time)])
     output.table(["FLAVOR", "RESOURCE", "PRICE", "PER", "EFFECTIVE FROM"], rows)
     # Spot prices: the latest of each flavor, or every observation with --all.
@@ -525,13 +570,13 @@ def cmd_prices(args):
     print()
     print("Spot prices" + ("" if args.all else " (latest; --all for every observation)"))
     output.table(["FLAVOR", "PRICE PER GPU-HOUR", "EFFECTIVE FROM"],
-                 [[p.flavor, _exact(p.gpu_hour_price), output.ts(p.effective_time)]
+                 [[p.flavor, _money_exact(p.gpu_hour_price), output.ts(p.effective_time)]
                   for p in spot])
     if book.commitments:
         print()
         print("Commitments")
         output.table(["FLAVOR", "AMOUNT", "FROM", "TO"],
-                     [[m.flavor, _exact(m.amount), output.ts(m.start_time), output.ts(m.end_time)]
+                     [[m.flavor, _money_exact(m.amount), output.ts(m.start_time), output.ts(m.end_time)]
                       for m in book.commitments])
     return EXIT_OK
 
@@ -667,7 +712,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"yard: error: {message}\n")
 
 
-def _common(p, top: bool):
+def _common(p, top: bool, outputs=("table", "json", "yaml")):
     d = None if top else argparse.SUPPRESS
     g = p.add_argument_group("connection and output")
     g.add_argument("--context", default=d, help="named context of the config file")
@@ -681,7 +726,7 @@ def _common(p, top: bool):
     g.add_argument("--ca-file", default=d, help="PEM file of the CA that signed the server")
     g.add_argument("--request-timeout", type=_positive_float, default=d if not top else 30.0,
                    metavar="SECONDS", help="deadline of each API call (default 30)")
-    g.add_argument("-o", "--output", choices=("table", "json", "yaml"),
+    g.add_argument("-o", "--output", choices=outputs,
                    default=d if not top else "table", help="output format (default table)")
 
 
@@ -692,9 +737,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def add(name, func, help_, **kw):
+    def add(name, func, help_, outputs=("table", "json", "yaml"), **kw):
         sp = sub.add_parser(name, help=help_, description=help_, **kw)
-        _common(sp, top=False)
+        _common(sp, top=False, outputs=outputs)
         sp.set_defaults(func=func)
         return sp
 
@@ -784,6 +829,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("prices", cmd_prices, "the price book: rates, spot prices and commitments")
     sp.add_argument("--all", action="store_true", help="every spot price observation")
+
+    sp = add("invoice", cmd_invoice, "the tenant's invoice of a month: lines by project, "
+             "flavor and resource, and the total billed (finance or tenant-admin)",
+             outputs=("table", "json", "yaml", "csv"))
+    sp.add_argument("--month", required=True, metavar="YYYY-MM", help="a UTC calendar month")
 
     sp = add("budgets", cmd_budgets, "budgets with this month's spend, forecast and action")
     sp.add_argument("--all-tenants", action="store_true")

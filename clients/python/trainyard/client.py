@@ -622,6 +622,14 @@ class Client:
                                    all_tenants)
         return self._call(self._accounting.GetReport, req, "AccountingService.GetReport")
 
+    def invoice(self, month: str, *, tenant: Optional[str] = None):
+        """The tenant's invoice of a UTC month "YYYY-MM" (``AccountingService.GetInvoice``):
+        lines by project, flavor and resource, and the total billed."""
+        return self._call(self._accounting.GetInvoice,
+                          accounting_pb2.GetInvoiceRequest(
+                              name=f"{self._parent(tenant)}/invoices/{month}"),
+                          "AccountingService.GetInvoice")
+
     def export_report(self, *, fmt: str = "csv", **kwargs) -> bytes:
         """The report as CSV or JSON bytes (``AccountingService.ExportReport``)."""
         req = accounting_pb2.ExportReportRequest(

@@ -328,13 +328,13 @@ absl::StatusOr<Json> FocusRow(const ReportRow& row, const Report& report,
   if (const std::string* r = keys[static_cast<int>(Dimension::kResource)]) {
     if (*r == "GPU") {
       quantity = UnitHoursDecimal(row.gpu_ms, Resource::kGpu);
-      unit = "GPU-Hours";
+      unit = std::string(PricingUnit(Resource::kGpu));
     } else if (*r == "CPU") {
       quantity = UnitHoursDecimal(row.cpu_millicore_ms, Resource::kCpu);
-      unit = "Core-Hours";
+      unit = std::string(PricingUnit(Resource::kCpu));
     } else if (*r == "MEMORY") {
       quantity = UnitHoursDecimal(row.memory_byte_ms, Resource::kMemory);
-      unit = "GiB-Hours";
+      unit = std::string(PricingUnit(Resource::kMemory));
     }
   }
   Json sku = nullptr;
@@ -522,6 +522,39 @@ std::string UnitHoursDecimal(__int128 unit_ms, Resource resource) {
     out = Cat(out, ".", f);
   }
   return negative && out != "0" ? Cat("-", out) : out;
+}
+
+std::string UnitSecondsDecimal(__int128 unit_ms, Resource resource) {
+  // UnitMsPerUnitHour / 3600 is 1,000, 10^6 or 2^30 × 1,000: factors 2 and 5
+  // only, so the digits end (within 40 places).
+  const __int128 den = UnitMsPerUnitHour(resource) / 3600;
+  std::string out;
+  if (unit_ms < 0) {
+    out.push_back('-');
+    unit_ms = -unit_ms;
+  }
+  out += report_impl::Int128ToString(unit_ms / den);
+  __int128 rest = unit_ms % den;
+  if (rest == 0) return out;
+  out.push_back('.');
+  while (rest != 0) {
+    rest *= 10;
+    out.push_back(static_cast<char>('0' + static_cast<int>(rest / den)));
+    rest %= den;
+  }
+  return out;
+}
+
+std::string_view PricingUnit(Resource resource) {
+  switch (resource) {
+    case Resource::kGpu:
+      return "GPU-Hours";
+    case Resource::kCpu:
+      return "Core-Hours";
+    case Resource::kMemory:
+      return "GiB-Hours";
+  }
+  return "";
 }
 
 const std::vector<std::string>& FocusColumns() {

@@ -138,6 +138,14 @@ std::string MicrosToDecimal(int64_t micros);
 // trailing zeros (and a trailing '.') dropped: 1,800,000 GPU-ms = "0.5",
 // 1,000 GPU-ms = "0.000277778", 7,200,000 GPU-ms = "2".
 std::string UnitHoursDecimal(__int128 unit_ms, Resource resource);
+// The same quantity in unit-seconds (GPU-seconds, core-seconds,
+// GiB-seconds), exact: a unit-second is 1,000 GPU-ms, 10^6 millicore-ms or
+// 2^30 × 1,000 byte-ms, so the decimal always ends (a reclaim 0.8 s after a
+// start on one GPU is "0.8"). No trailing zeros; "0" for 0.
+std::string UnitSecondsDecimal(__int128 unit_ms, Resource resource);
+// The priced unit of `resource` as FOCUS writes it: "GPU-Hours",
+// "Core-Hours", "GiB-Hours".
+std::string_view PricingUnit(Resource resource);
 
 // The FOCUS column names, in the order of the exports.
 const std::vector<std::string>& FocusColumns();
