@@ -129,12 +129,29 @@ absl::StatusOr<MeterService::PassResult> MeterService::RunPass(absl::Time now) {
   PassResult result;
   int64_t after_job = -1;
   int32_t after_attempt = 0;
+  // A cost event per job metered, at most every cost_event_interval while it
+  // runs, and whenever an attempt is metered for the last time.
+  const pg::CostEvents cost_events{
+      .due =
+          [&](int64_t job, bool attempt_final) {
+            if (attempt_final) {
+              cost_evented_.erase(job);
+              return true;
+            }
+            auto [it, inserted] = cost_evented_.try_emplace(job, now);
+            if (inserted) return true;
+            if (now - it->second < options_.cost_event_interval) return false;
+            it->second = now;
+            return true;
+          },
+      .time = now};
   while (true) {
     absl::StatusOr<pg::MeterBatchResult> batch = store_->MeterBatch(
         after_job, after_attempt, options_.batch,
         [&](const pg::MeterCandidate& c) {
           return MeterCandidateAt(*book, c, now_ms, options_.meter);
-        });
+        },
+        &cost_events);
     if (!batch.ok()) return batch.status();
     result.attempts += batch->attempts;
     result.lines_upserted += batch->lines_upserted;

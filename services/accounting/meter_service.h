@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -40,6 +41,10 @@ struct MeterServiceOptions {
   pricing::MeterOptions meter;
   // Attempts per transaction.
   int batch = 200;
+  // A job's JOB_EVENT_TYPE_COST_UPDATED while an attempt of it runs: at most
+  // this often (zero: every pass that meters it); each attempt metered for
+  // the last time always gets one (with cost.final once the job has ended).
+  absl::Duration cost_event_interval = absl::Minutes(1);
   // Called with each budget notice's JSON (the signed webhook), after its
   // status and event are committed. Optional.
   std::function<void(const std::string& event_type, const std::string& json)>
@@ -97,6 +102,9 @@ class MeterService {
   std::unique_ptr<storage::postgres::AccountingStore> store_;
   leader::LeaderLoop loop_;
   std::atomic<int64_t> passes_{0};
+  // When each job with a running attempt last got a cost event (RunPass is
+  // not reentrant: one pass at a time).
+  absl::flat_hash_map<int64_t, absl::Time> cost_evented_;
 };
 
 }  // namespace trainyard::accounting

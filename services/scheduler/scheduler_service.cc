@@ -24,6 +24,7 @@
 #include "services/lib/runtime/logging.h"
 #include "services/lib/runtime/metrics.h"
 #include "services/scheduler/explanations.h"
+#include "services/scheduler/policy/pricing.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -745,6 +746,12 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
                        .evaluate_time = explained_at});
   }
 
+  // The cost estimate of each job whose explanation is written: on the
+  // flavor it would try first (docs/accounting.md, "A job's cost").
+  for (pg::Explanation& e : upserts) {
+    e.estimated_cost_micros = policy_state_.PendingEstimate(e.job_id);
+  }
+
   // Preemptions, then the admissions that need them.
   std::vector<pg::PreemptDecision> preemptions;
   std::map<int64_t, std::vector<int64_t>> victims_of;
@@ -775,6 +782,17 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     auto flavor = state_.flavors.find(flavor_id);
     if (flavor != state_.flavors.end())
       *admit.attempt.mutable_gpu_hour_price() = flavor->second.gpu_hour_price();
+    // What the admission reserves from the job's budgets, for the job's cost
+    // estimate (docs/accounting.md).
+    admit.estimated_cost_micros =
+        policy_state_.ExpectedCost(it->second.job, a.flavor);
+    if (flavor != state_.flavors.end() &&
+        !flavor->second.gpu_hour_price().currency_code().empty()) {
+      admit.attempt.mutable_estimated_cost()->set_currency_code(
+          flavor->second.gpu_hour_price().currency_code());
+      admit.attempt.mutable_estimated_cost()->set_micros(
+          *admit.estimated_cost_micros);
+    }
     for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
       v1::WorkerPlacement* p = admit.attempt.add_placements();
       p->set_worker(static_cast<int32_t>(w));
@@ -783,7 +801,10 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     admit.message = absl::StrCat(
         "admitted on flavor ", flavor_id, " in cluster ", cluster,
         a.borrowing ? " (borrowing from its cohort)" : "",
-        a.backfill ? " (backfill: ends before a reservation)" : "");
+        a.backfill ? " (backfill: ends before a reservation)" : "",
+        "; expected cost ", policy::FormatMicros(*admit.estimated_cost_micros),
+        admit.attempt.estimated_cost().currency_code().empty() ? "" : " ",
+        admit.attempt.estimated_cost().currency_code());
     admissions.push_back(std::move(admit));
   }
   report.commit_prepare = absl::Now() - decided;

@@ -105,6 +105,23 @@ bool SchedulerState::ConfigChanged(const PlatformState& state, absl::Time now,
   return false;
 }
 
+std::optional<int64_t> SchedulerState::PendingEstimate(int64_t id) const {
+  const policy::PendingJob* job = scheduler_->FindPending(id);
+  if (job == nullptr) return std::nullopt;
+  const policy::Snapshot& s = scheduler_->snapshot();
+  const std::vector<policy::FlavorId> flavors =
+      policy::CandidateFlavors(s, *job, config_);
+  if (flavors.empty()) return std::nullopt;
+  return policy::ExpectedCostMicros(*job, s.flavors[flavors.front()], config_);
+}
+
+int64_t SchedulerState::ExpectedCost(const trainyard::v1::Job& job,
+                                     policy::FlavorId flavor) const {
+  return policy::ExpectedCostMicros(SnapshotMapper::CostShapeOf(job),
+                                    scheduler_->snapshot().flavors[flavor],
+                                    config_);
+}
+
 void SchedulerState::UpdateBudgets(const PlatformState& state) {
   if (!built()) return;
   const policy::Snapshot& s = scheduler_->snapshot();

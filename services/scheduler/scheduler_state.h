@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -64,6 +65,16 @@ class SchedulerState {
   }
 
   const policy::Snapshot& snapshot() const { return scheduler_->snapshot(); }
+
+  // What the scheduler expects the pending job `id` to cost on the flavor it
+  // would try first (policy::CandidateFlavors' first, priced by
+  // policy::ExpectedCostMicros), in micros; nullopt if it is not pending here
+  // or may use no flavor. Requires built().
+  std::optional<int64_t> PendingEstimate(int64_t id) const;
+  // The expected cost of `job` on `flavor` (what the admission reserves from
+  // its budgets). Requires built().
+  int64_t ExpectedCost(const trainyard::v1::Job& job,
+                       policy::FlavorId flavor) const;
   // Each queue's weighted fair share (policy::Scheduler::QueueShares), by
   // the snapshot's queue ids.
   std::vector<int64_t> QueueShares() const {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "services/accounting/pricing/report.h"
 #include "services/accounting/pricing/rollup.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/status_macros.h"
@@ -428,6 +429,7 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                "DELETE FROM usage_lines WHERE (job_id, attempt, resource, "
                "start_ms) IN (SELECT * FROM unnest($1::bigint[], $2::int[], "
                "$3::smallint[], $4::bigint[]))");
+  db_->Prepare("acct_job_costs", JobCostsQuery());
   db_->Prepare("acct_cursors",
                "UPDATE attempts SET metered_until_ms = u.m, metered_final = "
                "u.f FROM unnest($1::bigint[], $2::int[], $3::bigint[], "
@@ -625,10 +627,52 @@ absl::StatusOr<pricing::PriceBook> AccountingStore::AddPrices(
   return *std::move(result);
 }
 
+namespace {
+
+// The cost events of a metering batch (CostEvents), appended to the outbox
+// last, as AppendEvents asks.
+void WriteCostEvents(
+    pqxx::work& txn,
+    const std::vector<std::pair<MeterCandidate, MeterWrite>>& writes,
+    const CostEvents& cost_events) {
+  std::vector<int64_t> due;
+  for (const auto& [c, w] : writes) {
+    if (cost_events.due(c.job_id, w.final)) due.push_back(c.job_id);
+  }
+  if (due.empty()) return;
+  std::sort(due.begin(), due.end());
+  due.erase(std::unique(due.begin(), due.end()), due.end());
+  std::vector<PendingEvent> events;
+  for (const pqxx::row& r : txn.exec_prepared("acct_job_costs", IdArray(due))) {
+    trainyard::v1::JobEvent e;
+    if (!SetJobCost(r, e.mutable_cost())) continue;
+    const int64_t id = r[kJobCostId].as<int64_t>();
+    const std::string tenant = r[kJobCostTenant].as<std::string>();
+    e.set_type(trainyard::v1::JOB_EVENT_TYPE_COST_UPDATED);
+    e.set_job(JobName(tenant, id));
+    e.set_tenant(tenant);
+    e.set_queue(r[kJobCostQueue].as<std::string>());
+    e.set_job_set(r[kJobCostJobSet].as<std::string>());
+    const trainyard::v1::JobCost& cost = e.cost();
+    e.set_reason(cost.final() ? "COST_FINAL" : "COST_ACCRUED");
+    e.set_message(absl::StrCat(
+        "spent ", pricing::MicrosToDecimal(cost.spent().micros()), " ",
+        cost.spent().currency_code(), " (lost work ",
+        pricing::MicrosToDecimal(cost.lost_work().micros()), "), ",
+        cost.gpu_hours(), " GPU-hours", cost.final() ? ", final" : ""));
+    *e.mutable_time() = ToTimestamp(cost_events.time);
+    events.push_back({tenant, id, std::move(e)});
+  }
+  AppendEvents(txn, events);
+}
+
+}  // namespace
+
 absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     int64_t after_job_id, int32_t after_attempt, int limit,
     absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
-        meter) {
+        meter,
+    const CostEvents* cost_events) {
   MeterBatchResult result;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
     result = MeterBatchResult();
@@ -768,6 +812,7 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
     }
     txn.exec_prepared("acct_cursors", cursor_jobs.str(), cursor_attempts.str(),
                       cursor_until.str(), cursor_final.str());
+    if (cost_events != nullptr) WriteCostEvents(txn, writes, *cost_events);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -7,6 +7,7 @@
 #define TRAINYARD_STORAGE_POSTGRES_ACCOUNTING_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -78,6 +79,16 @@ struct MeterBatchResult {
   int32_t last_attempt = 0;
   // Attempts `meter` refused, with why (their cursors are left as they were).
   std::vector<std::pair<std::string, absl::Status>> failed;
+};
+
+// The JOB_EVENT_TYPE_COST_UPDATED events a metering batch writes in its
+// transaction (docs/accounting.md, "A job's cost").
+struct CostEvents {
+  // Whether to write one for `job_id`, an attempt of which the batch metered
+  // (`attempt_final`: for the last time). Called once per metered attempt.
+  std::function<bool(int64_t job_id, bool attempt_final)> due;
+  // The events' time.
+  absl::Time time;
 };
 
 // A page of ledger lines, ascending by (job, attempt, resource, start).
@@ -156,10 +167,12 @@ class AccountingStore {
   // months' moved by the same difference). An attempt whose `meter` fails is
   // left as it was and reported in `failed`. Metering the same attempt twice,
   // or two meters at once, writes each line once.
+  // With `cost_events`, also writes the cost events it says are due.
   absl::StatusOr<MeterBatchResult> MeterBatch(
       int64_t after_job_id, int32_t after_attempt, int limit,
       absl::FunctionRef<absl::StatusOr<MeterWrite>(const MeterCandidate&)>
-          meter);
+          meter,
+      const CostEvents* cost_events = nullptr);
 
   // Every attempt that started and ran at some instant of [start_ms, end_ms)
   // (started before end_ms and not ended by start_ms), as MeterBatch reads

@@ -34,9 +34,10 @@ void PrepareJobBatchStatements(Database* db) {
   // trip fewer for the scheduler's admissions).
   db->Prepare("jobs_save_many_new_attempts",
               absl::StrCat("WITH new_attempts AS (INSERT INTO attempts "
-                           "(job_id, idx, cluster, flavor, body) SELECT * "
+                           "(job_id, idx, cluster, flavor, body, "
+                           "estimated_cost_micros) SELECT * "
                            "FROM unnest($9::bigint[], $10::int[], $11::text[], "
-                           "$12::text[], $13::bytea[])) ",
+                           "$12::text[], $13::bytea[], $14::bigint[])) ",
                            save_many));
   db->Prepare(
       "attempts_update_many",
@@ -92,12 +93,18 @@ void JobSaves::AddAttempt(int64_t job_id, int idx,
 void JobSaves::AddNewAttempt(int64_t job_id, int idx,
                              const std::string& cluster_id,
                              const std::string& flavor_id,
-                             const trainyard::v1::Attempt& a) {
+                             const trainyard::v1::Attempt& a,
+                             std::optional<int64_t> estimated_cost_micros) {
   new_attempt_jobs_.Int(job_id);
   new_attempt_indexes_.Int(idx);
   new_attempt_clusters_.Text(cluster_id);
   new_attempt_flavors_.Text(flavor_id);
   new_attempt_bodies_.Bytes(a.SerializeAsString());
+  if (estimated_cost_micros.has_value()) {
+    new_attempt_estimates_.Int(*estimated_cost_micros);
+  } else {
+    new_attempt_estimates_.Null();
+  }
   ++new_attempt_rows_;
 }
 
@@ -133,7 +140,7 @@ absl::flat_hash_map<int64_t, Job> JobSaves::Flush(pqxx::work& txn,
                   resumes_.str(), cancels_.str(), terminals_.str(),
                   new_attempt_jobs_.str(), new_attempt_indexes_.str(),
                   new_attempt_clusters_.str(), new_attempt_flavors_.str(),
-                  new_attempt_bodies_.str())
+                  new_attempt_bodies_.str(), new_attempt_estimates_.str())
             : txn.exec_prepared("jobs_save_many", ids_.str(), states_.str(),
                                 reasons_.str(), messages_.str(),
                                 attempt_counts_.str(), resumes_.str(),

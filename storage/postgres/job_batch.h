@@ -64,9 +64,11 @@ class JobSaves {
                   std::optional<int64_t> end_micros);
   // Inserts a new attempt row (job_id, idx), in the same statement as the
   // jobs' changes.
+  // `estimated_cost_micros`: attempts.estimated_cost_micros (NULL without).
   void AddNewAttempt(int64_t job_id, int idx, const std::string& cluster_id,
                      const std::string& flavor_id,
-                     const trainyard::v1::Attempt& a);
+                     const trainyard::v1::Attempt& a,
+                     std::optional<int64_t> estimated_cost_micros = {});
   // `job` holds its new state, reason and message; `from` is its old state.
   void Add(int64_t job_id, const trainyard::v1::Job& job,
            trainyard::v1::JobState from);
@@ -83,7 +85,7 @@ class JobSaves {
     std::string reason, message;
   };
   ArrayLiteral new_attempt_jobs_, new_attempt_indexes_, new_attempt_clusters_,
-      new_attempt_flavors_, new_attempt_bodies_;
+      new_attempt_flavors_, new_attempt_bodies_, new_attempt_estimates_;
   int new_attempt_rows_ = 0;
   ArrayLiteral ids_, states_, reasons_, messages_, attempt_counts_, resumes_,
       cancels_, terminals_;

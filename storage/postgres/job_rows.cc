@@ -5,7 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/lib/domain/job_state.h"
+#include "services/lib/domain/money.h"
 
 namespace trainyard::storage::postgres {
 namespace {
@@ -166,6 +169,60 @@ JobEvent MakeEvent(const Job& job, trainyard::v1::JobEventType type,
 
 PendingEvent Pending(const Job& job, int64_t id, JobEvent event) {
   return PendingEvent{job.tenant(), id, std::move(event)};
+}
+
+const std::string& JobCostsQuery() {
+  static const std::string* const kQuery = new std::string(
+      "WITH ids AS (SELECT unnest($1::bigint[]) AS id) SELECT ids.id, "
+      "j.tenant, j.queue, j.job_set, j.state, "
+      "coalesce(sum(u.cost_micros), 0), "
+      "coalesce(sum(u.tenant_cost_micros), 0), coalesce(sum(CASE WHEN "
+      "u.lost_work THEN u.cost_micros ELSE 0 END), 0), coalesce(sum(CASE WHEN "
+      "u.resource = 0 THEN u.amount * (u.end_ms - u.start_ms) ELSE 0 END), "
+      "0)::bigint, coalesce((SELECT bool_and(a.metered_final) FROM attempts a "
+      "WHERE a.job_id = ids.id AND a.start_time IS NOT NULL), true), (SELECT "
+      "currency FROM accounting_settings WHERE id = 1), (SELECT "
+      "e.estimated_cost_micros FROM pending_explanations e WHERE e.job_id = "
+      "ids.id), (SELECT a.estimated_cost_micros FROM attempts a WHERE "
+      "a.job_id = ids.id ORDER BY a.idx DESC LIMIT 1) FROM ids JOIN jobs j ON "
+      "j.id = ids.id LEFT JOIN usage_lines u ON u.job_id = ids.id GROUP BY "
+      "ids.id, j.tenant, j.queue, j.job_set, j.state");
+  return *kQuery;
+}
+
+bool SetJobCost(const pqxx::row& r, trainyard::v1::JobCost* cost) {
+  if (r[10].is_null()) return false;  // no accounting currency: no prices yet
+  const std::string currency = r[10].as<std::string>();
+  const auto state = static_cast<trainyard::v1::JobState>(r[kJobCostState].as<int>());
+  auto money = [&](trainyard::v1::Money* m, int64_t micros) {
+    m->set_currency_code(currency);
+    m->set_micros(micros);
+  };
+  money(cost->mutable_spent(), r[5].as<int64_t>());
+  money(cost->mutable_tenant_cost(), r[6].as<int64_t>());
+  money(cost->mutable_lost_work(), r[7].as<int64_t>());
+  // GPU-ms → GPU-hours, 9 decimals, half to even.
+  const int64_t gpu_ms = r[8].as<int64_t>();
+  const int64_t nano_hours =
+      domain::MulDivRoundHalfEven(gpu_ms, 1'000'000'000, 3'600'000).value_or(0);
+  std::string hours = absl::StrCat(nano_hours / 1'000'000'000);
+  if (const int64_t frac = nano_hours % 1'000'000'000; frac != 0) {
+    std::string digits = absl::StrFormat("%09d", frac);
+    while (!digits.empty() && digits.back() == '0') digits.pop_back();
+    absl::StrAppend(&hours, ".", digits);
+  }
+  cost->set_gpu_hours(hours);
+  // Attempts that never started have no usage: nothing to wait for.
+  cost->set_final(domain::IsTerminal(state) && r[9].as<bool>());
+  // The estimate: while the job waits, the scheduler's estimate on the
+  // flavor it would try first; else that of its last attempt.
+  std::optional<int64_t> estimate;
+  if (state == trainyard::v1::JOB_STATE_QUEUED && !r[11].is_null())
+    estimate = r[11].as<int64_t>();
+  if (!estimate.has_value() && !r[12].is_null()) estimate = r[12].as<int64_t>();
+  if (!estimate.has_value() && !r[11].is_null()) estimate = r[11].as<int64_t>();
+  if (estimate.has_value()) money(cost->mutable_estimate(), *estimate);
+  return true;
 }
 
 // Ends the latest attempt of a job that never reached its backend (cancelled

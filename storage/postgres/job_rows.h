@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <pqxx/pqxx>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,6 +40,9 @@ struct Explanation {
   // When the scheduler evaluated the job to this explanation (its cycle's
   // time); InfinitePast: not known (the write's time stands in).
   absl::Time evaluate_time = absl::InfinitePast();
+  // What the scheduler expects the job to cost on the flavor it would try
+  // first (micros; pending_explanations.estimated_cost_micros).
+  std::optional<int64_t> estimated_cost_micros;
 };
 
 // Event rows to append in a transaction (helper shared by every writer of job
@@ -119,6 +123,24 @@ trainyard::v1::JobEvent MakeEvent(const trainyard::v1::Job& job,
                                   const std::string& message);
 PendingEvent Pending(const trainyard::v1::Job& job, int64_t id,
                      trainyard::v1::JobEvent event);
+
+// What the ledger and the scheduler hold of each job of the bigint[] $1 (jobs
+// that do not exist have no row): tenant, queue, job set, state, spent,
+// tenant and lost-work cost, GPU-ms, whether every started attempt is metered
+// for good, the accounting currency (NULL before the first price), and the
+// scheduler's estimates (pending, last attempt). Read by SetJobCost.
+const std::string& JobCostsQuery();
+// Column indexes of JobCostsQuery.
+enum JobCostColumn {
+  kJobCostId = 0,
+  kJobCostTenant,
+  kJobCostQueue,
+  kJobCostJobSet,
+  kJobCostState,
+};
+// Fills `cost` from a row of JobCostsQuery (docs/accounting.md, "A job's
+// cost"); false, leaving it alone, when there is no accounting currency yet.
+bool SetJobCost(const pqxx::row& row, trainyard::v1::JobCost* cost);
 
 // Ends the latest attempt of a job that never reached its backend (cancelled
 // or preempted while ADMITTED), so that every attempt row has an end: body

@@ -95,17 +95,7 @@ JobStore::JobStore(Database* db) : db_(db) {
   db_->Prepare(
       "checkpoint_max_step",
       "SELECT coalesce(max(step), -1) FROM checkpoints WHERE job_id = $1");
-  db_->Prepare(
-      "job_costs",
-      "WITH ids AS (SELECT unnest($1::bigint[]) AS id) SELECT ids.id, "
-      "count(u.job_id), coalesce(sum(u.cost_micros), 0), "
-      "coalesce(sum(u.tenant_cost_micros), 0), coalesce(sum(CASE WHEN "
-      "u.lost_work THEN u.cost_micros ELSE 0 END), 0), coalesce(sum(CASE WHEN "
-      "u.resource = 0 THEN u.amount * (u.end_ms - u.start_ms) ELSE 0 END), "
-      "0)::bigint, coalesce((SELECT bool_and(a.metered_final) FROM attempts a "
-      "WHERE a.job_id = ids.id AND a.start_time IS NOT NULL), true), (SELECT "
-      "currency FROM accounting_settings WHERE id = 1) FROM ids LEFT JOIN "
-      "usage_lines u ON u.job_id = ids.id GROUP BY ids.id");
+  db_->Prepare("job_costs", JobCostsQuery());
   db_->Prepare("checkpoints_list",
                absl::StrCat("SELECT id, body, ", EpochMicros("report_time"),
                             " FROM checkpoints WHERE job_id = $1 AND id < $2 "
@@ -716,30 +706,8 @@ absl::Status JobStore::FillCosts(const std::vector<trainyard::v1::Job*>& jobs) {
   }
   return db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
     for (const pqxx::row& r : txn.exec_prepared("job_costs", IdArray(ids))) {
-      if (r[7].is_null()) continue;  // no accounting currency: no prices yet
-      const std::string currency = r[7].as<std::string>();
-      for (trainyard::v1::Job* job : by_id[r[0].as<int64_t>()]) {
-        trainyard::v1::JobCost* cost = job->mutable_cost();
-        cost->mutable_spent()->set_currency_code(currency);
-        cost->mutable_spent()->set_micros(r[2].as<int64_t>());
-        cost->mutable_tenant_cost()->set_currency_code(currency);
-        cost->mutable_tenant_cost()->set_micros(r[3].as<int64_t>());
-        cost->mutable_lost_work()->set_currency_code(currency);
-        cost->mutable_lost_work()->set_micros(r[4].as<int64_t>());
-        // GPU-ms → GPU-hours, 9 decimals, half to even.
-        const int64_t gpu_ms = r[5].as<int64_t>();
-        const int64_t nano_hours =
-            domain::MulDivRoundHalfEven(gpu_ms, 1'000'000'000, 3'600'000)
-                .value_or(0);
-        std::string hours = absl::StrCat(nano_hours / 1'000'000'000);
-        if (const int64_t frac = nano_hours % 1'000'000'000; frac != 0) {
-          std::string digits = absl::StrFormat("%09d", frac);
-          while (!digits.empty() && digits.back() == '0') digits.pop_back();
-          absl::StrAppend(&hours, ".", digits);
-        }
-        cost->set_gpu_hours(hours);
-        // Attempts that never started have no usage: nothing to wait for.
-        cost->set_final(domain::IsTerminal(job->state()) && r[6].as<bool>());
+      for (trainyard::v1::Job* job : by_id[r[kJobCostId].as<int64_t>()]) {
+        if (!SetJobCost(r, job->mutable_cost())) job->clear_cost();
       }
     }
     return absl::OkStatus();

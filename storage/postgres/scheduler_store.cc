@@ -57,14 +57,16 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
   db_->Prepare(
       "explanations_upsert",
       "INSERT INTO pending_explanations (job_id, reason, message, position, "
-      "evaluate_time) "
+      "evaluate_time, estimated_cost_micros) "
       "SELECT id, reason, message, position, "
-      "coalesce(to_timestamp(evaluated / 1000000.0), now()) "
+      "coalesce(to_timestamp(evaluated / 1000000.0), now()), estimate "
       "FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], "
-      "$5::bigint[]) AS u(id, reason, message, position, evaluated) "
+      "$5::bigint[], $6::bigint[]) AS u(id, reason, message, position, "
+      "evaluated, estimate) "
       "ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason, "
       "message = excluded.message, position = excluded.position, "
-      "evaluate_time = excluded.evaluate_time, update_time = now()");
+      "evaluate_time = excluded.evaluate_time, estimated_cost_micros = "
+      "excluded.estimated_cost_micros, update_time = now()");
   db_->Prepare(
       "explanations_all",
       absl::StrCat("SELECT job_id, reason, message, ",
@@ -306,7 +308,8 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
       // Inserted by the statement that saves the jobs.
       saves.AddNewAttempt(
           a.job_id, index, std::string(domain::NameId(attempt.cluster())),
-          std::string(domain::NameId(attempt.flavor())), attempt);
+          std::string(domain::NameId(attempt.flavor())), attempt,
+          a.estimated_cost_micros);
       job->set_attempt_count(index);
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
       job->set_state_reason("ADMITTED");
@@ -336,7 +339,7 @@ absl::Status SchedulerStore::WriteExplanations(
     // In chunks, so that one statement stays small.
     constexpr size_t kChunk = 2000;
     for (size_t begin = 0; begin < upserts.size(); begin += kChunk) {
-      ArrayLiteral ids, reasons, messages, positions, evaluated;
+      ArrayLiteral ids, reasons, messages, positions, evaluated, estimates;
       for (size_t i = begin; i < std::min(upserts.size(), begin + kChunk);
            ++i) {
         ids.Int(upserts[i].job_id);
@@ -348,9 +351,15 @@ absl::Status SchedulerStore::WriteExplanations(
         } else {
           evaluated.Int(absl::ToUnixMicros(upserts[i].evaluate_time));
         }
+        if (upserts[i].estimated_cost_micros.has_value()) {
+          estimates.Int(*upserts[i].estimated_cost_micros);
+        } else {
+          estimates.Null();
+        }
       }
       txn.exec_prepared("explanations_upsert", ids.str(), reasons.str(),
-                        messages.str(), positions.str(), evaluated.str());
+                        messages.str(), positions.str(), evaluated.str(),
+                        estimates.str());
     }
     return absl::OkStatus();
   });

@@ -35,6 +35,8 @@ struct AdmitDecision {
   trainyard::v1::Attempt attempt;
   std::string message;
   std::vector<int64_t> victims;
+  // The scheduler's expected cost of the attempt (attempts.estimated_cost_micros).
+  std::optional<int64_t> estimated_cost_micros;
 };
 
 // Preempt job_id (at expected_version): RUNNING → PREEMPTING, or ADMITTED →

@@ -20,6 +20,7 @@
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "services/accounting/accounting_service.h"
 #include "services/accounting/meter_service.h"
@@ -353,6 +354,100 @@ TEST_F(AccountingTest, MetersAttemptsIntoExactLinesOnceWhateverThePasses) {
 // late ends that delete and shorten lines, a re-metering of everything by two
 // meters at once. After each, a rebuild of the rollups from the lines changes
 // nothing: the meter kept them exact.
+// The meter's COST_UPDATED events on the job's Watch stream: the first pass
+// that meters a running attempt, then at most every cost_event_interval, and
+// once more with cost.final when the ended job's attempt is metered for the
+// last time; each carries what the ledger then holds for the job.
+TEST_F(AccountingTest, CostEventsAccrueAtMostEveryIntervalAndEndFinal) {
+  AddFlatRates(Ms(2026, 11, 1, 0));
+  const int64_t start = Ms(2026, 11, 10, 10);
+  const int64_t job = JobWithAttempt(2, start, std::nullopt);
+  const std::string name = absl::StrCat("tenants/acme/jobs/", job);
+  accounting::MeterServiceOptions options;
+  options.postgres_url = harness_->database_url();
+  options.cost_event_interval = absl::Hours(1);
+  auto meter = MeterService::Create(options);
+  ASSERT_TRUE(meter.ok()) << meter.status();
+  auto cost_events = [&] {
+    std::vector<v1::JobEvent> out;
+    absl::Status s = db_->Transact([&](pqxx::work& txn) {
+      for (const pqxx::row& r :
+           txn.exec_params("SELECT body FROM job_events WHERE job_id = $1 "
+                           "ORDER BY seq",
+                           job)) {
+        v1::JobEvent e;
+        const pqxx::binarystring body(r[0]);
+        EXPECT_TRUE(e.ParseFromString(body.str()));
+        if (e.type() == v1::JOB_EVENT_TYPE_COST_UPDATED) out.push_back(e);
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  };
+  auto pass = [&](int64_t at_ms) {
+    auto p = (*meter)->RunPass(absl::FromUnixMillis(at_ms));
+    ASSERT_TRUE(p.ok()) << p.status();
+  };
+  auto ledger = [&] {
+    int64_t sum = 0;
+    for (const v1::UsageRecord& r : Usage(name)) sum += r.cost().micros();
+    return sum;
+  };
+
+  // Half an hour in: 2 GPUs × $2 + 4 cores × $0.01 + 16 GiB × $0.01 = $4.20
+  // an hour, so $2.10.
+  pass(start + 30 * 60'000);
+  std::vector<v1::JobEvent> events = cost_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].job(), name);
+  EXPECT_EQ(events[0].tenant(), "acme");
+  EXPECT_EQ(events[0].queue(), "default");
+  EXPECT_EQ(events[0].reason(), "COST_ACCRUED");
+  EXPECT_EQ(events[0].cost().spent().micros(), 2'100'000);
+  EXPECT_EQ(events[0].cost().spent().currency_code(), "USD");
+  EXPECT_EQ(events[0].cost().gpu_hours(), "1");
+  EXPECT_FALSE(events[0].cost().final());
+  EXPECT_EQ(google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                events[0].time()),
+            start + 30 * 60'000);
+  // Within the hour: none.
+  pass(start + 60 * 60'000);
+  EXPECT_EQ(cost_events().size(), 1u);
+  // An hour after the first: the next, with what the ledger holds now.
+  pass(start + 91 * 60'000);
+  events = cost_events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].cost().spent().micros(), ledger());
+  EXPECT_GT(events[1].cost().spent().micros(), 6'300'000);
+  EXPECT_FALSE(events[1].cost().final());
+
+  // The attempt ends at 2 h and the job succeeds: the next pass meters it for
+  // the last time, whatever the interval, and the cost is final: $8.40.
+  RecordAttempt(job, start, start + 2 * 3600'000, v1::FAILURE_CLASS_UNSPECIFIED);
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   txn.exec_params("UPDATE jobs SET state = $2 WHERE id = $1",
+                                   job,
+                                   static_cast<int>(v1::JOB_STATE_SUCCEEDED));
+                   return absl::OkStatus();
+                 }).ok());
+  pass(start + 125 * 60'000);
+  events = cost_events();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].reason(), "COST_FINAL");
+  EXPECT_TRUE(events[2].cost().final());
+  EXPECT_EQ(events[2].cost().spent().micros(), 8'400'000);
+  EXPECT_EQ(events[2].cost().spent().micros(), ledger());
+  EXPECT_EQ(events[2].cost().gpu_hours(), "4");
+  // What Get shows is the same.
+  const v1::Job got = harness_->GetJob(harness_->admin_token(), "acme", job);
+  EXPECT_EQ(got.cost().spent().micros(), 8'400'000);
+  EXPECT_TRUE(got.cost().final());
+  // Nothing more to meter: no more events.
+  pass(start + 200 * 60'000);
+  EXPECT_EQ(cost_events().size(), 3u);
+}
+
 TEST_F(AccountingTest, RollupsEqualTheLinesThroughEveryPass) {
   ASSERT_TRUE(harness_->SeedTenant("bolt").ok());
   const int64_t nov1 = Ms(2026, 11, 1, 0);

@@ -17,6 +17,7 @@
 #include "storage/postgres/pool.h"
 #include "storage/postgres/scheduler_store.h"
 #include "tests/integration/api_test_harness.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
@@ -218,6 +219,68 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
 // (spot wins) and 1.00 x (1 + 1.5 x (15 + 60) / 60) = 2.88 with a 60 min one
 // (on-demand wins); the explanation of a job kept waiting on spot names the
 // overhead its expected cost counted.
+// A job's cost estimate (docs/accounting.md, "A job's cost"): while it waits,
+// the expected cost on the flavor the scheduler would try first; once
+// admitted, that of its attempt, on the attempt and in the ADMITTED message.
+// Checked against the price book's rates worked by hand: per worker 8 GPUs ×
+// $3 + 4 cores × $0.04 + 16 GiB × $0.005 = $24.24 an hour.
+TEST_F(SchedulerTest, JobsCarryTheSchedulersCostEstimate) {
+  std::unique_ptr<v1::AccountingService::Stub> accounting =
+      v1::AccountingService::NewStub(harness_->channel());
+  for (auto [resource, micros] :
+       {std::pair{v1::RESOURCE_NAME_GPU, 3'000'000},
+        std::pair{v1::RESOURCE_NAME_CPU, 40'000},
+        std::pair{v1::RESOURCE_NAME_MEMORY, 5'000}}) {
+    v1::AddRateRequest req;
+    req.mutable_rate()->set_flavor("gpu");
+    req.mutable_rate()->set_resource(resource);
+    req.mutable_rate()->mutable_price_per_unit_hour()->set_currency_code("USD");
+    req.mutable_rate()->mutable_price_per_unit_hour()->set_micros(micros);
+    *req.mutable_rate()->mutable_effective_time() =
+        google::protobuf::util::TimeUtil::SecondsToTimestamp(1577836800);
+    v1::Rate out;
+    grpc::Status st = accounting->AddRate(
+        ApiHarness::Context(harness_->admin_token()).get(), req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  constexpr int64_t kWorkerHour = 8 * 3'000'000 + 4 * 40'000 + 16 * 5'000;
+  // a: 3 workers for an expected 90 minutes (time limit 3 h): admitted.
+  v1::SubmitJobRequest req = MinimalSubmit("acme", "a");
+  req.mutable_job()->mutable_spec()->set_workers(3);
+  req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(8);
+  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(3 * 3600);
+  req.mutable_job()->mutable_spec()->mutable_expected_runtime()->set_seconds(
+      90 * 60);
+  const int64_t a = harness_->SubmitJob(token_, req);
+  // b: 2 workers, time limit 2 h, no estimate: only 8 GPUs are left, it waits.
+  req = MinimalSubmit("acme", "b");
+  req.mutable_job()->mutable_spec()->set_workers(2);
+  req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(8);
+  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(2 * 3600);
+  const int64_t b = harness_->SubmitJob(token_, req);
+  EXPECT_FALSE(Get(b).cost().has_estimate());  // the scheduler has not seen it
+
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(CycleAndFlush(**s).ok());
+
+  const v1::Job got_a = Get(a);
+  ASSERT_EQ(got_a.state(), v1::JOB_STATE_ADMITTED);
+  EXPECT_EQ(got_a.cost().estimate().micros(), 3 * kWorkerHour * 3 / 2);
+  EXPECT_EQ(got_a.cost().estimate().currency_code(), "USD");
+  ASSERT_EQ(got_a.attempts_size(), 1);
+  EXPECT_EQ(got_a.attempts(0).estimated_cost().micros(), 3 * kWorkerHour * 3 / 2);
+  EXPECT_NE(got_a.state_message().find("expected cost 109.080000 USD"),
+            std::string::npos)
+      << got_a.state_message();
+  EXPECT_EQ(got_a.cost().spent().micros(), 0);  // nothing metered yet
+
+  const v1::Job got_b = Get(b);
+  ASSERT_EQ(got_b.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(got_b.cost().estimate().micros(), 2 * kWorkerHour * 2);
+}
+
 TEST_F(SchedulerTest, AFlavorsRestartOverheadDecidesTheExpectedCostPlacement) {
   const int64_t seed = Submit("seed", 1, 8);  // Seeds the sim cluster.
   {

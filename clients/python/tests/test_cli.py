@@ -58,6 +58,24 @@ def test_submit_wait_get_and_json(yard, tmp_path):
     assert yaml.safe_load(y.out)["display_name"] == "cli-ok"
 
 
+def test_get_shows_the_schedulers_cost_estimate(yard, tmp_path):
+    """A job's cost estimate is the scheduler's expected cost of its attempt: on-demand-h100
+    at the demo book's rates, 1 GPU x $4 + 2 cores x $0.04 + 8 GiB x $0.005 = $4.12 an
+    hour, for its 10-minute time limit: $0.686666... -> 686,667 micros (half up)."""
+    path = write_job(tmp_path, "cli-estimate")
+    r = yard("submit", "-f", path, "--wait", "--timeout", "60")
+    assert r.code == 0, r
+    job_id = r.out.split("submitted ", 1)[1].split(";", 1)[0].rsplit("/", 1)[-1]
+    data = json.loads(yard("get", job_id, "-o", "json").out)
+    assert data["attempts"][0]["flavor"] == "flavors/on-demand-h100", data
+    assert int(data["attempts"][0]["estimated_cost"]["micros"]) == 686_667, data
+    assert int(data["cost"]["estimate"]["micros"]) == 686_667, data
+    t = yard("get", job_id)
+    assert t.code == 0, t
+    line = next(x for x in t.out.splitlines() if x.strip().startswith("Estimate"))
+    assert "0.69 USD" in line, t.out
+
+
 def test_submit_failing_job_exits_6(yard, tmp_path):
     path = write_job(tmp_path, "cli-fail",
                      extra="retry: {max_attempts: 1}\n").read_text().replace(

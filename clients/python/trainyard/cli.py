@@ -119,12 +119,16 @@ def _job_headers(with_tenant: bool):
 
 
 def _cost(job) -> str:
-    """The job's metered cost, with "~" while it still accrues; "" without accounting."""
+    """The job's metered cost, with "~" while it still accrues; before anything is metered,
+    the scheduler's estimate as "est. X"; "" without accounting."""
     from trainyard import output
     if not job.HasField("cost"):
         return ""
-    text = output.money(job.cost.spent)
-    return text if job.cost.final else f"~{text}"
+    c = job.cost
+    if not c.final and c.spent.micros == 0 and c.HasField("estimate"):
+        return f"est. {output.money(c.estimate)}"
+    text = output.money(c.spent)
+    return text if c.final else f"~{text}"
 
 
 def _print_jobs(args, jobs, with_tenant=False):
@@ -146,6 +150,8 @@ def _event_line(ev) -> str:
         what = f"CHECKPOINT step={ev.checkpoint.step} {ev.checkpoint.uri}"
     elif ev.type == job_pb2.JOB_EVENT_TYPE_CANCEL_REQUESTED:
         what = "CANCEL_REQUESTED"
+    elif ev.type == job_pb2.JOB_EVENT_TYPE_COST_UPDATED:
+        what = "COST"
     else:
         what = state_name(ev.to_state)
         if ev.from_state:
@@ -238,8 +244,14 @@ def cmd_get(args):
              ("Ended", output.ts(job.end_time)), ("Creator", job.creator),
              ("Attempts", job.attempt_count), ("Resume from", job.resume_from)]
     if job.HasField("cost"):
-        pairs.append(("Cost", f"{_cost(job)} ({job.cost.gpu_hours} GPU-hours, lost work "
-                              f"{output.money(job.cost.lost_work)})"))
+        c = job.cost
+        spent = output.money(c.spent) if c.final else f"~{output.money(c.spent)}"
+        pairs.append(("Cost", f"{spent} ({c.gpu_hours or '0'} GPU-hours, lost work "
+                              f"{output.money(c.lost_work)})"
+                              + ("" if c.final else ", accruing")))
+        if c.HasField("estimate"):
+            pairs.append(("Estimate", f"{output.money(c.estimate)} (the scheduler's expected "
+                                      "cost of the current attempt)"))
     if s.job_set:
         pairs.append(("Job set", s.job_set))
     if job.labels:

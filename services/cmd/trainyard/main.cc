@@ -183,6 +183,10 @@ ABSL_FLAG(std::string, month, "",
 ABSL_FLAG(absl::Duration, meter_interval, absl::Seconds(30),
           "accounting/all: how often the meter turns attempts into ledger "
           "lines (a running job's cost is at most this old)");
+ABSL_FLAG(absl::Duration, cost_event_interval, absl::Minutes(1),
+          "accounting/all: a running job's COST_UPDATED event on its Watch "
+          "stream at most this often (0: every meter pass); an attempt "
+          "metered for the last time always gets one");
 ABSL_FLAG(std::string, accounting_currency, "USD",
           "accounting/all: the price book's ISO 4217 currency until the first "
           "price sets it");
@@ -220,7 +224,7 @@ Usage:
   trainyard dispatcher [--backend=NAME] BACKEND_FLAGS [--config=FILE] [--http_listen=..] [--postgres_url=..]
   trainyard sim-cluster --sim_config=FILE [--grpc_listen=127.0.0.1:50061] [--http_listen=..]
   trainyard sim-fault --sim_target=HOST:PORT KIND TARGET [EXIT_CODE]   (KIND: reclaim-node, fail-node, ... docs/sim.md)
-  trainyard accounting [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--meter_interval=30s]
+  trainyard accounting [--config=FILE] [--grpc_listen=..] [--http_listen=..] [--postgres_url=..] [--meter_interval=30s] [--cost_event_interval=1m]
                      [--accounting_currency=USD] [--lost_work_rule=tenant|platform|split] [--lost_work_tenant_percent=50]
                      [--budget_webhook_url=URL] [--budget_webhook_secret_file=FILE]
                      [--spot_price_max_age=2h] [--close_month_after=120h]
@@ -352,6 +356,11 @@ MeterOptionsFromFlags() {
   options.currency = absl::GetFlag(FLAGS_accounting_currency);
   if (options.interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--meter_interval: must be positive");
+  }
+  options.cost_event_interval = absl::GetFlag(FLAGS_cost_event_interval);
+  if (options.cost_event_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--cost_event_interval: must not be negative");
   }
   const std::string rule = absl::GetFlag(FLAGS_lost_work_rule);
   using trainyard::accounting::pricing::LostWorkRule;

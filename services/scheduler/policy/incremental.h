@@ -28,6 +28,11 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   const Snapshot& snapshot() const { return s_; }
+  // The pending job with this id, or nullptr.
+  const PendingJob* FindPending(JobId id) const {
+    const int i = PendingIndex(id);
+    return i < 0 ? nullptr : &s_.pending[i];
+  }
 
   // Mutations between cycles. The order of snapshot().pending may change.
   void SetNow(TimeMicros now) { s_.now = now; }
