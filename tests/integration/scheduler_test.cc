@@ -236,8 +236,9 @@ TEST_F(SchedulerTest, JobsCarryTheSchedulersCostEstimate) {
     req.mutable_rate()->set_resource(resource);
     req.mutable_rate()->mutable_price_per_unit_hour()->set_currency_code("USD");
     req.mutable_rate()->mutable_price_per_unit_hour()->set_micros(micros);
+    // In force from now (earlier months may be closed).
     *req.mutable_rate()->mutable_effective_time() =
-        google::protobuf::util::TimeUtil::SecondsToTimestamp(1577836800);
+        google::protobuf::util::TimeUtil::GetCurrentTime();
     v1::Rate out;
     grpc::Status st = accounting->AddRate(
         ApiHarness::Context(harness_->admin_token()).get(), req, &out);
