@@ -157,8 +157,10 @@ BEGIN
     RETURN;
   END IF;
   PERFORM pg_advisory_xact_lock(1954112353, hashtext(f));  -- 'tyca'
-  SELECT * INTO cur FROM pool_capacity WHERE flavor = f AND end_ms IS NULL;
-  IF NOT FOUND THEN
+  -- The open interval is the flavor's latest (a backward scan of the primary key: one row,
+  -- however long the history).
+  SELECT * INTO cur FROM pool_capacity WHERE flavor = f ORDER BY start_ms DESC LIMIT 1;
+  IF NOT FOUND OR cur.end_ms IS NOT NULL THEN
     t := at_ms;
     INSERT INTO pool_capacity VALUES (f, t, NULL, d_nodes, d_gpus, d_cpu, d_mem);
   ELSE
