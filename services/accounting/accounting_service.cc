@@ -460,6 +460,8 @@ absl::StatusOr<BuiltReport> BuildRequestedReport(
   for (const auto& [name, value] : request.labels()) {
     q.label_filters[name] = value;
   }
+  q.include_idle = request.include_idle();
+  q.share_idle = request.share_idle();
   if (absl::Status s = pricing::ValidateReportQuery(q); !s.ok()) {
     return domain::PrefixField(s, prefix);
   }
@@ -467,6 +469,21 @@ absl::StatusOr<BuiltReport> BuildRequestedReport(
       ReportOf(store, default_currency, tenant, q);
   if (!report.ok()) return domain::PrefixField(report.status(), prefix);
   built.report = *std::move(report);
+  if (q.include_idle || q.share_idle) {
+    // The idle lines the meter stored (docs/accounting.md, "Idle cost").
+    auto flavor = q.filters.find(pricing::Dimension::kFlavor);
+    const std::string pool = flavor == q.filters.end() ? "" : flavor->second;
+    TY_ASSIGN_OR_RETURN(std::vector<pricing::IdleLine> idle,
+                        store.LoadIdleLines(q.start, q.end, pool));
+    std::vector<pricing::IdleShareLine> shares;
+    if (q.share_idle) {
+      TY_ASSIGN_OR_RETURN(shares, store.LoadIdleShares(q.start, q.end, pool));
+    }
+    if (absl::Status s = pricing::AddIdle(idle, shares, q, built.report);
+        !s.ok()) {
+      return domain::PrefixField(s, prefix);
+    }
+  }
   return built;
 }
 
@@ -501,6 +518,7 @@ absl::StatusOr<v1::ReportRow> RowProto(const pricing::ReportRow& row,
                       pricing::EffectiveGpuHourPriceMicros(row));
   *out.mutable_effective_gpu_hour_price() = MoneyOf(effective, currency);
   out.set_spot_price_gap(row.spot_price_gap);
+  *out.mutable_idle_cost() = MoneyOf(row.idle_cost_micros, currency);
   return out;
 }
 

@@ -1,10 +1,12 @@
 #include "services/accounting/meter_service.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "services/accounting/budgets.h"
+#include "services/accounting/pricing/idle.h"
 #include "services/lib/runtime/logging.h"
 #include "trainyard/v1/job.pb.h"
 
@@ -83,6 +85,68 @@ absl::StatusOr<pg::MeterWrite> MeterCandidateAt(
                         .replace_from = since,
                         .metered_until_ms = until,
                         .final = ended};
+}
+
+pg::IdleWrite ComputeIdleWrite(
+    const pricing::PriceBook& book, const pg::IdleInput& input,
+    const pricing::MeterOptions& options,
+    std::vector<std::pair<std::string, absl::Status>>* unpriced) {
+  // The allocated lines of each (hour, flavor).
+  std::map<std::pair<TimeMs, std::string>, std::vector<pricing::LedgerLine>>
+      allocated;
+  for (const pricing::LedgerLine& line : input.allocated) {
+    allocated[{line.period_start, line.keys.flavor}].push_back(line);
+  }
+  const std::vector<pricing::Commitment> commitments = book.AllCommitments();
+  pg::IdleWrite out;
+  for (const TimeMs hour : input.hours) {
+    const TimeMs end = hour + pricing::kMsPerHour;
+    std::map<std::string, pricing::PoolPeriod> pools;
+    auto pool = [&](const std::string& flavor) -> pricing::PoolPeriod& {
+      pricing::PoolPeriod& p = pools[flavor];
+      p.pool = flavor;
+      p.spot = input.spot.contains(flavor);
+      p.period_start = hour;
+      return p;
+    };
+    for (const auto& [flavor, held] : input.held) {
+      for (const pricing::CapacityHeld& h : held) {
+        if (h.start_time < end && h.end_time > hour) {
+          pool(flavor).held.push_back(h);
+        }
+      }
+    }
+    for (const pricing::Commitment& c : commitments) {
+      if (c.start_time < end && c.end_time > hour) pool(c.flavor);
+    }
+    for (const auto& [flavor, period] : pools) {
+      auto it = allocated.find({hour, flavor});
+      const absl::Span<const pricing::LedgerLine> lines =
+          it == allocated.end() ? absl::Span<const pricing::LedgerLine>()
+                                : absl::MakeConstSpan(it->second);
+      absl::StatusOr<pricing::IdleLine> idle =
+          pricing::ComputeIdle(book, period, lines, options);
+      if (!idle.ok()) {
+        if (unpriced != nullptr) {
+          unpriced->emplace_back(
+              absl::StrCat(flavor, " ",
+                           absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                            absl::FromUnixMillis(hour),
+                                            absl::UTCTimeZone())),
+              idle.status());
+        }
+        continue;
+      }
+      for (const pricing::IdleShare& share : pricing::ShareIdle(*idle, lines)) {
+        out.shares.push_back({.pool = flavor,
+                              .period_start = hour,
+                              .tenant = share.tenant,
+                              .micros = share.micros});
+      }
+      out.lines.push_back(*std::move(idle));
+    }
+  }
+  return out;
 }
 
 MeterService::MeterService(MeterServiceOptions options)
@@ -171,8 +235,29 @@ absl::StatusOr<MeterService::PassResult> MeterService::RunPass(absl::Time now) {
   if (absl::Status s = UpdateBudgets(*book, now_ms, result); !s.ok()) {
     return s;
   }
+  if (absl::Status s = UpdateIdle(now_ms, result); !s.ok()) return s;
   passes_.fetch_add(1);
   return result;
+}
+
+absl::Status MeterService::UpdateIdle(TimeMs now, PassResult& result) {
+  std::vector<std::pair<std::string, absl::Status>> unpriced;
+  absl::StatusOr<pg::IdlePassResult> pass = store_->IdlePass(
+      now - now % pricing::kMsPerHour, options_.idle_max_hours,
+      options_.currency,
+      [&](const pricing::PriceBook& book,
+          const pg::IdleInput& input) -> absl::StatusOr<pg::IdleWrite> {
+        unpriced.clear();
+        return ComputeIdleWrite(book, input, options_.meter, &unpriced);
+      });
+  if (!pass.ok()) return pass.status();
+  for (const auto& [pool_hour, status] : unpriced) {
+    Log(LogLevel::kWarning, "meter: no idle line",
+        {{"pool_hour", pool_hour}, {"error", status}});
+  }
+  result.idle_hours = pass->hours;
+  result.idle_lines = pass->lines;
+  return absl::OkStatus();
 }
 
 absl::Status MeterService::UpdateBudgets(const pricing::PriceBook& book,

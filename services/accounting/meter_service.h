@@ -15,6 +15,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -45,6 +47,9 @@ struct MeterServiceOptions {
   // this often (zero: every pass that meters it); each attempt metered for
   // the last time always gets one (with cost.final once the job has ended).
   absl::Duration cost_event_interval = absl::Minutes(1);
+  // Closed hours an idle pass computes at most (a meter that was stopped
+  // catches up over several passes).
+  int idle_max_hours = 744;
   // Called with each budget notice's JSON (the signed webhook), after its
   // status and event are committed. Optional.
   std::function<void(const std::string& event_type, const std::string& json)>
@@ -63,6 +68,16 @@ pricing::AttemptUsage UsageOf(const storage::postgres::MeterCandidate& c);
 absl::StatusOr<storage::postgres::MeterWrite> MeterCandidateAt(
     const pricing::PriceBook& book, const storage::postgres::MeterCandidate& c,
     pricing::TimeMs now, const pricing::MeterOptions& options);
+
+// The idle lines of `input`'s hours (pricing::ComputeIdle) and their shares
+// (pricing::ShareIdle): for every hour, one line per flavor that held
+// capacity in it or has a commitment overlapping it. A (flavor, hour) that
+// cannot be priced (no rate in force) has no line; it is listed in `unpriced`
+// with why.
+storage::postgres::IdleWrite ComputeIdleWrite(
+    const pricing::PriceBook& book, const storage::postgres::IdleInput& input,
+    const pricing::MeterOptions& options,
+    std::vector<std::pair<std::string, absl::Status>>* unpriced);
 
 class MeterService {
  public:
@@ -84,6 +99,9 @@ class MeterService {
     // Budgets whose status was written, and thresholds newly reached.
     int budgets = 0;
     int notices = 0;
+    // Closed hours whose idle lines were computed, and the lines written.
+    int idle_hours = 0;
+    int idle_lines = 0;
   };
   absl::StatusOr<PassResult> RunPass(absl::Time now);
 
@@ -96,6 +114,9 @@ class MeterService {
   // (budgets.h).
   absl::Status UpdateBudgets(const pricing::PriceBook& book,
                              pricing::TimeMs now, PassResult& result);
+  // After the attempts are metered: the idle lines of every hour closed
+  // since the last pass, and of hours a late line changed.
+  absl::Status UpdateIdle(pricing::TimeMs now, PassResult& result);
 
   MeterServiceOptions options_;
   std::unique_ptr<storage::postgres::Database> db_;

@@ -499,6 +499,62 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                "unnest($1::bigint[]) AS h)) OR (granularity = 2 AND "
                "period_start_ms IN (SELECT utc_month_start_ms(h) FROM "
                "unnest($1::bigint[]) AS h)))");
+  // Idle cost (migration 0009_idle_cost.sql).
+  db_->Prepare("acct_idle_lower",
+               "UPDATE idle_state SET computed_until_ms = least("
+               "computed_until_ms, $1::bigint - $1::bigint % 3600000)");
+  db_->Prepare(
+      "acct_idle_dirty",
+      "INSERT INTO idle_dirty_hours SELECT h FROM unnest($1::bigint[]) "
+      "AS h WHERE h < (SELECT computed_until_ms FROM idle_state) ON "
+      "CONFLICT DO NOTHING");
+  db_->Prepare("acct_idle_state",
+               "SELECT computed_until_ms FROM idle_state FOR UPDATE");
+  db_->Prepare("acct_idle_dirty_hours",
+               "SELECT period_start_ms FROM idle_dirty_hours WHERE "
+               "period_start_ms < $1");
+  db_->Prepare(
+      "acct_idle_capacity",
+      "SELECT flavor, start_ms, coalesce(end_ms, $2), gpus, "
+      "cpu_millis, memory_bytes FROM pool_capacity WHERE start_ms < $2 "
+      "AND (end_ms IS NULL OR end_ms > $1) ORDER BY flavor, start_ms");
+  db_->Prepare("acct_idle_flavors", "SELECT id, body FROM flavors");
+  db_->Prepare("acct_idle_allocated",
+               "SELECT period_start_ms, flavor, tenant, sum(cost_micros) FROM "
+               "usage_rollups WHERE granularity = 0 AND period_start_ms = "
+               "ANY($1::bigint[]) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
+  db_->Prepare(
+      "acct_idle_clear",
+      "DELETE FROM idle_lines WHERE period_start_ms = ANY($1::bigint[])");
+  db_->Prepare(
+      "acct_idle_insert_lines",
+      "INSERT INTO idle_lines (period_start_ms, flavor, reserved, paid_micros, "
+      "allocated_micros, idle_micros, spot_price_gap) SELECT * FROM "
+      "unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[], "
+      "$5::bigint[], $6::bigint[], $7::boolean[])");
+  db_->Prepare("acct_idle_insert_shares",
+               "INSERT INTO idle_shares (period_start_ms, flavor, tenant, "
+               "micros) SELECT * FROM unnest($1::bigint[], $2::text[], "
+               "$3::text[], $4::bigint[])");
+  db_->Prepare(
+      "acct_idle_done",
+      "WITH d AS (DELETE FROM idle_dirty_hours WHERE period_start_ms = "
+      "ANY($1::bigint[])) UPDATE idle_state SET computed_until_ms = $2");
+  db_->Prepare("acct_idle_lines",
+               "SELECT period_start_ms, flavor, reserved, paid_micros, "
+               "allocated_micros, idle_micros, spot_price_gap FROM idle_lines "
+               "WHERE period_start_ms >= $1 AND period_start_ms < $2 AND ($3 = "
+               "'' OR flavor = $3) ORDER BY period_start_ms, flavor");
+  db_->Prepare(
+      "acct_idle_shares",
+      "SELECT period_start_ms, flavor, tenant, micros FROM idle_shares "
+      "WHERE period_start_ms >= $1 AND period_start_ms < $2 AND ($3 = "
+      "'' OR flavor = $3) AND ($4 = '' OR tenant = $4) ORDER BY "
+      "period_start_ms, flavor, tenant");
+  db_->Prepare("acct_capacity_history",
+               "SELECT flavor, start_ms, end_ms, nodes, gpus, cpu_millis, "
+               "memory_bytes FROM pool_capacity WHERE flavor = $1 ORDER BY "
+               "start_ms");
   PrepareJobRowStatements(db_);
 }
 
@@ -619,6 +675,16 @@ absl::StatusOr<pricing::PriceBook> AccountingStore::AddPrices(
       txn.exec_prepared("acct_insert_commitments", c_flavors.str(),
                         c_starts.str(), c_ends.str(), c_amounts.str());
     }
+    // What was paid from the earliest instant a new price applies to may have
+    // changed: the idle lines from its hour on are computed again.
+    std::optional<TimeMs> earliest;
+    auto earlier = [&](TimeMs t) {
+      if (!earliest.has_value() || t < *earliest) earliest = t;
+    };
+    for (const auto& r : change.rates) earlier(r.effective_time);
+    for (const auto& p : change.spot_prices) earlier(p.effective_time);
+    for (const auto& c : change.commitments) earlier(c.start_time);
+    if (earliest.has_value()) txn.exec_prepared("acct_idle_lower", *earliest);
     if (audit != nullptr) InsertAudit(txn, *audit);
     result = std::move(book);
     return absl::OkStatus();
@@ -809,6 +875,8 @@ absl::StatusOr<MeterBatchResult> AccountingStore::MeterBatch(
       ArrayLiteral hours;
       for (TimeMs h : touched_hours) hours.Int(h);
       txn.exec_prepared("acct_rollup_prune", hours.str());
+      // Hours whose idle lines were computed already are computed again.
+      txn.exec_prepared("acct_idle_dirty", hours.str());
     }
     txn.exec_prepared("acct_cursors", cursor_jobs.str(), cursor_attempts.str(),
                       cursor_until.str(), cursor_final.str());
@@ -826,6 +894,11 @@ absl::Status AccountingStore::RebuildRollups() {
     txn.exec(absl::StrCat("INSERT INTO usage_rollups SELECT 0, h.* FROM (",
                           HourRollupSelect(""), ") h"));
     txn.exec(DayMonthFromHours());
+    // Every hour with lines may have new allocations: its idle line too.
+    txn.exec(
+        "UPDATE idle_state SET computed_until_ms = least(computed_until_ms, "
+        "coalesce((SELECT min(period_start_ms) FROM usage_lines), "
+        "computed_until_ms))");
     return absl::OkStatus();
   });
 }
@@ -1108,6 +1181,169 @@ absl::Status AccountingStore::WriteBudgetStatus(
     if (!events.empty()) AppendEvents(txn, events);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<IdlePassResult> AccountingStore::IdlePass(
+    TimeMs closed_until, int max_hours, std::string_view default_currency,
+    absl::FunctionRef<absl::StatusOr<IdleWrite>(const pricing::PriceBook&,
+                                                const IdleInput&)>
+        compute) {
+  IdlePassResult result;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    result = IdlePassResult();
+    // The cursor's row first: node changes and prices (which lower it) wait
+    // for this pass, or have committed before what it reads.
+    pqxx::result state = txn.exec_prepared("acct_idle_state");
+    if (state.empty()) return absl::DataLossError("idle_state has no row");
+    const TimeMs cursor = state[0][0].as<int64_t>();
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", kRollupLock);
+    std::set<TimeMs> hours;
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_idle_dirty_hours", closed_until)) {
+      hours.insert(r[0].as<int64_t>());
+    }
+    TimeMs until = cursor;
+    for (int i = 0;
+         i < max_hours && until + pricing::kMsPerHour <= closed_until;
+         ++i, until += pricing::kMsPerHour) {
+      hours.insert(until);
+    }
+    if (hours.empty()) return absl::OkStatus();
+    pqxx::result currency = txn.exec_prepared("acct_currency");
+    TY_ASSIGN_OR_RETURN(
+        pricing::PriceBook book,
+        pricing::PriceBook::Create(currency.empty()
+                                       ? default_currency
+                                       : currency[0][0].as<std::string>()));
+    TY_RETURN_IF_ERROR(LoadStoredPrices(txn, book));
+    IdleInput input;
+    input.hours.assign(hours.begin(), hours.end());
+    ArrayLiteral hour_array;
+    for (TimeMs h : input.hours) hour_array.Int(h);
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_idle_capacity", input.hours.front(),
+                           input.hours.back() + pricing::kMsPerHour)) {
+      input.held[r[0].as<std::string>()].push_back(
+          {.start_time = r[1].as<int64_t>(),
+           .end_time = r[2].as<int64_t>(),
+           .gpus = r[3].as<int64_t>(),
+           .cpu_millis = r[4].as<int64_t>(),
+           .memory_bytes = r[5].as<int64_t>()});
+    }
+    for (const pqxx::row& r : txn.exec_prepared("acct_idle_flavors")) {
+      trainyard::v1::Flavor flavor;
+      if (flavor.ParseFromString(BytesOf(r[1])) &&
+          flavor.kind() == trainyard::v1::FLAVOR_KIND_SPOT) {
+        input.spot.insert(r[0].as<std::string>());
+      }
+    }
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_idle_allocated", hour_array.str())) {
+      LedgerLine line;
+      line.period_start = r[0].as<int64_t>();
+      line.keys.flavor = r[1].as<std::string>();
+      line.keys.tenant = r[2].as<std::string>();
+      line.cost_micros = r[3].as<int64_t>();
+      input.allocated.push_back(std::move(line));
+    }
+    TY_ASSIGN_OR_RETURN(IdleWrite write, compute(book, input));
+    txn.exec_prepared("acct_idle_clear", hour_array.str());
+    if (!write.lines.empty()) {
+      ArrayLiteral c[7];
+      for (const pricing::IdleLine& l : write.lines) {
+        c[0].Int(l.period_start);
+        c[1].Text(l.pool);
+        c[2].Bool(l.reserved);
+        c[3].Int(l.paid_micros);
+        c[4].Int(l.allocated_micros);
+        c[5].Int(l.idle_micros);
+        c[6].Bool(l.spot_price_gap);
+      }
+      txn.exec_prepared("acct_idle_insert_lines", c[0].str(), c[1].str(),
+                        c[2].str(), c[3].str(), c[4].str(), c[5].str(),
+                        c[6].str());
+    }
+    if (!write.shares.empty()) {
+      ArrayLiteral c[4];
+      for (const IdleShareRow& share : write.shares) {
+        c[0].Int(share.period_start);
+        c[1].Text(share.pool);
+        c[2].Text(share.tenant);
+        c[3].Int(share.micros);
+      }
+      txn.exec_prepared("acct_idle_insert_shares", c[0].str(), c[1].str(),
+                        c[2].str(), c[3].str());
+    }
+    txn.exec_prepared("acct_idle_done", hour_array.str(),
+                      std::max(cursor, until));
+    result.hours = static_cast<int>(input.hours.size());
+    result.lines = static_cast<int>(write.lines.size());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return result;
+}
+
+absl::StatusOr<std::vector<pricing::IdleLine>> AccountingStore::LoadIdleLines(
+    TimeMs start_ms, TimeMs end_ms, const std::string& flavor) {
+  std::vector<pricing::IdleLine> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_idle_lines", start_ms, end_ms, flavor)) {
+      out.push_back({.pool = r[1].as<std::string>(),
+                     .period_start = r[0].as<int64_t>(),
+                     .reserved = r[2].as<bool>(),
+                     .paid_micros = r[3].as<int64_t>(),
+                     .allocated_micros = r[4].as<int64_t>(),
+                     .idle_micros = r[5].as<int64_t>(),
+                     .spot_price_gap = r[6].as<bool>()});
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<IdleShareRow>> AccountingStore::LoadIdleShares(
+    TimeMs start_ms, TimeMs end_ms, const std::string& flavor,
+    const std::string& tenant) {
+  std::vector<IdleShareRow> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r : txn.exec_prepared("acct_idle_shares", start_ms,
+                                                end_ms, flavor, tenant)) {
+      out.push_back({.pool = r[1].as<std::string>(),
+                     .period_start = r[0].as<int64_t>(),
+                     .tenant = r[2].as<std::string>(),
+                     .micros = r[3].as<int64_t>()});
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<CapacityInterval>> AccountingStore::CapacityHistory(
+    const std::string& flavor) {
+  std::vector<CapacityInterval> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.clear();
+    for (const pqxx::row& r :
+         txn.exec_prepared("acct_capacity_history", flavor)) {
+      CapacityInterval c{.flavor = r[0].as<std::string>(),
+                         .start_ms = r[1].as<int64_t>(),
+                         .nodes = r[3].as<int32_t>(),
+                         .gpus = r[4].as<int64_t>(),
+                         .cpu_millis = r[5].as<int64_t>(),
+                         .memory_bytes = r[6].as<int64_t>()};
+      if (!r[2].is_null()) c.end_ms = r[2].as<int64_t>();
+      out.push_back(std::move(c));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 }  // namespace trainyard::storage::postgres

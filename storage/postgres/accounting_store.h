@@ -10,12 +10,14 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/accounting/pricing/idle.h"
 #include "services/accounting/pricing/meter.h"
 #include "services/accounting/pricing/price_book.h"
 #include "services/accounting/pricing/report.h"
@@ -129,6 +131,49 @@ struct CurrentPrices {
   std::optional<int64_t> spot_gpu_hour;
 };
 
+// --- Idle cost (migration 0009_idle_cost.sql) ---
+
+// What a flavor's nodes held together over [start_ms, end_ms) (pool_capacity;
+// kept by a trigger on `nodes`).
+struct CapacityInterval {
+  std::string flavor;
+  pricing::TimeMs start_ms = 0;
+  std::optional<pricing::TimeMs> end_ms;  // none: still held
+  int32_t nodes = 0;
+  int64_t gpus = 0;
+  int64_t cpu_millis = 0;
+  int64_t memory_bytes = 0;
+};
+
+// What an idle pass computes the idle lines of `hours` from.
+struct IdleInput {
+  // Closed UTC hours, ascending.
+  std::vector<pricing::TimeMs> hours;
+  // The capacity each flavor held from the first hour's start to the last
+  // hour's end (an interval still open ends there), by flavor.
+  std::map<std::string, std::vector<pricing::CapacityHeld>> held;
+  // Flavors of kind FLAVOR_KIND_SPOT.
+  std::set<std::string> spot;
+  // The ledger's cost of each (hour, flavor, tenant) of the hours, one line
+  // each (keys.tenant, keys.flavor, period_start, cost_micros), from the hour
+  // rollups.
+  std::vector<pricing::LedgerLine> allocated;
+};
+
+// A tenant's share of the idle line of (flavor, hour).
+using IdleShareRow = pricing::IdleShareLine;
+
+// What an idle pass writes: every idle line of its hours, and their shares.
+struct IdleWrite {
+  std::vector<pricing::IdleLine> lines;
+  std::vector<IdleShareRow> shares;
+};
+
+struct IdlePassResult {
+  int hours = 0;  // hours computed
+  int lines = 0;  // idle lines written
+};
+
 class AccountingStore {
  public:
   explicit AccountingStore(Database* db);
@@ -211,6 +256,37 @@ class AccountingStore {
   // scheduler prices expected costs with).
   absl::StatusOr<std::map<std::string, CurrentPrices>> PricesAt(
       pricing::TimeMs at);
+
+  // --- Idle cost ---
+
+  // One idle pass, in one transaction: the hours to compute are those a late
+  // line made dirty and the hours from the cursor (idle_state) on, at most
+  // `max_hours` of them, all before `closed_until` (a UTC hour boundary).
+  // Holding the cursor's row and the rollup lock (so that no node change,
+  // price or metering batch interleaves), it loads the book and the input,
+  // calls `compute`, replaces the idle lines and shares of those hours with
+  // what it returns, and moves the cursor. Computing the same hours again
+  // writes the same rows.
+  absl::StatusOr<IdlePassResult> IdlePass(
+      pricing::TimeMs closed_until, int max_hours,
+      std::string_view default_currency,
+      absl::FunctionRef<absl::StatusOr<IdleWrite>(const pricing::PriceBook&,
+                                                  const IdleInput&)>
+          compute);
+
+  // The stored idle lines whose hour is in [start_ms, end_ms), ascending by
+  // (hour, flavor); of one flavor unless `flavor` is "".
+  absl::StatusOr<std::vector<pricing::IdleLine>> LoadIdleLines(
+      pricing::TimeMs start_ms, pricing::TimeMs end_ms,
+      const std::string& flavor = "");
+  // Their shares, ascending by (hour, flavor, tenant); of one flavor and one
+  // tenant unless "".
+  absl::StatusOr<std::vector<IdleShareRow>> LoadIdleShares(
+      pricing::TimeMs start_ms, pricing::TimeMs end_ms,
+      const std::string& flavor = "", const std::string& tenant = "");
+  // A flavor's capacity history, ascending.
+  absl::StatusOr<std::vector<CapacityInterval>> CapacityHistory(
+      const std::string& flavor);
 
   // --- Budgets (the objects themselves are ObjectStore's BudgetKind) ---
 

@@ -21,6 +21,7 @@
 #include "storage/postgres/pool.h"
 #include "storage/postgres/scheduler_store.h"
 #include "tests/fixtures/local_postgres.h"
+#include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/queue.pb.h"
 
 namespace trainyard::storage::postgres {
@@ -182,7 +183,11 @@ TEST(MigrationTest, RollupsMigrationFillsListCostAttemptStartsAndRollups) {
     line(2, 1, 2, h0 - kH, h0 - kH + 60'000, true, 1, 19);
     txn.commit();
   }
-  auto m = Migrate(*url);
+  std::vector<Migration> upto7 = before;
+  for (const Migration& m : EmbeddedMigrations()) {
+    if (m.version == 7) upto7.push_back(m);
+  }
+  auto m = Migrate(*url, upto7);
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->applied, std::vector<int>{7});
   pqxx::connection conn(*url);
@@ -218,6 +223,87 @@ TEST(MigrationTest, RollupsMigrationFillsListCostAttemptStartsAndRollups) {
                       "= 2 AND resource = 1")[0]
                 .as<int>(),
             2);
+}
+
+// Migration 0009 over nodes written before it: each node's capacity read
+// from its body (a serialized trainyard.v1.Node with every kind of field
+// around the capacity), summed per flavor into an open interval from the
+// migration on; the trigger then moves it.
+TEST(MigrationTest, IdleMigrationReadsTheCapacityOfTheNodesThere) {
+  auto url = testing::SharedPostgres()->CreateDatabase();
+  ASSERT_TRUE(url.ok()) << url.status();
+  std::vector<Migration> before;
+  for (const Migration& m : EmbeddedMigrations()) {
+    if (m.version < 9) before.push_back(m);
+  }
+  ASSERT_TRUE(Migrate(*url, before).ok());
+  auto body = [](int gpus, int64_t cpu, int64_t memory) {
+    trainyard::v1::Node node;
+    node.set_name("clusters/c/nodes/x");
+    node.set_pool("p");
+    node.mutable_capacity()->set_gpus(gpus);
+    node.mutable_capacity()->set_gpu_model("H100");
+    node.mutable_capacity()->set_cpu_millis(cpu);
+    node.mutable_capacity()->set_memory_bytes(memory);
+    node.mutable_topology()->set_rack("r1");
+    (*node.mutable_labels())["zone"] = "a";
+    node.set_state(trainyard::v1::NODE_STATE_DRAINING);
+    node.set_state_message("maintenance");
+    node.mutable_report_time()->set_seconds(1'793'491'200);
+    node.mutable_report_time()->set_nanos(5);
+    std::string out;
+    node.SerializeToString(&out);
+    return out;
+  };
+  const int64_t big = int64_t{3} << 40;  // 3 TiB: a 6-byte varint
+  {
+    pqxx::connection conn(*url);
+    pqxx::work txn(conn);
+    txn.exec(
+        "INSERT INTO flavors (id, body) VALUES ('f', ''), ('g', ''); INSERT "
+        "INTO clusters (id, body) VALUES ('c', ''); INSERT INTO pools "
+        "(cluster, id, flavor, body) VALUES ('c', 'p', 'f', ''), ('c', 'q', "
+        "'g', '')");
+    auto node = [&](const char* id, const char* pool, const std::string& b) {
+      txn.exec_params(
+          "INSERT INTO nodes (cluster, id, pool, state, body) VALUES ('c', "
+          "$1, $2, 1, $3)",
+          id, pool, pqxx::binarystring(b));
+    };
+    node("n1", "p", body(8, 64'000, big));
+    node("n2", "p", body(0, 300, 1));
+    node("n3", "q", body(4, 0, 0));
+    txn.commit();
+  }
+  auto m = Migrate(*url);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->applied.back(), 9);
+  pqxx::connection conn(*url);
+  pqxx::work txn(conn);
+  std::vector<std::string> got;
+  for (const pqxx::row& r : txn.exec(
+           "SELECT flavor || ' ' || (start_ms = (SELECT computed_until_ms "
+           "FROM idle_state)) || ' ' || coalesce(end_ms::text, 'open') || ' ' "
+           "|| nodes || ' ' || gpus || ' ' || cpu_millis || ' ' || "
+           "memory_bytes FROM pool_capacity ORDER BY flavor, start_ms")) {
+    got.push_back(r[0].as<std::string>());
+  }
+  EXPECT_THAT(got, ::testing::ElementsAre(
+                       absl::StrCat("f true open 2 8 64300 ", big + 1),
+                       "g true open 1 4 0 0"));
+  // Removing n1 later closes f's interval and opens one without it.
+  txn.exec("SET LOCAL trainyard.capacity_change_ms = '9000000000000'");
+  txn.exec("DELETE FROM nodes WHERE id = 'n1'");
+  got.clear();
+  for (const pqxx::row& r : txn.exec(
+           "SELECT coalesce(end_ms::text, 'open') || ' ' || nodes || ' ' || "
+           "gpus || ' ' || cpu_millis || ' ' || memory_bytes FROM "
+           "pool_capacity WHERE flavor = 'f' ORDER BY start_ms")) {
+    got.push_back(r[0].as<std::string>());
+  }
+  EXPECT_THAT(got, ::testing::ElementsAre(
+                       absl::StrCat("9000000000000 2 8 64300 ", big + 1),
+                       "open 1 0 300 1"));
 }
 
 TEST_F(PostgresTest, RefusesASchemaNewerThanTheBinary) {

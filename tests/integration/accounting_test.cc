@@ -121,11 +121,12 @@ class AccountingTest : public ::testing::Test {
   }
 
   void RecordAttempt(int64_t job_id, int64_t start_ms,
-                     std::optional<int64_t> end_ms, v1::FailureClass failure) {
+                     std::optional<int64_t> end_ms, v1::FailureClass failure,
+                     const std::string& flavor = "gpu") {
     v1::Attempt attempt;
     attempt.set_index(1);
     attempt.set_cluster("clusters/sim");
-    attempt.set_flavor("flavors/gpu");
+    attempt.set_flavor(absl::StrCat("flavors/", flavor));
     *attempt.mutable_start_time() = Ts(start_ms);
     if (end_ms.has_value()) *attempt.mutable_end_time() = Ts(*end_ms);
     attempt.set_failure_class(failure);
@@ -134,13 +135,14 @@ class AccountingTest : public ::testing::Test {
     absl::Status s = db_->Transact([&](pqxx::work& txn) {
       txn.exec_params(
           "INSERT INTO attempts (job_id, idx, cluster, flavor, body, "
-          "start_time, end_time) VALUES ($1, 1, 'sim', 'gpu', $2, "
+          "start_time, end_time) VALUES ($1, 1, 'sim', $5, $2, "
           "to_timestamp($3::bigint / 1000.0), CASE WHEN $4::bigint IS NULL "
           "THEN NULL ELSE to_timestamp($4::bigint / 1000.0) END) ON CONFLICT "
           "(job_id, idx) DO UPDATE SET body = EXCLUDED.body, end_time = "
           "EXCLUDED.end_time",
           job_id, pqxx::binarystring(body), start_ms,
-          end_ms.has_value() ? std::optional<int64_t>(*end_ms) : std::nullopt);
+          end_ms.has_value() ? std::optional<int64_t>(*end_ms) : std::nullopt,
+          flavor);
       return absl::OkStatus();
     });
     ASSERT_TRUE(s.ok()) << s;
@@ -991,6 +993,417 @@ namespace {
 // limit), each threshold notified once (an event on the tenant's Watch
 // stream and the webhook's JSON), an edit re-arming the thresholds it no
 // longer reaches.
+// --- Idle cost ---
+
+// Half-even rounding of n / d (d > 0), in 128 bits: the test's own.
+int64_t RoundHalfEven(__int128 n, __int128 d) {
+  __int128 q = n / d;
+  const __int128 r = n % d;
+  if (2 * r > d || (2 * r == d && q % 2 != 0)) ++q;
+  return static_cast<int64_t>(q);
+}
+
+class IdleTest : public AccountingTest {
+ protected:
+  static constexpr int64_t kGpuHour = 2'000'000;  // $2 per GPU-hour
+  static constexpr int64_t kCoreHour = 40'000;    // $0.04 per core-hour
+  static constexpr int64_t kGibHour = 5'000;      // $0.005 per GiB-hour
+  static constexpr int64_t kGib = int64_t{1} << 30;
+
+  void SetUp() override {
+    AccountingTest::SetUp();
+    ASSERT_TRUE(harness_->SeedTenant("bolt").ok());
+    auto c = harness_->clusters();
+    v1::CreateFlavorRequest flavor;
+    flavor.set_flavor_id("idle");
+    flavor.mutable_flavor()->set_kind(v1::FLAVOR_KIND_ON_DEMAND);
+    flavor.mutable_flavor()->set_gpu_model("A100");
+    v1::Flavor made;
+    ASSERT_TRUE(
+        c->CreateFlavor(ApiHarness::Context(harness_->admin_token()).get(),
+                        flavor, &made)
+            .ok());
+    v1::CreatePoolRequest pool;
+    pool.set_parent("clusters/sim");
+    pool.set_pool_id("idle");
+    pool.mutable_pool()->set_flavor("idle");
+    v1::Pool pool_out;
+    ASSERT_TRUE(
+        c->CreatePool(ApiHarness::Context(harness_->admin_token()).get(), pool,
+                      &pool_out)
+            .ok());
+    for (auto [r, micros] : {std::pair{v1::RESOURCE_NAME_GPU, kGpuHour},
+                             std::pair{v1::RESOURCE_NAME_CPU, kCoreHour},
+                             std::pair{v1::RESOURCE_NAME_MEMORY, kGibHour}}) {
+      ASSERT_TRUE(AddRate(harness_->admin_token(), "idle", r, micros,
+                          Ms(2026, 11, 1, 0))
+                      .ok());
+    }
+  }
+
+  // Writes a node of pool "idle" as if at `at_ms` (the trigger's clock is
+  // the session setting): `gpus` GPUs, 8 cores and 64 GiB per GPU; `gpus` <
+  // 0 deletes it. `state` changes only its state.
+  void NodeAt(int64_t at_ms, const std::string& id, int gpus,
+              v1::NodeState state = v1::NODE_STATE_READY) {
+    v1::Node node;
+    node.set_name(absl::StrCat("clusters/sim/nodes/", id));
+    node.set_pool("idle");
+    node.set_state(state);
+    node.mutable_capacity()->set_gpus(std::max(gpus, 0));
+    node.mutable_capacity()->set_gpu_model("A100");
+    node.mutable_capacity()->set_cpu_millis(int64_t{8000} * std::max(gpus, 0));
+    node.mutable_capacity()->set_memory_bytes(64 * kGib * std::max(gpus, 0));
+    std::string body;
+    node.SerializeToString(&body);
+    absl::Status s = db_->Transact([&](pqxx::work& txn) {
+      txn.exec(absl::StrCat("SET LOCAL trainyard.capacity_change_ms = '", at_ms,
+                            "'"));
+      if (gpus < 0) {
+        txn.exec_params("DELETE FROM nodes WHERE cluster = 'sim' AND id = $1",
+                        id);
+      } else {
+        txn.exec_params(
+            "INSERT INTO nodes (cluster, id, pool, state, body) VALUES "
+            "('sim', $1, 'idle', $2, $3) ON CONFLICT (cluster, id) DO UPDATE "
+            "SET state = EXCLUDED.state, body = EXCLUDED.body",
+            id, static_cast<int>(state), pqxx::binarystring(body));
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  // A job of `tenant` with `gpus` GPUs (4 cores, 16 GiB) and its attempt on
+  // flavor "idle".
+  void IdleJob(const std::string& tenant, int gpus, int64_t start_ms,
+               int64_t end_ms) {
+    v1::SubmitJobRequest req =
+        MinimalSubmit(tenant, absl::StrCat("idle-job-", ++jobs_));
+    req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(gpus);
+    const int64_t id = harness_->SubmitJob(harness_->admin_token(), req);
+    RecordAttempt(id, start_ms, end_ms, v1::FAILURE_CLASS_UNSPECIFIED, "idle");
+  }
+
+  // The stored idle lines and shares, as text (to compare passes).
+  std::string IdleTables() {
+    std::string out;
+    absl::Status s = db_->Transact([&](pqxx::work& txn) {
+      for (const pqxx::row& r :
+           txn.exec("SELECT l.*, coalesce((SELECT string_agg(tenant || '=' || "
+                    "micros, ',' ORDER BY tenant) FROM idle_shares s WHERE "
+                    "s.period_start_ms = l.period_start_ms AND s.flavor = "
+                    "l.flavor), '') FROM idle_lines l ORDER BY 1, 2")) {
+        for (const pqxx::field& f : r) absl::StrAppend(&out, f.c_str(), " ");
+        out += "\n";
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  // Every idle line of flavor "idle" equals an independent computation from
+  // the capacity the test wrote (`held`: start, end, gpus; cores and GiB in
+  // proportion), the book's flat rates, the commitment of `committed_hour`
+  // ($10 for that hour) and the ledger's own lines; the shares sum to the
+  // idle cost, each the exact proportional share rounded down or up.
+  void ExpectIdleLines(
+      const std::vector<std::tuple<int64_t, int64_t, int>>& held,
+      const std::vector<int64_t>& hours, int64_t committed_hour) {
+    storage::postgres::AccountingStore store(db_.get());
+    auto lines = store.LoadIdleLines(hours.front(), hours.back() + 3'600'000);
+    ASSERT_TRUE(lines.ok()) << lines.status();
+    ASSERT_EQ(lines->size(), hours.size());
+    auto shares =
+        store.LoadIdleShares(hours.front(), hours.back() + 3'600'000, "idle");
+    ASSERT_TRUE(shares.ok()) << shares.status();
+    for (size_t i = 0; i < hours.size(); ++i) {
+      const int64_t h = hours[i];
+      const pricing::IdleLine& line = (*lines)[i];
+      SCOPED_TRACE(absl::StrCat("hour ", h));
+      EXPECT_EQ(line.pool, "idle");
+      EXPECT_EQ(line.period_start, h);
+      int64_t paid = 0;
+      if (h == committed_hour) {
+        paid = 10'000'000;
+      } else {
+        for (const auto& [from, to, gpus] : held) {
+          const __int128 ms = std::max<int64_t>(
+              0, std::min(to, h + 3'600'000) - std::max(from, h));
+          if (ms == 0) continue;
+          paid += RoundHalfEven(ms * gpus * kGpuHour, 3'600'000);
+          paid += RoundHalfEven(ms * (8000 * gpus) * kCoreHour,
+                                __int128{3'600'000} * 1000);
+          paid += RoundHalfEven(ms * (64 * kGib * gpus) * kGibHour,
+                                __int128{3'600'000} * kGib);
+        }
+      }
+      std::map<std::string, int64_t> by_tenant;
+      int64_t allocated = 0;
+      absl::Status s = db_->Transact([&](pqxx::work& txn) {
+        for (const pqxx::row& r : txn.exec_params(
+                 "SELECT tenant, sum(cost_micros) FROM usage_lines WHERE "
+                 "flavor = 'idle' AND period_start_ms = $1 GROUP BY tenant",
+                 h)) {
+          by_tenant[r[0].as<std::string>()] = r[1].as<int64_t>();
+          allocated += r[1].as<int64_t>();
+        }
+        return absl::OkStatus();
+      });
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(line.paid_micros, paid);
+      EXPECT_EQ(line.allocated_micros, allocated);
+      EXPECT_EQ(line.idle_micros, paid - allocated);
+      EXPECT_EQ(line.allocated_micros + line.idle_micros, line.paid_micros);
+      EXPECT_EQ(line.reserved, h == committed_hour);
+      int64_t shared = 0;
+      int count = 0;
+      for (const auto& share : *shares) {
+        if (share.period_start != h) continue;
+        ++count;
+        shared += share.micros;
+        ASSERT_TRUE(by_tenant.contains(share.tenant)) << share.tenant;
+        // floor or ceil of idle × tenant's allocated / allocated.
+        const __int128 exact =
+            static_cast<__int128>(line.idle_micros) * by_tenant[share.tenant];
+        const __int128 scaled = static_cast<__int128>(share.micros) * allocated;
+        EXPECT_LT(scaled > exact ? scaled - exact : exact - scaled, allocated)
+            << share.tenant;
+      }
+      EXPECT_EQ(count, static_cast<int>(by_tenant.size()));
+      if (allocated > 0) {
+        EXPECT_EQ(shared, line.idle_micros);
+      }
+    }
+  }
+};
+
+TEST_F(IdleTest, IdleLinesAddUpToWhatThePoolsPaidEveryHour) {
+  // The nodes of pool "idle" on 2026-11-03 (8 cores and 64 GiB per GPU).
+  const int64_t h9 = Ms(2026, 11, 3, 9);
+  NodeAt(h9, "i1", 8);
+  NodeAt(Ms(2026, 11, 3, 10, 20), "i2", 4);
+  NodeAt(Ms(2026, 11, 3, 11, 45), "i1", 6);                           // resized
+  NodeAt(Ms(2026, 11, 3, 11, 50), "i1", 6, v1::NODE_STATE_DRAINING);  // held
+  NodeAt(Ms(2026, 11, 3, 12, 30), "i2", -1);                          // removed
+  // The capacity history, exactly.
+  storage::postgres::AccountingStore store(db_.get());
+  auto history = store.CapacityHistory("idle");
+  ASSERT_TRUE(history.ok()) << history.status();
+  struct Want {
+    int64_t start;
+    std::optional<int64_t> end;
+    int nodes;
+    int64_t gpus;
+  };
+  const std::vector<Want> want = {
+      {h9, Ms(2026, 11, 3, 10, 20), 1, 8},
+      {Ms(2026, 11, 3, 10, 20), Ms(2026, 11, 3, 11, 45), 2, 12},
+      {Ms(2026, 11, 3, 11, 45), Ms(2026, 11, 3, 12, 30), 2, 10},
+      {Ms(2026, 11, 3, 12, 30), std::nullopt, 1, 6}};
+  ASSERT_EQ(history->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& got = (*history)[i];
+    EXPECT_EQ(got.start_ms, want[i].start) << i;
+    EXPECT_EQ(got.end_ms, want[i].end) << i;
+    EXPECT_EQ(got.nodes, want[i].nodes) << i;
+    EXPECT_EQ(got.gpus, want[i].gpus) << i;
+    EXPECT_EQ(got.cpu_millis, 8000 * want[i].gpus) << i;
+    EXPECT_EQ(got.memory_bytes, 64 * kGib * want[i].gpus) << i;
+  }
+  // The nodes the harness reported through ReportNodes (4 × 8 GPUs, 64
+  // cores, 512 GiB; one write each, so up to four intervals that tile time)
+  // are held by flavor "gpu" since then.
+  auto gpu = store.CapacityHistory("gpu");
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_FALSE(gpu->empty());
+  ASSERT_LE(gpu->size(), 4u);
+  for (size_t i = 0; i < gpu->size(); ++i) {
+    const auto& c = (*gpu)[i];
+    EXPECT_EQ(c.gpus, 8 * c.nodes) << i;
+    EXPECT_EQ(c.cpu_millis, 64000 * c.nodes) << i;
+    EXPECT_EQ(c.memory_bytes, 512 * kGib * c.nodes) << i;
+    if (i + 1 < gpu->size()) {
+      EXPECT_EQ(c.end_ms, (*gpu)[i + 1].start_ms) << i;
+      EXPECT_LT(c.nodes, (*gpu)[i + 1].nodes) << i;
+    }
+  }
+  EXPECT_FALSE(gpu->back().end_ms.has_value());
+  EXPECT_EQ(gpu->back().nodes, 4);
+
+  // $10 committed for 13:00-14:00: that hour is paid by the commitment.
+  const int64_t h13 = Ms(2026, 11, 3, 13);
+  v1::AddCommitmentRequest commit;
+  commit.mutable_commitment()->set_flavor("idle");
+  commit.mutable_commitment()->mutable_amount()->set_currency_code("USD");
+  commit.mutable_commitment()->mutable_amount()->set_micros(10'000'000);
+  *commit.mutable_commitment()->mutable_start_time() = Ts(h13);
+  *commit.mutable_commitment()->mutable_end_time() = Ts(h13 + 3'600'000);
+  v1::Commitment commit_out;
+  ASSERT_TRUE(
+      stub_
+          ->AddCommitment(ApiHarness::Context(harness_->admin_token()).get(),
+                          commit, &commit_out)
+          .ok());
+
+  IdleJob("acme", 2, Ms(2026, 11, 3, 9, 30), Ms(2026, 11, 3, 11, 10));
+  IdleJob("bolt", 1, Ms(2026, 11, 3, 10, 0), Ms(2026, 11, 3, 12, 40));
+  IdleJob("acme", 4, Ms(2026, 11, 3, 13, 10), Ms(2026, 11, 3, 13, 40));
+  IdleJob("bolt", 3, Ms(2026, 11, 3, 13, 7), Ms(2026, 11, 3, 13, 29));
+
+  auto meter = NewMeter();
+  ASSERT_NE(meter, nullptr);
+  const absl::Time at = absl::FromUnixMillis(Ms(2026, 11, 3, 14, 5));
+  auto pass = meter->RunPass(at);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->idle_lines, 5);  // hours 9 to 13 of "idle"; "gpu" held none
+  const std::vector<std::tuple<int64_t, int64_t, int>> held = {
+      {h9, Ms(2026, 11, 3, 10, 20), 8},
+      {Ms(2026, 11, 3, 10, 20), Ms(2026, 11, 3, 11, 45), 12},
+      {Ms(2026, 11, 3, 11, 45), Ms(2026, 11, 3, 12, 30), 10},
+      {Ms(2026, 11, 3, 12, 30), Ms(2026, 11, 3, 15), 6}};
+  std::vector<int64_t> hours;
+  for (int h = 9; h <= 13; ++h) hours.push_back(Ms(2026, 11, 3, h));
+  ExpectIdleLines(held, hours, h13);
+
+  // Another pass changes nothing.
+  const std::string before = IdleTables();
+  pass = meter->RunPass(at);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->idle_hours, 0);
+  EXPECT_EQ(IdleTables(), before);
+
+  // A line recorded late for a computed hour: that hour alone is computed
+  // again.
+  IdleJob("bolt", 2, Ms(2026, 11, 3, 10, 5), Ms(2026, 11, 3, 10, 35));
+  pass = meter->RunPass(at);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->idle_hours, 1);
+  EXPECT_NE(IdleTables(), before);
+  ExpectIdleLines(held, hours, h13);
+
+  // An hour that closes later: computed by the next pass.
+  pass = meter->RunPass(absl::FromUnixMillis(Ms(2026, 11, 3, 15, 1)));
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->idle_hours, 1);
+  hours.push_back(Ms(2026, 11, 3, 14));
+  ExpectIdleLines(held, hours, h13);
+
+  // Reports: with the idle cost, the total is what the pool paid.
+  auto paid = store.LoadIdleLines(h9, h9 + 6 * 3'600'000, "idle");
+  auto shares = store.LoadIdleShares(h9, h9 + 6 * 3'600'000, "idle");
+  ASSERT_TRUE(paid.ok() && shares.ok());
+  int64_t total_paid = 0, total_idle = 0;
+  for (const auto& line : *paid) {
+    total_paid += line.paid_micros;
+    total_idle += line.idle_micros;
+  }
+  std::map<std::string, int64_t> share_of;
+  for (const auto& share : *shares) share_of[share.tenant] += share.micros;
+  std::map<std::string, int64_t> billed;  // lines' tenant cost by tenant
+  absl::Status read = db_->Transact([&](pqxx::work& txn) {
+    for (const pqxx::row& r : txn.exec(
+             "SELECT tenant, sum(tenant_cost_micros) FROM usage_lines WHERE "
+             "flavor = 'idle' GROUP BY tenant")) {
+      billed[r[0].as<std::string>()] = r[1].as<int64_t>();
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(read.ok()) << read;
+  v1::GetReportRequest req;
+  req.set_parent("tenants/-");
+  *req.mutable_start_time() = Ts(h9);
+  *req.mutable_end_time() = Ts(h9 + 6 * 3'600'000);
+  req.set_flavor("idle");
+  req.add_group_by(v1::REPORT_DIMENSION_TENANT);
+  req.add_group_by(v1::REPORT_DIMENSION_FLAVOR);
+  auto report = [&](const v1::GetReportRequest& r, const std::string& token,
+                    v1::ErrorInfo* info = nullptr) {
+    v1::Report out;
+    auto ctx = ApiHarness::Context(token);
+    grpc::Status s = stub_->GetReport(ctx.get(), r, &out);
+    if (info != nullptr) {
+      *info = ErrorInfoOf(*ctx);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    } else {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    return out;
+  };
+  const std::string admin = harness_->admin_token();
+  v1::Report plain = report(req, admin);
+  req.set_include_idle(true);
+  v1::Report with_idle = report(req, admin);
+  EXPECT_EQ(with_idle.total().cost().micros(),
+            plain.total().cost().micros() + total_idle);
+  EXPECT_EQ(with_idle.total().cost().micros(), total_paid);
+  EXPECT_EQ(with_idle.total().idle_cost().micros(), total_idle);
+  EXPECT_EQ(with_idle.rows_size(), plain.rows_size() + 1);
+  for (const v1::ReportRow& row : with_idle.rows()) {
+    if (row.keys(0) != "__idle__") continue;
+    EXPECT_EQ(row.keys(1), "idle");
+    EXPECT_EQ(row.cost().micros(), total_idle);
+    EXPECT_EQ(row.platform_cost().micros(), total_idle);
+    EXPECT_EQ(row.tenant_cost().micros(), 0);
+  }
+  req.set_share_idle(true);
+  v1::Report shared = report(req, admin);
+  EXPECT_EQ(shared.total().cost().micros(), total_paid);
+  int64_t rows = 0;
+  for (const v1::ReportRow& row : shared.rows()) {
+    rows += row.cost().micros();
+    if (row.keys(0) == "__idle__") {
+      // Hour 14: nobody used the pool.
+      EXPECT_EQ(row.cost().micros(), paid->back().idle_micros);
+      continue;
+    }
+    EXPECT_EQ(row.idle_cost().micros(), share_of[row.keys(0)]) << row.keys(0);
+    EXPECT_EQ(row.tenant_cost().micros(),
+              billed[row.keys(0)] + share_of[row.keys(0)])
+        << row.keys(0);
+  }
+  EXPECT_EQ(rows, total_paid);
+  // A tenant's finance sees its share, and cannot ask for the idle cost.
+  const std::string finance =
+      harness_->Token("users/fin", v1::ROLE_FINANCE, "bolt");
+  req.set_parent("tenants/bolt");
+  v1::Report bolt = report(req, finance);
+  ASSERT_EQ(bolt.rows_size(), 1);
+  EXPECT_EQ(bolt.rows(0).idle_cost().micros(), share_of["bolt"]);
+  req.set_share_idle(false);
+  v1::ErrorInfo info;
+  report(req, finance, &info);
+  EXPECT_EQ(info.field(), "include_idle");
+  // Shares cannot be grouped by user: refused, not ignored.
+  req.set_parent("tenants/-");
+  req.set_share_idle(true);
+  req.add_group_by(v1::REPORT_DIMENSION_USER);
+  report(req, admin, &info);
+  EXPECT_EQ(info.field(), "share_idle");
+
+  // FOCUS CSV: the idle row, its x_IdleCost, its cost the platform's.
+  req.clear_group_by();
+  req.add_group_by(v1::REPORT_DIMENSION_TENANT);
+  req.set_share_idle(false);
+  v1::ExportReportRequest ex;
+  *ex.mutable_report() = req;
+  ex.set_format(v1::REPORT_FORMAT_CSV);
+  auto ectx = ApiHarness::Context(admin);
+  auto reader = stub_->ExportReport(ectx.get(), ex);
+  std::string csv;
+  v1::ExportReportResponse chunk;
+  while (reader->Read(&chunk)) csv += chunk.data();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_NE(csv.find(",x_IdleCost\r\n"), std::string::npos) << csv;
+  const std::string idle_text = pricing::MicrosToDecimal(total_idle);
+  EXPECT_NE(csv.find(absl::StrCat("\r\n__idle__,")), std::string::npos) << csv;
+  EXPECT_NE(
+      csv.find(absl::StrCat(",", idle_text, ",false,0,", idle_text, "\r\n")),
+      std::string::npos)
+      << csv;
+}
+
 class BudgetTest : public AccountingTest {
  protected:
   grpc::Status CreateBudget(const std::string& token, const std::string& id,

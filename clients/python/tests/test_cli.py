@@ -262,6 +262,21 @@ def test_cost_by_project_and_job_cost_columns(yard, stack):
     total = int(report.get("total", {}).get("cost", {}).get("micros", 0))
     assert total == sum(int(row.get("cost", {}).get("micros", 0))
                         for row in report.get("rows", []))
+    # With the pools' idle cost: an IDLE column, and a total that is still the rows' sum;
+    # shares cannot be grouped by user (refused, naming the field).
+    r = yard("cost", "--by", "tenant,flavor", "--all-tenants", "--include-idle",
+             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 0 and "IDLE" in r.out.splitlines()[1], r
+    r = yard("cost", "-o", "json", "--by", "tenant,flavor", "--all-tenants", "--share-idle",
+             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 0, r
+    report = json.loads(r.out)
+    total = int(report.get("total", {}).get("cost", {}).get("micros", 0))
+    assert total == sum(int(row.get("cost", {}).get("micros", 0))
+                        for row in report.get("rows", []))
+    r = yard("cost", "--by", "user", "--all-tenants", "--share-idle",
+             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
+    assert r.code == 2 and "share_idle" in r.err, r
     r = yard("cost")
     assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
     r = yard("jobs")

@@ -442,11 +442,14 @@ def cmd_report(args):
             if fmt in ("csv",):
                 data = c.export_report(fmt="csv", period=args.period, group_by=group_by,
                                        project=args.project or "", queue=args.queue or "",
-                                       all_tenants=args.all_tenants)
+                                       all_tenants=args.all_tenants,
+                                       include_idle=args.include_idle,
+                                       share_idle=args.share_idle)
                 sys.stdout.write(data.decode())
                 return EXIT_OK
             report = c.report(period=args.period, group_by=group_by, project=args.project or "",
-                              queue=args.queue or "", all_tenants=args.all_tenants)
+                              queue=args.queue or "", all_tenants=args.all_tenants,
+                              include_idle=args.include_idle, share_idle=args.share_idle)
     except Unimplemented as e:
         raise Unimplemented(e.code, "accounting reports are not available: this server does "
                             "not run the AccountingService yet", method=e.method) from None
@@ -471,16 +474,20 @@ def cmd_cost(args):
     by = [g.strip() for g in args.by.split(",") if g.strip()]
     with _client(args) as c:
         report = c.report(period=period, group_by=by, project=args.project or "",
-                          queue=args.queue or "", all_tenants=args.all_tenants)
+                          queue=args.queue or "", all_tenants=args.all_tenants,
+                          include_idle=args.include_idle, share_idle=args.share_idle)
     if args.output != "table":
         output.dump(report, args.output)
         return EXIT_OK
 
+    idle = args.include_idle or args.share_idle
+
     def cells(r):
         return [r.gpu_hours or "0", output.money(r.cost), output.money(r.lost_work_cost),
-                output.money(r.effective_gpu_hour_price), r.attempts]
+                output.money(r.effective_gpu_hour_price), r.attempts] + (
+                    [output.money(r.idle_cost)] if idle else [])
     headers = [g.upper() for g in by] + ["GPU-HOURS", "COST", "LOST WORK", "PER GPU-HOUR",
-                                        "ATTEMPTS"]
+                                        "ATTEMPTS"] + (["IDLE"] if idle else [])
     rows = [list(r.keys) + cells(r) for r in report.rows]
     rows.append(["TOTAL"] + [""] * (len(by) - 1) + cells(report.total))
     print(f"{period} ({report.currency})")
@@ -829,6 +836,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--project")
     sp.add_argument("--queue")
     sp.add_argument("--all-tenants", action="store_true")
+    sp.add_argument("--include-idle", action="store_true",
+                    help="add the pools' idle cost (rows of tenant __idle__)")
+    sp.add_argument("--share-idle", action="store_true",
+                    help="hand each pool's idle cost to its tenants by use")
 
     sp = add("cost", cmd_cost, "what was spent, by project, user or queue, over a window")
     sp.add_argument("--by", default="project",
@@ -838,6 +849,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--project")
     sp.add_argument("--queue")
     sp.add_argument("--all-tenants", action="store_true")
+    sp.add_argument("--include-idle", action="store_true",
+                    help="add the pools' idle cost (rows of tenant __idle__)")
+    sp.add_argument("--share-idle", action="store_true",
+                    help="hand each pool's idle cost to its tenants by use")
 
     sp = add("prices", cmd_prices, "the price book: rates, spot prices and commitments")
     sp.add_argument("--all", action="store_true", help="every spot price observation")

@@ -516,7 +516,7 @@ class Client:
     # --- accounting ---------------------------------------------------------------------------
 
     def _report_request(self, period: Optional[str], start, end, group_by, project, queue,
-                        tenant, all_tenants):
+                        tenant, all_tenants, include_idle=False, share_idle=False):
         if period:
             start, end = month_range(period)
         if start is None or end is None:
@@ -524,7 +524,8 @@ class Client:
                                   "period: give a period (YYYY-MM) or start and end",
                                   field="period")
         req = accounting_pb2.GetReportRequest(parent=self._parent(tenant, all_tenants),
-                                              project=project, queue=queue)
+                                              project=project, queue=queue,
+                                              include_idle=include_idle, share_idle=share_idle)
         req.start_time.FromDatetime(start)
         req.end_time.FromDatetime(end)
         for g in group_by:
@@ -615,11 +616,14 @@ class Client:
 
     def report(self, *, period: Optional[str] = None, start=None, end=None,
                group_by: Sequence[str] = ("project",), project: str = "", queue: str = "",
-               tenant: Optional[str] = None, all_tenants: bool = False):
-        """A usage and cost report (``AccountingService.GetReport``). Raises
-        :class:`trainyard.errors.Unimplemented` on servers without the accounting service."""
+               tenant: Optional[str] = None, all_tenants: bool = False,
+               include_idle: bool = False, share_idle: bool = False):
+        """A usage and cost report (``AccountingService.GetReport``). ``include_idle`` adds the
+        pools' idle cost in ``__idle__`` rows; ``share_idle`` hands it to the tenants by use.
+        Raises :class:`trainyard.errors.Unimplemented` on servers without the accounting
+        service."""
         req = self._report_request(period, start, end, group_by, project, queue, tenant,
-                                   all_tenants)
+                                   all_tenants, include_idle, share_idle)
         return self._call(self._accounting.GetReport, req, "AccountingService.GetReport")
 
     def invoice(self, month: str, *, tenant: Optional[str] = None):
@@ -638,7 +642,9 @@ class Client:
                                         kwargs.pop("group_by", ("project",)),
                                         kwargs.pop("project", ""), kwargs.pop("queue", ""),
                                         kwargs.pop("tenant", None),
-                                        kwargs.pop("all_tenants", False)),
+                                        kwargs.pop("all_tenants", False),
+                                        kwargs.pop("include_idle", False),
+                                        kwargs.pop("share_idle", False)),
             format=accounting_pb2.REPORT_FORMAT_CSV if fmt == "csv" else accounting_pb2.REPORT_FORMAT_JSON)
         try:
             chunks = self._accounting.ExportReport(req, metadata=self._metadata(),

@@ -89,6 +89,14 @@ struct IdleShare {
 std::vector<IdleShare> ShareIdle(const IdleLine& idle,
                                  absl::Span<const LedgerLine> lines);
 
+// A tenant's share of the idle line of (pool, period_start), as stored.
+struct IdleShareLine {
+  std::string pool;
+  TimeMs period_start = 0;
+  std::string tenant;
+  int64_t micros = 0;
+};
+
 }  // namespace trainyard::accounting::pricing
 
 #endif  // TRAINYARD_SERVICES_ACCOUNTING_PRICING_IDLE_H_

@@ -183,6 +183,40 @@ absl::StatusOr<absl::TimeZone> CheckQuery(const ReportQuery& q) {
                         Cat("must be GPU, CPU or MEMORY, got \"", value, "\""));
     }
   }
+  // Idle cost is a pool's in an hour; a share of it, a tenant's too. A
+  // grouping or filter they cannot honour is refused, not ignored.
+  if (q.share_idle) {
+    for (Dimension d : q.group_by) {
+      if (d != Dimension::kTenant && d != Dimension::kFlavor) {
+        return FieldError(
+            "share_idle", reason::kInvalidValue,
+            Cat("idle cost is shared by tenant and pool only: it cannot be "
+                "grouped by ",
+                DimensionLabel(d)));
+      }
+    }
+  }
+  if (q.include_idle || q.share_idle) {
+    const char* field = q.share_idle ? "share_idle" : "include_idle";
+    for (const auto& [d, value] : q.filters) {
+      if (d == Dimension::kFlavor) continue;
+      if (d == Dimension::kTenant) {
+        if (q.share_idle) continue;
+        return FieldError(
+            field, reason::kInvalidValue,
+            "idle cost is no tenant's: a report of one tenant can hold its "
+            "share of it (share_idle), not the idle cost itself");
+      }
+      return FieldError(field, reason::kInvalidValue,
+                        Cat("idle cost cannot be filtered by ",
+                            DimensionLabel(d), ": it belongs to a pool"));
+    }
+    if (!q.label_filters.empty()) {
+      return FieldError(field, reason::kInvalidValue,
+                        "idle cost cannot be filtered by job labels: it "
+                        "belongs to a pool");
+    }
+  }
   return tz;
 }
 
@@ -366,6 +400,7 @@ absl::StatusOr<Json> FocusRow(const ReportRow& row, const Report& report,
   out["x_PlatformCost"] = MicrosToDecimal(row.platform_cost_micros);
   out["x_SpotPriceGap"] = row.spot_price_gap;
   out["x_Attempts"] = row.attempts;
+  out["x_IdleCost"] = MicrosToDecimal(row.idle_cost_micros);
   return out;
 }
 
@@ -483,6 +518,97 @@ absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
   return report;
 }
 
+absl::Status AddIdle(absl::Span<const IdleLine> idle,
+                     absl::Span<const IdleShareLine> shares,
+                     const ReportQuery& q, Report& report) {
+  if (!q.include_idle && !q.share_idle) return absl::OkStatus();
+  TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds, ReportPeriods(q));
+  auto flavor_filter = q.filters.find(Dimension::kFlavor);
+  auto tenant_filter = q.filters.find(Dimension::kTenant);
+  auto in_report = [&](TimeMs hour, const std::string& pool) {
+    return hour >= q.start && hour < q.end &&
+           (flavor_filter == q.filters.end() || flavor_filter->second == pool);
+  };
+  std::map<std::pair<TimeMs, std::vector<std::string>>, size_t> rows;
+  for (size_t i = 0; i < report.rows.size(); ++i) {
+    rows.emplace(std::pair{report.rows[i].period_start, report.rows[i].keys},
+                 i);
+  }
+  // Adds `micros` of pool's idle cost in `hour` to the row of (tenant, pool)
+  // and to the total; the tenant's when `charged`, else the platform's.
+  auto add = [&](TimeMs hour, const std::string& tenant,
+                 const std::string& pool, int64_t micros, bool charged,
+                 bool gap) -> absl::Status {
+    const size_t p = static_cast<size_t>(
+        std::upper_bound(bounds.begin(), bounds.end(), hour) - bounds.begin() -
+        1);
+    std::vector<std::string> keys;
+    for (Dimension d : q.group_by) {
+      keys.push_back(d == Dimension::kTenant   ? tenant
+                     : d == Dimension::kFlavor ? pool
+                                               : std::string());
+    }
+    auto [it, inserted] =
+        rows.try_emplace(std::pair{bounds[p], keys}, report.rows.size());
+    if (inserted) {
+      ReportRow row;
+      row.keys = std::move(keys);
+      row.period_start = bounds[p];
+      row.period_end = bounds[p + 1];
+      report.rows.push_back(std::move(row));
+    }
+    for (ReportRow* row : {&report.rows[it->second], &report.total}) {
+      TY_ASSIGN_OR_RETURN(row->cost_micros,
+                          domain::CheckedAdd(row->cost_micros, micros));
+      TY_ASSIGN_OR_RETURN(row->idle_cost_micros,
+                          domain::CheckedAdd(row->idle_cost_micros, micros));
+      int64_t& part =
+          charged ? row->tenant_cost_micros : row->platform_cost_micros;
+      TY_ASSIGN_OR_RETURN(part, domain::CheckedAdd(part, micros));
+      row->spot_price_gap = row->spot_price_gap || gap;
+    }
+    return absl::OkStatus();
+  };
+  // What the shares of each line gave to tenants.
+  std::map<std::pair<TimeMs, std::string>, int64_t> shared;
+  std::map<std::pair<TimeMs, std::string>, bool> gaps;
+  for (const IdleLine& line : idle) {
+    gaps[{line.period_start, line.pool}] = line.spot_price_gap;
+  }
+  if (q.share_idle) {
+    for (const IdleShareLine& share : shares) {
+      int64_t& given = shared[{share.period_start, share.pool}];
+      TY_ASSIGN_OR_RETURN(given, domain::CheckedAdd(given, share.micros));
+      if (!in_report(share.period_start, share.pool)) continue;
+      if (tenant_filter != q.filters.end() &&
+          tenant_filter->second != share.tenant) {
+        continue;
+      }
+      TY_RETURN_IF_ERROR(add(share.period_start, share.tenant, share.pool,
+                             share.micros, /*charged=*/true,
+                             gaps[{share.period_start, share.pool}]));
+    }
+  }
+  for (const IdleLine& line : idle) {
+    if (!in_report(line.period_start, line.pool)) continue;
+    if (q.share_idle && tenant_filter != q.filters.end()) continue;
+    TY_ASSIGN_OR_RETURN(
+        const int64_t rest,
+        domain::CheckedSub(line.idle_micros,
+                           shared[{line.period_start, line.pool}]));
+    // An idle line of 0 still has its row: the pool was held and paid for.
+    if (rest == 0 && q.share_idle) continue;
+    TY_RETURN_IF_ERROR(add(line.period_start, kIdleTenant, line.pool, rest,
+                           /*charged=*/false, line.spot_price_gap));
+  }
+  std::sort(report.rows.begin(), report.rows.end(),
+            [](const ReportRow& a, const ReportRow& b) {
+              return std::tie(a.period_start, a.keys) <
+                     std::tie(b.period_start, b.keys);
+            });
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> EffectiveGpuHourPriceMicros(const ReportRow& row) {
   if (row.gpu_ms == 0) return 0;
   return domain::MulDivRoundHalfEven(
@@ -581,7 +707,8 @@ const std::vector<std::string>& FocusColumns() {
                                    "x_LostWorkCost",
                                    "x_PlatformCost",
                                    "x_SpotPriceGap",
-                                   "x_Attempts"};
+                                   "x_Attempts",
+                                   "x_IdleCost"};
   return *kColumns;
 }
 

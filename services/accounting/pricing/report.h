@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "services/accounting/pricing/idle.h"
 #include "services/accounting/pricing/meter.h"
 #include "services/accounting/pricing/price_book.h"
 
@@ -64,7 +65,19 @@ struct ReportQuery {
   std::map<Dimension, std::string> filters;
   // Only lines whose keys.labels hold every one of these (name, value).
   std::map<std::string, std::string> label_filters;
+  // Adds the pools' idle cost (AddIdle): the report's total is then what
+  // the platform paid for the pools (allocated + idle). Idle cost belongs to
+  // a pool (flavor) and hour only: it can be filtered by flavor alone.
+  bool include_idle = false;
+  // Also hands each pool-hour's idle cost to the tenants that used the pool
+  // in that hour, in proportion to their cost (ShareIdle); implies
+  // include_idle. A share belongs to a tenant, pool and hour: it can be
+  // grouped and filtered by tenant and flavor alone.
+  bool share_idle = false;
 };
+
+// The tenant key of idle cost that is no tenant's (OpenCost's __idle__).
+inline constexpr char kIdleTenant[] = "__idle__";
 
 // OK, or InvalidArgument naming the field (domain::FieldError): start_time,
 // end_time (bounds in [0, kMaxTimeMs), end after start, at most 366 days,
@@ -102,6 +115,9 @@ struct ReportRow {
   // rollups serve reports exactly.
   int64_t attempts = 0;
   bool spot_price_gap = false;
+  // The part of cost that is idle cost (AddIdle): all of it in an idle row,
+  // the tenant's share when idle cost is shared.
+  int64_t idle_cost_micros = 0;
 };
 
 struct Report {
@@ -124,6 +140,21 @@ struct Report {
 absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
                                    const ReportQuery& q,
                                    const PriceBook* list_prices);
+
+// Adds idle cost to `report` (built for `q`) when q asks for it: the idle
+// lines whose hour is in the window (and whose pool passes the flavor
+// filter). Without share_idle, each goes to the row of its period with the
+// keys tenant = kIdleTenant, flavor = its pool, every other key empty: its
+// cost, platform cost and idle cost. With share_idle, each tenant's share
+// (`shares`, of every tenant: the tenant filter is applied here) goes to the
+// row of its tenant and pool (cost, tenant cost and idle cost), and what no
+// tenant was given (a pool-hour without usage) to the idle row, unless the
+// report is filtered by tenant. Rows stay ascending by (period, keys); the
+// total moves by the same amounts. InvalidArgument as ValidateReportQuery;
+// OutOfRange on overflow.
+absl::Status AddIdle(absl::Span<const IdleLine> idle,
+                     absl::Span<const IdleShareLine> shares,
+                     const ReportQuery& q, Report& report);
 
 // The row's cost (all its resources) per GPU-hour it used: cost_micros ×
 // 3,600,000 / gpu_ms, rounded half to even; 0 when gpu_ms is 0. OutOfRange

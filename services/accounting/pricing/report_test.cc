@@ -597,7 +597,7 @@ TEST_F(HandReportTest, FlavorAndResourceWithFocusCsv) {
       "BillingPeriodStart,BillingPeriodEnd,BilledCost,EffectiveCost,ListCost,"
       "BillingCurrency,ConsumedQuantity,ConsumedUnit,PricingQuantity,"
       "PricingUnit,ResourceId,ServiceName,SkuId,ChargeCategory,Tags,"
-      "x_LostWorkCost,x_PlatformCost,x_SpotPriceGap,x_Attempts\r\n"))
+      "x_LostWorkCost,x_PlatformCost,x_SpotPriceGap,x_Attempts,x_IdleCost\r\n"))
       << *csv;
   // The first row, whole: the Tags JSON is quoted (it holds commas and
   // quotes). No attempt starts on CPU: job A's first line is a GPU line.
@@ -605,7 +605,7 @@ TEST_F(HandReportTest, FlavorAndResourceWithFocusCsv) {
                       "2026-11-03T00:00:00Z,2026-11-05T00:00:00Z,1.12,1.12,"
                       "1.12,USD,28,Core-Hours,28,Core-Hours,,Trainyard,"
                       "a100/CPU,Usage,\"{\"\"flavor\"\":\"\"a100\"\",\"\""
-                      "resource\"\":\"\"CPU\"\"}\",0.00,0.00,false,0\r\n"),
+                      "resource\"\":\"\"CPU\"\"}\",0.00,0.00,false,0,0.00\r\n"),
             std::string::npos)
       << *csv;
   const std::vector<std::map<std::string, std::string>> rec = CsvRecords(*csv);
@@ -1047,6 +1047,126 @@ TEST_F(RandomReportTest, RowsSumToTheTotalAndMatchAnIndependentGrouping) {
   EXPECT_EQ(steps_seen.size(), 4u);
   EXPECT_GT(nonempty, 30);
   EXPECT_GT(rows_checked, 2'000);
+}
+
+// ---------------------------------------------------------------------------
+// Idle cost in reports.
+
+TEST(AddIdle, RefusesWhatIdleCostCannotHonourNamingTheField) {
+  ReportQuery q = Day(kNov3);
+  q.include_idle = true;
+  q.filters[Dimension::kProject] = "p1";
+  ExpectFieldError(q, "include_idle", "cannot be filtered by project");
+  q.filters = {{Dimension::kTenant, "acme"}};
+  ExpectFieldError(q, "include_idle", "no tenant's");
+  q.filters = {{Dimension::kFlavor, "a100"}};
+  q.label_filters["team"] = "x";
+  ExpectFieldError(q, "include_idle", "job labels");
+  q.label_filters.clear();
+  EXPECT_TRUE(ValidateReportQuery(q).ok());
+  q.group_by = {Dimension::kUser};  // idle rows: an empty user
+  EXPECT_TRUE(ValidateReportQuery(q).ok());
+  q.share_idle = true;
+  ExpectFieldError(q, "share_idle", "cannot be grouped by user");
+  q.group_by = {Dimension::kTenant, Dimension::kFlavor};
+  q.filters[Dimension::kTenant] = "acme";
+  EXPECT_TRUE(ValidateReportQuery(q).ok());
+  q.filters[Dimension::kQueue] = "q";
+  ExpectFieldError(q, "share_idle", "cannot be filtered by queue");
+}
+
+// Hand-computed: a100 idle $5 at 10:00 (shared acme $3, bolt $2) and $3 at
+// 11:00 (a spot gap; no usage, so no shares); h100 idle -$1 at 10:00 (all
+// acme's).
+TEST(AddIdle, AddsIdleRowsOrSharesToTheirRowsAndTheTotal) {
+  const TimeMs h10 = kNov3 + 10 * kH, h11 = kNov3 + 11 * kH;
+  const std::vector<IdleLine> idle = {
+      {.pool = "a100", .period_start = h10, .idle_micros = 5'000'000},
+      {.pool = "h100", .period_start = h10, .idle_micros = -1'000'000},
+      {.pool = "a100",
+       .period_start = h11,
+       .idle_micros = 3'000'000,
+       .spot_price_gap = true},
+      // Outside the window.
+      {.pool = "a100", .period_start = h10 + 24 * kH, .idle_micros = 7}};
+  const std::vector<IdleShareLine> shares = {{.pool = "a100",
+                                              .period_start = h10,
+                                              .tenant = "acme",
+                                              .micros = 3'000'000},
+                                             {.pool = "a100",
+                                              .period_start = h10,
+                                              .tenant = "bolt",
+                                              .micros = 2'000'000},
+                                             {.pool = "h100",
+                                              .period_start = h10,
+                                              .tenant = "acme",
+                                              .micros = -1'000'000}};
+  ReportQuery q = Day(kNov3);
+  q.group_by = {Dimension::kTenant, Dimension::kFlavor};
+  q.include_idle = true;
+  struct Want {
+    std::vector<std::string> keys;
+    int64_t cost, tenant, platform;
+    bool gap;
+  };
+  auto check = [&](const ReportQuery& query, const std::vector<Want>& want,
+                   int64_t total) {
+    absl::StatusOr<Report> r = BuildReport({}, query, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(AddIdle(idle, shares, query, *r).ok());
+    ASSERT_EQ(r->rows.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const ReportRow& row = r->rows[i];
+      EXPECT_EQ(row.keys, want[i].keys) << i;
+      EXPECT_EQ(row.cost_micros, want[i].cost) << i;
+      EXPECT_EQ(row.idle_cost_micros, want[i].cost) << i;
+      EXPECT_EQ(row.tenant_cost_micros, want[i].tenant) << i;
+      EXPECT_EQ(row.platform_cost_micros, want[i].platform) << i;
+      EXPECT_EQ(row.spot_price_gap, want[i].gap) << i;
+      EXPECT_EQ(row.period_start, query.start) << i;
+    }
+    EXPECT_EQ(r->total.cost_micros, total);
+    EXPECT_EQ(r->total.idle_cost_micros, total);
+  };
+  check(q,
+        {{{"__idle__", "a100"}, 8'000'000, 0, 8'000'000, true},
+         {{"__idle__", "h100"}, -1'000'000, 0, -1'000'000, false}},
+        7'000'000);
+  q.share_idle = true;
+  check(q,
+        {{{"__idle__", "a100"}, 3'000'000, 0, 3'000'000, true},
+         {{"acme", "a100"}, 3'000'000, 3'000'000, 0, false},
+         {{"acme", "h100"}, -1'000'000, -1'000'000, 0, false},
+         {{"bolt", "a100"}, 2'000'000, 2'000'000, 0, false}},
+        7'000'000);
+  q.filters[Dimension::kTenant] = "acme";
+  check(q,
+        {{{"acme", "a100"}, 3'000'000, 3'000'000, 0, false},
+         {{"acme", "h100"}, -1'000'000, -1'000'000, 0, false}},
+        2'000'000);
+  q.filters = {{Dimension::kFlavor, "a100"}};
+  q.group_by = {Dimension::kTenant};
+  check(q,
+        {{{"__idle__"}, 3'000'000, 0, 3'000'000, true},
+         {{"acme"}, 3'000'000, 3'000'000, 0, false},
+         {{"bolt"}, 2'000'000, 2'000'000, 0, false}},
+        8'000'000);
+  // Hours: the rows of each period.
+  ReportQuery hourly = Day(kNov3);
+  hourly.step = Step::kHour;
+  hourly.group_by = {Dimension::kFlavor};
+  hourly.include_idle = true;
+  absl::StatusOr<Report> r = BuildReport({}, hourly, nullptr);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(AddIdle(idle, shares, hourly, *r).ok());
+  ASSERT_EQ(r->rows.size(), 3u);
+  EXPECT_EQ(r->rows[0].period_start, h10);
+  EXPECT_EQ(r->rows[0].keys, std::vector<std::string>{"a100"});
+  EXPECT_EQ(r->rows[0].cost_micros, 5'000'000);
+  EXPECT_EQ(r->rows[1].keys, std::vector<std::string>{"h100"});
+  EXPECT_EQ(r->rows[2].period_start, h11);
+  EXPECT_EQ(r->rows[2].period_end, h11 + kH);
+  EXPECT_EQ(r->rows[2].cost_micros, 3'000'000);
 }
 
 }  // namespace
