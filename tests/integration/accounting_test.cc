@@ -168,6 +168,23 @@ class AccountingTest : public ::testing::Test {
     return out;
   }
 
+  // The report's FOCUS CSV (ExportReport), chunks joined; empty (and a
+  // failure recorded) when the call fails.
+  std::string ExportCsv(const std::string& token,
+                        const v1::GetReportRequest& report) {
+    v1::ExportReportRequest ex;
+    *ex.mutable_report() = report;
+    ex.set_format(v1::REPORT_FORMAT_CSV);
+    auto ctx = ApiHarness::Context(token);
+    auto reader = stub_->ExportReport(ctx.get(), ex);
+    std::string csv;
+    v1::ExportReportResponse chunk;
+    while (reader->Read(&chunk)) csv += chunk.data();
+    const grpc::Status s = reader->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return s.ok() ? csv : std::string();
+  }
+
   static int64_t Cost(const std::vector<v1::UsageRecord>& records,
                       v1::ResourceName resource) {
     int64_t sum = 0;
@@ -785,15 +802,8 @@ TEST_F(AccountingTest, ReportsAndFocusExportsAddUpToTheLedger) {
   EXPECT_EQ(report.total().lost_gpu_seconds(), 3 * 20 * 60);
 
   // FOCUS CSV: the BilledCost column sums to the tenants' total.
-  v1::ExportReportRequest ex;
-  *ex.mutable_report() = req;
-  ex.set_format(v1::REPORT_FORMAT_CSV);
-  auto ectx = ApiHarness::Context(finance);
-  auto reader = stub_->ExportReport(ectx.get(), ex);
-  std::string csv;
-  v1::ExportReportResponse chunk;
-  while (reader->Read(&chunk)) csv += chunk.data();
-  ASSERT_TRUE(reader->Finish().ok());
+  const std::string csv = ExportCsv(finance, req);
+  ASSERT_FALSE(csv.empty());
   std::vector<std::string> lines =
       absl::StrSplit(csv, "\r\n", absl::SkipEmpty());
   ASSERT_GE(lines.size(), 2u);
@@ -1386,15 +1396,7 @@ TEST_F(IdleTest, IdleLinesAddUpToWhatThePoolsPaidEveryHour) {
   req.clear_group_by();
   req.add_group_by(v1::REPORT_DIMENSION_TENANT);
   req.set_share_idle(false);
-  v1::ExportReportRequest ex;
-  *ex.mutable_report() = req;
-  ex.set_format(v1::REPORT_FORMAT_CSV);
-  auto ectx = ApiHarness::Context(admin);
-  auto reader = stub_->ExportReport(ectx.get(), ex);
-  std::string csv;
-  v1::ExportReportResponse chunk;
-  while (reader->Read(&chunk)) csv += chunk.data();
-  ASSERT_TRUE(reader->Finish().ok());
+  const std::string csv = ExportCsv(admin, req);
   EXPECT_NE(csv.find(",x_IdleCost\r\n"), std::string::npos) << csv;
   const std::string idle_text = pricing::MicrosToDecimal(total_idle);
   EXPECT_NE(csv.find(absl::StrCat("\r\n__idle__,")), std::string::npos) << csv;

@@ -249,31 +249,31 @@ def test_context_use_and_precedence(yard, stack, tmp_path):
     assert r.code == 5, r
 
 
+def _assert_total_is_the_rows_sum(r):
+    """`yard cost -o json` succeeded and its total cost is the sum of its rows' costs."""
+    assert r.code == 0, r
+    report = json.loads(r.out)
+    total = int(report.get("total", {}).get("cost", {}).get("micros", 0))
+    assert total == sum(int(row.get("cost", {}).get("micros", 0))
+                        for row in report.get("rows", []))
+
+
 def test_cost_by_project_and_job_cost_columns(yard, stack):
     """`yard cost` prints the report's rows and a TOTAL whose cost is their sum; members may
     not read costs; `yard jobs` has a COST column."""
     r = yard("cost", "--by", "project,resource", "--all-tenants",
              env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
     assert r.code == 0 and "TOTAL" in r.out and "PER GPU-HOUR" in r.out, r
-    r = yard("cost", "-o", "json", "--all-tenants",
-             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
-    assert r.code == 0, r
-    report = json.loads(r.out)
-    total = int(report.get("total", {}).get("cost", {}).get("micros", 0))
-    assert total == sum(int(row.get("cost", {}).get("micros", 0))
-                        for row in report.get("rows", []))
+    _assert_total_is_the_rows_sum(yard("cost", "-o", "json", "--all-tenants",
+                                       env={"TRAINYARD_TOKEN": stack.tokens["admin"]}))
     # With the pools' idle cost: an IDLE column, and a total that is still the rows' sum;
     # shares cannot be grouped by user (refused, naming the field).
     r = yard("cost", "--by", "tenant,flavor", "--all-tenants", "--include-idle",
              env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
     assert r.code == 0 and "IDLE" in r.out.splitlines()[1], r
-    r = yard("cost", "-o", "json", "--by", "tenant,flavor", "--all-tenants", "--share-idle",
-             env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
-    assert r.code == 0, r
-    report = json.loads(r.out)
-    total = int(report.get("total", {}).get("cost", {}).get("micros", 0))
-    assert total == sum(int(row.get("cost", {}).get("micros", 0))
-                        for row in report.get("rows", []))
+    _assert_total_is_the_rows_sum(yard("cost", "-o", "json", "--by", "tenant,flavor",
+                                       "--all-tenants", "--share-idle",
+                                       env={"TRAINYARD_TOKEN": stack.tokens["admin"]}))
     r = yard("cost", "--by", "user", "--all-tenants", "--share-idle",
              env={"TRAINYARD_TOKEN": stack.tokens["admin"]})
     assert r.code == 2 and "share_idle" in r.err, r

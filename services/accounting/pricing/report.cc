@@ -477,43 +477,69 @@ absl::StatusOr<std::vector<TimeMs>> ReportPeriods(const ReportQuery& q) {
   return report_impl::Boundaries(q, tz);
 }
 
+ReportRows::ReportRows(const ReportQuery& q, std::vector<TimeMs> bounds)
+    : bounds_(std::move(bounds)) {
+  report_.total.period_start = q.start;
+  report_.total.period_end = q.end;
+}
+
+ReportRows::ReportRows(std::vector<TimeMs> bounds, Report report)
+    : bounds_(std::move(bounds)), report_(std::move(report)) {
+  for (size_t i = 0; i < report_.rows.size(); ++i) {
+    index_.emplace(
+        std::pair{report_.rows[i].period_start, report_.rows[i].keys}, i);
+  }
+}
+
+size_t ReportRows::PeriodOf(TimeMs t) const {
+  // The last boundary at or before t.
+  return static_cast<size_t>(
+      std::upper_bound(bounds_.begin(), bounds_.end(), t) - bounds_.begin() -
+      1);
+}
+
+ReportRow& ReportRows::Row(size_t period, std::vector<std::string> keys) {
+  auto [it, inserted] = index_.try_emplace(
+      std::pair{bounds_[period], std::move(keys)}, report_.rows.size());
+  if (inserted) {
+    ReportRow row;
+    row.keys = it->first.second;
+    row.period_start = bounds_[period];
+    row.period_end = bounds_[period + 1];
+    report_.rows.push_back(std::move(row));
+  }
+  return report_.rows[it->second];
+}
+
+Report ReportRows::Finish() && {
+  std::vector<ReportRow> rows;
+  rows.reserve(index_.size());
+  for (const auto& [key, i] : index_) rows.push_back(std::move(report_.rows[i]));
+  report_.rows = std::move(rows);
+  index_.clear();
+  return std::move(report_);
+}
+
 absl::StatusOr<Report> BuildReport(absl::Span<const LedgerLine> lines,
                                    const ReportQuery& q,
                                    const PriceBook* list_prices) {
-  TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds, ReportPeriods(q));
-  std::map<std::pair<TimeMs, std::vector<std::string>>, ReportRow> groups;
-  ReportRow total;
-  total.period_start = q.start;
-  total.period_end = q.end;
+  TY_ASSIGN_OR_RETURN(std::vector<TimeMs> bounds, ReportPeriods(q));
+  ReportRows rows(q, std::move(bounds));
   for (size_t i = 0; i < lines.size(); ++i) {
     const LedgerLine& line = lines[i];
     TY_RETURN_IF_ERROR(report_impl::CheckLine(line, i));
     if (line.period_start < q.start || line.period_start >= q.end) continue;
     const std::string resource(ResourceLabel(line.resource));
     if (!report_impl::Matches(line, q, resource)) continue;
-    // The period holding period_start: the last boundary at or before it.
-    const size_t p = static_cast<size_t>(
-        std::upper_bound(bounds.begin(), bounds.end(), line.period_start) -
-        bounds.begin() - 1);
     std::vector<std::string> keys;
     keys.reserve(q.group_by.size());
     for (Dimension d : q.group_by)
       keys.push_back(report_impl::Key(line, d, resource));
-    auto [it, inserted] =
-        groups.try_emplace({bounds[p], std::move(keys)}, ReportRow{});
-    ReportRow& row = it->second;
-    if (inserted) {
-      row.keys = it->first.second;
-      row.period_start = bounds[p];
-      row.period_end = bounds[p + 1];
-    }
-    TY_RETURN_IF_ERROR(report_impl::AddLine(row, line));
-    TY_RETURN_IF_ERROR(report_impl::AddLine(total, line));
+    TY_RETURN_IF_ERROR(report_impl::AddLine(
+        rows.Row(rows.PeriodOf(line.period_start), std::move(keys)), line));
+    TY_RETURN_IF_ERROR(report_impl::AddLine(rows.total(), line));
   }
-  Report report;
-  report.rows.reserve(groups.size());
-  for (auto& [key, row] : groups) report.rows.push_back(std::move(row));
-  report.total = std::move(total);
+  Report report = std::move(rows).Finish();
   if (list_prices != nullptr) report.currency = list_prices->currency();
   return report;
 }
@@ -529,35 +555,20 @@ absl::Status AddIdle(absl::Span<const IdleLine> idle,
     return hour >= q.start && hour < q.end &&
            (flavor_filter == q.filters.end() || flavor_filter->second == pool);
   };
-  std::map<std::pair<TimeMs, std::vector<std::string>>, size_t> rows;
-  for (size_t i = 0; i < report.rows.size(); ++i) {
-    rows.emplace(std::pair{report.rows[i].period_start, report.rows[i].keys},
-                 i);
-  }
+  ReportRows rows(bounds, std::move(report));
   // Adds `micros` of pool's idle cost in `hour` to the row of (tenant, pool)
   // and to the total; the tenant's when `charged`, else the platform's.
   auto add = [&](TimeMs hour, const std::string& tenant,
                  const std::string& pool, int64_t micros, bool charged,
                  bool gap) -> absl::Status {
-    const size_t p = static_cast<size_t>(
-        std::upper_bound(bounds.begin(), bounds.end(), hour) - bounds.begin() -
-        1);
     std::vector<std::string> keys;
     for (Dimension d : q.group_by) {
       keys.push_back(d == Dimension::kTenant   ? tenant
                      : d == Dimension::kFlavor ? pool
                                                : std::string());
     }
-    auto [it, inserted] =
-        rows.try_emplace(std::pair{bounds[p], keys}, report.rows.size());
-    if (inserted) {
-      ReportRow row;
-      row.keys = std::move(keys);
-      row.period_start = bounds[p];
-      row.period_end = bounds[p + 1];
-      report.rows.push_back(std::move(row));
-    }
-    for (ReportRow* row : {&report.rows[it->second], &report.total}) {
+    for (ReportRow* row :
+         {&rows.Row(rows.PeriodOf(hour), std::move(keys)), &rows.total()}) {
       TY_ASSIGN_OR_RETURN(row->cost_micros,
                           domain::CheckedAdd(row->cost_micros, micros));
       TY_ASSIGN_OR_RETURN(row->idle_cost_micros,
@@ -601,11 +612,7 @@ absl::Status AddIdle(absl::Span<const IdleLine> idle,
     TY_RETURN_IF_ERROR(add(line.period_start, kIdleTenant, line.pool, rest,
                            /*charged=*/false, line.spot_price_gap));
   }
-  std::sort(report.rows.begin(), report.rows.end(),
-            [](const ReportRow& a, const ReportRow& b) {
-              return std::tie(a.period_start, a.keys) <
-                     std::tie(b.period_start, b.keys);
-            });
+  report = std::move(rows).Finish();
   return absl::OkStatus();
 }
 

@@ -131,6 +131,29 @@ struct Report {
   std::string currency;
 };
 
+// The rows of a report being assembled for the periods `bounds` (period i
+// is [bounds[i], bounds[i + 1]), ReportPeriods), each keyed by (period, keys)
+// and created empty on first use, and the total over the whole window: what
+// BuildReport, ReportFromRollups and AddIdle share.
+class ReportRows {
+ public:
+  ReportRows(const ReportQuery& q, std::vector<TimeMs> bounds);
+  // Continues `report` (its rows and total), built for `q` over `bounds`.
+  ReportRows(std::vector<TimeMs> bounds, Report report);
+  // The index of the period that holds `t` (bounds[0] <= t < bounds.back()).
+  size_t PeriodOf(TimeMs t) const;
+  // The row of period `period` with `keys`.
+  ReportRow& Row(size_t period, std::vector<std::string> keys);
+  ReportRow& total() { return report_.total; }
+  // The report, its rows ascending by (period_start, keys).
+  Report Finish() &&;
+
+ private:
+  std::vector<TimeMs> bounds_;
+  Report report_;
+  std::map<std::pair<TimeMs, std::vector<std::string>>, size_t> index_;
+};
+
 // The report of `lines` for `q`. A line is in the window (period) that holds
 // its period_start: lines never cross a UTC hour and periods are bounded by
 // whole UTC hours, so a line is wholly in or out. List cost sums the lines'

@@ -127,16 +127,13 @@ bool RollupsServe(const ReportQuery& q) {
 absl::StatusOr<Report> ReportFromRollups(const ReportQuery& q,
                                          const std::vector<RollupSum>& sums,
                                          const PriceBook* list_prices) {
-  TY_ASSIGN_OR_RETURN(const std::vector<TimeMs> bounds, ReportPeriods(q));
-  std::map<std::pair<TimeMs, std::vector<std::string>>, ReportRow> rows;
-  ReportRow total;
-  total.period_start = q.start;
-  total.period_end = q.end;
+  TY_ASSIGN_OR_RETURN(std::vector<TimeMs> bounds, ReportPeriods(q));
+  const size_t periods = bounds.size() - 1;
+  ReportRows rows(q, std::move(bounds));
   for (const RollupSum& s : sums) {
-    if (s.period + 1 >= bounds.size()) {
-      return absl::InvalidArgumentError(
-          domain::Cat("rollup sum of period ", s.period, ", the query has ",
-                      bounds.size() - 1));
+    if (s.period >= periods) {
+      return absl::InvalidArgumentError(domain::Cat(
+          "rollup sum of period ", s.period, ", the query has ", periods));
     }
     if (s.keys.size() != q.group_by.size()) {
       return absl::InvalidArgumentError(
@@ -144,21 +141,10 @@ absl::StatusOr<Report> ReportFromRollups(const ReportQuery& q,
                       q.group_by.size()));
     }
     if (s.lines <= 0) continue;
-    auto [it, inserted] =
-        rows.try_emplace({bounds[s.period], s.keys}, ReportRow{});
-    ReportRow& row = it->second;
-    if (inserted) {
-      row.keys = s.keys;
-      row.period_start = bounds[s.period];
-      row.period_end = bounds[s.period + 1];
-    }
-    TY_RETURN_IF_ERROR(rollup_impl::AddTo(row, s));
-    TY_RETURN_IF_ERROR(rollup_impl::AddTo(total, s));
+    TY_RETURN_IF_ERROR(rollup_impl::AddTo(rows.Row(s.period, s.keys), s));
+    TY_RETURN_IF_ERROR(rollup_impl::AddTo(rows.total(), s));
   }
-  Report report;
-  report.rows.reserve(rows.size());
-  for (auto& [key, row] : rows) report.rows.push_back(std::move(row));
-  report.total = std::move(total);
+  Report report = std::move(rows).Finish();
   if (list_prices != nullptr) report.currency = list_prices->currency();
   return report;
 }
