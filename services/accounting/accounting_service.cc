@@ -208,7 +208,7 @@ absl::StatusOr<std::string> FinanceTenant(const Caller& caller,
 // --- Budgets ---
 
 constexpr std::string_view kBudgetFields[] = {"project", "monthly_amount",
-                                              "thresholds"};
+                                              "thresholds", "user_hourly_cap"};
 
 constexpr Access kBudgetWriters = {.rule = Access::Rule::kTenantRole,
                                    .permission = api::Permission::kFinance};
@@ -223,11 +223,19 @@ absl::Status ValidateBudget(const api::ApiContext&, const ResourceKey&,
     return domain::FieldError("monthly_amount.currency_code", "INVALID_VALUE",
                               "must be an ISO 4217 code such as USD");
   }
+  // The cap is money of the same budget: in the amount's currency.
+  const std::string& cap_currency = budget.user_hourly_cap().currency_code();
+  if (!cap_currency.empty() && !currency.empty() && cap_currency != currency) {
+    return domain::FieldError(
+        "user_hourly_cap.currency_code", "CURRENCY_MISMATCH",
+        absl::StrCat("is ", cap_currency, "; the monthly amount is in ",
+                     currency));
+  }
   return pricing::ValidateBudgetRule(RuleOf(budget));
 }
 
-// The project exists, its scope has no other budget, and the amount is in
-// the book's currency.
+// The project exists, its scope has no other budget, and the amount and the
+// user hourly cap are in the book's currency.
 absl::Status CheckBudgetReferences(const api::ApiContext& ctx,
                                    const ResourceKey& key,
                                    const v1::Budget& budget,
@@ -254,13 +262,18 @@ absl::Status CheckBudgetReferences(const api::ApiContext& ctx,
                        domain::BudgetName(key[0], other.key[1])));
     }
   }
-  if (api::Changes(mask, "monthly_amount")) {
-    const std::string& currency = budget.monthly_amount().currency_code();
+  for (const char* field : {"monthly_amount", "user_hourly_cap"}) {
+    if (!api::Changes(mask, field)) continue;
+    const std::string& currency =
+        std::string_view(field) == "monthly_amount"
+            ? budget.monthly_amount().currency_code()
+            : budget.user_hourly_cap().currency_code();
+    if (currency.empty()) continue;
     pg::AccountingStore store(ctx.db);
     TY_ASSIGN_OR_RETURN(std::string book_currency, store.Currency("USD"));
-    if (!currency.empty() && currency != book_currency) {
+    if (currency != book_currency) {
       return domain::FieldError(
-          "budget.monthly_amount.currency_code", "CURRENCY_MISMATCH",
+          absl::StrCat("budget.", field, ".currency_code"), "CURRENCY_MISMATCH",
           absl::StrCat("is ", currency, "; the price book is in ",
                        book_currency));
     }

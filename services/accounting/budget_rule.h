@@ -12,6 +12,7 @@ namespace trainyard::accounting {
 inline pricing::BudgetRule RuleOf(const trainyard::v1::Budget& budget) {
   pricing::BudgetRule rule;
   rule.monthly_amount_micros = budget.monthly_amount().micros();
+  rule.user_hourly_cap_micros = budget.user_hourly_cap().micros();
   for (const trainyard::v1::BudgetThreshold& t : budget.thresholds()) {
     rule.thresholds.push_back(
         {.percent = t.percent(),

@@ -489,7 +489,8 @@ absl::Status SchedulerService::RefreshBudgets(bool budgets_changed) {
       const accounting::pricing::BudgetRule rule = accounting::RuleOf(budget);
       BudgetView view{
           .name = absl::StrCat("tenants/", key.first, "/budgets/", key.second),
-          .hold_limit_micros = accounting::pricing::HoldLimitMicros(rule)};
+          .hold_limit_micros = accounting::pricing::HoldLimitMicros(rule),
+          .user_hourly_cap_micros = rule.user_hourly_cap_micros};
       // A status of an earlier month is none: the month turned.
       if (auto it = status.find(key);
           it != status.end() && it->second->month_start_ms == month) {
@@ -508,16 +509,16 @@ absl::Status SchedulerService::RefreshBudgets(bool budgets_changed) {
   }
   budgets_read_ = wall;
   // What the policy's configuration maps: prices, which budgets limit
-  // admission, which restrict to spot.
+  // admission, which restrict to spot, which cap users' hourly spend.
   auto shape =
       [](const std::map<std::pair<std::string, std::string>, BudgetView>& m) {
         std::vector<std::tuple<std::pair<std::string, std::string>, std::string,
-                               bool, bool>>
+                               bool, bool, bool>>
             out;
         for (const auto& [key, v] : m) {
           out.emplace_back(key, v.name,
                            v.hold || v.hold_limit_micros.has_value(),
-                           v.restrict_to_spot);
+                           v.restrict_to_spot, v.user_hourly_cap_micros > 0);
         }
         return out;
       };

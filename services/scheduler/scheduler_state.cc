@@ -1,6 +1,7 @@
 #include "services/scheduler/scheduler_state.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -129,6 +130,7 @@ void SchedulerState::UpdateBudgets(const PlatformState& state) {
     admitted_.clear();
     return;
   }
+  UpdateRateCaps(state);
   // The earliest forecast: what every budget's forecast covers.
   absl::Time covered = absl::InfiniteFuture();
   for (const auto& [key, view] : state.budgets) {
@@ -193,8 +195,56 @@ void SchedulerState::UpdateBudgets(const PlatformState& state) {
   }
 }
 
+void SchedulerState::UpdateRateCaps(const PlatformState& state) {
+  const std::vector<SnapshotMapper::RateCapKey>& caps = mapper_.rate_caps();
+  if (caps.empty()) return;
+  const policy::Snapshot& s = scheduler_->snapshot();
+  const size_t first = mapper_.budgets().size() - caps.size();
+  // The hourly price of each user's running work in each capped scope.
+  std::vector<int64_t> running(caps.size(), 0);
+  for (const policy::RunningAttempt& r : s.running) {
+    auto view = state.jobs.find(r.job);
+    if (view == state.jobs.end()) continue;
+    const v1::Job& job = view->second.job;
+    std::optional<policy::BudgetId> ids[] = {
+        mapper_.RateCapOf(job.tenant(), "", job.creator()),
+        job.spec().project().empty()
+            ? std::nullopt
+            : mapper_.RateCapOf(job.tenant(), job.spec().project(),
+                                job.creator())};
+    if (!ids[0].has_value() && !ids[1].has_value()) continue;
+    const int64_t hourly = policy::HourlyPriceMicros(
+        SnapshotMapper::CostShapeOf(job), s.flavors[r.flavor]);
+    for (const std::optional<policy::BudgetId>& b : ids) {
+      if (b.has_value()) {
+        int64_t& sum = running[*b - first];
+        sum = hourly > std::numeric_limits<int64_t>::max() - sum
+                  ? std::numeric_limits<int64_t>::max()
+                  : sum + hourly;
+      }
+    }
+  }
+  for (size_t i = 0; i < caps.size(); ++i) {
+    const policy::BudgetId b = static_cast<policy::BudgetId>(first + i);
+    auto view = state.budgets.find({caps[i].tenant, caps[i].project});
+    // A cap removed since the mapping (remapped at the next configuration
+    // change): nothing of it is in force.
+    policy::Budget budget = s.budgets[b];
+    budget.hourly_cap_micros =
+        view != state.budgets.end() ? view->second.user_hourly_cap_micros : 0;
+    if (view != state.budgets.end()) budget.name = view->second.name;
+    budget.remaining_micros = budget.hourly_cap_micros > 0
+                                  ? budget.hourly_cap_micros - running[i]
+                                  : std::numeric_limits<int64_t>::max();
+    if (!(budget == s.budgets[b])) scheduler_->SetBudget(b, std::move(budget));
+  }
+}
+
 void SchedulerState::SyncInterned() {
   const policy::Snapshot& s = scheduler_->snapshot();
+  for (size_t i = s.budgets.size(); i < mapper_.budgets().size(); ++i) {
+    scheduler_->AddBudget(mapper_.budgets()[i]);
+  }
   for (size_t i = s.priority_classes.size();
        i < mapper_.priority_classes().size(); ++i) {
     scheduler_->AddPriorityClass(mapper_.priority_classes()[i]);

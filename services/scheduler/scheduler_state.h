@@ -55,7 +55,10 @@ class SchedulerState {
   // less the meter's forecast (state.budgets) less the expected cost
   // (policy::ExpectedCostMicros) of the attempts of its scope admitted after
   // the meter computed that forecast, running or since ended (remembered
-  // until a forecast covers them); -1 while the budget is in HOLD. Call
+  // until a forecast covers them); -1 while the budget is in HOLD. And what
+  // each user's hourly spend cap in a scope has left: the cap
+  // (BudgetView::user_hourly_cap_micros) less the hourly prices
+  // (policy::HourlyPriceMicros) of the user's running attempts there. Call
   // after the configuration and jobs are up to date.
   void UpdateBudgets(const PlatformState& state);
 
@@ -89,6 +92,8 @@ class SchedulerState {
  private:
   enum class Where : uint8_t { kPending, kRunning, kExcluded };
   void Forget(int64_t id);
+  // UpdateBudgets() of the users' hourly spend caps.
+  void UpdateRateCaps(const PlatformState& state);
   void Add(int64_t id, JobEntry entry);
   // Hands interned priority classes and GPU model names to the scheduler.
   void SyncInterned();

@@ -344,5 +344,158 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
   for (const auto& [kind, n] : seen) std::printf("%s %d\n", kind.c_str(), n);
 }
 
+// Users' hourly spend caps in the tenant and in a project: before each
+// cycle SchedulerState::UpdateBudgets sets what each cap has left; here it
+// is computed independently from the platform state (the cap less, for each
+// attempt of the user's jobs in the scope that is admitted, running or being
+// preempted, workers x GPUs x its flavor's GPU-hour price, the only price
+// the flavors have) and written into a snapshot built afresh, whose
+// decisions must be the incremental ones. Caps are raised, lowered, added
+// and removed on the way.
+TEST(SchedulerStateTest, UserHourlyCapsAsComputedFromTheRunningWork) {
+  std::mt19937_64 rng(20261128);
+  const char* kUsers[] = {"users/alice", "users/bob", "users/carol"};
+  std::map<std::string, int> seen;
+  for (int iteration = 0; iteration < 60; ++iteration) {
+    SCOPED_TRACE(absl::StrCat("iteration ", iteration));
+    PlatformState st = RandomPlatform(rng);
+    // Caps only (no HOLD limit): the only policy budgets are the caps.
+    st.budgets[{"acme", ""}] = {
+        .name = "tenants/acme/budgets/all",
+        .user_hourly_cap_micros = Uniform(rng, 1, 12) * 10'000'000};
+    st.budgets[{"acme", "nlp"}] = {
+        .name = "tenants/acme/budgets/nlp",
+        .user_hourly_cap_micros = Uniform(rng, 0, 6) * 10'000'000};
+    absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+    DispatcherLiveness liveness{.wall_now = now};
+    int64_t next_id = 1;
+    auto new_job = [&](absl::Time at) {
+      JobView v = NewJob(rng, next_id, at);
+      v.job.set_creator(kUsers[Uniform(rng, 0, 2)]);
+      if (Uniform(rng, 0, 1) == 0) v.job.mutable_spec()->set_project("nlp");
+      st.jobs[next_id] = std::move(v);
+      return next_id++;
+    };
+    for (int k = 0, n = static_cast<int>(Uniform(rng, 5, 30)); k < n; ++k)
+      new_job(now - absl::Minutes(k));
+    SchedulerState state;
+    state.Reset(st, now, liveness);
+    policy::Decisions got;
+    for (int cycle = 0; cycle < 10; ++cycle) {
+      SCOPED_TRACE(absl::StrCat("cycle ", cycle));
+      state.Advance(st, now, liveness);
+      state.UpdateBudgets(st);
+      state.Cycle(got);
+      policy::Snapshot fresh;
+      SnapshotIndex index;
+      BuildSnapshot(st, now, &fresh, &index, liveness);
+      // What each cap has left, computed here.
+      for (policy::Budget& b : fresh.budgets) {
+        ASSERT_TRUE(b.hourly) << b.name;
+        const std::string project =
+            b.name == "tenants/acme/budgets/nlp" ? "nlp" : "";
+        const int64_t cap =
+            st.budgets.at({"acme", project}).user_hourly_cap_micros;
+        int64_t running = 0;
+        for (const auto& [id, v] : st.jobs) {
+          const v1::JobState js = v.job.state();
+          if (js != v1::JOB_STATE_ADMITTED && js != v1::JOB_STATE_RUNNING &&
+              js != v1::JOB_STATE_PREEMPTING) {
+            continue;
+          }
+          if (v.job.creator() != absl::StrCat("users/", b.user)) continue;
+          if (!project.empty() && v.job.spec().project() != project) continue;
+          const std::string flavor =
+              v.attempt->flavor().substr(std::string("flavors/").size());
+          running += int64_t{v.job.spec().workers()} *
+                     v.job.spec().resources().gpus() *
+                     st.flavors.at(flavor).gpu_hour_price().micros();
+        }
+        EXPECT_EQ(b.hourly_cap_micros, cap);
+        b.remaining_micros = cap - running;
+      }
+      const policy::Decisions want = policy::Decide(fresh);
+      ExpectSame(want, got);
+      if (::testing::Test::HasFatalFailure()) return;
+      seen["admitted"] += static_cast<int>(want.admissions.size());
+      for (const policy::PendingDecision& p : want.pending) {
+        if (p.message.str().starts_with("BUDGET_HOLD: user ")) ++seen["capped"];
+      }
+
+      std::vector<int64_t> changed;
+      for (const policy::Preemption& p : want.preemptions) {
+        st.jobs[p.victim].job.set_state(v1::JOB_STATE_PREEMPTING);
+        changed.push_back(p.victim);
+      }
+      for (const policy::Admission& a : want.admissions) {
+        JobView& v = st.jobs[a.job];
+        v.job.set_state(v1::JOB_STATE_ADMITTED);
+        v1::Attempt attempt;
+        attempt.set_cluster(
+            absl::StrCat("clusters/", index.node_clusters[a.worker_nodes[0]]));
+        attempt.set_flavor(
+            absl::StrCat("flavors/", index.flavor_ids[a.flavor]));
+        for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
+          v1::WorkerPlacement* p = attempt.add_placements();
+          p->set_worker(static_cast<int32_t>(w));
+          p->set_node(index.node_names[a.worker_nodes[w]]);
+        }
+        *attempt.mutable_admit_time() = Ts(now);
+        v.attempt = attempt;
+        changed.push_back(a.job);
+      }
+      now += absl::Seconds(Uniform(rng, 1, 30));
+      liveness.wall_now = now;
+      std::vector<int64_t> ids;
+      for (const auto& [id, v] : st.jobs) ids.push_back(id);
+      for (int64_t id : ids) {
+        JobView& v = st.jobs[id];
+        const int64_t roll = Uniform(rng, 0, 9);
+        const v1::JobState js = v.job.state();
+        if (js == v1::JOB_STATE_ADMITTED && roll < 5) {
+          v.job.set_state(v1::JOB_STATE_RUNNING);
+          changed.push_back(id);
+        } else if ((js == v1::JOB_STATE_RUNNING && roll < 3) ||
+                   (js == v1::JOB_STATE_PREEMPTING && roll < 5) ||
+                   (js == v1::JOB_STATE_QUEUED && roll == 0)) {
+          st.jobs.erase(id);  // Ended, stopped, cancelled.
+          changed.push_back(id);
+          ++seen["ended"];
+        }
+      }
+      for (int k = 0, n = static_cast<int>(Uniform(rng, 0, 5)); k < n; ++k)
+        changed.push_back(new_job(now));
+      switch (Uniform(rng, 0, 3)) {
+        case 0: {  // A cap raised or lowered: in force at once.
+          BudgetView& b = st.budgets[{"acme", Uniform(rng, 0, 1) ? "nlp" : ""}];
+          if (b.user_hourly_cap_micros > 0) {
+            b.user_hourly_cap_micros = Uniform(rng, 1, 12) * 10'000'000;
+            ++seen["cap edited"];
+          }
+          break;
+        }
+        case 1: {  // The project's cap added or removed: mapped anew.
+          BudgetView& b = st.budgets[{"acme", "nlp"}];
+          b.user_hourly_cap_micros =
+              b.user_hourly_cap_micros > 0 ? 0 : 30'000'000;
+          seen[state.ConfigChanged(st, now, liveness) ? "reset" : "in place"]++;
+          break;
+        }
+        default:
+          break;
+      }
+      for (int64_t id : changed) {
+        auto it = st.jobs.find(id);
+        state.JobChanged(id, it == st.jobs.end() ? nullptr : &it->second, now);
+      }
+    }
+  }
+  for (const char* kind :
+       {"admitted", "capped", "ended", "cap edited", "reset"}) {
+    EXPECT_GT(seen[kind], 5) << kind;
+  }
+  for (const auto& [kind, n] : seen) std::printf("%s %d\n", kind.c_str(), n);
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler

@@ -258,14 +258,36 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
 
   // Budgets: those that limit admission (a HOLD threshold, or in HOLD) are
   // the policy's; those that restrict to spot are remembered for MapJob.
+  // Scopes with a user hourly cap get an hourly budget per user, interned by
+  // MapJob after the monthly ones: kept while those and the capped scopes
+  // stay the same (else the jobs are mapped anew: SameClassesAs).
+  const auto previous_ids = std::move(budget_ids_);
+  const auto previous_capped = std::move(capped_);
   budget_ids_.clear();
   restricted_.clear();
+  capped_.clear();
+  budgets_.clear();
   for (const auto& [key, b] : state.budgets) {
     if (b.restrict_to_spot) restricted_.insert(key);
+    if (b.user_hourly_cap_micros > 0)
+      capped_[key] = {b.name, b.user_hourly_cap_micros};
     if (!b.hold && !b.hold_limit_micros.has_value()) continue;
-    budget_ids_[key] = static_cast<policy::BudgetId>(s.budgets.size());
-    s.budgets.push_back({.name = b.name, .remaining_micros = 0});
+    budget_ids_[key] = static_cast<policy::BudgetId>(budgets_.size());
+    budgets_.push_back({.name = b.name, .remaining_micros = 0});
   }
+  if (budget_ids_ != previous_ids || !SameScopes(capped_, previous_capped)) {
+    rate_cap_ids_.clear();
+    rate_caps_.clear();
+  }
+  for (const RateCapKey& k : rate_caps_) {
+    const auto& [name, cap] = capped_.at({k.tenant, k.project});
+    budgets_.push_back({.name = name,
+                        .remaining_micros = 0,
+                        .hourly = true,
+                        .user = std::string(domain::NameId(k.user)),
+                        .hourly_cap_micros = cap});
+  }
+  s.budgets = budgets_;
 
   // Queues.
   for (const auto& [key, q] : state.queues) {
@@ -428,6 +450,11 @@ JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
   p.worker.gpu_model = ModelId(spec.resources().gpu_model());
   if (!spec.project().empty())
     p.budget = BudgetOf(job.tenant(), spec.project());
+  if (capped_.contains({job.tenant(), ""}))
+    p.tenant_rate_cap = RateCap(job.tenant(), "", job.creator());
+  if (!spec.project().empty() &&
+      capped_.contains({job.tenant(), spec.project()}))
+    p.project_rate_cap = RateCap(job.tenant(), spec.project(), job.creator());
   switch (spec.topology().required_level()) {
     case v1::TOPOLOGY_LEVEL_BLOCK:
       p.required_topology = policy::TopologyLevel::kBlock;
@@ -473,6 +500,32 @@ std::optional<policy::BudgetId> SnapshotMapper::BudgetOf(
     const std::string& tenant, const std::string& project) const {
   auto it = budget_ids_.find({tenant, project});
   if (it == budget_ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<policy::BudgetId> SnapshotMapper::RateCapOf(
+    const std::string& tenant, const std::string& project,
+    const std::string& user) const {
+  auto it = rate_cap_ids_.find({tenant, project, user});
+  if (it == rate_cap_ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+policy::BudgetId SnapshotMapper::RateCap(const std::string& tenant,
+                                         const std::string& project,
+                                         const std::string& user) {
+  RateCapKey key{tenant, project, user};
+  auto [it, inserted] = rate_cap_ids_.try_emplace(
+      key, static_cast<policy::BudgetId>(budgets_.size()));
+  if (inserted) {
+    const auto& [name, cap] = capped_.at({tenant, project});
+    budgets_.push_back({.name = name,
+                        .remaining_micros = 0,
+                        .hourly = true,
+                        .user = std::string(domain::NameId(user)),
+                        .hourly_cap_micros = cap});
+    rate_caps_.push_back(std::move(key));
+  }
   return it->second;
 }
 
@@ -525,6 +578,7 @@ void BuildSnapshot(const PlatformState& state, absl::Time now,
   }
   s.priority_classes = mapper.priority_classes();
   s.gpu_model_names = mapper.gpu_model_names();
+  s.budgets = mapper.budgets();
   // Node usage beyond capacity (e.g. a node shrank) would be refused by
   // ValidateSnapshot only if negative; keep it, the node just has no room.
 }

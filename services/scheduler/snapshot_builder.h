@@ -5,6 +5,7 @@
 #ifndef TRAINYARD_SERVICES_SCHEDULER_SNAPSHOT_BUILDER_H_
 #define TRAINYARD_SERVICES_SCHEDULER_SNAPSHOT_BUILDER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -55,6 +56,9 @@ struct BudgetView {
   absl::Time status_time = absl::InfinitePast();
   bool hold = false;
   bool restrict_to_spot = false;
+  // The budget's user hourly spend cap (0 = none): the most the hourly
+  // prices of one user's running work in the scope may sum to.
+  int64_t user_hourly_cap_micros = 0;
 };
 
 // Everything a cycle looks at. Keys are ids without their collection prefix.
@@ -110,6 +114,10 @@ struct SnapshotIndex {
 //   - budgets: each budget with a HOLD threshold (or in HOLD) is a policy
 //     budget, the tenant's on its queues, a project's on its pending jobs
 //     (remaining 0 here: SchedulerState::UpdateBudgets sets it each cycle);
+//     and per (scope with a user hourly cap, user of a pending job there) an
+//     hourly policy budget, the job's tenant_rate_cap or project_rate_cap
+//     (ids after the monthly ones, in the order the users are first met;
+//     remaining 0 here as well);
 //     a pending job whose tenant or project budget restricts to spot gets
 //     SpotPolicy::kRequiredByBudget (kept kRequired where the job asked for
 //     it).
@@ -185,11 +193,32 @@ class SnapshotMapper {
   bool SameClassesAs(const SnapshotMapper& other) const {
     return class_preemptible_ == other.class_preemptible_ &&
            priority_classes_.size() == other.priority_classes_.size() &&
-           budget_ids_ == other.budget_ids_ && restricted_ == other.restricted_;
+           budget_ids_ == other.budget_ids_ &&
+           restricted_ == other.restricted_ &&
+           SameScopes(capped_, other.capped_) &&
+           rate_cap_ids_ == other.rate_cap_ids_;
   }
   // The policy budget of (tenant, project) ("" = the tenant's), if any.
   std::optional<policy::BudgetId> BudgetOf(const std::string& tenant,
                                            const std::string& project) const;
+  // The hourly policy budget of `user` (a job's creator) in the scope
+  // (tenant, project), if a job mapped so far has it.
+  std::optional<policy::BudgetId> RateCapOf(const std::string& tenant,
+                                            const std::string& project,
+                                            const std::string& user) const;
+  // Every policy budget mapped so far, by id: the monthly ones of the
+  // configuration, then the hourly ones (`remaining_micros` 0; the caps as
+  // last mapped). Grows as MapJob() meets new users of capped scopes.
+  const std::vector<policy::Budget>& budgets() const { return budgets_; }
+  // Scope and user of each hourly budget, by id - the number of monthly
+  // budgets (budgets().size() - rate_caps().size()).
+  struct RateCapKey {
+    std::string tenant;
+    std::string project;
+    std::string user;
+    friend auto operator<=>(const RateCapKey&, const RateCapKey&) = default;
+  };
+  const std::vector<RateCapKey>& rate_caps() const { return rate_caps_; }
   // The cost model's view of a job (its gang, time limit, estimate and
   // checkpointing), for the expected cost of its attempt.
   static policy::PendingJob CostShapeOf(const trainyard::v1::Job& job);
@@ -223,6 +252,22 @@ class SnapshotMapper {
   // spot.
   std::map<std::pair<std::string, std::string>, policy::BudgetId> budget_ids_;
   std::set<std::pair<std::string, std::string>> restricted_;
+  // Scopes with a user hourly cap: (tenant, project) -> (budget name, cap).
+  std::map<std::pair<std::string, std::string>, std::pair<std::string, int64_t>>
+      capped_;
+  // Hourly budgets interned by MapJob (append-only while the monthly
+  // budgets and the capped scopes stay the same).
+  std::map<RateCapKey, policy::BudgetId> rate_cap_ids_;
+  std::vector<RateCapKey> rate_caps_;
+  std::vector<policy::Budget> budgets_;
+  template <typename Map>
+  static bool SameScopes(const Map& a, const Map& b) {
+    return std::equal(
+        a.begin(), a.end(), b.begin(), b.end(),
+        [](const auto& x, const auto& y) { return x.first == y.first; });
+  }
+  policy::BudgetId RateCap(const std::string& tenant,
+                           const std::string& project, const std::string& user);
 };
 
 // Whether the cluster's dispatcher counts as gone at liveness.wall_now.

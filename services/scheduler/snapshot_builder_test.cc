@@ -131,6 +131,67 @@ TEST(SnapshotBuilderTest, MapsBookPricesAndBudgets) {
   }
 }
 
+// A budget's user hourly cap becomes one hourly policy budget per user of
+// its scope with pending work (after the monthly budgets, in the order the
+// users are met), named by the budget and the user; a job gets its user's
+// caps in its tenant and its project.
+TEST(SnapshotBuilderTest, MapsUserHourlyCapsPerUserAndScope) {
+  PlatformState st = Platform();
+  st.budgets[{"acme", ""}] = {.name = "tenants/acme/budgets/all",
+                              .hold_limit_micros = 100'000'000,
+                              .user_hourly_cap_micros = 40'000'000};
+  st.budgets[{"acme", "nlp"}] = {.name = "tenants/acme/budgets/nlp",
+                                 .user_hourly_cap_micros = 10'000'000};
+  st.budgets[{"acme", "vision"}] = {.name = "tenants/acme/budgets/vision"};
+  auto job = [&](int64_t id, const std::string& creator,
+                 const std::string& project, v1::JobState state) {
+    JobView v = MakeJob(id, "default", state, 1);
+    v.job.set_creator(creator);
+    v.job.mutable_spec()->set_project(project);
+    st.jobs[id] = v;
+  };
+  job(1, "users/alice", "nlp", v1::JOB_STATE_QUEUED);
+  job(2, "users/bob", "", v1::JOB_STATE_QUEUED);
+  job(3, "users/alice", "vision", v1::JOB_STATE_QUEUED);
+  job(4, "users/carol", "nlp", v1::JOB_STATE_SUCCEEDED);  // not mapped
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  // The tenant's monthly budget (HOLD limit), then alice's caps in the
+  // tenant and in nlp, then bob's in the tenant. nlp has no HOLD limit.
+  ASSERT_EQ(s.budgets.size(), 4u);
+  EXPECT_FALSE(s.budgets[0].hourly);
+  const policy::Budget want[] = {{.name = "tenants/acme/budgets/all",
+                                  .hourly = true,
+                                  .user = "alice",
+                                  .hourly_cap_micros = 40'000'000},
+                                 {.name = "tenants/acme/budgets/nlp",
+                                  .hourly = true,
+                                  .user = "alice",
+                                  .hourly_cap_micros = 10'000'000},
+                                 {.name = "tenants/acme/budgets/all",
+                                  .hourly = true,
+                                  .user = "bob",
+                                  .hourly_cap_micros = 40'000'000}};
+  for (int b = 0; b < 3; ++b) EXPECT_EQ(s.budgets[b + 1], want[b]) << b;
+  ASSERT_EQ(s.pending.size(), 3u);
+  for (const policy::PendingJob& p : s.pending) {
+    switch (p.id) {
+      case 1:
+        EXPECT_EQ(p.tenant_rate_cap, 1);
+        EXPECT_EQ(p.project_rate_cap, 2);
+        break;
+      case 2:
+        EXPECT_EQ(p.tenant_rate_cap, 3);
+        EXPECT_EQ(p.project_rate_cap, std::nullopt);
+        break;
+      default:  // alice in vision (no cap): her tenant cap only
+        EXPECT_EQ(p.tenant_rate_cap, 1);
+        EXPECT_EQ(p.project_rate_cap, std::nullopt);
+    }
+  }
+}
+
 TEST(SnapshotBuilderTest, MapsMinimumRuntimesAndRestartOverheads) {
   PlatformState st = Platform();
   policy::Snapshot s;

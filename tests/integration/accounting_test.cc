@@ -1516,6 +1516,88 @@ TEST_F(BudgetTest, RefusesBadBudgetsNamingTheField) {
   EXPECT_EQ(page.budgets_size(), 2);
 }
 
+// The user hourly cap: refused negative or in another currency (naming the
+// field), stored with the budget, returned, changed alone by an update mask
+// that names it and kept by one that does not.
+TEST_F(BudgetTest, UserHourlyCapIsValidatedStoredAndUpdatable) {
+  v1::Budget out;
+  v1::ErrorInfo info;
+  v1::Budget bad = Budget(100'000'000);
+  bad.mutable_user_hourly_cap()->set_micros(-1);
+  grpc::Status s =
+      CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.user_hourly_cap.micros");
+  bad = Budget(100'000'000);
+  bad.mutable_user_hourly_cap()->set_micros(10'000'000);
+  bad.mutable_user_hourly_cap()->set_currency_code("EUR");
+  s = CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.user_hourly_cap.currency_code");
+  // Without the amount's currency, against the price book's.
+  bad.mutable_monthly_amount()->clear_currency_code();
+  s = CreateBudget(harness_->admin_token(), "team", bad, &out, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(info.field(), "budget.user_hourly_cap.currency_code");
+
+  v1::Budget good = Budget(100'000'000);
+  good.mutable_user_hourly_cap()->set_micros(10'000'000);
+  good.mutable_user_hourly_cap()->set_currency_code("USD");
+  ASSERT_TRUE(CreateBudget(harness_->admin_token(), "team", good, &out).ok());
+  EXPECT_EQ(out.user_hourly_cap().micros(), 10'000'000);
+  EXPECT_EQ(GetBudget("tenants/acme/budgets/team").user_hourly_cap().micros(),
+            10'000'000);
+
+  // Raised alone.
+  v1::UpdateBudgetRequest update;
+  update.mutable_budget()->set_name("tenants/acme/budgets/team");
+  update.mutable_budget()->mutable_user_hourly_cap()->set_micros(25'000'000);
+  update.mutable_update_mask()->add_paths("user_hourly_cap");
+  v1::Budget updated;
+  {
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    grpc::Status st = stub_->UpdateBudget(ctx.get(), update, &updated);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  v1::Budget got = GetBudget("tenants/acme/budgets/team");
+  EXPECT_EQ(got.user_hourly_cap().micros(), 25'000'000);
+  EXPECT_EQ(got.monthly_amount().micros(), 100'000'000);
+  EXPECT_EQ(got.thresholds_size(), 3);
+  // An update of the amount alone keeps the cap.
+  update.mutable_budget()->clear_user_hourly_cap();
+  update.mutable_budget()->mutable_monthly_amount()->set_micros(200'000'000);
+  update.mutable_update_mask()->Clear();
+  update.mutable_update_mask()->add_paths("monthly_amount");
+  {
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    grpc::Status st = stub_->UpdateBudget(ctx.get(), update, &updated);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  got = GetBudget("tenants/acme/budgets/team");
+  EXPECT_EQ(got.user_hourly_cap().micros(), 25'000'000);
+  EXPECT_EQ(got.monthly_amount().micros(), 200'000'000);
+  // A negative cap by update is refused and changes nothing.
+  update.mutable_budget()->mutable_user_hourly_cap()->set_micros(-5);
+  update.mutable_update_mask()->Clear();
+  update.mutable_update_mask()->add_paths("user_hourly_cap");
+  {
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    EXPECT_EQ(stub_->UpdateBudget(ctx.get(), update, &updated).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(ErrorInfoOf(*ctx).field(), "budget.user_hourly_cap.micros");
+  }
+  EXPECT_EQ(GetBudget("tenants/acme/budgets/team").user_hourly_cap().micros(),
+            25'000'000);
+  // Zero: no cap.
+  update.mutable_budget()->mutable_user_hourly_cap()->set_micros(0);
+  {
+    auto ctx = ApiHarness::Context(harness_->admin_token());
+    ASSERT_TRUE(stub_->UpdateBudget(ctx.get(), update, &updated).ok());
+  }
+  EXPECT_EQ(GetBudget("tenants/acme/budgets/team").user_hourly_cap().micros(),
+            0);
+}
+
 TEST_F(BudgetTest, TheMeterForecastsAndNotifiesEachThresholdOnce) {
   const int64_t now = absl::ToUnixSeconds(absl::Now()) * 1000;
   const int64_t month = absl::ToUnixMillis(

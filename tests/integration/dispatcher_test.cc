@@ -873,5 +873,73 @@ TEST_F(BudgetDispatchTest,
   EXPECT_EQ(int64_t{ran} * 480'000'000, expected_running);
 }
 
+// A user's hourly spend cap: $60,000/h in the tenant, jobs of 8 GPUs at
+// $3,600 per GPU-hour ($28,800/h each). Two of alice's run; her third waits
+// with the cap named; bob, under the same cap of his own, is not held by
+// hers; when one of alice's ends her third starts; raising the cap releases
+// a fourth at once (without a meter pass).
+TEST_F(BudgetDispatchTest, AUserHourlyCapHoldsThatUsersNewWorkOnly) {
+  v1::Budget b;
+  b.mutable_monthly_amount()->set_micros(1'000'000'000'000);  // not binding
+  v1::BudgetThreshold* t = b.add_thresholds();
+  t->set_percent(100);
+  t->set_action(v1::BUDGET_ACTION_HOLD);
+  b.mutable_user_hourly_cap()->set_micros(60'000'000'000);
+  {
+    v1::CreateBudgetRequest req;
+    req.set_parent("tenants/acme");
+    req.set_budget_id("acme");
+    *req.mutable_budget() = b;
+    v1::Budget out;
+    grpc::Status st =
+        accounting_->CreateBudget(ApiHarness::Context(token_).get(), req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  const std::string bob = harness_->Token("users/bob", v1::ROLE_MEMBER, "acme");
+  const int64_t a0 = Submit(Priced("a0", "30s"));
+  const int64_t a1 = Submit(Priced("a1", "60s"));
+  const int64_t a2 = Submit(Priced("a2", "60s"));
+  const int64_t b0 = harness_->SubmitJob(bob, Priced("b0", "60s"));
+  Step();
+  EXPECT_EQ(Get(a0).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(a1).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(b0).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(a2).state(), v1::JOB_STATE_QUEUED);
+  v1::ExplainPendingResponse why = Explain(a2);
+  EXPECT_EQ(why.reason(), "BUDGET_HOLD") << why.message();
+  EXPECT_THAT(why.message(),
+              ::testing::HasSubstr(
+                  "user alice's hourly spend cap of 60000.000000/h in budget "
+                  "tenants/acme/budgets/acme: 57600.000000/h running, this "
+                  "job needs 28800.000000/h"));
+
+  // a0 ends: alice runs $28,800/h, and a2 fits.
+  clock_.Advance(absl::Seconds(31));
+  Step();
+  EXPECT_EQ(Get(a0).state(), v1::JOB_STATE_SUCCEEDED);
+  Step();
+  EXPECT_EQ(Get(a2).state(), v1::JOB_STATE_RUNNING);
+  const int64_t a3 = Submit(Priced("a3", "60s"));
+  Step();
+  EXPECT_EQ(Get(a3).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(Explain(a3).message(),
+              ::testing::HasSubstr("57600.000000/h running"));
+
+  // Raised to $90,000/h: a3 starts in the next cycle.
+  {
+    v1::UpdateBudgetRequest req;
+    req.mutable_budget()->set_name("tenants/acme/budgets/acme");
+    req.mutable_budget()->mutable_user_hourly_cap()->set_micros(90'000'000'000);
+    req.mutable_update_mask()->add_paths("user_hourly_cap");
+    v1::Budget out;
+    grpc::Status st =
+        accounting_->UpdateBudget(ApiHarness::Context(token_).get(), req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  Step();
+  EXPECT_EQ(Get(a3).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(b0).state(), v1::JOB_STATE_RUNNING);
+}
+
 }  // namespace
 }  // namespace trainyard::testing

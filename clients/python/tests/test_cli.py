@@ -355,6 +355,54 @@ def test_budget_holds_a_projects_work_until_raised(yard, stack, tmp_path):
     assert r.code == 0, r
 
 
+def test_user_hourly_cap_holds_a_users_work_until_raised(yard, stack, tmp_path):
+    """A budget whose user hourly cap ($0.01/h) is below a GPU job's hourly price keeps the job
+    QUEUED with BUDGET_HOLD naming the cap (`yard why`); `yard budgets` shows the cap; raising
+    the cap alone (the amount and thresholds kept) lets the job start; a negative cap is
+    refused naming the field."""
+    admin = {"TRAINYARD_TOKEN": stack.tokens["admin"], "TRAINYARD_TENANT": "demo"}
+    r = yard("budget", "set", "ratecap", "--project", "ratecap", "--amount", "100000",
+             "--user-hourly-cap", "0.01", env=admin)
+    assert r.code == 0 and "tenants/demo/budgets/ratecap" in r.out \
+        and "0.01 an hour per user" in r.out, r
+    r = yard("budget", "set", "ratecap", "--project", "ratecap", "--amount", "100000",
+             "--user-hourly-cap", "-1", env=admin)
+    assert r.code != 0 and "--user-hourly-cap" in r.err, r
+    spec = tmp_path / "ratecap.yaml"
+    spec.write_text(JOB_YAML.format(name="ratecap-job", queue="default", gpus=1)
+                    .replace("project: default", "project: ratecap")
+                    .replace("SIM_DURATION: 1s", "SIM_DURATION: 30s"))
+    r = yard("submit", "-f", spec)
+    assert r.code == 0, r
+    job = r.out.split("submitted ", 1)[1].split()[0].rstrip(";").rsplit("/", 1)[-1]
+    deadline = time.time() + 30
+    why = None
+    while time.time() < deadline:
+        why = yard("why", job)
+        if "BUDGET_HOLD" in why.out:
+            break
+        time.sleep(0.5)
+    assert why is not None and "hourly spend cap of 0.010000/h" in why.out \
+        and "budgets/ratecap" in why.out, why
+    r = yard("budgets", env=admin)
+    assert r.code == 0 and "USER CAP" in r.out \
+        and ("0.01 USD/h" in r.out or "0.01/h" in r.out), r
+    r = yard("budget", "set", "ratecap", "--project", "ratecap", "--amount", "100000",
+             "--user-hourly-cap", "100000", env=admin)
+    assert r.code == 0, r
+    deadline = time.time() + 30
+    state = ""
+    while time.time() < deadline:
+        state = json.loads(yard("-o", "json", "get", job).out).get("state", "")
+        if state not in ("JOB_STATE_QUEUED", ""):
+            break
+        time.sleep(0.5)
+    assert state != "JOB_STATE_QUEUED", state
+    yard("cancel", job)
+    r = yard("budget", "delete", "ratecap", env=admin)
+    assert r.code == 0, r
+
+
 def test_watch_prints_a_budget_notice():
     """A budget threshold event (no job) prints as the budget and its reason."""
     from trainyard import job_pb2

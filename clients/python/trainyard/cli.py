@@ -612,12 +612,17 @@ def cmd_budgets(args):
     def action(v):
         return accounting_pb2.BudgetAction.Name(v).replace("BUDGET_ACTION_", "").lower() \
             if v else ""
+    def cap(m):
+        if not m.micros:
+            return "-"
+        return f"{m.micros / 1e6:,.2f}{' ' + m.currency_code if m.currency_code else ''}/h"
     rows = [[b.name, b.project or "(tenant)", output.money(b.monthly_amount),
              output.money(b.spent), output.money(b.forecast), action(b.active_action) or "-",
-             " ".join(f"{t.percent}%:{action(t.action) or 'warn'}" for t in b.thresholds)]
+             " ".join(f"{t.percent}%:{action(t.action) or 'warn'}" for t in b.thresholds),
+             cap(b.user_hourly_cap)]
             for b in budgets]
-    output.table(["NAME", "PROJECT", "MONTHLY", "SPENT", "FORECAST", "ACTION", "THRESHOLDS"],
-                 rows)
+    output.table(["NAME", "PROJECT", "MONTHLY", "SPENT", "FORECAST", "ACTION", "THRESHOLDS",
+                  "USER CAP"], rows)
     return EXIT_OK
 
 
@@ -634,12 +639,19 @@ def cmd_budget(args):
             if not percent.isdigit() or not act:
                 raise SystemExit(f"yard: --threshold: expected PERCENT:ACTION, got {t!r}")
             thresholds.append((int(percent), act))
+        cap = None
+        if args.user_hourly_cap is not None:
+            cap = _micros(args.user_hourly_cap, "--user-hourly-cap")
         b = c.set_budget(args.id, _micros(args.amount, "--amount"), thresholds,
-                         project=args.project or "", currency=args.currency or "")
+                         project=args.project or "", currency=args.currency or "",
+                         user_hourly_cap_micros=cap)
     if args.output != "table":
         output.dump(b, args.output)
     else:
-        print(f"{b.name}: {output.money(b.monthly_amount)} a month")
+        line = f"{b.name}: {output.money(b.monthly_amount)} a month"
+        if b.user_hourly_cap.micros:
+            line += f", at most {b.user_hourly_cap.micros / 1e6:,.2f} an hour per user"
+        print(line)
     return EXIT_OK
 
 
@@ -876,6 +888,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threshold", action="append", metavar="PERCENT:ACTION",
                    help="repeatable, ascending; ACTION warn, restrict_to_spot or hold "
                         "(default 100:hold)")
+    b.add_argument("--user-hourly-cap", metavar="AMOUNT",
+                   help="the most one user's running work in the scope may cost per hour, "
+                        "e.g. 10 (0: no cap; default: unchanged, none for a new budget)")
     b = bsub.add_parser("delete", help="delete budget ID")
     b.add_argument("id", metavar="ID")
 

@@ -577,13 +577,19 @@ class Client:
 
     def set_budget(self, budget_id: str, amount_micros: int,
                    thresholds: Sequence[tuple] = ((100, "hold"),), *, project: str = "",
-                   currency: str = "", tenant: Optional[str] = None):
+                   currency: str = "", user_hourly_cap_micros: Optional[int] = None,
+                   tenant: Optional[str] = None):
         """Creates the budget, or replaces its amount, thresholds and project: a monthly
         ``amount_micros`` with ``thresholds`` as (percent, action) pairs, action "warn",
-        "restrict_to_spot" or "hold". Needs finance or tenant-admin."""
+        "restrict_to_spot" or "hold". ``user_hourly_cap_micros``, when given, sets the most
+        one user's running work in the scope may cost per hour (0: no cap); when not given
+        an existing budget keeps its cap. Needs finance or tenant-admin."""
         budget = accounting_pb2.Budget(
             project=project,
             monthly_amount=common_pb2.Money(currency_code=currency, micros=amount_micros))
+        if user_hourly_cap_micros is not None:
+            budget.user_hourly_cap.CopyFrom(
+                common_pb2.Money(currency_code=currency, micros=user_hourly_cap_micros))
         for percent, action in thresholds:
             key = "BUDGET_ACTION_" + str(action).upper()
             try:
@@ -605,6 +611,8 @@ class Client:
         budget.etag = current.etag
         req = accounting_pb2.UpdateBudgetRequest(budget=budget)
         req.update_mask.paths.extend(["project", "monthly_amount", "thresholds"])
+        if user_hourly_cap_micros is not None:
+            req.update_mask.paths.append("user_hourly_cap")
         return self._call(self._accounting.UpdateBudget, req, "AccountingService.UpdateBudget")
 
     def delete_budget(self, budget_id: str, *, tenant: Optional[str] = None) -> None:

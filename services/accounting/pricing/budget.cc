@@ -15,6 +15,10 @@ absl::Status ValidateBudgetRule(const BudgetRule& rule) {
     return domain::FieldError("monthly_amount.micros", "INVALID_VALUE",
                               "must not be negative");
   }
+  if (rule.user_hourly_cap_micros < 0) {
+    return domain::FieldError("user_hourly_cap.micros", "INVALID_VALUE",
+                              "must not be negative");
+  }
   if (rule.thresholds.empty()) {
     return domain::FieldError("thresholds", "REQUIRED",
                               "needs at least one threshold");

@@ -7,7 +7,9 @@
 // integers); the action in force is that of the highest threshold reached
 // (WARN < RESTRICT_TO_SPOT < HOLD when two share a percent). The scheduler
 // admits new work of the scope only while its expected cost fits under the
-// lowest HOLD threshold (HoldLimitMicros). See docs/accounting.md "Budgets".
+// lowest HOLD threshold (HoldLimitMicros), and a user's new work only while
+// the hourly price of that user's running work in the scope fits under the
+// user hourly cap. See docs/accounting.md "Budgets".
 #ifndef TRAINYARD_SERVICES_ACCOUNTING_PRICING_BUDGET_H_
 #define TRAINYARD_SERVICES_ACCOUNTING_PRICING_BUDGET_H_
 
@@ -38,13 +40,17 @@ struct BudgetRule {
   int64_t monthly_amount_micros = 0;
   // Ascending by percent (ValidateBudgetRule).
   std::vector<BudgetThreshold> thresholds;
+  // The most one user's running work in the scope may cost per hour (the
+  // sum of its hourly prices); 0 = no cap.
+  int64_t user_hourly_cap_micros = 0;
 };
 
 inline constexpr int kMaxBudgetThresholds = 10;
 
-// The amount is >= 0; 1..10 thresholds, percents 1..1000 strictly ascending,
-// actions WARN, RESTRICT_TO_SPOT or HOLD. Errors name the field relative to
-// the budget ("monthly_amount", "thresholds[2].percent").
+// The amount and the user hourly cap are >= 0; 1..10 thresholds,
+// percents 1..1000 strictly ascending, actions WARN, RESTRICT_TO_SPOT or HOLD.
+// Errors name the field relative to the budget ("monthly_amount",
+// "thresholds[2].percent").
 absl::Status ValidateBudgetRule(const BudgetRule& rule);
 
 // Whether `forecast` reaches `threshold` of `amount`.

@@ -66,6 +66,14 @@ TEST(BudgetTest, ValidationNamesTheField) {
   EXPECT_THAT(ValidateBudgetRule(rule).message(),
               HasSubstr("monthly_amount.micros"));
   rule = Rule();
+  rule.user_hourly_cap_micros = -1;
+  EXPECT_THAT(ValidateBudgetRule(rule).message(),
+              HasSubstr("user_hourly_cap.micros"));
+  rule.user_hourly_cap_micros = 0;  // no cap
+  EXPECT_TRUE(ValidateBudgetRule(rule).ok());
+  rule.user_hourly_cap_micros = 10'000'000;
+  EXPECT_TRUE(ValidateBudgetRule(rule).ok());
+  rule = Rule();
   rule.thresholds[1].percent = 50;
   EXPECT_THAT(ValidateBudgetRule(rule).message(),
               HasSubstr("thresholds[1].percent"));

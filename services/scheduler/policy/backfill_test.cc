@@ -509,6 +509,52 @@ TEST(BudgetTest, ProjectBudgetSharedAcrossQueues) {
             "cost 20.000000 (flavor od)");
 }
 
+// Users' hourly spend caps (Budget::hourly): $10/h each for alice and bob,
+// 2-GPU jobs at 2.00 per GPU-hour ($4/h each, whatever their time limits).
+// Two of alice's fit, her third waits naming her cap; bob's is admitted
+// beside them; a job of alice's project, whose cap there has $3/h left,
+// waits naming that cap though her tenant cap would take it.
+TEST(BudgetTest, UserHourlyCapsAdmitWhatFitsTheirRate) {
+  BudgetSetup x = OneBudget(1'000'000'000'000);  // not binding
+  auto cap = [&](const std::string& name, const std::string& user,
+                 int64_t cap_micros, int64_t remaining_micros) {
+    x.b.snapshot().budgets.push_back({.name = name,
+                                      .remaining_micros = remaining_micros,
+                                      .hourly = true,
+                                      .user = user,
+                                      .hourly_cap_micros = cap_micros});
+    return static_cast<BudgetId>(x.b.snapshot().budgets.size() - 1);
+  };
+  const BudgetId alice = cap("acme", "alice", 10'000'000, 10'000'000);
+  const BudgetId bob = cap("acme", "bob", 10'000'000, 10'000'000);
+  const BudgetId alice_nlp = cap("nlp", "alice", 5'000'000, 3'000'000);
+  for (JobId id = 1; id <= 3; ++id) {
+    PendingJob& j = x.b.AddJob(id, x.q, 1, 2, id);
+    j.time_limit_micros = id * 100 * kHour;
+    j.tenant_rate_cap = alice;
+  }
+  x.b.AddJob(4, x.q, 1, 2, 4).tenant_rate_cap = bob;
+  PendingJob& nlp = x.b.AddJob(5, x.q, 1, 2, 0);  // first: $4/h > $3/h
+  nlp.tenant_rate_cap = alice;
+  nlp.project_rate_cap = alice_nlp;
+  const Decisions d = Decide(x.b.Build());
+  std::vector<JobId> admitted;
+  for (const Admission& a : d.admissions) admitted.push_back(a.job);
+  std::sort(admitted.begin(), admitted.end());
+  EXPECT_EQ(admitted, (std::vector<JobId>{1, 2, 4}));
+  ASSERT_NE(PendingOf(d, 3), nullptr);
+  EXPECT_EQ(PendingOf(d, 3)->reason, PendingReason::kBudgetHold);
+  EXPECT_EQ(PendingOf(d, 3)->message,
+            "BUDGET_HOLD: user alice's hourly spend cap of 10.000000/h in "
+            "budget acme: 8.000000/h running, this job needs 4.000000/h "
+            "(flavor od)");
+  ASSERT_NE(PendingOf(d, 5), nullptr);
+  EXPECT_EQ(PendingOf(d, 5)->message,
+            "BUDGET_HOLD: user alice's hourly spend cap of 5.000000/h in "
+            "budget nlp: 2.000000/h running, this job needs 4.000000/h "
+            "(flavor od)");
+}
+
 TEST(SnapshotValidationTest, NamesTheBadField) {
   auto invalid = [](const Snapshot& s) {
     const Decisions d = Decide(s);

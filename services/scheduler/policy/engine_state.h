@@ -105,34 +105,64 @@ struct EngineState {
 
   // --- Budgets ---
 
-  // Whether the job's expected cost on f fits its queue's budget and its own
-  // (always without either); `cost` gets the cost (where it has one) and
-  // `refused` the budget it does not fit (the queue's where neither fits).
+  // Whether the job fits on f in its queue's budget, its own and its user's
+  // hourly spend caps (always without any): its expected cost in the first
+  // two, its hourly price in the caps (Budget::hourly). `cost` gets what the
+  // refused budget would be charged and `refused` that budget (the first
+  // one of the queue's, the job's own, the tenant's and the project's cap
+  // that the job does not fit).
   bool Affordable(const PendingJob& job, FlavorId f, int64_t* cost,
                   BudgetId* refused) const {
     const std::optional<BudgetId>& budget = s->queues[job.queue].budget;
-    if (!budget.has_value() && !job.budget.has_value()) return true;
-    *cost = ExpectedCostMicros(job, s->flavors[f], *config);
-    if (budget.has_value() && *cost > budget_remaining[*budget]) {
-      *refused = *budget;
-      return false;
+    if (!budget.has_value() && !job.budget.has_value() &&
+        !job.tenant_rate_cap.has_value() && !job.project_rate_cap.has_value())
+      return true;
+    if (budget.has_value() || job.budget.has_value()) {
+      *cost = ExpectedCostMicros(job, s->flavors[f], *config);
+      if (budget.has_value() && *cost > budget_remaining[*budget]) {
+        *refused = *budget;
+        return false;
+      }
+      if (job.budget.has_value() && *cost > budget_remaining[*job.budget]) {
+        *refused = *job.budget;
+        return false;
+      }
     }
-    if (job.budget.has_value() && *cost > budget_remaining[*job.budget]) {
-      *refused = *job.budget;
-      return false;
+    if (job.tenant_rate_cap.has_value() || job.project_rate_cap.has_value()) {
+      const int64_t hourly = HourlyPriceMicros(job, s->flavors[f]);
+      for (const std::optional<BudgetId>& cap :
+           {job.tenant_rate_cap, job.project_rate_cap}) {
+        if (cap.has_value() && hourly > budget_remaining[*cap]) {
+          *cost = hourly;
+          *refused = *cap;
+          return false;
+        }
+      }
     }
     return true;
   }
 
   // Commits the job's expected cost on f to its queue's budget and its own,
-  // if any (once where they are the same).
+  // if any (once where they are the same), and its hourly price to its
+  // user's hourly spend caps.
   void Spend(const PendingJob& job, FlavorId f) {
     const std::optional<BudgetId>& budget = s->queues[job.queue].budget;
-    if (!budget.has_value() && !job.budget.has_value()) return;
-    const int64_t cost = ExpectedCostMicros(job, s->flavors[f], *config);
-    if (budget.has_value()) Charge(*budget, cost);
-    if (job.budget.has_value() && job.budget != budget)
-      Charge(*job.budget, cost);
+    if (!budget.has_value() && !job.budget.has_value() &&
+        !job.tenant_rate_cap.has_value() && !job.project_rate_cap.has_value())
+      return;
+    if (budget.has_value() || job.budget.has_value()) {
+      const int64_t cost = ExpectedCostMicros(job, s->flavors[f], *config);
+      if (budget.has_value()) Charge(*budget, cost);
+      if (job.budget.has_value() && job.budget != budget)
+        Charge(*job.budget, cost);
+    }
+    if (job.tenant_rate_cap.has_value() || job.project_rate_cap.has_value()) {
+      const int64_t hourly = HourlyPriceMicros(job, s->flavors[f]);
+      if (job.tenant_rate_cap.has_value()) Charge(*job.tenant_rate_cap, hourly);
+      if (job.project_rate_cap.has_value() &&
+          job.project_rate_cap != job.tenant_rate_cap)
+        Charge(*job.project_rate_cap, hourly);
+    }
     ++events;
   }
 

@@ -109,11 +109,23 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
              << " has no quota for a flavor allowed by spot policy "
              << SpotPolicyName(job.spot_policy);
         break;
-      case Detail::kBudget:
-        text << "budget " << s.budgets[d.c].name << " has " << FormatMicros(d.a)
-             << " left, expected cost " << FormatMicros(d.b) << " ";
+      case Detail::kBudget: {
+        const Budget& budget = s.budgets[d.c];
+        if (budget.hourly) {
+          // Running: the cap less what is left (admissions of this cycle
+          // included).
+          text << "user " << budget.user << "'s hourly spend cap of "
+               << FormatMicros(budget.hourly_cap_micros) << "/h in budget "
+               << budget.name << ": "
+               << FormatMicros(budget.hourly_cap_micros - d.a)
+               << "/h running, this job needs " << FormatMicros(d.b) << "/h ";
+        } else {
+          text << "budget " << budget.name << " has " << FormatMicros(d.a)
+               << " left, expected cost " << FormatMicros(d.b) << " ";
+        }
         flavor_tag();
         break;
+      }
       case Detail::kQuota: {
         text << "queue " << queue.name << " " << ResourceName(resource) << " "
              << d.a << "/" << d.b << ", cohort lends " << d.c << ", job needs "

@@ -25,7 +25,8 @@ namespace trainyard::scheduler::policy::internal {
 struct Detail {
   enum Kind : uint8_t {
     kNoEligibleFlavor,
-    kBudget,         // a: budget remaining, b: expected cost, c: budget
+    kBudget,         // a: budget remaining, b: expected cost (hourly
+                     // price for Budget::hourly), c: budget
     kQuota,          // a: usage, b: nominal, c: cohort lends; limit*
     kRebalancing,    // a: usage, b: nominal
     kHeld,           // a: usage, b: nominal, c: holding priority

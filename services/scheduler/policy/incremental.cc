@@ -68,6 +68,10 @@ bool Scheduler::PendingJobValid(const PendingJob& job) const {
          in_range(job.priority_class, s_.priority_classes.size()) &&
          (!job.budget.has_value() ||
           in_range(*job.budget, s_.budgets.size())) &&
+         (!job.tenant_rate_cap.has_value() ||
+          in_range(*job.tenant_rate_cap, s_.budgets.size())) &&
+         (!job.project_rate_cap.has_value() ||
+          in_range(*job.project_rate_cap, s_.budgets.size())) &&
          job.workers > 0 && job.worker.gpus >= 0 &&
          job.worker.cpu_millis >= 0 && job.worker.memory_bytes >= 0 &&
          job.time_limit_micros >= 0 && job.expected_runtime_micros >= 0 &&
@@ -249,6 +253,11 @@ void Scheduler::SetCohort(CohortId id, Cohort cohort) {
 void Scheduler::SetBudget(BudgetId id, Budget budget) {
   s_.budgets[id] = std::move(budget);
   built_ = false;
+}
+
+BudgetId Scheduler::AddBudget(Budget budget) {
+  s_.budgets.push_back(std::move(budget));
+  return static_cast<BudgetId>(s_.budgets.size() - 1);
 }
 
 PriorityClassId Scheduler::AddPriorityClass(PriorityClass priority_class) {

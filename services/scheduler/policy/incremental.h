@@ -76,6 +76,9 @@ class Scheduler {
   void SetQueue(QueueId id, Queue queue);
   void SetCohort(CohortId id, Cohort cohort);
   void SetBudget(BudgetId id, Budget budget);
+  // Appends a budget (jobs may then use its id; none does yet, so nothing
+  // is rebuilt).
+  BudgetId AddBudget(Budget budget);
   // Appends a priority class (jobs may then use its id).
   PriorityClassId AddPriorityClass(PriorityClass priority_class);
   // Appends a GPU model name (for explanations); returns its id.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/preemption.h"
@@ -31,11 +32,43 @@ Id Pick(std::mt19937_64& rng, const std::vector<T>& items) {
       Uniform(rng, 0, static_cast<int64_t>(items.size()) - 1));
 }
 
-// Gives `job` one of the snapshot's budgets as its own, sometimes.
+// The ids of the snapshot's monthly budgets (hourly == false) or of its
+// users' hourly spend caps.
+std::vector<BudgetId> BudgetsOf(const Snapshot& s, bool hourly) {
+  std::vector<BudgetId> ids;
+  for (size_t b = 0; b < s.budgets.size(); ++b) {
+    if (s.budgets[b].hourly == hourly) ids.push_back(static_cast<BudgetId>(b));
+  }
+  return ids;
+}
+
+// Gives `job` one of the snapshot's monthly budgets as its own, and its
+// user's hourly spend caps in its tenant and project, sometimes.
 void GiveRandomBudget(const Snapshot& s, PendingJob& job,
                       std::mt19937_64& rng) {
-  if (!s.budgets.empty() && Uniform(rng, 0, 2) != 0)
-    job.budget = Pick<BudgetId>(rng, s.budgets);
+  const std::vector<BudgetId> monthly = BudgetsOf(s, false);
+  if (!monthly.empty() && Uniform(rng, 0, 2) != 0)
+    job.budget = monthly[Pick<size_t>(rng, monthly)];
+  const std::vector<BudgetId> caps = BudgetsOf(s, true);
+  if (caps.empty()) return;
+  if (Uniform(rng, 0, 2) != 0)
+    job.tenant_rate_cap = caps[Pick<size_t>(rng, caps)];
+  if (Uniform(rng, 0, 2) == 0)
+    job.project_rate_cap = caps[Pick<size_t>(rng, caps)];
+}
+
+// Adds 1 to 4 users' hourly spend caps with what is left of them (up to
+// $80/h; sometimes nothing or less).
+void AddRandomRateCaps(Snapshot& s, std::mt19937_64& rng) {
+  for (int u = 0, n = static_cast<int>(Uniform(rng, 1, 4)); u < n; ++u) {
+    const int64_t remaining = Uniform(rng, -1, 80) * 1000000;
+    s.budgets.push_back(
+        {.name = "budget-of-cap-" + std::to_string(u),
+         .remaining_micros = remaining,
+         .hourly = true,
+         .user = "user-" + std::to_string(u),
+         .hourly_cap_micros = remaining + Uniform(rng, 0, 40) * 1000000});
+  }
 }
 
 // Sometimes prices CPU-hours and GiB-hours on `f` (in steps that make the
@@ -142,6 +175,14 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
     }
     for (PendingJob& job : s.pending) GiveRandomBudget(s, job, rng);
   }
+  // Some jobs' users have hourly spend caps (as well as the budgets).
+  if (Uniform(rng, 0, 2) == 0) {
+    AddRandomRateCaps(s, rng);
+    for (PendingJob& job : s.pending) {
+      job.budget.reset();
+      GiveRandomBudget(s, job, rng);
+    }
+  }
   for (PendingJob& job : s.pending) {
     if (Uniform(rng, 0, 19) == 0) {
       job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
@@ -181,6 +222,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   int reserved = 0;
   int backfilled = 0;
   int held = 0;
+  int capped = 0;  // held by a user's hourly spend cap first
   // Kept across cycles of different snapshots, so that Cycle(Decisions&)
   // writes over more and over fewer entries than it needs.
   Decisions reused;
@@ -203,8 +245,10 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
       preempted += static_cast<int>(got.preemptions.size());
       reserved += static_cast<int>(got.reservations.size());
       for (const Admission& a : got.admissions) backfilled += a.backfill;
-      for (const PendingDecision& p : got.pending)
+      for (const PendingDecision& p : got.pending) {
         held += p.reason == PendingReason::kBudgetHold;
+        capped += p.message.str().starts_with("BUDGET_HOLD: user ");
+      }
       // Steady state: victims stop, admissions start running, some work
       // completes, new jobs arrive, some pending jobs are cancelled.
       for (const Preemption& p : got.preemptions)
@@ -236,10 +280,11 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   EXPECT_GT(reserved, 20);
   EXPECT_GT(backfilled, 20);
   EXPECT_GT(held, 20);
+  EXPECT_GT(capped, 20);
   std::printf(
       "admitted %d, preempted %d, reserved %d, backfilled %d, budget holds "
-      "%d\n",
-      admitted, preempted, reserved, backfilled, held);
+      "%d (by hourly caps %d)\n",
+      admitted, preempted, reserved, backfilled, held, capped);
 }
 
 // Every mutation the scheduler service applies between cycles — running
@@ -338,6 +383,8 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
             job.worker.gpus = Uniform(rng, 0, 4);
             if (Uniform(rng, 0, 2) == 0) {
               job.budget.reset();
+              job.tenant_rate_cap.reset();
+              job.project_rate_cap.reset();
               GiveRandomBudget(s, job, rng);
             }
             ASSERT_TRUE(scheduler.UpdatePending(job));
@@ -420,7 +467,9 @@ TEST(SchedulerTest, SameDecisionsAsDecideUnderEveryMutation) {
             if (s.budgets.empty()) break;
             const BudgetId id = Pick<BudgetId>(rng, s.budgets);
             Budget b = s.budgets[id];
-            b.remaining_micros = Uniform(rng, -1, 3000) * 1000000;
+            b.remaining_micros =
+                Uniform(rng, -1, b.hourly ? 80 : 3000) * 1000000;
+            if (b.hourly) b.hourly_cap_micros = b.remaining_micros + 5000000;
             scheduler.SetBudget(id, b);
             ++applied["SetBudget"];
             break;
@@ -967,6 +1016,167 @@ TEST(SchedulerTest, SameDecisionsAsThePlainEngineWithProjectBudgets) {
   EXPECT_GT(admitted, 100);
   EXPECT_GT(tenant_holds, 100);
   EXPECT_GT(project_holds, 100);
+}
+
+// Users' hourly spend caps in tenants and projects (PendingJob::
+// tenant_rate_cap, project_rate_cap) beside tenant budgets, through cycles
+// of churn in which what each cap has left is computed here, independently,
+// as SchedulerState does: the cap less the hourly prices (gang x per-worker
+// GPU, CPU and memory prices, summed by hand) of the user's running jobs.
+// No cycle admits more hourly price to a cap than it has left; every cycle
+// equals Decide() and the plain engine; the caps hold jobs, with the cap's
+// numbers in the explanation.
+TEST(SchedulerTest, UserHourlyCapsHoldJobsAsTheRunningWorkComputedHereSays) {
+  std::mt19937_64 rng(20261128);
+  SyntheticSpec spec{.nodes = 96,
+                     .racks_per_block = 4,
+                     .queues = 12,
+                     .cohorts = 4,
+                     .pending = 0,
+                     .busy_fraction = 0,
+                     .seed = 13};
+  Snapshot s = MakeSyntheticSnapshot(spec);
+  s.flavors[0].price_micros_per_cpu_hour = 20000;
+  s.flavors[0].price_micros_per_gib_hour = 1000;
+  constexpr int kTenants = 3;
+  constexpr int kCaps = 10;  // users x scopes
+  for (int t = 0; t < kTenants; ++t) {
+    s.budgets.push_back(
+        {.name = "tenant-" + std::to_string(t),
+         .remaining_micros = Uniform(rng, 2000, 6000) * 1000000});
+  }
+  for (size_t q = 0; q < s.queues.size(); ++q) {
+    if (q % 3 != 0) s.queues[q].budget = static_cast<BudgetId>(q % kTenants);
+  }
+  std::vector<int64_t> cap(kCaps);
+  for (int c = 0; c < kCaps; ++c) {
+    cap[c] = Uniform(rng, 10, 120) * 1000000;
+    s.budgets.push_back({.name = "budget-" + std::to_string(c % 4),
+                         .remaining_micros = cap[c],
+                         .hourly = true,
+                         .user = "user-" + std::to_string(c),
+                         .hourly_cap_micros = cap[c]});
+  }
+  auto cap_id = [](int c) { return static_cast<BudgetId>(kTenants + c); };
+  // The price of one hour of `job` on `f`, summed term by term in exact
+  // fractions of a micro (thousandths of a CPU, bytes of a GiB), rounded
+  // half up.
+  auto hourly = [](const PendingJob& job, const Flavor& f) {
+    const __int128 per_worker_scaled =
+        static_cast<__int128>(job.worker.gpus) * f.price_micros_per_gpu_hour *
+            1000 * testing::kGiB +
+        static_cast<__int128>(job.worker.cpu_millis) *
+            f.price_micros_per_cpu_hour * testing::kGiB +
+        static_cast<__int128>(job.worker.memory_bytes) *
+            f.price_micros_per_gib_hour * 1000;
+    const __int128 total = per_worker_scaled * job.workers;
+    const __int128 unit = static_cast<__int128>(1000) * testing::kGiB;
+    return static_cast<int64_t>((2 * total + unit) / (2 * unit));
+  };
+  JobId next_id = 1;
+  auto add_job = [&](const Snapshot& snapshot) {
+    PendingJob job = MakeSyntheticJob(snapshot, next_id++, rng);
+    const int c = static_cast<int>(Uniform(rng, 0, kCaps));  // kCaps: none
+    if (c < kCaps) {
+      if (Uniform(rng, 0, 1) == 0) {
+        job.tenant_rate_cap = cap_id(c);
+      } else {
+        job.project_rate_cap = cap_id(c);
+      }
+      // Sometimes the user's caps in both its tenant and its project.
+      if (Uniform(rng, 0, 4) == 0)
+        job.tenant_rate_cap = cap_id(static_cast<int>(Uniform(rng, 0, 9)));
+    }
+    return job;
+  };
+  for (int i = 0; i < 600; ++i) s.pending.push_back(add_job(s));
+  Scheduler scheduler(std::move(s));
+  // The running jobs' caps and hourly prices.
+  struct Running {
+    std::vector<int> caps;
+    int64_t hourly = 0;
+  };
+  absl::flat_hash_map<JobId, Running> running;
+  int admitted = 0, cap_holds = 0;
+  for (int cycle = 0; cycle < 12; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    // Sometimes raised (which releases held jobs).
+    if (cycle % 5 == 4) {
+      for (int64_t& c : cap) c += Uniform(rng, 0, 40) * 1000000;
+    }
+    // What each cap has left, from the running work.
+    std::vector<int64_t> left = cap;
+    for (const auto& [id, r] : running) {
+      for (int c : r.caps) left[c] -= r.hourly;
+    }
+    for (int c = 0; c < kCaps; ++c) {
+      Budget b = scheduler.snapshot().budgets[cap_id(c)];
+      b.hourly_cap_micros = cap[c];
+      b.remaining_micros = left[c];
+      if (!(b == scheduler.snapshot().budgets[cap_id(c)]))
+        scheduler.SetBudget(cap_id(c), std::move(b));
+    }
+    const Decisions got = scheduler.Cycle();
+    ExpectSame(Decide(scheduler.snapshot()), got);
+    if (::testing::Test::HasFatalFailure()) return;
+    ExpectSame(Decide(scheduler.snapshot(), kPlain), got);
+    if (::testing::Test::HasFatalFailure()) return;
+    const Snapshot& now = scheduler.snapshot();
+    for (const PendingDecision& p : got.pending) {
+      if (!p.message.str().starts_with("BUDGET_HOLD: user ")) continue;
+      ++cap_holds;
+      // "user user-3's hourly spend cap of 40.000000/h in budget budget-3:
+      // 36.000000/h running, this job needs 8.000000/h (flavor ...)".
+      const std::string& m = p.message.str();
+      const size_t user = m.find("user-");
+      const int c = std::stoi(m.substr(user + 5));
+      EXPECT_NE(m.find(absl::StrCat("cap of ", FormatMicros(cap[c]), "/h")),
+                std::string::npos)
+          << m;
+    }
+    std::vector<int64_t> charged(kCaps, 0);
+    for (const Admission& a : got.admissions) {
+      const PendingJob* job = nullptr;
+      for (const PendingJob& j : now.pending) {
+        if (j.id == a.job) job = &j;
+      }
+      ASSERT_NE(job, nullptr);
+      Running r{.hourly = hourly(*job, now.flavors[a.flavor])};
+      ASSERT_EQ(r.hourly, HourlyPriceMicros(*job, now.flavors[a.flavor]));
+      for (const std::optional<BudgetId>& b :
+           {job->tenant_rate_cap, job->project_rate_cap}) {
+        if (!b.has_value()) continue;
+        const int c = *b - kTenants;
+        if (std::find(r.caps.begin(), r.caps.end(), c) != r.caps.end())
+          continue;
+        r.caps.push_back(c);
+        charged[c] += r.hourly;
+      }
+      running[a.job] = std::move(r);
+    }
+    for (int c = 0; c < kCaps; ++c) {
+      ASSERT_LE(charged[c], std::max<int64_t>(0, left[c]))
+          << "cap of user-" << c << " overrun";
+    }
+    admitted += static_cast<int>(got.admissions.size());
+    for (const Preemption& p : got.preemptions) {
+      ASSERT_TRUE(scheduler.CompleteRunning(p.victim));
+      running.erase(p.victim);
+    }
+    for (const Admission& a : got.admissions)
+      ASSERT_TRUE(scheduler.ApplyAdmission(a));
+    for (int k = 0; k < 12 && !now.running.empty(); ++k) {
+      const JobId id = now.running[Uniform(rng, 0, now.running.size() - 1)].job;
+      ASSERT_TRUE(scheduler.CompleteRunning(id));
+      running.erase(id);
+    }
+    for (int k = 0; k < 30; ++k)
+      scheduler.AddPending(add_job(scheduler.snapshot()));
+    scheduler.SetNow(now.now + 1000 * 1000);
+  }
+  std::printf("admitted %d, hourly cap holds %d\n", admitted, cap_holds);
+  EXPECT_GT(admitted, 100);
+  EXPECT_GT(cap_holds, 100);
 }
 
 // Fair-share preemption compares the queues' usage on every flavor: a

@@ -46,11 +46,15 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
   const bool preempts = PreemptionEnabled(queue, config);
   const bool by_priority = preempts || config.hold_borrowing_for_priority;
   // A budget (the queue's or the job's own) compares each flavor's expected
-  // cost; jobs of different budgets of their own spend different money.
+  // cost; jobs of different budgets of their own spend different money. (A
+  // user's hourly spend cap compares the hourly price, which the gang and
+  // worker shape in the key decide.)
   const bool budget = queue.budget.has_value() || job.budget.has_value();
   const Key key = {
       job.queue,
       job.budget.value_or(-1),
+      job.tenant_rate_cap.value_or(-1),
+      job.project_rate_cap.value_or(-1),
       job.workers,
       job.worker.gpus,
       job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
@@ -87,9 +91,12 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
                                   .try_emplace(shape, static_cast<int32_t>(
                                                           shape_ids_.size()))
                                   .first->second});
-    if (job.budget.has_value() &&
-        job_budget_pairs_.insert({*job.budget, job.queue}).second) {
-      job_budget_queues_.push_back({*job.budget, job.queue});
+    for (const std::optional<BudgetId>& own :
+         {job.budget, job.tenant_rate_cap, job.project_rate_cap}) {
+      if (own.has_value() &&
+          job_budget_pairs_.insert({*own, job.queue}).second) {
+        job_budget_queues_.push_back({*own, job.queue});
+      }
     }
     PendingJob& representative = representatives_.emplace_back(job);
     representative.name.clear();

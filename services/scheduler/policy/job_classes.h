@@ -22,7 +22,8 @@
 namespace trainyard::scheduler::policy::internal {
 
 // Interns equivalence classes. A class holds everything a job's admission
-// attempt depends on besides the cycle state: queue, its own budget (if any),
+// attempt depends on besides the cycle state: queue, its own budget and its
+// user's hourly spend caps (if any),
 // gang size, worker shape, topology requirement, its candidate flavors in
 // order (CandidateFlavors(), which folds in the spot policy and the pricing
 // inputs), its time limit (backfill) and, where the queue or the job has a
@@ -52,8 +53,8 @@ class ClassTable {
   const void* InfoAddress(int32_t job_class) const { return &info_[job_class]; }
   size_t num_shapes() const { return shape_ids_.size(); }
   // Each (budget, queue) once where a class of the queue has that budget of
-  // its own (PendingJob::budget): whose failures a spend of the budget may
-  // change (EngineState::Charge).
+  // its own (PendingJob::budget, tenant_rate_cap, project_rate_cap): whose
+  // failures a spend of the budget may change (EngineState::Charge).
   const std::vector<std::pair<BudgetId, QueueId>>& JobBudgetQueues() const {
     return job_budget_queues_;
   }
@@ -63,9 +64,10 @@ class ClassTable {
   void clear();
 
  private:
-  using Key = std::tuple<QueueId, BudgetId, int32_t, int64_t, GpuModelId,
-                         int64_t, int64_t, TopologyLevel, int32_t, int64_t,
-                         int64_t, bool, int64_t, int64_t, TimeMicros>;
+  using Key =
+      std::tuple<QueueId, BudgetId, BudgetId, BudgetId, int32_t, int64_t,
+                 GpuModelId, int64_t, int64_t, TopologyLevel, int32_t, int64_t,
+                 int64_t, bool, int64_t, int64_t, TimeMicros>;
   absl::flat_hash_map<Key, int32_t> ids_;
   using PricingKey = std::tuple<QueueId, SpotPolicy, int64_t, int64_t, int64_t,
                                 int64_t, int64_t, bool, int64_t>;

@@ -84,7 +84,15 @@ TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
 
 int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config) {
-  const TimeMicros runtime = InflatedRuntime(job, flavor, config);
+  return GangCostMicros(job, flavor, InflatedRuntime(job, flavor, config));
+}
+
+int64_t HourlyPriceMicros(const PendingJob& job, const Flavor& flavor) {
+  return GangCostMicros(job, flavor, kMicrosPerHour);
+}
+
+int64_t GangCostMicros(const PendingJob& job, const Flavor& flavor,
+                       TimeMicros runtime) {
   const uint64_t workers =
       static_cast<uint64_t>(std::max<int32_t>(0, job.workers));
   if (runtime <= 0 || workers == 0) return 0;

@@ -47,15 +47,24 @@ TimeMicros LossPerReclaim(const PendingJob& job, const Flavor& flavor,
 TimeMicros InflatedRuntime(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config);
 
-// The gang's price per hour on `flavor` x InflatedRuntime / 1 h, in micros:
+// The gang's price per hour on `flavor` x `runtime` / 1 h, in micros:
 //   workers x (gpus x price_micros_per_gpu_hour
 //              + cpu_millis x price_micros_per_cpu_hour / 1000
 //              + memory_bytes x price_micros_per_gib_hour / 2^30)
-//   x InflatedRuntime / kMicrosPerHour,
+//   x runtime / kMicrosPerHour,
 // rounded half up once, on the exact sum (integer arithmetic, 128-bit
-// intermediates, no floating point); saturates at INT64_MAX.
+// intermediates, no floating point); saturates at INT64_MAX; 0 for a
+// runtime <= 0.
+int64_t GangCostMicros(const PendingJob& job, const Flavor& flavor,
+                       TimeMicros runtime);
+
+// GangCostMicros() over InflatedRuntime(): the expected cost.
 int64_t ExpectedCostMicros(const PendingJob& job, const Flavor& flavor,
                            const PolicyConfig& config);
+
+// GangCostMicros() over one hour: the gang's price per hour (what a user's
+// hourly spend cap, Budget::hourly, counts).
+int64_t HourlyPriceMicros(const PendingJob& job, const Flavor& flavor);
 
 // The flavors `job` may use in its queue, most preferred first:
 //   - kNever: non-spot flavors; kRequired: spot flavors; kAllowed: all;

@@ -150,6 +150,37 @@ TEST(PricingTest, ExpectedCostRoundsTheExactSumHalfUp) {
   EXPECT_EQ(ExpectedCostMicros(job, micro, config), 1);
 }
 
+// The hourly price (what a user's hourly spend cap counts) is the gang's
+// price for one hour whatever the runtime, reclaim rate or checkpointing.
+TEST(PricingTest, HourlyPriceIsTheGangsPriceForOneHour) {
+  PendingJob job = Job(3, 2);
+  job.worker.cpu_millis = 2500;
+  job.worker.memory_bytes = 3 * testing::kGiB + testing::kGiB / 2;
+  job.expected_runtime_micros = 7 * kMinute;
+  job.time_limit_micros = 90 * kMinute;
+  job.can_checkpoint = false;
+  const Flavor f{.kind = FlavorKind::kSpot,
+                 .price_micros_per_gpu_hour = 2000000,
+                 .price_micros_per_cpu_hour = 33333,
+                 .price_micros_per_gib_hour = 4001,
+                 .reclaim_rate_per_hour = 5.0};
+  // Per worker: 2 x 2000000 + 2.5 x 33333 + 3.5 x 4001
+  //   = 4000000 + 83332.5 + 14003.5 = 4097336; x 3 workers = 12292008.
+  EXPECT_EQ(HourlyPriceMicros(job, f), 12292008);
+  // The same as the expected cost of a one-hour run without reclaims.
+  job.expected_runtime_micros = kHour;
+  Flavor steady = f;
+  steady.reclaim_rate_per_hour = 0.0;
+  EXPECT_EQ(HourlyPriceMicros(job, f),
+            ExpectedCostMicros(job, steady, PolicyConfig{}));
+  // Rounded once, half up: 3 x 1.5 micro-CPU-hours -> 4.5 -> 5.
+  job = Job(3, 0);
+  job.worker.cpu_millis = 1500;
+  EXPECT_EQ(HourlyPriceMicros(job, {.price_micros_per_cpu_hour = 1}), 5);
+  // Free flavors cost nothing.
+  EXPECT_EQ(HourlyPriceMicros(job, Flavor{}), 0);
+}
+
 TEST(PricingTest, ExpectedCostOfCpuAndMemorySaturates) {
   PendingJob job = Job(1 << 20, 0);
   job.worker.cpu_millis = std::numeric_limits<int64_t>::max();

@@ -658,10 +658,10 @@ TEST(PolicyPropertyTest, FairSharePreemptionIsStable) {
 // WAITING_FOR_RESERVATION, its gang is whole on nodes of its flavor and starts
 // when some running attempt reaches its limit; quota holds with reservations
 // charged; every backfilled job ends before a reservation of its flavor
-// starts; no budget is overrun.
+// starts; no budget (nor user's hourly cap) is overrun.
 TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
   Rng rng(20261125);
-  int reservations = 0, backfills = 0, holds = 0;
+  int reservations = 0, backfills = 0, holds = 0, cap_holds = 0;
   for (int iteration = 0; iteration < 3000; ++iteration) {
     SCOPED_TRACE("iteration " + std::to_string(iteration));
     Snapshot s = RandomPreemptionSnapshot(rng);
@@ -707,6 +707,25 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
               rng.Int(first > 0 ? first - 1 : 0, first + 1));
       }
     }
+    // Users' hourly spend caps (in a tenant and in a project), charged the
+    // hourly price.
+    if (rng.Chance(40)) {
+      const BudgetId first = static_cast<BudgetId>(s.budgets.size());
+      for (int u = 0; u < 3; ++u) {
+        const int64_t cap = rng.Int(0, 60'000'000);
+        s.budgets.push_back({.name = "cap" + std::to_string(u),
+                             .remaining_micros = cap - rng.Int(0, 20'000'000),
+                             .hourly = true,
+                             .user = "u" + std::to_string(u),
+                             .hourly_cap_micros = cap});
+      }
+      for (PendingJob& j : s.pending) {
+        if (rng.Chance(60))
+          j.tenant_rate_cap = static_cast<BudgetId>(first + rng.Int(0, 2));
+        if (rng.Chance(30))
+          j.project_rate_cap = static_cast<BudgetId>(first + rng.Int(0, 2));
+      }
+    }
     ASSERT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
     const Decisions d = Decide(s);
     ASSERT_EQ(Decide(s), d);
@@ -724,6 +743,7 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
       if (p.reason == PendingReason::kWaitingForReservation)
         waiting.insert(p.job);
       holds += p.reason == PendingReason::kBudgetHold;
+      cap_holds += absl::StartsWith(p.message.str(), "BUDGET_HOLD: user ");
     }
     ASSERT_EQ(waiting.size(), d.reservations.size());
     std::set<TimeMicros> ends;
@@ -743,6 +763,14 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
       // A job's own budget is charged too (once where it is the queue's).
       if (job.budget.has_value() && job.budget != budget)
         spent[*job.budget] += cost;
+      // A user's hourly caps, their hourly price (once where they are the
+      // same cap).
+      const int64_t hourly = HourlyPriceMicros(job, s.flavors[f]);
+      if (job.tenant_rate_cap.has_value())
+        spent[*job.tenant_rate_cap] += hourly;
+      if (job.project_rate_cap.has_value() &&
+          job.project_rate_cap != job.tenant_rate_cap)
+        spent[*job.project_rate_cap] += hourly;
     };
     for (const Reservation& r : d.reservations) {
       ASSERT_TRUE(waiting.count(r.job));
@@ -782,6 +810,7 @@ TEST(PolicyPropertyTest, ReservationsBackfillAndBudgetsKeepTheirInvariants) {
   EXPECT_GT(reservations, 50);
   EXPECT_GT(backfills, 5);
   EXPECT_GT(holds, 50);
+  EXPECT_GT(cap_holds, 50);
 }
 
 }  // namespace

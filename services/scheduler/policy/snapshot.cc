@@ -194,6 +194,16 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     if (j.budget.has_value() && !InRange(*j.budget, s.budgets.size())) {
       return Invalid(absl::StrCat("pending[", i, "].budget: out of range"));
     }
+    if (j.tenant_rate_cap.has_value() &&
+        !InRange(*j.tenant_rate_cap, s.budgets.size())) {
+      return Invalid(
+          absl::StrCat("pending[", i, "].tenant_rate_cap: out of range"));
+    }
+    if (j.project_rate_cap.has_value() &&
+        !InRange(*j.project_rate_cap, s.budgets.size())) {
+      return Invalid(
+          absl::StrCat("pending[", i, "].project_rate_cap: out of range"));
+    }
     if (j.workers < 1) {
       return Invalid(
           absl::StrCat("pending[", i, "].workers: must be at least 1"));

@@ -233,10 +233,20 @@ struct Queue {
 // (PendingJob::budget, usually its project's), where it has them; each
 // admission or reservation commits its expected cost to both. Jobs that fit
 // nowhere stay pending with BUDGET_HOLD, before an overrun rather than after.
+//
+// A budget may instead be a user's hourly spend cap in a tenant or project
+// (`hourly`; PendingJob::tenant_rate_cap, project_rate_cap): it limits a rate,
+// not an amount, so an admission is charged the gang's price per hour on the
+// flavor (HourlyPriceMicros) rather than its expected cost, and what remains
+// is the cap less the hourly price of the user's running work in the scope.
 struct Budget {
   std::string name;
   // Integer micros; may be negative (already overspent: everything waits).
   int64_t remaining_micros = 0;
+  // A user's hourly spend cap: its user and cap (explanations only).
+  bool hourly = false;
+  std::string user;
+  int64_t hourly_cap_micros = 0;
   friend bool operator==(const Budget&, const Budget&) = default;
 };
 
@@ -306,6 +316,11 @@ struct PendingJob {
   // expected cost fits both. None = only the queue's budget limits it; the
   // queue's own budget counts once.
   std::optional<BudgetId> budget;
+  // The hourly spend caps (Budget::hourly) of the job's user in its tenant
+  // and in its project, where they have one: its hourly price must fit
+  // both as well.
+  std::optional<BudgetId> tenant_rate_cap;
+  std::optional<BudgetId> project_rate_cap;
   PriorityClassId priority_class = 0;
   TimeMicros submit_time = 0;
   int32_t workers = 1;
