@@ -499,7 +499,7 @@ AccountingStore::AccountingStore(Database* db) : db_(db) {
                "unnest($1::bigint[]) AS h)) OR (granularity = 2 AND "
                "period_start_ms IN (SELECT utc_month_start_ms(h) FROM "
                "unnest($1::bigint[]) AS h)))");
-  // Idle cost (migration 0009_idle_cost.sql).
+  // Idle cost (migration 0008_idle_cost.sql).
   db_->Prepare("acct_idle_lower",
                "UPDATE idle_state SET computed_until_ms = least("
                "computed_until_ms, $1::bigint - $1::bigint % 3600000)");

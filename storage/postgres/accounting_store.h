@@ -131,7 +131,7 @@ struct CurrentPrices {
   std::optional<int64_t> spot_gpu_hour;
 };
 
-// --- Idle cost (migration 0009_idle_cost.sql) ---
+// --- Idle cost (migration 0008_idle_cost.sql) ---
 
 // What a flavor's nodes held together over [start_ms, end_ms) (pool_capacity;
 // kept by a trigger on `nodes`).

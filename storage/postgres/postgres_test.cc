@@ -226,7 +226,7 @@ TEST(MigrationTest, RollupsMigrationFillsListCostAttemptStartsAndRollups) {
             2);
 }
 
-// Migration 0009 over nodes written before it: each node's capacity read
+// Migration 0008 over nodes written before it: each node's capacity read
 // from its body (a serialized trainyard.v1.Node with every kind of field
 // around the capacity), summed per flavor into an open interval from the
 // migration on; the trigger then moves it.
@@ -235,7 +235,7 @@ TEST(MigrationTest, IdleMigrationReadsTheCapacityOfTheNodesThere) {
   ASSERT_TRUE(url.ok()) << url.status();
   std::vector<Migration> before;
   for (const Migration& m : EmbeddedMigrations()) {
-    if (m.version < 9) before.push_back(m);
+    if (m.version < 8) before.push_back(m);
   }
   ASSERT_TRUE(Migrate(*url, before).ok());
   auto body = [](int gpus, int64_t cpu, int64_t memory) {
@@ -278,8 +278,8 @@ TEST(MigrationTest, IdleMigrationReadsTheCapacityOfTheNodesThere) {
   }
   auto m = Migrate(*url);
   ASSERT_TRUE(m.ok()) << m.status();
-  // 0009 applied over the nodes already there (and any later migrations).
-  EXPECT_NE(std::find(m->applied.begin(), m->applied.end(), 9),
+  // 0008 applied over the nodes already there (and any later migrations).
+  EXPECT_NE(std::find(m->applied.begin(), m->applied.end(), 8),
             m->applied.end());
   pqxx::connection conn(*url);
   pqxx::work txn(conn);
