@@ -16,7 +16,7 @@
 #
 #   With both release and asan (the default), 2-4's release part (ctest release, the
 #   benchmark smoke run, the Python tests) runs in the background while the asan preset
-#   builds at nice 10; the asan CTest stage starts once both are done.
+#   builds at nice 19; the asan CTest stage starts once both are done.
 #
 # Stops at the first failing stage and prints a PASS/FAIL/SKIP summary of every stage.
 #
@@ -124,7 +124,7 @@ release_checks() {
 }
 
 # The release tests (CTest, then release_checks) in a background shell while the asan preset
-# builds at a lower CPU priority (nice 10): the tests spend much of their time waiting on
+# builds at the lowest CPU priority (nice 19): the tests spend much of their time waiting on
 # servers and timers, and the build takes the CPU they leave, without slowing them. Their
 # output goes to build/release-tests.log (printed once they end), their results to
 # build/release-tests.stages.
@@ -165,8 +165,8 @@ both=0
 for p in "${PRESET_LIST[@]}"; do
   stage "configure ${p}" cmake --preset "${p}"
   if [[ "${p}" == asan && -n "${BG_PID}" ]]; then
-    stage "build asan (nice 10, beside the release tests)" \
-      nice -n 10 cmake --build --preset asan "${BUILD_JOBS[@]}"
+    stage "build asan (nice 19, beside the release tests)" \
+      nice -n 19 cmake --build --preset asan "${BUILD_JOBS[@]}"
     wait_release_tests
   else
     stage "build ${p}" cmake --build --preset "${p}" "${BUILD_JOBS[@]}"

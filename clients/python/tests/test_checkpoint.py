@@ -71,8 +71,12 @@ def test_sigusr1_checkpoints_now_and_sigterm_checkpoints_and_exits(tmp_path):
     assert p.returncode == 0, err
     evs = seen + events(out)
     cps = [e for e in evs if e["event"] == "checkpoint"]
-    assert len(cps) == 2, evs  # one for USR1, one for TERM; no periodic ones
-    assert evs[-1] == {"event": "stopped", "step": cps[-1]["step"]}
+    # One for USR1, and one for TERM at the step it stopped at; no periodic ones. A TERM
+    # that lands right after the USR1 checkpoint, before the loop's next step (a loaded
+    # machine), stops at that step: it is already saved, and no second copy is written.
+    stopped = evs[-1]
+    assert stopped["event"] == "stopped" and stopped["step"] == cps[-1]["step"], evs
+    assert len(cps) == (2 if stopped["step"] > cps[0]["step"] else 1), evs
     manifest = json.loads((tmp_path / "ck" / "trainyard-checkpoint.json").read_text())
     assert manifest["step"] == cps[-1]["step"]
     # Without an API address nothing is reported, and nothing complains.
