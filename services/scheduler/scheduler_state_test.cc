@@ -33,6 +33,36 @@ google::protobuf::Timestamp Ts(absl::Time t) {
   return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
 }
 
+// A cycle's decisions written into the platform state as the scheduler
+// service commits them: victims PREEMPTING, admitted jobs ADMITTED with an
+// attempt on the chosen nodes, admitted at `now`. Returns the jobs changed.
+std::vector<int64_t> Commit(PlatformState& st, const policy::Decisions& want,
+                            const SnapshotIndex& index, absl::Time now) {
+  std::vector<int64_t> changed;
+  for (const policy::Preemption& p : want.preemptions) {
+    st.jobs[p.victim].job.set_state(v1::JOB_STATE_PREEMPTING);
+    changed.push_back(p.victim);
+  }
+  for (const policy::Admission& a : want.admissions) {
+    JobView& v = st.jobs[a.job];
+    v.job.set_state(v1::JOB_STATE_ADMITTED);
+    v1::Attempt attempt;
+    attempt.set_cluster(
+        absl::StrCat("clusters/", index.node_clusters[a.worker_nodes[0]]));
+    attempt.set_flavor(absl::StrCat("flavors/", index.flavor_ids[a.flavor]));
+    for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
+      v1::WorkerPlacement* p = attempt.add_placements();
+      p->set_worker(static_cast<int32_t>(w));
+      p->set_node(index.node_names[a.worker_nodes[w]]);
+    }
+    *attempt.mutable_admit_time() = Ts(now);
+    v.attempt = attempt;
+    v.job.set_attempt_count(v.job.attempt_count() + 1);
+    changed.push_back(a.job);
+  }
+  return changed;
+}
+
 void AddGpuQuota(v1::FlavorQuotas* fq, const std::string& flavor,
                  int64_t nominal) {
   fq->set_flavor(flavor);
@@ -158,30 +188,8 @@ TEST(SchedulerStateTest, SameDecisionsAsAFreshSnapshotUnderEveryChange) {
 
       // What the database would hold after this cycle's commit and the
       // dispatchers' and users' work until the next one.
-      std::vector<int64_t> changed;
+      std::vector<int64_t> changed = Commit(st, want, index, now);
       auto change = [&](int64_t id) { changed.push_back(id); };
-      for (const policy::Preemption& p : want.preemptions) {
-        st.jobs[p.victim].job.set_state(v1::JOB_STATE_PREEMPTING);
-        change(p.victim);
-      }
-      for (const policy::Admission& a : want.admissions) {
-        JobView& v = st.jobs[a.job];
-        v.job.set_state(v1::JOB_STATE_ADMITTED);
-        v1::Attempt attempt;
-        attempt.set_cluster(
-            absl::StrCat("clusters/", index.node_clusters[a.worker_nodes[0]]));
-        attempt.set_flavor(
-            absl::StrCat("flavors/", index.flavor_ids[a.flavor]));
-        for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
-          v1::WorkerPlacement* p = attempt.add_placements();
-          p->set_worker(static_cast<int32_t>(w));
-          p->set_node(index.node_names[a.worker_nodes[w]]);
-        }
-        *attempt.mutable_admit_time() = Ts(now);
-        v.attempt = attempt;
-        v.job.set_attempt_count(v.job.attempt_count() + 1);
-        change(a.job);
-      }
       now += absl::Seconds(Uniform(rng, 1, 30));
       liveness.wall_now = now;
       std::vector<int64_t> ids;
@@ -422,28 +430,7 @@ TEST(SchedulerStateTest, UserHourlyCapsAsComputedFromTheRunningWork) {
         if (p.message.str().starts_with("BUDGET_HOLD: user ")) ++seen["capped"];
       }
 
-      std::vector<int64_t> changed;
-      for (const policy::Preemption& p : want.preemptions) {
-        st.jobs[p.victim].job.set_state(v1::JOB_STATE_PREEMPTING);
-        changed.push_back(p.victim);
-      }
-      for (const policy::Admission& a : want.admissions) {
-        JobView& v = st.jobs[a.job];
-        v.job.set_state(v1::JOB_STATE_ADMITTED);
-        v1::Attempt attempt;
-        attempt.set_cluster(
-            absl::StrCat("clusters/", index.node_clusters[a.worker_nodes[0]]));
-        attempt.set_flavor(
-            absl::StrCat("flavors/", index.flavor_ids[a.flavor]));
-        for (size_t w = 0; w < a.worker_nodes.size(); ++w) {
-          v1::WorkerPlacement* p = attempt.add_placements();
-          p->set_worker(static_cast<int32_t>(w));
-          p->set_node(index.node_names[a.worker_nodes[w]]);
-        }
-        *attempt.mutable_admit_time() = Ts(now);
-        v.attempt = attempt;
-        changed.push_back(a.job);
-      }
+      std::vector<int64_t> changed = Commit(st, want, index, now);
       now += absl::Seconds(Uniform(rng, 1, 30));
       liveness.wall_now = now;
       std::vector<int64_t> ids;

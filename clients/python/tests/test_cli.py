@@ -308,6 +308,26 @@ def test_prices_prints_the_book_exactly(yard):
     assert r.code == 0 and "every observation" not in r.out, r
 
 
+def _submit_until_held(yard, tmp_path, project):
+    """Submits a 30-second one-GPU job to `project` and waits (30 s at most) until `yard why`
+    says BUDGET_HOLD; returns the job id and the last `yard why`."""
+    spec = tmp_path / f"{project}.yaml"
+    spec.write_text(JOB_YAML.format(name=f"{project}-job", queue="default", gpus=1)
+                    .replace("project: default", f"project: {project}")
+                    .replace("SIM_DURATION: 1s", "SIM_DURATION: 30s"))
+    r = yard("submit", "-f", spec)
+    assert r.code == 0, r
+    job = r.out.split("submitted ", 1)[1].split()[0].rstrip(";").rsplit("/", 1)[-1]
+    deadline = time.time() + 30
+    why = None
+    while time.time() < deadline:
+        why = yard("why", job)
+        if "BUDGET_HOLD" in why.out:
+            break
+        time.sleep(0.5)
+    return job, why
+
+
 def test_budget_holds_a_projects_work_until_raised(yard, stack, tmp_path):
     """A project budget of $0.01 with a HOLD threshold keeps a GPU job of the project QUEUED
     with BUDGET_HOLD (`yard why`), other projects unaffected; raising it lets the job start;
@@ -321,20 +341,7 @@ def test_budget_holds_a_projects_work_until_raised(yard, stack, tmp_path):
     assert r.code == 2 and "thresholds[1].percent" in r.err, r
     r = yard("budget", "set", "mine", "--amount", "1")
     assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
-    spec = tmp_path / "capped.yaml"
-    spec.write_text(JOB_YAML.format(name="capped-job", queue="default", gpus=1)
-                    .replace("project: default", "project: capped")
-                    .replace("SIM_DURATION: 1s", "SIM_DURATION: 30s"))
-    r = yard("submit", "-f", spec)
-    assert r.code == 0, r
-    job = r.out.split("submitted ", 1)[1].split()[0].rstrip(";").rsplit("/", 1)[-1]
-    deadline = time.time() + 30
-    why = None
-    while time.time() < deadline:
-        why = yard("why", job)
-        if "BUDGET_HOLD" in why.out:
-            break
-        time.sleep(0.5)
+    job, why = _submit_until_held(yard, tmp_path, "capped")
     assert why is not None and "BUDGET_HOLD" in why.out and "budgets/capped" in why.out, why
     r = yard("budgets", env=admin)
     assert r.code == 0 and "tenants/demo/budgets/capped" in r.out and "100%:hold" in r.out, r
@@ -368,20 +375,7 @@ def test_user_hourly_cap_holds_a_users_work_until_raised(yard, stack, tmp_path):
     r = yard("budget", "set", "ratecap", "--project", "ratecap", "--amount", "100000",
              "--user-hourly-cap", "-1", env=admin)
     assert r.code != 0 and "--user-hourly-cap" in r.err, r
-    spec = tmp_path / "ratecap.yaml"
-    spec.write_text(JOB_YAML.format(name="ratecap-job", queue="default", gpus=1)
-                    .replace("project: default", "project: ratecap")
-                    .replace("SIM_DURATION: 1s", "SIM_DURATION: 30s"))
-    r = yard("submit", "-f", spec)
-    assert r.code == 0, r
-    job = r.out.split("submitted ", 1)[1].split()[0].rstrip(";").rsplit("/", 1)[-1]
-    deadline = time.time() + 30
-    why = None
-    while time.time() < deadline:
-        why = yard("why", job)
-        if "BUDGET_HOLD" in why.out:
-            break
-        time.sleep(0.5)
+    job, why = _submit_until_held(yard, tmp_path, "ratecap")
     assert why is not None and "hourly spend cap of 0.010000/h" in why.out \
         and "budgets/ratecap" in why.out, why
     r = yard("budgets", env=admin)
