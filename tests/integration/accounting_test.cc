@@ -29,6 +29,8 @@
 #include "services/accounting/reconcile.h"
 #include "storage/postgres/accounting_store.h"
 #include "storage/postgres/pool.h"
+#include "tests/fixtures/ports.h"
+#include "tests/fixtures/trainyard_process.h"
 #include "tests/integration/api_test_harness.h"
 #include "trainyard/v1/accounting.grpc.pb.h"
 #include "trainyard/v1/job.pb.h"
@@ -465,6 +467,204 @@ TEST_F(AccountingTest, CostEventsAccrueAtMostEveryIntervalAndEndFinal) {
   // Nothing more to meter: no more events.
   pass(start + 200 * 60'000);
   EXPECT_EQ(cost_events().size(), 3u);
+}
+
+// `trainyard accounting` as a process, killed -9 in the middle of its passes
+// again and again, then two of them at once: every attempt ends with exactly
+// one line per resource, each of the cost worked out here from the rates
+// (one UTC hour each: one line per resource, rounded half to even), and the
+// rollups (a report) hold the same sum.
+TEST_F(AccountingTest, KilledMidPassAndTwoAtOnceTheLedgerHoldsEachLineOnce) {
+  ASSERT_FALSE(TrainyardBinary().empty()) << "TRAINYARD_BIN is not set";
+  AddFlatRates(Ms(2026, 11, 1, 0));
+  constexpr int kJobs = 4000;
+  {
+    // The jobs go in as fast as they can: no submit rate limit for acme.
+    v1::UpdateTenantRequest update;
+    update.mutable_tenant()->set_name("tenants/acme");
+    update.mutable_tenant()->set_submit_rate_limit(1e6);
+    update.mutable_tenant()->set_submit_burst(1e6);
+    update.mutable_update_mask()->add_paths("submit_rate_limit");
+    update.mutable_update_mask()->add_paths("submit_burst");
+    v1::Tenant tenant;
+    grpc::Status st = harness_->queues()->UpdateTenant(
+        ApiHarness::Context(harness_->admin_token()).get(), update, &tenant);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  // Jobs of 1 to 4 GPUs (4 cores, 16 GiB each), submitted in batches.
+  std::vector<int64_t> ids;
+  for (int b = 0; b < kJobs / 1000; ++b) {
+    v1::SubmitJobBatchRequest batch;
+    batch.set_parent("tenants/acme");
+    for (int i = 0; i < 1000; ++i) {
+      v1::SubmitJobRequest req =
+          MinimalSubmit("acme", absl::StrCat("crash-", b * 1000 + i));
+      req.set_parent("");
+      req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(1 + i % 4);
+      *batch.add_requests() = req;
+    }
+    v1::SubmitJobBatchResponse resp;
+    grpc::Status st = harness_->jobs()->SubmitBatch(
+        ApiHarness::Context(harness_->admin_token()).get(), batch, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    for (const v1::SubmitJobResponse& r : resp.responses()) {
+      int64_t id = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(
+          std::string(r.job().name().substr(r.job().name().rfind('/') + 1)),
+          &id));
+      ids.push_back(id);
+    }
+  }
+  // Attempt 1 of job k: from 10:00 + k mod 1800 s, for 60 + k mod 1500 s:
+  // inside the hour 10:00-11:00.
+  const int64_t h10 = Ms(2026, 11, 10, 10);
+  std::map<int64_t, std::pair<int64_t, int64_t>> runs;  // id -> (ms, gpus)
+  {
+    std::vector<std::string> bodies, starts, ends;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const int64_t start = h10 + static_cast<int64_t>(k % 1800) * 1000;
+      const int64_t end = start + (60 + static_cast<int64_t>(k % 1500)) * 1000;
+      runs[ids[k]] = {end - start, 1 + static_cast<int64_t>(k % 1000) % 4};
+      v1::Attempt attempt;
+      attempt.set_index(1);
+      attempt.set_cluster("clusters/sim");
+      attempt.set_flavor("flavors/gpu");
+      *attempt.mutable_start_time() = Ts(start);
+      *attempt.mutable_end_time() = Ts(end);
+      bodies.push_back(attempt.SerializeAsString());
+      starts.push_back(absl::StrCat(start));
+      ends.push_back(absl::StrCat(end));
+    }
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                     for (size_t k = 0; k < ids.size(); ++k) {
+                       txn.exec_params(
+                           "INSERT INTO attempts (job_id, idx, cluster, "
+                           "flavor, body, start_time, end_time) VALUES ($1, "
+                           "1, 'sim', 'gpu', $2, to_timestamp($3::bigint / "
+                           "1000.0), to_timestamp($4::bigint / 1000.0))",
+                           ids[k], pqxx::binarystring(bodies[k]), starts[k],
+                           ends[k]);
+                     }
+                     return absl::OkStatus();
+                   }).ok());
+  }
+  auto finals = [&] {
+    int64_t n = -1;
+    absl::Status s = db_->Transact([&](pqxx::work& txn) {
+      n = txn.exec1("SELECT count(*) FROM attempts WHERE metered_final")[0]
+              .as<int64_t>();
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return n;
+  };
+  auto meter = [&](const std::string& name) {
+    absl::StatusOr<int> grpc_port = PickUnusedPort();
+    absl::StatusOr<int> http_port = PickUnusedPort();
+    EXPECT_TRUE(grpc_port.ok() && http_port.ok());
+    return std::make_unique<TrainyardService>(
+        name,
+        std::vector<std::string>{
+            TrainyardBinary(), "accounting",
+            "--postgres_url=" + harness_->database_url(),
+            absl::StrCat("--redis_addr=127.0.0.1:", harness_->redis()->port()),
+            absl::StrCat("--grpc_listen=127.0.0.1:", grpc_port.value_or(0)),
+            absl::StrCat("--http_listen=127.0.0.1:", http_port.value_or(0)),
+            "--meter_interval=100ms"},
+        absl::StrCat(::testing::TempDir(), "/", name, ".log"));
+  };
+  // Killed -9 while a pass is between its first and its last batch, three
+  // times (a pass that ends before the kill lands is simply finished).
+  int killed_mid_pass = 0;
+  for (int round = 0; round < 3 && finals() < kJobs; ++round) {
+    std::unique_ptr<TrainyardService> m = meter(absl::StrCat("meter", round));
+    ASSERT_TRUE(m->Start().ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    int64_t done = finals();
+    const int64_t before = done;
+    while (done == before && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+      done = finals();
+    }
+    const std::optional<std::string> died = m->Died();
+    ASSERT_FALSE(died.has_value()) << *died;
+    m->Kill();
+    if (finals() < kJobs) ++killed_mid_pass;
+  }
+  EXPECT_GE(killed_mid_pass, 1) << "every pass ended before its kill";
+  // Then two at once until every attempt is metered.
+  {
+    std::unique_ptr<TrainyardService> a = meter("meter-a");
+    std::unique_ptr<TrainyardService> b = meter("meter-b");
+    ASSERT_TRUE(a->Start().ok());
+    ASSERT_TRUE(b->Start().ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(180);
+    while (finals() < kJobs && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    for (TrainyardService* m : {a.get(), b.get()}) {
+      const std::optional<std::string> died = m->Died();
+      EXPECT_FALSE(died.has_value()) << *died;
+    }
+  }
+  ASSERT_EQ(finals(), kJobs);
+
+  // Each (job, resource) has one line, of the cost worked out here:
+  // amount × ms × rate / (unit × 3,600,000), half to even.
+  auto half_even = [](__int128 num, __int128 den) {
+    __int128 q = num / den, r = num % den;
+    if (2 * r > den || (2 * r == den && q % 2 == 1)) ++q;
+    return static_cast<int64_t>(q);
+  };
+  int64_t expected_total = 0;
+  std::map<std::pair<int64_t, int>, int64_t> expected;
+  for (const auto& [id, run] : runs) {
+    const auto [ms, gpus] = run;
+    expected[{id, 0}] = half_even(__int128{gpus} * ms * 2'000'000, 3'600'000);
+    expected[{id, 1}] =
+        half_even(__int128{4000} * ms * 10'000, __int128{1000} * 3'600'000);
+    expected[{id, 2}] = half_even(__int128{16} * ms * 10'000, 3'600'000);
+    for (int r = 0; r < 3; ++r) expected_total += expected[{id, r}];
+  }
+  std::map<std::pair<int64_t, int>, std::pair<int64_t, int64_t>> got;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   for (const pqxx::row& r : txn.exec(
+                            "SELECT job_id, resource, count(*), "
+                            "sum(cost_micros)::bigint FROM usage_lines GROUP "
+                            "BY job_id, resource")) {
+                     got[{r[0].as<int64_t>(), r[1].as<int>()}] = {
+                         r[2].as<int64_t>(), r[3].as<int64_t>()};
+                   }
+                   return absl::OkStatus();
+                 }).ok());
+  ASSERT_EQ(got.size(), expected.size());
+  int wrong = 0;
+  for (const auto& [key, cost] : expected) {
+    auto it = got.find(key);
+    if (it == got.end() || it->second != std::pair<int64_t, int64_t>{1, cost}) {
+      if (++wrong <= 5) {
+        ADD_FAILURE() << "job " << key.first << " resource " << key.second
+                      << ": want one line of " << cost << ", got "
+                      << (it == got.end() ? std::string("none")
+                                          : absl::StrCat(it->second.first,
+                                                         " lines of ",
+                                                         it->second.second));
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  // The report of the month (served from the rollups) holds the same sum.
+  v1::GetReportRequest req;
+  req.set_parent("tenants/acme");
+  *req.mutable_start_time() = Ts(Ms(2026, 11, 1, 0));
+  *req.mutable_end_time() = Ts(Ms(2026, 12, 1, 0));
+  req.add_group_by(v1::REPORT_DIMENSION_PROJECT);
+  v1::Report report;
+  auto rctx = ApiHarness::Context(harness_->admin_token());
+  grpc::Status st = stub_->GetReport(rctx.get(), req, &report);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(report.total().cost().micros(), expected_total);
+  EXPECT_EQ(report.total().attempts(), kJobs);
 }
 
 TEST_F(AccountingTest, RollupsEqualTheLinesThroughEveryPass) {
