@@ -126,6 +126,35 @@ TEST_F(CliTest, VersionAndUsage) {
       Run({"sim-cluster", "--sim_config=" + dir_ + "/missing.textproto"});
   EXPECT_EQ(sim_missing.exit_code, 2);
   EXPECT_THAT(sim_missing.output, HasSubstr("missing.textproto"));
+  // The in-process sim's own port needs an in-process sim.
+  RunResult listen_remote = Run({"dispatcher", "--sim_target=y:1",
+                                 "--sim_grpc_listen=127.0.0.1:0"});
+  EXPECT_EQ(listen_remote.exit_code, 2);
+  EXPECT_THAT(listen_remote.output,
+              HasSubstr("--sim_grpc_listen serves an in-process sim"));
+  // sim-fault: a target address, a known kind and a target, or its usage.
+  RunResult fault_no_target = Run({"sim-fault", "reclaim-node", "s-0001"});
+  EXPECT_EQ(fault_no_target.exit_code, 2);
+  EXPECT_THAT(fault_no_target.output,
+              HasSubstr("usage: trainyard sim-fault --sim_target=HOST:PORT"));
+  RunResult fault_kind =
+      Run({"sim-fault", "--sim_target=127.0.0.1:1", "melt-node", "s-0001"});
+  EXPECT_EQ(fault_kind.exit_code, 2);
+  EXPECT_THAT(fault_kind.output, HasSubstr("reclaim-node"));
+  RunResult fault_code = Run({"sim-fault", "--sim_target=127.0.0.1:1",
+                              "crash-attempt", "ty-1-1", "seven"});
+  EXPECT_EQ(fault_code.exit_code, 2);
+  // A sim that does not answer: exit 1 with the reason.
+  RunResult fault_down =
+      Run({"sim-fault", "--sim_target=127.0.0.1:1", "reclaim-node", "s-0001"});
+  EXPECT_EQ(fault_down.exit_code, 1);
+  EXPECT_THAT(fault_down.output, HasSubstr("sim-fault: "));
+  // The meter's cost event interval cannot be negative.
+  RunResult interval =
+      Run({"accounting", "--cost_event_interval=-1s", "--http_listen="});
+  EXPECT_EQ(interval.exit_code, 2);
+  EXPECT_THAT(interval.output,
+              HasSubstr("--cost_event_interval: must not be negative"));
   // The scheduler exists: without a database it tries again for
   // --database_wait, then fails clearly.
   const absl::Time start = absl::Now();
