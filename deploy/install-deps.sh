@@ -23,6 +23,7 @@ PACKAGES=(
   curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml openssl clang-format
   slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
   libcurl4-openssl-dev nlohmann-json3-dev libcsv-dev
+  libcpp-httplib-dev golang-github-gogo-googleapis-dev
 )
 if [[ -n "${TRAINYARD_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${TRAINYARD_EXTRA_PACKAGES}"

@@ -9,6 +9,10 @@ The stubs are never committed. They come from ``proto/trainyard/v1/*.proto``:
   ``~/.cache/trainyard/stubs-<hash>``; the hash covers the .proto files), which is then
   added to the ``trainyard`` package path so ``import trainyard.v1.job_pb2`` works.
 
+The protos import ``google/api/annotations.proto`` (the REST mapping the gateway reads), which
+comes from Debian's golang-github-gogo-googleapis-dev (``$TRAINYARD_GOOGLEAPIS_DIR`` overrides
+where); its modules are generated beside ours as ``google.api.*_pb2``.
+
 Generation uses ``python3 -m grpc_tools.protoc`` when ``grpc_tools`` is importable,
 otherwise ``protoc --python_out`` plus ``grpc_python_plugin`` (Debian packages
 protobuf-compiler and protobuf-compiler-grpc).
@@ -46,6 +50,19 @@ def find_proto_dir() -> Path:
         "directory that contains trainyard/v1/)")
 
 
+_GOOGLEAPIS_DEFAULT = "/usr/share/gocode/src/github.com/gogo/googleapis"
+
+
+def find_googleapis_dir() -> Path:
+    """The directory that holds ``google/api/annotations.proto``."""
+    d = Path(os.environ.get("TRAINYARD_GOOGLEAPIS_DIR", _GOOGLEAPIS_DEFAULT))
+    if not (d / "google" / "api" / "annotations.proto").is_file():
+        raise StubGenerationError(
+            f"cannot find google/api/annotations.proto under {d} (Debian: apt-get install "
+            "golang-github-gogo-googleapis-dev, or set TRAINYARD_GOOGLEAPIS_DIR)")
+    return d
+
+
 def _proto_paths(proto_dir: Path) -> list[Path]:
     return sorted((proto_dir / "trainyard" / "v1").glob("*.proto"))
 
@@ -61,8 +78,9 @@ def proto_hash(proto_dir: Path) -> str:
 def generate(proto_dir: Path, out_dir: Path) -> None:
     """Writes ``out_dir/trainyard/v1/*_pb2.py`` and ``*_pb2_grpc.py``."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    googleapis = find_googleapis_dir()
     protos = [str(p) for p in _proto_paths(proto_dir)]
-    includes = ["-I", str(proto_dir)]
+    includes = ["-I", str(proto_dir), "-I", str(googleapis)]
     try:
         import grpc_tools  # noqa: F401
         from grpc_tools import protoc as _protoc  # noqa: F401
@@ -85,6 +103,14 @@ def generate(proto_dir: Path, out_dir: Path) -> None:
     if result.returncode != 0:
         raise StubGenerationError(
             f"stub generation failed ({' '.join(cmd)}):\n{result.stderr.strip()}")
+    # google.api.{http,annotations}_pb2: messages only (no services).
+    api = [str(googleapis / "google" / "api" / f) for f in ("http.proto", "annotations.proto")]
+    cmd_api = [a for a in cmd if not a.startswith(("--grpc_python_out", "--plugin"))
+               and not a.endswith(".proto")] + api
+    result = subprocess.run(cmd_api, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StubGenerationError(
+            f"stub generation failed ({' '.join(cmd_api)}):\n{result.stderr.strip()}")
     for d in (out_dir / "trainyard", out_dir / "trainyard" / "v1"):
         (d / "__init__.py").touch()
 
@@ -121,6 +147,9 @@ def ensure_stubs() -> None:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    # google.api.*_pb2 (google is a namespace package, so a path entry is enough).
+    if str(out_dir) not in sys.path:
+        sys.path.append(str(out_dir))
     import trainyard
     extra = str(out_dir / "trainyard")
     if extra not in trainyard.__path__:
