@@ -1,6 +1,9 @@
-// The REST/JSON gateway over a real api (PostgreSQL, Redis): every route reaches its gRPC
-// method, errors map to HTTP with the field named, auth and tenants are the api's, limits,
-// server-sent events resume with Last-Event-ID, the console's files stay inside their folder.
+// The REST/JSON gateway over a real api (PostgreSQL, Redis): every route
+// reaches its gRPC method, errors map to HTTP with the field named, auth and
+// tenants are the api's, limits, server-sent events resume with Last-Event-ID,
+// the console's files stay inside their folder.
+#include "services/gateway/gateway.h"
+
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -20,26 +23,26 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
-#include "trainyard/v1/accounting.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "services/gateway/gateway.h"
 #include "services/gateway/openapi.h"
 #include "services/gateway/routes.h"
 #include "tests/integration/api_test_harness.h"
+#include "trainyard/v1/accounting.grpc.pb.h"
 #include "trainyard/v1/job.grpc.pb.h"
 
 namespace trainyard::testing {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 
 class GatewayTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
-  void Start(gateway::GatewayOptions options, ApiHarness::Options harness = {}) {
+  void Start(gateway::GatewayOptions options,
+             ApiHarness::Options harness = {}) {
     gateway_.reset();
     if (!api_) {
       auto started = ApiHarness::Start(harness);
@@ -73,11 +76,13 @@ class GatewayTest : public ::testing::Test {
   std::unique_ptr<gateway::Gateway> gateway_;
 };
 
-// Sends `raw` as it is (no client-side normalization of the path) and returns the response
-// (all the server sent until it closed, or 5 s); `first_byte` (if set) gets the time the first
-// byte of the response came, counted from the send.
-std::string RawRequest(int port, const std::string& raw,
-                       std::chrono::steady_clock::duration* first_byte = nullptr) {
+// Sends `raw` as it is (no client-side normalization of the path) and returns
+// the response (all the server sent until it closed, or 5 s); `first_byte` (if
+// set) gets the time the first byte of the response came, counted from the
+// send.
+std::string RawRequest(
+    int port, const std::string& raw,
+    std::chrono::steady_clock::duration* first_byte = nullptr) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -96,7 +101,8 @@ std::string RawRequest(int port, const std::string& raw,
   while (true) {
     ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n <= 0) break;
-    if (out.empty() && first_byte != nullptr) *first_byte = std::chrono::steady_clock::now() - sent;
+    if (out.empty() && first_byte != nullptr)
+      *first_byte = std::chrono::steady_clock::now() - sent;
     out.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
@@ -106,32 +112,40 @@ std::string RawRequest(int port, const std::string& raw,
 TEST_F(GatewayTest, EveryRouteReachesItsGrpcMethod) {
   auto table = gateway::RouteTable::Build(gateway::ApiServices());
   ASSERT_TRUE(table.ok());
-  // Without credentials every method answers UNAUTHENTICATED: the route found its method (a
-  // route to a method the api does not serve would answer 501 UNIMPLEMENTED, a wrong path 404).
+  // Without credentials every method answers UNAUTHENTICATED: the route found
+  // its method (a route to a method the api does not serve would answer 501
+  // UNIMPLEMENTED, a wrong path 404).
   int checked = 0;
   for (const gateway::Route& route : table->routes()) {
     std::string path;
     for (const auto& s : route.path.segments()) {
       absl::StrAppend(&path, "/", s.literal == "*" ? "x1" : s.literal);
     }
-    if (!route.path.verb().empty()) absl::StrAppend(&path, ":", route.path.verb());
+    if (!route.path.verb().empty())
+      absl::StrAppend(&path, ":", route.path.verb());
     std::string body = route.body.empty() ? "" : "{}";
-    auto r = RawRequest(gateway_->port(),
-                        absl::StrCat(route.http_method, " ", path,
-                                     " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n",
-                                     body.empty() ? "" : "Content-Type: application/json\r\n",
-                                     "Content-Length: ", body.size(), "\r\n\r\n", body));
-    EXPECT_THAT(r, HasSubstr("HTTP/1.1 401")) << route.http_method << " " << path << "\n" << r;
-    EXPECT_THAT(r, HasSubstr("\"status\":\"UNAUTHENTICATED\"")) << route.grpc_path;
+    auto r = RawRequest(
+        gateway_->port(),
+        absl::StrCat(route.http_method, " ", path,
+                     " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n",
+                     body.empty() ? "" : "Content-Type: application/json\r\n",
+                     "Content-Length: ", body.size(), "\r\n\r\n", body));
+    EXPECT_THAT(r, HasSubstr("HTTP/1.1 401"))
+        << route.http_method << " " << path << "\n"
+        << r;
+    EXPECT_THAT(r, HasSubstr("\"status\":\"UNAUTHENTICATED\""))
+        << route.grpc_path;
     ++checked;
   }
   int methods = 0;
-  for (const auto* service : gateway::ApiServices()) methods += service->method_count();
+  for (const auto* service : gateway::ApiServices())
+    methods += service->method_count();
   EXPECT_EQ(checked, methods);
 }
 
 TEST_F(GatewayTest, TranscodesSubmitGetAndListAsTheGrpcApiSeesThem) {
-  const std::string member = api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
   auto c = Client(member);
   auto submitted = c.Post("/v1/tenants/acme/jobs", R"({
       "clientRequestId": "rest-1",
@@ -161,35 +175,42 @@ TEST_F(GatewayTest, TranscodesSubmitGetAndListAsTheGrpcApiSeesThem) {
   EXPECT_EQ(got["spec"]["resources"]["memoryBytes"], "17179869184");
   EXPECT_EQ(got["state"], trainyard::v1::JobState_Name(read.state()));
 
-  // List with filters from the query string, as the gRPC List with the same filters.
+  // List with filters from the query string, as the gRPC List with the same
+  // filters.
   ASSERT_NE(api_->SubmitJob(member, MinimalSubmit("acme", "grpc-2")), 0);
-  json listed = Json(c.Get("/v1/tenants/acme/jobs?jobSet=sweep&pageSize=10&labels[team]=vision"));
+  json listed = Json(c.Get(
+      "/v1/tenants/acme/jobs?jobSet=sweep&pageSize=10&labels[team]=vision"));
   ASSERT_EQ(listed["jobs"].size(), 1u) << listed.dump();
   EXPECT_EQ(listed["jobs"][0]["name"], name);
   json all = Json(c.Get("/v1/tenants/acme/jobs?pageSize=1"));
   EXPECT_EQ(all["jobs"].size(), 1u);
   ASSERT_TRUE(all.contains("nextPageToken"));
-  json rest = Json(c.Get(absl::StrCat("/v1/tenants/acme/jobs?pageSize=1&pageToken=",
-                                      httplib::detail::encode_query_param(all["nextPageToken"]))
-                             .c_str()));
+  json rest = Json(c.Get(
+      absl::StrCat("/v1/tenants/acme/jobs?pageSize=1&pageToken=",
+                   httplib::detail::encode_query_param(all["nextPageToken"]))
+          .c_str()));
   ASSERT_EQ(rest["jobs"].size(), 1u);
   EXPECT_NE(rest["jobs"][0]["name"], all["jobs"][0]["name"]);
 
   // Cancel through its custom verb.
-  auto cancelled = c.Post(("/v1/" + name + ":cancel").c_str(), R"({"reason":"done"})",
-                          "application/json");
+  auto cancelled = c.Post(("/v1/" + name + ":cancel").c_str(),
+                          R"({"reason":"done"})", "application/json");
   ASSERT_TRUE(cancelled);
   EXPECT_EQ(cancelled->status, 200) << cancelled->body;
   EXPECT_TRUE(api_->GetJob(member, "acme", id).cancel_requested() ||
-              api_->GetJob(member, "acme", id).state() == trainyard::v1::JOB_STATE_CANCELLED);
+              api_->GetJob(member, "acme", id).state() ==
+                  trainyard::v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(GatewayTest, ErrorsCarryTheGrpcCodeHttpStatusFieldAndReason) {
-  const std::string member = api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
-  const std::string viewer = api_->Token("users/vic", trainyard::v1::ROLE_VIEWER, "acme");
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string viewer =
+      api_->Token("users/vic", trainyard::v1::ROLE_VIEWER, "acme");
   auto c = Client(member);
 
-  // INVALID_ARGUMENT: the same field, reason and message as the gRPC call's ErrorInfo.
+  // INVALID_ARGUMENT: the same field, reason and message as the gRPC call's
+  // ErrorInfo.
   trainyard::v1::SubmitJobRequest bad = MinimalSubmit("acme", "bad-1");
   bad.mutable_job()->mutable_spec()->mutable_resources()->set_cpu_millis(0);
   auto ctx = ApiHarness::Context(member);
@@ -197,11 +218,12 @@ TEST_F(GatewayTest, ErrorsCarryTheGrpcCodeHttpStatusFieldAndReason) {
   grpc::Status status = api_->jobs()->Submit(ctx.get(), bad, &unused);
   ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   trainyard::v1::ErrorInfo info = ErrorInfoOf(*ctx);
-  auto r = c.Post("/v1/tenants/acme/jobs",
-                  R"({"clientRequestId":"bad-1","job":{"spec":{"project":"default","queue":"default",
+  auto r = c.Post(
+      "/v1/tenants/acme/jobs",
+      R"({"clientRequestId":"bad-1","job":{"spec":{"project":"default","queue":"default",
                       "workers":1,"command":["python","train.py"],
                       "resources":{"gpus":1,"cpuMillis":0,"memoryBytes":"17179869184"}}}})",
-                  "application/json");
+      "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   json e = Json(r)["error"];
@@ -213,8 +235,9 @@ TEST_F(GatewayTest, ErrorsCarryTheGrpcCodeHttpStatusFieldAndReason) {
   EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
 
   // The transcoder's own refusals name the field too.
-  json unknown = Json(c.Post("/v1/tenants/acme/jobs", R"({"job":{"colour":"red"}})",
-                             "application/json"))["error"];
+  json unknown =
+      Json(c.Post("/v1/tenants/acme/jobs", R"({"job":{"colour":"red"}})",
+                  "application/json"))["error"];
   EXPECT_EQ(unknown["field"], "job.colour");
   EXPECT_EQ(unknown["status"], "INVALID_ARGUMENT");
   json badparam = Json(c.Get("/v1/tenants/acme/jobs?pageSize=lots"))["error"];
@@ -225,7 +248,8 @@ TEST_F(GatewayTest, ErrorsCarryTheGrpcCodeHttpStatusFieldAndReason) {
 
   // NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED and the gateway's 404/405.
   EXPECT_EQ(c.Get("/v1/tenants/acme/jobs/999999")->status, 404);
-  auto viewer_cancel = Client(viewer).Post("/v1/tenants/acme/jobs/1:cancel", "{}", "application/json");
+  auto viewer_cancel = Client(viewer).Post("/v1/tenants/acme/jobs/1:cancel",
+                                           "{}", "application/json");
   EXPECT_EQ(viewer_cancel->status, 403) << viewer_cancel->body;
   EXPECT_EQ(Json(viewer_cancel)["error"]["status"], "PERMISSION_DENIED");
   auto anonymous = Client("not-a-token").Get("/v1/whoami");
@@ -244,11 +268,13 @@ TEST_F(GatewayTest, RateLimitsAre429WithRetryAfter) {
   h.server.default_submit_rate = 0.01;
   h.server.default_submit_burst = 1;
   Start({}, h);
-  const std::string member = api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
   auto c = Client(member);
   auto submit = [&](const std::string& id) {
     return c.Post("/v1/tenants/acme/jobs",
-                  absl::StrCat(R"({"clientRequestId":")", id, R"(","job":{"spec":{"project":"default",
+                  absl::StrCat(R"({"clientRequestId":")", id,
+                               R"(","job":{"spec":{"project":"default",
                       "queue":"default","workers":1,"command":["python"],
                       "resources":{"gpus":1,"cpuMillis":1000,"memoryBytes":"1000000000"}}}})"),
                   "application/json");
@@ -270,10 +296,12 @@ TEST_F(GatewayTest, OversizedBodiesAndSlowClientsAreRefused) {
   options.http.max_body_bytes = 4096;
   options.http.read_timeout = absl::Seconds(1);
   Start(options);
-  const std::string member = api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
   auto c = Client(member);
-  std::string big = absl::StrCat(R"({"clientRequestId":"big","job":{"displayName":")",
-                                 std::string(5000, 'x'), R"("}})");
+  std::string big =
+      absl::StrCat(R"({"clientRequestId":"big","job":{"displayName":")",
+                   std::string(5000, 'x'), R"("}})");
   auto r = c.Post("/v1/tenants/acme/jobs", big, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
@@ -281,13 +309,17 @@ TEST_F(GatewayTest, OversizedBodiesAndSlowClientsAreRefused) {
   json listed = Json(c.Get("/v1/tenants/acme/jobs"));
   EXPECT_FALSE(listed.contains("jobs")) << "the oversized submit created a job";
 
-  // A client that stops mid-body is cut after the read timeout, and nothing is submitted.
+  // A client that stops mid-body is cut after the read timeout, and nothing is
+  // submitted.
   std::chrono::steady_clock::duration answered{};
   std::string r2 = RawRequest(
       gateway_->port(),
-      absl::StrCat("POST /v1/tenants/acme/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ",
-                   member, "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n",
-                   R"({"clientRequestId":"slow")"),
+      absl::StrCat(
+          "POST /v1/tenants/acme/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: "
+          "Bearer ",
+          member,
+          "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+          R"({"clientRequestId":"slow")"),
       &answered);
   EXPECT_THAT(r2, HasSubstr("HTTP/1.1 400"));
   EXPECT_GE(answered, std::chrono::milliseconds(900));
@@ -296,11 +328,14 @@ TEST_F(GatewayTest, OversizedBodiesAndSlowClientsAreRefused) {
 }
 
 TEST_F(GatewayTest, ExportIsADownloadOfTheSameBytesAsTheGrpcStream) {
-  const std::string finance = api_->Token("users/fin", trainyard::v1::ROLE_FINANCE, "acme");
+  const std::string finance =
+      api_->Token("users/fin", trainyard::v1::ROLE_FINANCE, "acme");
   trainyard::v1::ExportReportRequest req;
   req.mutable_report()->set_parent("tenants/acme");
-  *req.mutable_report()->mutable_start_time() = google::protobuf::util::TimeUtil::SecondsToTimestamp(1793491200);
-  *req.mutable_report()->mutable_end_time() = google::protobuf::util::TimeUtil::SecondsToTimestamp(1796083200);
+  *req.mutable_report()->mutable_start_time() =
+      google::protobuf::util::TimeUtil::SecondsToTimestamp(1793491200);
+  *req.mutable_report()->mutable_end_time() =
+      google::protobuf::util::TimeUtil::SecondsToTimestamp(1796083200);
   req.set_format(trainyard::v1::REPORT_FORMAT_CSV);
   std::string grpc_bytes;
   {
@@ -323,16 +358,20 @@ TEST_F(GatewayTest, ExportIsADownloadOfTheSameBytesAsTheGrpcStream) {
   EXPECT_EQ(r->get_header_value("Content-Disposition"), "attachment");
   EXPECT_EQ(r->body, grpc_bytes);
   // A viewer of another tenant gets an error, not a file.
-  const std::string rival = api_->Token("users/rob", trainyard::v1::ROLE_MEMBER, "rival");
-  auto denied = Client(rival).Post("/v1/tenants/acme/report:export", R"({"format":"REPORT_FORMAT_CSV"})",
+  const std::string rival =
+      api_->Token("users/rob", trainyard::v1::ROLE_MEMBER, "rival");
+  auto denied = Client(rival).Post("/v1/tenants/acme/report:export",
+                                   R"({"format":"REPORT_FORMAT_CSV"})",
                                    "application/json");
   EXPECT_THAT(denied->status, ::testing::AnyOf(403, 404));
   EXPECT_EQ(denied->get_header_value("Content-Type"), "application/json");
 }
 
 TEST_F(GatewayTest, WatchIsServerSentEventsResumableWithLastEventId) {
-  const std::string member = api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
-  const std::string rival = api_->Token("users/rob", trainyard::v1::ROLE_MEMBER, "rival");
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string rival =
+      api_->Token("users/rob", trainyard::v1::ROLE_MEMBER, "rival");
   ASSERT_NE(api_->SubmitJob(member, MinimalSubmit("acme", "w1")), 0);
   ASSERT_NE(api_->SubmitJob(rival, MinimalSubmit("rival", "r1")), 0);
   ASSERT_NE(api_->SubmitJob(member, MinimalSubmit("acme", "w2")), 0);
@@ -341,7 +380,8 @@ TEST_F(GatewayTest, WatchIsServerSentEventsResumableWithLastEventId) {
   std::vector<uint64_t> grpc_ids;
   {
     auto ctx = ApiHarness::Context(member);
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
     trainyard::v1::WatchJobsRequest req;
     req.set_parent("tenants/-");
     req.set_from_start(true);
@@ -352,7 +392,8 @@ TEST_F(GatewayTest, WatchIsServerSentEventsResumableWithLastEventId) {
   }
   ASSERT_GE(grpc_ids.size(), 2u);
 
-  // Reads the event stream until `want` events came (or 5 s), as (id, tenant) pairs.
+  // Reads the event stream until `want` events came (or 5 s), as (id, tenant)
+  // pairs.
   auto read_events = [&](const std::string& last_event_id, size_t want) {
     std::vector<std::pair<std::string, std::string>> events;
     std::string buffer;
@@ -369,10 +410,12 @@ TEST_F(GatewayTest, WatchIsServerSentEventsResumableWithLastEventId) {
                        buffer.erase(0, end + 2);
                        if (!absl::StartsWith(block, "id: ")) continue;
                        std::string id = block.substr(4, block.find('\n') - 4);
-                       json data = json::parse(block.substr(block.find("data: ") + 6));
+                       json data =
+                           json::parse(block.substr(block.find("data: ") + 6));
                        events.emplace_back(id, data["event"]["tenant"]);
                      }
-                     return events.size() < want && std::chrono::steady_clock::now() < deadline;
+                     return events.size() < want &&
+                            std::chrono::steady_clock::now() < deadline;
                    });
     return events;
   };
@@ -380,14 +423,17 @@ TEST_F(GatewayTest, WatchIsServerSentEventsResumableWithLastEventId) {
   ASSERT_EQ(first.size(), grpc_ids.size());
   for (size_t i = 0; i < first.size(); ++i) {
     EXPECT_EQ(first[i].first, absl::StrCat(grpc_ids[i]));
-    EXPECT_EQ(first[i].second, "acme") << "another tenant's event reached the stream";
+    EXPECT_EQ(first[i].second, "acme")
+        << "another tenant's event reached the stream";
   }
   // Resume after the first event: the rest, none twice.
   auto resumed = read_events(first[0].first, grpc_ids.size() - 1);
   ASSERT_EQ(resumed.size(), grpc_ids.size() - 1);
-  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i].first, first[i + 1].first);
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_EQ(resumed[i].first, first[i + 1].first);
 
-  // A Last-Event-ID that is no event id, and another tenant's stream, are refused up front.
+  // A Last-Event-ID that is no event id, and another tenant's stream, are
+  // refused up front.
   httplib::Headers junk = {{"Last-Event-ID", "yesterday"}};
   auto bad = Client(member).Get("/v1/tenants/acme/jobs:watch", junk);
   EXPECT_EQ(bad->status, 400);
@@ -397,7 +443,8 @@ TEST_F(GatewayTest, WatchIsServerSentEventsResumableWithLastEventId) {
 }
 
 TEST_F(GatewayTest, StopEndsOpenStreamsPromptly) {
-  const std::string member = api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
   std::atomic<bool> opened{false};
   std::thread watcher([&] {
     auto c = Client(member);
@@ -406,7 +453,8 @@ TEST_F(GatewayTest, StopEndsOpenStreamsPromptly) {
       return true;
     });
   });
-  for (int i = 0; i < 100 && !opened; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 100 && !opened; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(opened.load()) << "no keepalive reached the client";
   auto start = std::chrono::steady_clock::now();
   gateway_->Stop();
@@ -416,10 +464,12 @@ TEST_F(GatewayTest, StopEndsOpenStreamsPromptly) {
 
 TEST_F(GatewayTest, ConsoleFilesStayInsideTheirFolderWithSecurityHeaders) {
   namespace fs = std::filesystem;
-  fs::path base = fs::path(::testing::TempDir()) / absl::StrCat("console-", getpid());
+  fs::path base =
+      fs::path(::testing::TempDir()) / absl::StrCat("console-", getpid());
   fs::remove_all(base);
   fs::create_directories(base / "dist" / "assets");
-  std::ofstream(base / "dist" / "index.html") << "<!doctype html><title>Trainyard</title>";
+  std::ofstream(base / "dist" / "index.html")
+      << "<!doctype html><title>Trainyard</title>";
   std::ofstream(base / "dist" / "assets" / "app-1234.js") << "console.log(1)";
   std::ofstream(base / "secret.txt") << "TOP-SECRET";
   fs::create_symlink(base / "secret.txt", base / "dist" / "link.txt");
@@ -432,33 +482,43 @@ TEST_F(GatewayTest, ConsoleFilesStayInsideTheirFolderWithSecurityHeaders) {
   ASSERT_TRUE(index);
   EXPECT_EQ(index->status, 200);
   EXPECT_THAT(index->body, HasSubstr("<title>Trainyard</title>"));
-  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
-  EXPECT_THAT(index->get_header_value("Content-Security-Policy"), HasSubstr("script-src 'self'"));
+  EXPECT_EQ(index->get_header_value("Content-Type"),
+            "text/html; charset=utf-8");
+  EXPECT_THAT(index->get_header_value("Content-Security-Policy"),
+              HasSubstr("script-src 'self'"));
   EXPECT_THAT(index->get_header_value("Content-Security-Policy"),
               HasSubstr("frame-ancestors 'none'"));
-  EXPECT_THAT(index->get_header_value("Content-Security-Policy"), Not(HasSubstr("unsafe")));
+  EXPECT_THAT(index->get_header_value("Content-Security-Policy"),
+              Not(HasSubstr("unsafe")));
   EXPECT_EQ(index->get_header_value("X-Frame-Options"), "DENY");
   EXPECT_EQ(index->get_header_value("X-Content-Type-Options"), "nosniff");
   EXPECT_EQ(index->get_header_value("Cache-Control"), "no-cache");
   // A page of the app is index.html; an asset is itself, cached for good.
-  EXPECT_THAT(c.Get("/jobs/tenants/acme/jobs/7")->body, HasSubstr("<title>Trainyard</title>"));
+  EXPECT_THAT(c.Get("/jobs/tenants/acme/jobs/7")->body,
+              HasSubstr("<title>Trainyard</title>"));
   auto js = c.Get("/assets/app-1234.js");
   EXPECT_EQ(js->body, "console.log(1)");
-  EXPECT_EQ(js->get_header_value("Content-Type"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(js->get_header_value("Content-Type"),
+            "text/javascript; charset=utf-8");
   EXPECT_THAT(js->get_header_value("Cache-Control"), HasSubstr("immutable"));
   EXPECT_EQ(c.Get("/assets/missing.js")->status, 404);
   EXPECT_EQ(c.Post("/", "x", "text/plain")->status, 400);
 
-  // No way out: dot segments (plain or percent-encoded) and a symlink that leads outside.
-  for (const char* path : {"/../secret.txt", "/assets/../../secret.txt",
-                           "/assets/%2e%2e/%2e%2e/secret.txt", "/%2e%2e/secret.txt",
-                           "/link.txt", "/..%5csecret.txt"}) {
-    std::string r = RawRequest(gateway_->port(),
-                               absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\nConnection: "
-                                            "close\r\n\r\n"));
+  // No way out: dot segments (plain or percent-encoded) and a symlink that
+  // leads outside.
+  for (const char* path :
+       {"/../secret.txt", "/assets/../../secret.txt",
+        "/assets/%2e%2e/%2e%2e/secret.txt", "/%2e%2e/secret.txt", "/link.txt",
+        "/..%5csecret.txt"}) {
+    std::string r = RawRequest(
+        gateway_->port(), absl::StrCat("GET ", path,
+                                       " HTTP/1.1\r\nHost: x\r\nConnection: "
+                                       "close\r\n\r\n"));
     EXPECT_THAT(r, Not(HasSubstr("TOP-SECRET"))) << path;
-    EXPECT_THAT(r, ::testing::AnyOf(HasSubstr("HTTP/1.1 400"), HasSubstr("HTTP/1.1 404")))
-        << path << "\n" << r;
+    EXPECT_THAT(r, ::testing::AnyOf(HasSubstr("HTTP/1.1 400"),
+                                    HasSubstr("HTTP/1.1 404")))
+        << path << "\n"
+        << r;
   }
   fs::remove_all(base);
 }
@@ -479,10 +539,13 @@ TEST_F(GatewayTest, CorsIsOffByDefaultAndAnsweredForListedOrigins) {
                          {"Access-Control-Request-Method", "POST"}};
   auto allowed = cors.Options("/v1/tenants/acme/jobs", ok);
   EXPECT_EQ(allowed->status, 204);
-  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Origin"), "https://console.example");
-  EXPECT_THAT(allowed->get_header_value("Access-Control-Allow-Headers"), HasSubstr("Authorization"));
+  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Origin"),
+            "https://console.example");
+  EXPECT_THAT(allowed->get_header_value("Access-Control-Allow-Headers"),
+              HasSubstr("Authorization"));
   EXPECT_EQ(cors.Options("/v1/whoami", origin)->status, 403);
-  EXPECT_EQ(cors.Get("/v1/whoami", ok)->get_header_value("Access-Control-Allow-Origin"),
+  EXPECT_EQ(cors.Get("/v1/whoami", ok)
+                ->get_header_value("Access-Control-Allow-Origin"),
             "https://console.example");
 }
 
@@ -496,7 +559,8 @@ TEST_F(GatewayTest, ServesTheOpenApiDocumentAndHealth) {
   EXPECT_EQ(c.Get("/readyz")->status, 200);
   EXPECT_EQ(c.Get("/v1/whoami")->status, 401);
   EXPECT_THAT(c.Get("/metrics")->body,
-              HasSubstr("trainyard_gateway_requests_total{route=\"GET /v1/whoami\",code=\"401\"} 1"));
+              HasSubstr("trainyard_gateway_requests_total{route=\"GET "
+                        "/v1/whoami\",code=\"401\"} 1"));
 }
 
 }  // namespace
