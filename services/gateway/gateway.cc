@@ -256,8 +256,10 @@ struct StreamCall {
     Wait(tag, &ok, std::chrono::system_clock::time_point::max());
     return ok;
   }
-  // Ends the call (status) and the queue.
+  // Ends the call (status) and the queue; once.
   void Finish() {
+    if (finished || call == nullptr) return;
+    finished = true;
     if (read_pending) {
       ctx.TryCancel();
       WaitForever(&read);
@@ -271,6 +273,17 @@ struct StreamCall {
     while (cq.Next(&tag, &ok)) {
     }
   }
+  // A stream whose body never ran (the client left before it began) still ends
+  // its call and leaves the gateway's set of open streams.
+  ~StreamCall() {
+    if (!finished && call != nullptr) {
+      ctx.TryCancel();
+      Finish();
+    }
+    if (unregister) unregister(this);
+  }
+  bool finished = false;
+  std::function<void(StreamCall*)> unregister;
 };
 
 }  // namespace
@@ -509,6 +522,7 @@ class Gateway::Impl {
     auto call = std::make_shared<StreamCall>();
     Authorize(r, call->ctx);
     Register(call.get());
+    call->unregister = [this](StreamCall* c) { Unregister(c); };
     call->call = stub_.PrepareCall(&call->ctx, route.grpc_path, &call->cq);
     call->call->StartCall(call.get());
     bool started = call->WaitForever(call.get());

@@ -1,9 +1,11 @@
-// What the REST/JSON gateway adds to a call: the same reads through gRPC directly and through
-// the gateway (HTTP/1.1 keep-alive, JSON), alternated call by call over one api (real
-// PostgreSQL and Redis), and the difference of the medians. Writes JSON to --output.
+// What the REST/JSON gateway adds to a call: the same reads through gRPC
+// directly and through the gateway (HTTP/1.1 keep-alive, JSON), alternated call
+// by call over one api (real PostgreSQL and Redis), and the difference of the
+// medians. Writes JSON to --output.
 //
 //   gateway_bench [--calls=2000] [--output=perf-results/gateway_bench.json]
-//                 [--max_overhead_ms=2]   (exit 1 when a median overhead is larger; 0: no check)
+//                 [--max_overhead_ms=2]   (exit 1 when a median overhead is
+//                 larger; 0: no check)
 #include <httplib.h>
 
 #include <algorithm>
@@ -23,9 +25,11 @@
 #include "trainyard/v1/job.grpc.pb.h"
 
 ABSL_FLAG(int, calls, 2000, "calls of each kind (each way)");
-ABSL_FLAG(std::string, output, "perf-results/gateway_bench.json", "JSON output; empty: none");
-ABSL_FLAG(double, max_overhead_ms, 2.0,
-          "fail when the gateway's median overhead exceeds this (0: report only)");
+ABSL_FLAG(std::string, output, "perf-results/gateway_bench.json",
+          "JSON output; empty: none");
+ABSL_FLAG(
+    double, max_overhead_ms, 2.0,
+    "fail when the gateway's median overhead exceeds this (0: report only)");
 
 namespace {
 
@@ -48,14 +52,16 @@ int main(int argc, char** argv) {
   using trainyard::testing::ApiHarness;
   auto api = ApiHarness::Start();
   if (!api.ok()) {
-    std::fprintf(stderr, "api: %s\n", std::string(api.status().message()).c_str());
+    std::fprintf(stderr, "api: %s\n",
+                 std::string(api.status().message()).c_str());
     return 1;
   }
   if (!(*api)->SeedTenant("acme").ok()) return 1;
-  const std::string token = (*api)->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  const std::string token =
+      (*api)->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
   for (int i = 0; i < 50; ++i) {
-    if ((*api)->SubmitJob(token, trainyard::testing::MinimalSubmit("acme", absl::StrCat("b", i))) ==
-        0) {
+    if ((*api)->SubmitJob(token, trainyard::testing::MinimalSubmit(
+                                     "acme", absl::StrCat("b", i))) == 0) {
       return 1;
     }
   }
@@ -81,7 +87,8 @@ int main(int argc, char** argv) {
       trainyard::v1::Job job;
       auto t0 = Clock::now();
       grpc::Status s = stub->Get(ctx.get(), req, &job);
-      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       if (!s.ok()) return 1;
       if (keep) get.grpc_ms.push_back(ms);
       t0 = Clock::now();
@@ -98,7 +105,8 @@ int main(int argc, char** argv) {
       trainyard::v1::ListJobsResponse resp;
       auto t0 = Clock::now();
       grpc::Status s = stub->List(ctx.get(), req, &resp);
-      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       if (!s.ok() || resp.jobs_size() != 50) return 1;
       if (keep) list.grpc_ms.push_back(ms);
       t0 = Clock::now();
@@ -116,22 +124,28 @@ int main(int argc, char** argv) {
     double g50 = Quantile(p->grpc_ms, 0.5), r50 = Quantile(p->rest_ms, 0.5);
     double g99 = Quantile(p->grpc_ms, 0.99), r99 = Quantile(p->rest_ms, 0.99);
     double overhead = r50 - g50;
-    std::printf("%-20s gRPC p50 %.3f ms p99 %.3f ms | gateway p50 %.3f ms p99 %.3f ms | "
-                "overhead p50 %.3f ms\n",
-                p->name.c_str(), g50, g99, r50, r99, overhead);
-    if (absl::GetFlag(FLAGS_max_overhead_ms) > 0 && overhead > absl::GetFlag(FLAGS_max_overhead_ms)) {
+    std::printf(
+        "%-20s gRPC p50 %.3f ms p99 %.3f ms | gateway p50 %.3f ms p99 %.3f ms "
+        "| "
+        "overhead p50 %.3f ms\n",
+        p->name.c_str(), g50, g99, r50, r99, overhead);
+    if (absl::GetFlag(FLAGS_max_overhead_ms) > 0 &&
+        overhead > absl::GetFlag(FLAGS_max_overhead_ms)) {
       within = false;
     }
-    absl::StrAppend(&json, p == &get ? "" : ",",
-                    absl::StrFormat("{\"call\":\"%s\",\"grpc_p50_ms\":%.3f,\"grpc_p99_ms\":%.3f,"
-                                    "\"gateway_p50_ms\":%.3f,\"gateway_p99_ms\":%.3f,"
-                                    "\"overhead_p50_ms\":%.3f}",
-                                    p->name, g50, g99, r50, r99, overhead));
+    absl::StrAppend(
+        &json, p == &get ? "" : ",",
+        absl::StrFormat(
+            "{\"call\":\"%s\",\"grpc_p50_ms\":%.3f,\"grpc_p99_ms\":%.3f,"
+            "\"gateway_p50_ms\":%.3f,\"gateway_p99_ms\":%.3f,"
+            "\"overhead_p50_ms\":%.3f}",
+            p->name, g50, g99, r50, r99, overhead));
   }
   json += "]}\n";
   if (const std::string out = absl::GetFlag(FLAGS_output); !out.empty()) {
     std::filesystem::path path(out);
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    if (path.has_parent_path())
+      std::filesystem::create_directories(path.parent_path());
     std::ofstream(path) << json;
   }
   if (!within) {
