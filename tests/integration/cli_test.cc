@@ -108,9 +108,14 @@ TEST_F(CliTest, VersionAndUsage) {
   RunResult unknown = Run({"frobnicate"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("unknown command \"frobnicate\""));
-  // No placeholder subcommands for services that do not exist yet.
-  RunResult gateway = Run({"gateway"});
-  EXPECT_EQ(gateway.exit_code, 2);
+  // The gateway refuses limits it cannot keep, and a CA file it cannot read.
+  RunResult streams = Run({"gateway", "--gateway_max_streams=40", "--gateway_threads=32",
+                           "--gateway_listen=127.0.0.1:0"});
+  EXPECT_EQ(streams.exit_code, 2);
+  EXPECT_THAT(streams.output, HasSubstr("--gateway_max_streams must be at least 1 and below"));
+  RunResult ca = Run({"gateway", "--target_ca=" + dir_ + "/missing-ca.pem"});
+  EXPECT_EQ(ca.exit_code, 2);
+  EXPECT_THAT(ca.output, HasSubstr("missing-ca.pem"));
   // The dispatcher needs a backend.
   RunResult dispatcher = Run({"dispatcher"});
   EXPECT_EQ(dispatcher.exit_code, 2);
@@ -253,7 +258,8 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
 
   auto grpc_port = PickUnusedPort();
   auto http_port = PickUnusedPort();
-  ASSERT_TRUE(grpc_port.ok() && http_port.ok());
+  auto gateway_port = PickUnusedPort();
+  ASSERT_TRUE(grpc_port.ok() && http_port.ok() && gateway_port.ok());
   const std::string config = absl::StrCat(dir_, "/trainyard.conf");
   {
     std::ofstream out(config);
@@ -263,6 +269,7 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
         << "grpc_listen = 127.0.0.1:" << *grpc_port << "\n"
         << "http_listen = 127.0.0.1:" << *http_port
         << "  # comment after a value\n"
+        << "gateway_listen = 127.0.0.1:" << *gateway_port << "\n"
         << "log_level = info\n";
   }
   const std::string log = absl::StrCat(dir_, "/all.log");
@@ -331,6 +338,18 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
   grpc::Status s = queues->GetTenant(&ctx, get, &tenant);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(tenant.name(), "tenants/demo");
+
+  // The REST/JSON gateway of `all`: the api's answers as JSON, its OpenAPI document, and no
+  // console where none was built.
+  auto rest = HttpGet(*gateway_port, "/v1/tenants/demo");
+  EXPECT_EQ(rest.first, 401);
+  EXPECT_THAT(rest.second, HasSubstr("\"status\":\"UNAUTHENTICATED\""));
+  auto openapi = HttpGet(*gateway_port, "/v1/openapi.json");
+  EXPECT_EQ(openapi.first, 200);
+  EXPECT_THAT(openapi.second, HasSubstr("\"/v1/tenants/{tenant}/jobs\""));
+  auto console = HttpGet(*gateway_port, "/");
+  EXPECT_EQ(console.first, 404);
+  EXPECT_THAT(console.second, HasSubstr("the web console is not built here"));
 
   auto metrics = HttpGet(*http_port, "/metrics");
   EXPECT_EQ(metrics.first, 200);
