@@ -79,7 +79,7 @@ describe('job YAML', () => {
   });
   it('merges extra YAML over the form', () => {
     const merged = deepMerge(
-      { spec: { queue: 'a', resources: { gpus: 1 } } },
+      { spec: { queue: "a", resources: { gpus: 1 } } } as Record<string, unknown>,
       { spec: { resources: { gpuModel: 'H100' } } },
     );
     expect(merged).toEqual({ spec: { queue: 'a', resources: { gpus: 1, gpuModel: 'H100' } } });
