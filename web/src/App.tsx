@@ -1,15 +1,18 @@
+import { lazy } from 'react';
 import { Navigate, Outlet, createBrowserRouter, useLocation } from 'react-router';
 import { Layout } from './components/Layout';
 import { Loading, ErrorBox } from './components/States';
 import { useSession } from './session';
 import { capabilities } from './lib/roles';
 import { SignInPage } from './pages/SignIn';
-import { JobsPage } from './pages/Jobs';
-import { JobPage } from './pages/Job';
-import { SubmitPage } from './pages/Submit';
-import { QueuesPage } from './pages/Queues';
-import { ClustersPage } from './pages/Clusters';
-import { CostsPage } from './pages/Costs';
+// Pages load on first visit (the jobs table, the YAML library and the chart library are
+// separate chunks).
+const JobsPage = lazy(() => import('./pages/Jobs').then((m) => ({ default: m.JobsPage })));
+const JobPage = lazy(() => import('./pages/Job').then((m) => ({ default: m.JobPage })));
+const SubmitPage = lazy(() => import('./pages/Submit').then((m) => ({ default: m.SubmitPage })));
+const QueuesPage = lazy(() => import('./pages/Queues').then((m) => ({ default: m.QueuesPage })));
+const ClustersPage = lazy(() => import('./pages/Clusters').then((m) => ({ default: m.ClustersPage })));
+const CostsPage = lazy(() => import('./pages/Costs').then((m) => ({ default: m.CostsPage })));
 import { NotFoundPage } from './pages/NotFound';
 
 function RequireSession() {

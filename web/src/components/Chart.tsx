@@ -46,7 +46,7 @@ export function TimeChart(p: {
           stroke: fg,
           grid: { stroke: grid, width: 1 },
           ticks: { stroke: grid },
-          size: 70,
+          size: 84,
           values: (_u, vals) => vals.map((v) => (yFormat ? yFormat(v) : String(v))),
         },
       ],
@@ -55,7 +55,8 @@ export function TimeChart(p: {
         ...series.map((s, i) => ({
           label: s.label,
           stroke: s.color ?? PALETTE[i % PALETTE.length],
-          width: 2,
+          width: bars ? 1 : 2,
+          points: { show: !bars },
           dash: s.dash ? [6, 4] : undefined,
           fill: bars ? `${s.color ?? PALETTE[i % PALETTE.length]}55` : undefined,
           paths: bars ? uPlot.paths.bars?.({ size: [0.8 / Math.max(1, series.length), 60] }) : undefined,

@@ -1,8 +1,9 @@
-import { useState } from 'react';
+import { Suspense, useState } from 'react';
 import { NavLink, Outlet, useLocation, useNavigate, useParams } from 'react-router';
 import { useSession } from '../session';
 import { capabilities, describeBindings } from '../lib/roles';
 import { applyTheme, storedTheme, type Theme } from '../theme';
+import { Loading } from './States';
 
 export function tenantLabel(t: string): string {
   return t === '-' ? 'All tenants' : t;
@@ -106,7 +107,9 @@ export function Layout() {
         </div>
       </header>
       <main id="main" className="page" tabIndex={-1}>
-        <Outlet />
+        <Suspense fallback={<Loading label="Loading the page…" />}>
+          <Outlet />
+        </Suspense>
       </main>
     </div>
   );

@@ -98,7 +98,10 @@ export function CostsPage() {
     ],
     [rs],
   );
-  const money = useMemo(() => (v: number) => `${v.toFixed(v >= 100 ? 0 : 2)}${currency ? ` ${currency}` : ''}`, [currency]);
+  const money = useMemo(() => {
+    const compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
+    return (v: number) => `${compact.format(v)}${currency ? ` ${currency}` : ''}`;
+  }, [currency]);
 
   const [downloading, setDownloading] = useState('');
   const [downloadError, setDownloadError] = useState('');
