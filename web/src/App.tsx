@@ -18,7 +18,8 @@ import { NotFoundPage } from './pages/NotFound';
 function RequireSession() {
   const s = useSession();
   const loc = useLocation();
-  if (!s.token) return <Navigate to="/signin" replace state={{ from: loc.pathname + loc.search }} />;
+  if (!s.token)
+    return <Navigate to="/signin" replace state={s.signedOutByUser ? null : { from: loc.pathname + loc.search }} />;
   if (s.loading) return <Loading label="Checking your token…" />;
   if (s.error || !s.caller)
     return (

@@ -14,6 +14,8 @@ interface Session {
   tenants: string[];
   signIn: (token: string, caller: Caller) => void;
   signOut: () => void;
+  /** Whether the last sign-out was the user's own (not an expired or revoked token). */
+  signedOutByUser: boolean;
 }
 
 const SessionContext = createContext<Session | undefined>(undefined);
@@ -36,14 +38,19 @@ export function SessionProvider({ children }: { children: ReactNode }) {
     staleTime: 60_000,
   });
 
-  const signOut = useCallback(() => {
+  const [signedOutByUser, setSignedOutByUser] = useState(false);
+  const expire = useCallback(() => {
     clearToken();
     setTok(null);
     qc.clear();
   }, [qc]);
+  const signOut = useCallback(() => {
+    setSignedOutByUser(true);
+    expire();
+  }, [expire]);
 
   useEffect(() => {
-    setUnauthenticatedHandler(signOut);
+    setUnauthenticatedHandler(expire);
     return () => setUnauthenticatedHandler(undefined);
   }, [signOut]);
 
@@ -51,6 +58,7 @@ export function SessionProvider({ children }: { children: ReactNode }) {
     (t: string, caller: Caller) => {
       setToken(t);
       qc.setQueryData(['whoami', t], caller);
+      setSignedOutByUser(false);
       setTok(t);
     },
     [qc],
@@ -74,6 +82,7 @@ export function SessionProvider({ children }: { children: ReactNode }) {
     tenants,
     signIn,
     signOut,
+    signedOutByUser,
   };
   return <SessionContext.Provider value={value}>{children}</SessionContext.Provider>;
 }

@@ -96,10 +96,7 @@ export function Layout() {
           </button>
           <button
             type="button"
-            onClick={() => {
-              s.signOut();
-              nav('/signin');
-            }}
+            onClick={s.signOut}
             data-testid="sign-out"
           >
             Sign out

@@ -66,6 +66,8 @@ function jobTenant(name: string | undefined): string {
   return name?.split('/')[1] ?? '';
 }
 
+const estimateRowSize = () => 37;
+
 function totalGpus(j: Job): number {
   return (j.spec?.workers ?? 1) * (j.spec?.resources?.gpus ?? 0);
 }
@@ -149,8 +151,15 @@ export function JobsPage() {
   // --- table ---
   const [rowSelection, setRowSelection] = useState<RowSelectionState>({});
   useEffect(() => setRowSelection({}), [tenant, search]);
-  const sorting: SortingState = [{ id: view.sort.id, desc: view.sort.desc }];
-  const grouping = view.groupBy ? [view.groupBy] : [];
+  // Table state objects keep their identity between renders: TanStack Table recomputes (and
+  // auto-resets) its row models when they change.
+  const sorting: SortingState = useMemo(() => [{ id: view.sort.id, desc: view.sort.desc }], [view.sort.id, view.sort.desc]);
+  const grouping = useMemo(() => (view.groupBy ? [view.groupBy] : []), [view.groupBy]);
+  const columnKey = view.columns.join(',');
+  const columnVisibility = useMemo(
+    () => Object.fromEntries(ALL_COLUMNS.map((c) => [c, columnKey.split(',').includes(c)])),
+    [columnKey],
+  );
 
   const columns = useMemo<ColumnDef<Job>[]>(
     () => [
@@ -262,8 +271,9 @@ export function JobsPage() {
       grouping,
       rowSelection,
       expanded: true,
-      columnVisibility: Object.fromEntries(ALL_COLUMNS.map((c) => [c, view.columns.includes(c)])),
+      columnVisibility,
     },
+    autoResetAll: false,
     getRowId: (j) => j.name ?? '',
     enableRowSelection: (row) => !row.getIsGrouped(),
     onRowSelectionChange: setRowSelection,
@@ -284,7 +294,7 @@ export function JobsPage() {
   const virtualizer = useVirtualizer({
     count: rows.length,
     getScrollElement: () => scrollRef.current,
-    estimateSize: () => 37,
+    estimateSize: estimateRowSize,
     overscan: 12,
   });
   const items = virtualizer.getVirtualItems();
@@ -479,7 +489,7 @@ export function JobsPage() {
         </Empty>
       ) : (
         <div className="table-scroll" ref={scrollRef} data-testid="jobs-table">
-          <table className="grid" aria-rowcount={rows.length + 1}>
+          <table className="grid">
             <thead>
               {table.getHeaderGroups().map((hg) => (
                 <tr key={hg.id}>
@@ -535,8 +545,6 @@ export function JobsPage() {
                 return (
                   <tr
                     key={row.id}
-                    aria-rowindex={vi.index + 2}
-                    aria-selected={row.getIsSelected()}
                     className={row.getIsSelected() ? 'selected' : undefined}
                     data-testid={`job-row-${lastSegment(row.original.name)}`}
                   >
