@@ -22,6 +22,11 @@ export default defineConfig({
     },
   },
   preview: {
+    // The policy the gateway sends, so that `npm run preview` shows any violation.
+    headers: {
+      'Content-Security-Policy':
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    },
     proxy: {
       '/v1': { target: gateway, changeOrigin: true },
     },

@@ -52,7 +52,7 @@ export function SessionProvider({ children }: { children: ReactNode }) {
   useEffect(() => {
     setUnauthenticatedHandler(expire);
     return () => setUnauthenticatedHandler(undefined);
-  }, [signOut]);
+  }, [expire]);
 
   const signIn = useCallback(
     (t: string, caller: Caller) => {

@@ -207,7 +207,7 @@ export function ClustersPage() {
         ) : shownNodes.length === 0 ? (
           <Empty>No node matches.</Empty>
         ) : (
-          <div className="table-wrap table-tall" tabIndex={0} role="region" aria-label="Nodes">
+          <div className="table-wrap table-tall" tabIndex={0} role="region" aria-label="Node list (scrolls)">
             <table className="grid" data-testid="nodes">
               <thead>
                 <tr>

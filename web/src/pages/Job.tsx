@@ -424,7 +424,11 @@ export function JobPage() {
             <dt>Expected runtime</dt>
             <dd>{formatHumanDuration(parseProtoDuration(spec.expectedRuntime)) || '—'}</dd>
             <dt>Spot</dt>
-            <dd>{enumLabel(spec.spotPolicy ?? 'SPOT_POLICY_UNSPECIFIED', 'SPOT_POLICY_')}</dd>
+            <dd>
+              {!spec.spotPolicy || spec.spotPolicy === 'SPOT_POLICY_UNSPECIFIED'
+                ? `default (${spec.checkpoint?.resumable ? 'allowed: the job is resumable' : 'never: the job is not resumable'})`
+                : enumLabel(spec.spotPolicy, 'SPOT_POLICY_')}
+            </dd>
             <dt>Checkpoints</dt>
             <dd>
               {spec.checkpoint?.resumable ? 'resumable' : 'not resumable'}
