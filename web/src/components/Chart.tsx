@@ -56,7 +56,7 @@ export function TimeChart(p: {
           label: s.label,
           stroke: s.color ?? PALETTE[i % PALETTE.length],
           width: bars ? 1 : 2,
-          points: { show: !bars },
+          points: { show: !bars && !s.dash && x.length <= 20 },
           dash: s.dash ? [6, 4] : undefined,
           fill: bars ? `${s.color ?? PALETTE[i % PALETTE.length]}55` : undefined,
           paths: bars ? uPlot.paths.bars?.({ size: [0.8 / Math.max(1, series.length), 60] }) : undefined,

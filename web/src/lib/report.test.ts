@@ -54,3 +54,23 @@ describe('budget burn', () => {
     expect(budgetBurn({}, new Date(Date.UTC(2026, 10, 1))).spentPct).toBe(0);
   });
 });
+
+import { cumulativeByDay } from './report';
+describe('burn-down', () => {
+  it('adds up the days of the month, rows of one day together', () => {
+    const start = new Date(Date.UTC(2026, 10, 1));
+    const r = cumulativeByDay(
+      {
+        rows: [
+          { periodStart: '2026-11-01T00:00:00Z', cost: { micros: '1000000' } },
+          { periodStart: '2026-11-01T00:00:00Z', cost: { micros: '500000' } },
+          { periodStart: '2026-11-03T00:00:00Z', cost: { micros: '2000000' } },
+        ],
+      },
+      start,
+      4,
+    );
+    expect(r.micros).toEqual(['1500000', '1500000', '3500000', '3500000']);
+    expect(r.x[1]! - r.x[0]!).toBe(86400);
+  });
+});

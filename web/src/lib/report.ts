@@ -110,3 +110,25 @@ export function budgetBurn(b: Budget, now: Date = new Date()): BudgetBurn {
   }
   return { spentPct: pct(spent), forecastPct, monthPct, reached, remainingMicros: (amount - spent).toString() };
 }
+
+/**
+ * A month's cumulative spend per day from a report with step DAY (no grouping needed: rows of
+ * the same day add up), as exact micros strings; days without rows keep the running total.
+ */
+export function cumulativeByDay(report: Report | undefined, monthStart: Date, days: number): { x: number[]; micros: string[] } {
+  const perDay = new Map<number, bigint>();
+  for (const r of report?.rows ?? []) {
+    if (!r.periodStart) continue;
+    const d = Math.floor((new Date(r.periodStart).getTime() - monthStart.getTime()) / 86400_000);
+    perDay.set(d, (perDay.get(d) ?? 0n) + BigInt(r.cost?.micros ?? '0'));
+  }
+  const x: number[] = [];
+  const micros: string[] = [];
+  let run = 0n;
+  for (let d = 0; d < days; d++) {
+    run += perDay.get(d) ?? 0n;
+    x.push(Math.floor(monthStart.getTime() / 1000) + d * 86400);
+    micros.push(run.toString());
+  }
+  return { x, micros };
+}

@@ -7,7 +7,7 @@ import type { Budget, GetReportRequest, ReportDimension, ReportStep } from '../g
 import { useSession } from '../session';
 import { capabilities } from '../lib/roles';
 import { enumLabel, formatElapsed, formatMicros, formatMoney, lastSegment, microsToUnits } from '../lib/format';
-import { budgetBurn, keyTotals, reportSeries } from '../lib/report';
+import { budgetBurn, cumulativeByDay, keyTotals, reportSeries } from '../lib/report';
 import { Empty, ErrorBox, Loading } from '../components/States';
 import { Badge } from '../components/StateBadge';
 import { TimeChart, type ChartSeries } from '../components/Chart';
@@ -316,7 +316,69 @@ function BudgetCard({ budget: b }: { budget: Budget }) {
           <li>per-user cap: {formatMoney(b.userHourlyCap)} per hour</li>
         )}
       </ul>
+      <BurnDown budget={b} />
     </article>
+  );
+}
+
+/** The month's cumulative spend in the budget's scope against its amount and thresholds. */
+function BurnDown({ budget: b }: { budget: Budget }) {
+  const [open, setOpen] = useState(false);
+  const tenant = b.name?.split('/')[1] ?? '';
+  const now = new Date();
+  const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+  const days = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 0)).getUTCDate();
+  const end = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate(), now.getUTCHours() + 1));
+  const request: GetReportRequest = {
+    parent: `tenants/${tenant}`,
+    startTime: monthStart.toISOString().replace('.000Z', 'Z'),
+    endTime: end.toISOString().replace('.000Z', 'Z'),
+    step: 'REPORT_STEP_DAY' as ReportStep,
+    project: b.project || undefined,
+  };
+  const q = useQuery({ queryKey: ['burn', b.name, request], queryFn: () => getReport(tenant, request), enabled: open });
+  const chart = useMemo(() => {
+    const { x, micros } = cumulativeByDay(q.data, monthStart, days);
+    const today = now.getUTCDate() - 1;
+    const amount = microsToUnits(b.monthlyAmount?.micros);
+    const spentToday = microsToUnits(micros[today]);
+    const forecast = microsToUnits(b.forecast?.micros);
+    const series: ChartSeries[] = [
+      { label: 'Spent', values: micros.map((m, i) => (i <= today ? microsToUnits(m) : null)) },
+      {
+        label: 'Forecast',
+        dash: true,
+        color: '#8a63d2',
+        values: x.map((_, i) => (i < today ? null : spentToday + ((forecast - spentToday) * (i - today)) / Math.max(1, days - 1 - today))),
+      },
+      { label: 'Budget', color: '#505861', values: x.map(() => amount) },
+      ...(b.thresholds ?? []).map((t) => ({
+        label: `${t.percent}% ${enumLabel(t.action ?? 'BUDGET_ACTION_WARN', 'BUDGET_ACTION_').toLowerCase()}`,
+        color: '#c0392b',
+        dash: true,
+        values: x.map(() => (amount * (t.percent ?? 0)) / 100),
+      })),
+    ];
+    return { x, series };
+    // The month and today are fixed for the life of the card.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [q.data, b]);
+  const currency = b.monthlyAmount?.currencyCode ?? '';
+  const fmt = useMemo(() => {
+    const compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
+    return (v: number) => `${compact.format(v)} ${currency}`.trim();
+  }, [currency]);
+  return (
+    <details onToggle={(e) => setOpen((e.target as HTMLDetailsElement).open)}>
+      <summary data-testid={`burn-${lastSegment(b.name)}`}>Burn-down this month</summary>
+      {!open ? null : q.isPending ? (
+        <Loading />
+      ) : q.error ? (
+        <ErrorBox error={q.error} />
+      ) : (
+        <TimeChart x={chart.x} series={chart.series} height={220} label={`Spend this month against budget ${lastSegment(b.name)}`} yFormat={fmt} />
+      )}
+    </details>
   );
 }
 
