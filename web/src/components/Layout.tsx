@@ -1,4 +1,4 @@
-import { Suspense, useState } from 'react';
+import { Suspense, useEffect, useState } from 'react';
 import { NavLink, Outlet, useLocation, useNavigate, useParams } from 'react-router';
 import { useSession } from '../session';
 import { capabilities, describeBindings } from '../lib/roles';
@@ -19,6 +19,13 @@ export function Layout() {
   const caps = capabilities(s.caller, tenant);
   const base = `/t/${encodeURIComponent(tenant)}`;
   const tenantChoices = s.tenants.includes(tenant) || !tenant ? s.tenants : [tenant, ...s.tenants];
+
+  const section = loc.pathname.split('/')[3] ?? '';
+  const jobId = loc.pathname.split('/')[4];
+  useEffect(() => {
+    const what = jobId && section === 'jobs' ? `Job ${decodeURIComponent(jobId)}` : section ? section[0]?.toUpperCase() + section.slice(1) : 'Home';
+    document.title = `${what}${tenant ? ` · ${tenantLabel(tenant)}` : ''} · Trainyard`;
+  }, [section, jobId, tenant]);
 
   const switchTenant = (t: string) => {
     // Keep the page (jobs, queues...), drop what belongs to the old tenant (a job id, filters).
