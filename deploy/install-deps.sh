@@ -24,7 +24,13 @@ PACKAGES=(
   slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
   libcurl4-openssl-dev nlohmann-json3-dev libcsv-dev
   libcpp-httplib-dev golang-github-gogo-googleapis-dev
+  chromium fonts-liberation
 )
+# The web console builds with Node.js and npm: the machine's own when it has them (a newer
+# Node.js than Debian's), else Debian's.
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 if [[ -n "${TRAINYARD_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${TRAINYARD_EXTRA_PACKAGES}"
   PACKAGES+=("${extra[@]}")

@@ -13,6 +13,9 @@
 #        (only if the release preset was built, build/release/bin/submit_bench exists and
 #         the script exists)
 #   4. Python client tests: /usr/bin/python3 -m pytest -q clients/python/tests (if present)
+#   5. the web console: tests/web.sh (npm ci, lint, typecheck, unit tests, build, bundle size)
+#   6. the console in the browser: tests/e2e (playwright-core driving Debian's chromium against
+#      a private stack with the gateway; if present)
 #
 #   With both release and asan (the default), 2-4's release part (ctest release, the
 #   benchmark smoke run, the Python tests) runs in the background while the asan preset
@@ -120,6 +123,17 @@ release_checks() {
     stage "python client tests" /usr/bin/python3 -m pytest -q clients/python/tests
   else
     skip "python client tests" "no clients/python/tests"
+  fi
+  if [[ -f web/package.json ]]; then
+    stage "web console (lint, tests, build)" bash tests/web.sh
+  else
+    skip "web console (lint, tests, build)" "no web/package.json"
+  fi
+  if [[ -f tests/e2e/package.json && -f web/dist/index.html ]]; then
+    stage "console in the browser (tests/e2e)" bash -c \
+      'cd tests/e2e && npm ci --no-audit --no-fund && cd ../.. && /usr/bin/python3 -m pytest -q tests/e2e'
+  else
+    skip "console in the browser (tests/e2e)" "no tests/e2e or no web/dist"
   fi
 }
 

@@ -19,6 +19,7 @@ TY_REDIS_PORT="${TRAINYARD_REDIS_PORT:-56379}"
 TY_GRPC_PORT="${TRAINYARD_GRPC_PORT:-50051}"
 TY_HTTP_PORT="${TRAINYARD_HTTP_PORT:-8081}"
 TY_SIM_PORT="${TRAINYARD_SIM_PORT:-50061}"
+TY_GATEWAY_PORT="${TRAINYARD_GATEWAY_PORT:-8090}"
 TY_LOG_LEVEL="${TRAINYARD_LOG_LEVEL:-info}"
 TY_BIN="${TRAINYARD_BIN:-${TY_REPO}/build/release/bin/trainyard}"
 TY_DB_NAME="trainyard"
@@ -26,6 +27,7 @@ TY_DB_USER="trainyard"
 TY_GRPC_ADDR="127.0.0.1:${TY_GRPC_PORT}"
 TY_HTTP_ADDR="127.0.0.1:${TY_HTTP_PORT}"
 TY_SIM_ADDR="127.0.0.1:${TY_SIM_PORT}"
+TY_GATEWAY_ADDR="127.0.0.1:${TY_GATEWAY_PORT}"
 TY_REDIS_ADDR="127.0.0.1:${TY_REDIS_PORT}"
 TY_POSTGRES_URL="postgresql://${TY_DB_USER}@127.0.0.1:${TY_PG_PORT}/${TY_DB_NAME}"
 TY_STACK_MARKER=".trainyard-local-stack"
@@ -34,7 +36,7 @@ ty_log() { printf '%s\n' "$*"; }
 ty_warn() { printf 'WARNING: %s\n' "$*" >&2; }
 ty_die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
-for _ty_port_var in TY_PG_PORT TY_REDIS_PORT TY_GRPC_PORT TY_HTTP_PORT TY_SIM_PORT; do
+for _ty_port_var in TY_PG_PORT TY_REDIS_PORT TY_GRPC_PORT TY_HTTP_PORT TY_SIM_PORT TY_GATEWAY_PORT; do
   if ! [[ "${!_ty_port_var}" =~ ^[0-9]+$ ]] || ((${!_ty_port_var} < 1 || ${!_ty_port_var} > 65535)); then
     ty_die "${_ty_port_var#TY_} must be a port number (1-65535), got '${!_ty_port_var}'"
   fi

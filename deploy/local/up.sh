@@ -85,6 +85,25 @@ step_build() {
   cmake --preset release
   NINJA_STATUS="[%f/%t %es] " cmake --build --preset release "${jobs[@]}"
   [[ -x "${TY_BIN}" ]] || ty_die "build finished but ${TY_BIN} does not exist"
+  build_console
+}
+
+# The web console (web/ → web/dist, served by the gateway): npm ci once per lock file, then
+# the build (a few seconds when nothing changed).
+build_console() {
+  if [[ ! -f "${TY_REPO}/web/package.json" ]]; then return 0; fi
+  if ! command -v npm >/dev/null 2>&1; then
+    ty_warn "npm not found: the web console is not built (the REST API still works)"
+    return 0
+  fi
+  ty_log "building the web console (web/ → web/dist)"
+  cd "${TY_REPO}/web"
+  local stamp="node_modules/.package-lock.json"
+  if [[ ! -f "${stamp}" || "package-lock.json" -nt "${stamp}" ]]; then
+    npm ci --no-audit --no-fund
+  fi
+  npm run --silent build
+  cd "${TY_REPO}"
 }
 
 prepare_stack() {
@@ -243,6 +262,7 @@ write_trainyard_conf() {
     line="${line//@GRPC_LISTEN@/${TY_GRPC_ADDR}}"
     line="${line//@HTTP_LISTEN@/${TY_HTTP_ADDR}}"
     line="${line//@SIM_LISTEN@/${TY_SIM_ADDR}}"
+    line="${line//@GATEWAY_LISTEN@/${TY_GATEWAY_ADDR}}"
     line="${line//@LOG_LEVEL@/${TY_LOG_LEVEL}}"
     line="${line//@REPO@/${TY_REPO}}"
     line="${line//@JOB_TOKEN_KEY_FILE@/${TY_JOB_TOKEN_KEY}}"
@@ -269,9 +289,9 @@ step_trainyard() {
     ty_stop_pid "${TY_PID}" trainyard 20 || ty_die "could not stop trainyard pid ${pid}"
   fi
   local port
-  for port in "${TY_GRPC_PORT}" "${TY_HTTP_PORT}" "${TY_SIM_PORT}"; do
+  for port in "${TY_GRPC_PORT}" "${TY_HTTP_PORT}" "${TY_SIM_PORT}" "${TY_GATEWAY_PORT}"; do
     if ty_port_open "${port}"; then
-      ty_die "port ${port} is already in use by another process (another trainyard?); stop it or set TRAINYARD_GRPC_PORT / TRAINYARD_HTTP_PORT / TRAINYARD_SIM_PORT"
+      ty_die "port ${port} is already in use by another process (another trainyard?); stop it or set TRAINYARD_GRPC_PORT / TRAINYARD_HTTP_PORT / TRAINYARD_SIM_PORT / TRAINYARD_GATEWAY_PORT"
     fi
   done
 
@@ -347,6 +367,8 @@ EOF
   cat <<EOF
 Trainyard is running (${elapsed}s).
 
+  Console     http://${TY_GATEWAY_ADDR}/   (open it in a browser; sign in with a token below)
+  REST API    http://${TY_GATEWAY_ADDR}/v1/   (OpenAPI: http://${TY_GATEWAY_ADDR}/v1/openapi.json)
   gRPC        ${TY_GRPC_ADDR}   (plaintext, reflection on)
   Metrics     http://${TY_HTTP_ADDR}/metrics
   Health      http://${TY_HTTP_ADDR}/healthz
@@ -361,6 +383,7 @@ Trainyard is running (${elapsed}s).
   Redis       ${TY_REDIS_ADDR}
 
 Try it:
+  curl -s -H "Authorization: Bearer \$(cat ${TY_DEMO_TOKEN})" http://${TY_GATEWAY_ADDR}/v1/tenants/demo/jobs
   grpcurl -plaintext -H "authorization: Bearer \$(cat ${TY_DEMO_TOKEN})" ${TY_GRPC_ADDR} list
   curl -s http://${TY_HTTP_ADDR}/metrics | head
 

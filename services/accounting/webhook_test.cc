@@ -91,7 +91,7 @@ class Receiver {
     SteadyTime at;
   };
 
-  Receiver() : server_("127.0.0.1:0", 2) {
+  Receiver() : server_("127.0.0.1:0", {.threads = 2}) {
     server_.Handle("/hook",
                    [this](const HttpRequest& r) { return OnRequest(r); });
   }

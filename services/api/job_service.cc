@@ -7,8 +7,11 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/api/events.h"
@@ -81,6 +84,74 @@ absl::StatusOr<int64_t> BeforeIdFromPageToken(const std::string& token) {
     return PageTokenError();
   }
   return before;
+}
+
+// The order of ListJobs's `order_by` ("create_time desc", "priority", ...).
+absl::Status ParseJobOrder(const std::string& text,
+                           storage::postgres::JobQuery* query) {
+  std::vector<std::string> words =
+      absl::StrSplit(absl::AsciiStrToLower(text), ' ', absl::SkipWhitespace());
+  if (words.empty()) return absl::OkStatus();  // newest first
+  static const std::pair<const char*, storage::postgres::JobOrder> kOrders[] = {
+      {"create_time", storage::postgres::JobOrder::kCreateTime},
+      {"priority", storage::postgres::JobOrder::kPriority},
+      {"display_name", storage::postgres::JobOrder::kDisplayName},
+      {"state", storage::postgres::JobOrder::kState},
+      {"queue", storage::postgres::JobOrder::kQueue},
+  };
+  bool known = false;
+  for (const auto& [name, order] : kOrders) {
+    if (words[0] == name) query->order = order, known = true;
+  }
+  if (!known || words.size() > 2 ||
+      (words.size() == 2 && words[1] != "asc" && words[1] != "desc")) {
+    return domain::FieldError(
+        "order_by", "INVALID_VALUE",
+        absl::StrCat(
+            "\"", text,
+            "\": want a field (create_time, priority, display_name, state, "
+            "queue) and an optional asc or desc"));
+  }
+  query->descending = words.size() == 2 && words[1] == "desc";
+  return absl::OkStatus();
+}
+
+// ListJobs's page token: the newest-first listing's is the last id (as before
+// orders existed); another order's is "o" + base64url(order_by \x1f value \x1f
+// id), valid only with the same order.
+std::string JobPageToken(const std::string& order_by,
+                         const storage::postgres::JobQuery& query,
+                         const storage::postgres::JobCursor& next) {
+  if (query.order == storage::postgres::JobOrder::kCreateTime &&
+      query.descending) {
+    return absl::StrCat(next.id);
+  }
+  std::string raw = absl::StrCat(absl::AsciiStrToLower(order_by), "\x1f",
+                                 next.value, "\x1f", next.id);
+  return absl::StrCat("o", absl::WebSafeBase64Escape(raw));
+}
+
+absl::StatusOr<std::optional<storage::postgres::JobCursor>>
+JobCursorFromPageToken(const std::string& token, const std::string& order_by,
+                       const storage::postgres::JobQuery& query) {
+  if (token.empty()) return std::nullopt;
+  if (query.order == storage::postgres::JobOrder::kCreateTime &&
+      query.descending) {
+    TY_ASSIGN_OR_RETURN(int64_t before, BeforeIdFromPageToken(token));
+    return storage::postgres::JobCursor{.id = before};
+  }
+  std::string raw;
+  if (token[0] != 'o' || !absl::WebSafeBase64Unescape(token.substr(1), &raw)) {
+    return PageTokenError();
+  }
+  std::vector<std::string> parts = absl::StrSplit(raw, '\x1f');
+  storage::postgres::JobCursor cursor;
+  if (parts.size() != 3 || parts[0] != absl::AsciiStrToLower(order_by) ||
+      !absl::SimpleAtoi(parts[2], &cursor.id) || cursor.id <= 0) {
+    return PageTokenError();
+  }
+  cursor.value = parts[1];
+  return cursor;
 }
 
 // Who may act on one job: job tokens for their own job (RequireJob), or never
@@ -288,6 +359,18 @@ class JobServiceImpl final
           query.project = request->project();
           query.queue = request->queue();
           query.job_set = request->job_set();
+          query.creator = request->user();
+          if (request->has_created_after()) {
+            TY_ASSIGN_OR_RETURN(
+                query.created_after,
+                domain::ToTime(request->created_after(), "created_after"));
+          }
+          if (request->has_created_before()) {
+            TY_ASSIGN_OR_RETURN(
+                query.created_before,
+                domain::ToTime(request->created_before(), "created_before"));
+          }
+          TY_RETURN_IF_ERROR(ParseJobOrder(request->order_by(), &query));
           for (int i = 0; i < request->states_size(); ++i) {
             auto st = static_cast<trainyard::v1::JobState>(request->states(i));
             if (!trainyard::v1::JobState_IsValid(st) ||
@@ -302,8 +385,9 @@ class JobServiceImpl final
           }
           TY_RETURN_IF_ERROR(domain::ValidateLabels(request->labels(),
                                                     ctx_->limits, "labels"));
-          TY_ASSIGN_OR_RETURN(query.before_id,
-                              BeforeIdFromPageToken(request->page_token()));
+          TY_ASSIGN_OR_RETURN(
+              query.after, JobCursorFromPageToken(request->page_token(),
+                                                  request->order_by(), query));
           query.with_attempts = request->view() == trainyard::v1::JOB_VIEW_FULL;
           TY_ASSIGN_OR_RETURN(storage::postgres::JobPage page,
                               ctx_->jobs->List(query));
@@ -311,8 +395,9 @@ class JobServiceImpl final
           std::vector<trainyard::v1::Job*> jobs;
           for (auto& job : *response->mutable_jobs()) jobs.push_back(&job);
           TY_RETURN_IF_ERROR(ctx_->jobs->FillCosts(jobs));
-          if (page.next_before_id > 0) {
-            response->set_next_page_token(absl::StrCat(page.next_before_id));
+          if (page.next.has_value()) {
+            response->set_next_page_token(
+                JobPageToken(request->order_by(), query, *page.next));
           }
           return absl::OkStatus();
         });

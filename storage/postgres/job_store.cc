@@ -16,6 +16,11 @@
 namespace trainyard::storage::postgres {
 namespace {
 
+// A time as PostgreSQL reads a timestamptz literal (UTC, microseconds).
+std::string PgTime(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
+}
+
 using trainyard::v1::Checkpoint;
 using trainyard::v1::Job;
 using trainyard::v1::JobEvent;
@@ -307,21 +312,83 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
       where.push_back(
           absl::StrCat("labels @> ", params.Add(LabelsJson(only)), "::jsonb"));
     }
-    if (query.before_id > 0) {
-      where.push_back(
-          absl::StrCat("id < ", params.Add(absl::StrCat(query.before_id))));
+    if (!query.creator.empty()) {
+      where.push_back(absl::StrCat("creator = ", params.Add(query.creator)));
     }
+    if (query.created_after.has_value()) {
+      where.push_back(absl::StrCat(
+          "create_time >= ", params.Add(PgTime(*query.created_after)),
+          "::timestamptz"));
+    }
+    if (query.created_before.has_value()) {
+      where.push_back(absl::StrCat("create_time < ",
+                                   params.Add(PgTime(*query.created_before)),
+                                   "::timestamptz"));
+    }
+    // The order column (none: by id alone) and its SQL type.
+    const char* column = nullptr;
+    const char* type = "text";
+    switch (query.order) {
+      case JobOrder::kCreateTime:
+        break;
+      case JobOrder::kPriority:
+        column = "priority", type = "integer";
+        break;
+      case JobOrder::kDisplayName:
+        column = "display_name";
+        break;
+      case JobOrder::kState:
+        column = "state", type = "smallint";
+        break;
+      case JobOrder::kQueue:
+        column = "queue";
+        break;
+    }
+    const char* dir = query.descending ? "DESC" : "ASC";
+    const char* cmp = query.descending ? "<" : ">";
+    if (query.after.has_value()) {
+      std::string id = params.Add(absl::StrCat(query.after->id));
+      if (column == nullptr) {
+        where.push_back(absl::StrCat("id ", cmp, " ", id));
+      } else {
+        where.push_back(absl::StrCat("(", column, ", id) ", cmp, " (",
+                                     params.Add(query.after->value), "::", type,
+                                     ", ", id, "::bigint)"));
+      }
+    }
+    std::string order = column == nullptr
+                            ? absl::StrCat("id ", dir)
+                            : absl::StrCat(column, " ", dir, ", id ", dir);
     std::string sql = absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE ",
-                                   absl::StrJoin(where, " AND "),
-                                   " ORDER BY id DESC LIMIT ", query.limit + 1);
+                                   absl::StrJoin(where, " AND "), " ORDER BY ",
+                                   order, " LIMIT ", query.limit + 1);
     pqxx::result r = txn.exec_params(sql, params.Dynamic());
     std::vector<int64_t> ids;
     for (int i = 0; i < static_cast<int>(r.size()) && i < query.limit; ++i) {
       page.jobs.push_back(RowToJob(r[i]));
       ids.push_back(r[i][0].as<int64_t>());
     }
-    if (static_cast<int>(r.size()) > query.limit)
-      page.next_before_id = ids.back();
+    if (static_cast<int>(r.size()) > query.limit) {
+      const Job& last = page.jobs.back();
+      JobCursor next{.id = ids.back()};
+      switch (query.order) {
+        case JobOrder::kCreateTime:
+          break;
+        case JobOrder::kPriority:
+          next.value = absl::StrCat(last.priority());
+          break;
+        case JobOrder::kDisplayName:
+          next.value = last.display_name();
+          break;
+        case JobOrder::kState:
+          next.value = absl::StrCat(static_cast<int>(last.state()));
+          break;
+        case JobOrder::kQueue:
+          next.value = last.spec().queue();
+          break;
+      }
+      page.next = std::move(next);
+    }
     if (query.with_attempts && !ids.empty()) {
       ArrayLiteral id_array;
       absl::flat_hash_map<int64_t, Job*> by_id;

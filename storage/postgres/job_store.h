@@ -34,22 +34,38 @@ struct SubmitOutcome {
   bool deduplicated = false;
 };
 
+// The order of a job listing; ties (and kCreateTime itself) go by id, which
+// grows with creation.
+enum class JobOrder { kCreateTime, kPriority, kDisplayName, kState, kQueue };
+
+// Where a page starts: after the job `id` whose order column held `value`
+// (text).
+struct JobCursor {
+  std::string value;
+  int64_t id = 0;
+};
+
 struct JobQuery {
   std::vector<std::string>
       tenants;  // one or more (the tenants the caller can read)
   std::string project;
   std::string queue;
   std::string job_set;
+  std::string creator;  // the submitting principal; empty = anyone
+  std::optional<absl::Time> created_after;   // inclusive
+  std::optional<absl::Time> created_before;  // exclusive
   std::vector<trainyard::v1::JobState> states;
   std::vector<std::pair<std::string, std::string>> labels;
-  int64_t before_id = 0;  // page token: jobs with id < before_id (newest first)
+  JobOrder order = JobOrder::kCreateTime;
+  bool descending = true;
+  std::optional<JobCursor> after;  // the previous page's last job
   int limit = 100;
   bool with_attempts = false;
 };
 
 struct JobPage {
   std::vector<trainyard::v1::Job> jobs;
-  int64_t next_before_id = 0;  // 0 on the last page
+  std::optional<JobCursor> next;  // unset on the last page
 };
 
 struct EventFilter {

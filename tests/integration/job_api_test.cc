@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -65,6 +66,10 @@ class JobApiTest : public ::testing::Test {
       req.set_page_token(resp.next_page_token());
     }
     return out;
+  }
+
+  static int64_t JobIdOf(const Job& j) {
+    return std::stoll(j.name().substr(j.name().rfind('/') + 1));
   }
 
   std::unique_ptr<ApiHarness> h_;
@@ -142,6 +147,123 @@ TEST_F(JobApiTest, SubmitGetListCancel) {
       jobs_->List(ApiHarness::Context(member_).get(), by_state, &cancelled_list)
           .ok());
   ASSERT_EQ(cancelled_list.jobs_size(), 1);
+}
+
+TEST_F(JobApiTest, ListFiltersByUserAndCreationTimeAndSortsWithStablePages) {
+  const std::string bob =
+      h_->Token("users/bob", trainyard::v1::ROLE_MEMBER, "acme");
+  std::mt19937 rng(7);
+  std::vector<int64_t> bobs;
+  for (int i = 0; i < 23; ++i) {
+    SubmitJobRequest req = MinimalSubmit("acme", absl::StrCat("sort-", i));
+    std::string name = "n";
+    for (int k = 0; k < 2; ++k)
+      name += static_cast<char>('a' + rng() % 4);  // ties on purpose
+    req.mutable_job()->set_display_name(name);
+    const bool by_bob = i % 3 == 0;
+    int64_t id = h_->SubmitJob(by_bob ? bob : member_, req);
+    ASSERT_NE(id, 0);
+    if (by_bob) bobs.push_back(id);
+  }
+  // The oracle: every job as Get reads it, sorted here by each order's (key,
+  // id).
+  std::vector<Job> all;
+  for (const Job& j : ListAll("tenants/acme"))
+    all.push_back(h_->GetJob(member_, "acme", JobIdOf(j)));
+  ASSERT_EQ(all.size(), 23u);
+  auto listed = [&](trainyard::v1::ListJobsRequest req) {
+    std::vector<int64_t> ids;
+    req.set_parent("tenants/acme");
+    req.set_page_size(4);
+    while (true) {
+      trainyard::v1::ListJobsResponse resp;
+      grpc::Status s =
+          jobs_->List(ApiHarness::Context(member_).get(), req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      for (const Job& j : resp.jobs()) ids.push_back(JobIdOf(j));
+      if (resp.next_page_token().empty()) break;
+      req.set_page_token(resp.next_page_token());
+    }
+    return ids;
+  };
+  auto expected = [&](auto key, bool desc, auto keep) {
+    std::vector<Job> jobs;
+    for (const Job& j : all) {
+      if (keep(j)) jobs.push_back(j);
+    }
+    std::sort(jobs.begin(), jobs.end(), [&](const Job& a, const Job& b) {
+      auto ka = std::make_pair(key(a), JobIdOf(a));
+      auto kb = std::make_pair(key(b), JobIdOf(b));
+      return desc ? kb < ka : ka < kb;
+    });
+    std::vector<int64_t> ids;
+    for (const Job& j : jobs) ids.push_back(JobIdOf(j));
+    return ids;
+  };
+  auto every = [](const Job&) { return true; };
+  auto by_id = [](const Job&) { return 0; };
+  auto by_name = [](const Job& j) { return j.display_name(); };
+  auto by_state = [](const Job& j) { return static_cast<int>(j.state()); };
+  trainyard::v1::ListJobsRequest req;
+  EXPECT_EQ(listed(req), expected(by_id, true, every));
+  req.set_order_by("create_time");
+  EXPECT_EQ(listed(req), expected(by_id, false, every));
+  req.set_order_by("display_name");
+  EXPECT_EQ(listed(req), expected(by_name, false, every));
+  req.set_order_by("DISPLAY_NAME desc");
+  EXPECT_EQ(listed(req), expected(by_name, true, every));
+  req.set_order_by("state desc");
+  EXPECT_EQ(listed(req), expected(by_state, true, every));
+
+  // Only bob's, newest first.
+  trainyard::v1::ListJobsRequest mine;
+  mine.set_user("users/bob");
+  std::vector<int64_t> want_bob(bobs.rbegin(), bobs.rend());
+  EXPECT_EQ(listed(mine), want_bob);
+
+  // A creation window [t10, t17): the jobs whose stored create_time falls in
+  // it.
+  std::vector<Job> by_creation = all;
+  std::sort(by_creation.begin(), by_creation.end(),
+            [](const Job& a, const Job& b) { return JobIdOf(a) < JobIdOf(b); });
+  const auto from = by_creation[10].create_time();
+  const auto to = by_creation[17].create_time();
+  auto micros = [](const google::protobuf::Timestamp& t) {
+    return t.seconds() * 1000000 + t.nanos() / 1000;
+  };
+  trainyard::v1::ListJobsRequest window;
+  *window.mutable_created_after() = from;
+  *window.mutable_created_before() = to;
+  window.set_order_by("display_name desc");
+  EXPECT_EQ(listed(window), expected(by_name, true, [&](const Job& j) {
+              return micros(j.create_time()) >= micros(from) &&
+                     micros(j.create_time()) < micros(to);
+            }));
+
+  // A page token of one order is refused with another; an unknown order names
+  // the field.
+  trainyard::v1::ListJobsRequest first;
+  first.set_parent("tenants/acme");
+  first.set_page_size(2);
+  first.set_order_by("display_name");
+  trainyard::v1::ListJobsResponse page;
+  ASSERT_TRUE(
+      jobs_->List(ApiHarness::Context(member_).get(), first, &page).ok());
+  ASSERT_FALSE(page.next_page_token().empty());
+  first.set_page_token(page.next_page_token());
+  first.set_order_by("queue");
+  auto ctx = ApiHarness::Context(member_);
+  EXPECT_EQ(jobs_->List(ctx.get(), first, &page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorInfoOf(*ctx).field(), "page_token");
+  trainyard::v1::ListJobsRequest bad;
+  bad.set_parent("tenants/acme");
+  bad.set_order_by("colour desc");
+  auto ctx2 = ApiHarness::Context(member_);
+  EXPECT_EQ(jobs_->List(ctx2.get(), bad, &page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorInfoOf(*ctx2).field(), "order_by");
 }
 
 TEST_F(JobApiTest, EightConcurrentIdenticalSubmitsCreateExactlyOneJob) {

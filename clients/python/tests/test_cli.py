@@ -155,6 +155,32 @@ def test_jobs_cancel_why_watch(yard, tmp_path, stack):
     assert r.code == 0 and "TENANT" in r.out.splitlines()[0] and "demo" in r.out
 
 
+def test_jobs_by_user_creation_time_and_order(yard, tmp_path, stack):
+    js = f"who-{uuid.uuid4().hex[:6]}"
+    path = write_job(tmp_path, "who", queue="tiny", gpus=8, extra=f"job_set: {js}\n")
+    mine, admins = [], []
+    for token, ids in ((None, mine), (stack.tokens["admin"], admins), (None, mine)):
+        r = yard("submit", "-f", path, "-o", "json",
+                 env={"TRAINYARD_TOKEN": token, "TRAINYARD_TENANT": "demo"} if token else None)
+        assert r.code == 0, r
+        ids.append(int(json.loads(r.out)[0]["name"].rsplit("/", 1)[-1]))
+
+    def listed(*flags):
+        r = yard("jobs", "--job-set", js, *flags)
+        assert r.code == 0, r
+        return [int(line.split()[0]) for line in r.out.splitlines()[1:]]
+
+    assert listed("--user", "demo") == sorted(mine, reverse=True)
+    assert listed("--user", "users/admin") == admins
+    assert listed("--order-by", "create_time") == sorted(mine + admins)
+    assert listed("--created-after", "2999-01-01T00:00:00Z") == []
+    assert sorted(listed("--created-before", "2999-01-01T00:00:00Z")) == sorted(mine + admins)
+    r = yard("jobs", "--created-after", "yesterday")
+    assert r.code == 2 and "RFC 3339" in r.err, r
+    r = yard("jobs", "--order-by", "colour")
+    assert r.code == 2 and "order_by" in r.err, r
+
+
 def test_hold_and_release(yard, tmp_path, client):
     # The tiny queue's 1 GPU never fits an 8-GPU job: these stay pending.
     path = write_job(tmp_path, "holdme", queue="tiny", gpus=8)

@@ -269,11 +269,24 @@ def cmd_get(args):
     return EXIT_OK
 
 
+def _utc_time(text: str):
+    """An RFC 3339 time (``Z`` or an offset; a time without one is UTC) as an aware datetime."""
+    import datetime as _dt
+    try:
+        t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an RFC 3339 time "
+                                         "(e.g. 2026-11-28T09:00:00Z)") from None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
 def cmd_jobs(args):
     with _client(args) as c:
         jobs = list(c.list(queue=args.queue or "", project=args.project or "",
                            states=args.state or (), job_set=args.job_set or "",
-                           all_tenants=args.all_tenants, limit=args.limit))
+                           all_tenants=args.all_tenants, limit=args.limit,
+                           user=args.user or "", created_after=args.created_after,
+                           created_before=args.created_before, order_by=args.order_by or ""))
     _print_jobs(args, jobs, with_tenant=args.all_tenants)
     return EXIT_OK
 
@@ -792,6 +805,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("jobs", cmd_jobs, "list jobs (newest first; every page)")
     sp.add_argument("--queue")
     sp.add_argument("--project")
+    sp.add_argument("--user", help="only jobs this principal submitted (users/NAME or NAME)")
+    sp.add_argument("--created-after", type=_utc_time, metavar="TIME",
+                    help="only jobs created at or after TIME (RFC 3339, e.g. 2026-11-28T09:00:00Z)")
+    sp.add_argument("--created-before", type=_utc_time, metavar="TIME",
+                    help="only jobs created before TIME (RFC 3339)")
+    sp.add_argument("--order-by", metavar="ORDER",
+                    help='"create_time desc" (default), "priority desc", "display_name", '
+                         '"state", "queue", "create_time"')
     sp.add_argument("--state", action="append", metavar="STATE",
                     help="only jobs in this state (queued, running, ...); repeatable")
     sp.add_argument("--job-set")

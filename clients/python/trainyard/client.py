@@ -345,12 +345,24 @@ class Client:
     def list(self, *, queue: str = "", project: str = "", states: Sequence = (),
              labels: Optional[dict] = None, job_set: str = "", tenant: Optional[str] = None,
              all_tenants: bool = False, page_size: int = 100, full: bool = False,
-             limit: Optional[int] = None) -> Iterator:
-        """Iterates over jobs (newest first), fetching every page. ``states`` are JobState
-        values or names ("running")."""
+             limit: Optional[int] = None, user: str = "",
+             created_after: Optional[_dt.datetime] = None,
+             created_before: Optional[_dt.datetime] = None, order_by: str = "") -> Iterator:
+        """Iterates over jobs (newest first, or by ``order_by``: "priority desc",
+        "display_name", "state", "queue", "create_time"), fetching every page. ``states`` are
+        JobState values or names ("running"); ``user`` a principal ("users/ana"; a bare name
+        gets "users/"); ``created_after`` (inclusive) and ``created_before`` (exclusive) are
+        aware datetimes."""
+        if user and "/" not in user:
+            user = f"users/{user}"
         req = job_pb2.ListJobsRequest(parent=self._parent(tenant, all_tenants), project=project,
                                       queue=queue, job_set=job_set, page_size=page_size,
-                                      view=job_pb2.JOB_VIEW_FULL if full else job_pb2.JOB_VIEW_BASIC)
+                                      view=job_pb2.JOB_VIEW_FULL if full else job_pb2.JOB_VIEW_BASIC,
+                                      user=user, order_by=order_by)
+        if created_after is not None:
+            req.created_after.FromDatetime(created_after)
+        if created_before is not None:
+            req.created_before.FromDatetime(created_before)
         req.states.extend(parse_state(s) if isinstance(s, str) else int(s) for s in states)
         for k, v in (labels or {}).items():
             req.labels[k] = v

@@ -7,6 +7,7 @@
 //   trainyard accounting  AccountingService and the meter (one leader)
 //   trainyard accounting import-spot-prices -f FILE
 //   trainyard accounting reconcile --month=YYYY-MM
+//   trainyard gateway     the REST/JSON gateway and the web console (over --target)
 //   trainyard all         every service that exists, in one process
 //   trainyard migrate     apply the SQL migrations
 //   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
@@ -37,6 +38,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "services/accounting/accounting_service.h"
@@ -57,6 +60,7 @@
 #include "services/lib/domain/validation.h"
 #include "services/lib/runtime/config.h"
 #include "services/lib/runtime/grpc_server.h"
+#include "services/gateway/gateway.h"
 #include "services/lib/runtime/health.h"
 #include "services/lib/runtime/http_server.h"
 #include "services/lib/runtime/job_token.h"
@@ -78,6 +82,27 @@ ABSL_FLAG(std::string, tls_key, "", "api/all: PEM private key of --tls_cert");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:8081",
           "HTTP listen address for /metrics, /healthz and /readyz; empty "
           "disables it");
+ABSL_FLAG(std::string, gateway_listen, "",
+          "the REST/JSON gateway and web console: its listen address (`gateway`: "
+          "127.0.0.1:8090 when empty; `all`: off when empty)");
+ABSL_FLAG(std::string, console_dir, "",
+          "gateway/all: the web console's built files (web/dist); empty: no console");
+ABSL_FLAG(std::string, gateway_tls_cert, "",
+          "gateway/all: PEM certificate chain; with --gateway_tls_key the gateway serves "
+          "HTTPS only");
+ABSL_FLAG(std::string, gateway_tls_key, "", "gateway/all: PEM private key of --gateway_tls_cert");
+ABSL_FLAG(std::string, gateway_cors_origins, "",
+          "gateway/all: comma-separated origins allowed to call the REST API from another "
+          "origin (CORS); empty: none");
+ABSL_FLAG(int64_t, gateway_max_body, 1 << 20,
+          "gateway/all: the largest request body in bytes (413 beyond)");
+ABSL_FLAG(int, gateway_threads, 32,
+          "gateway/all: HTTP worker threads (requests and streams served at once)");
+ABSL_FLAG(int, gateway_max_streams, 24,
+          "gateway/all: event streams and downloads open at once (503 beyond); below "
+          "--gateway_threads");
+ABSL_FLAG(std::string, target_ca, "",
+          "gateway: PEM CA certificate to verify the api's TLS at --target; empty: plaintext");
 ABSL_FLAG(std::string, postgres_url,
           "postgresql://trainyard@127.0.0.1:55432/trainyard",
           "PostgreSQL connection URL");
@@ -206,7 +231,7 @@ ABSL_FLAG(std::string, budget_webhook_url, "",
 ABSL_FLAG(std::string, budget_webhook_secret_file, "",
           "accounting/all: file holding the webhook's HMAC-SHA256 key "
           "(X-Trainyard-Signature); empty: unsigned");
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply: api address");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "apply/gateway: api address");
 ABSL_FLAG(std::string, token, "",
           "apply: bearer token (or env TRAINYARD_TOKEN)");
 
@@ -230,7 +255,11 @@ Usage:
                      [--spot_price_max_age=2h] [--close_month_after=120h]
   trainyard accounting import-spot-prices -f FILE.csv [--postgres_url=..]
   trainyard accounting reconcile --month=YYYY-MM [--postgres_url=..] [the meter's --lost_work_rule, ...]
-  trainyard all      (the api's flags, --schedule_interval, --sim_config, the accounting flags; every service in one process)
+  trainyard gateway  [--target=127.0.0.1:50051] [--target_ca=PEM] [--gateway_listen=127.0.0.1:8090] [--console_dir=web/dist]
+                     [--gateway_tls_cert=PEM --gateway_tls_key=PEM] [--gateway_cors_origins=ORIGIN,..]
+                     [--gateway_max_body=1048576] [--gateway_threads=32] [--gateway_max_streams=24]   (docs/gateway.md)
+  trainyard all      (the api's flags, --schedule_interval, --sim_config, the accounting flags, the gateway's with
+                     --gateway_listen; every service in one process)
   Job tokens (api, dispatcher, all): [--job_token_key_file=FILE] [--api_advertise_addr=HOST:PORT]
                      [--job_token_ttl=168h] [--job_token_margin=1h]  (docs/security.md "Job tokens")
   trainyard migrate  [--postgres_url=..]
@@ -914,6 +943,77 @@ int ServeScheduler() {
   return 0;
 }
 
+// The REST/JSON gateway over the api at `target` (`ca_pem`: verify its TLS; empty: plaintext),
+// from the --gateway_* flags. `listen` empty: the gateway's default address.
+absl::StatusOr<std::unique_ptr<trainyard::gateway::Gateway>> StartGateway(
+    const std::string& listen, const std::string& target, const std::string& ca_pem) {
+  trainyard::gateway::GatewayOptions options;
+  options.listen_address = listen.empty() ? "127.0.0.1:8090" : listen;
+  std::shared_ptr<grpc::ChannelCredentials> creds =
+      ca_pem.empty() ? grpc::InsecureChannelCredentials()
+                     : grpc::SslCredentials({.pem_root_certs = ca_pem});
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  options.channel = grpc::CreateCustomChannel(target, creds, args);
+  options.console_dir = absl::GetFlag(FLAGS_console_dir);
+  for (absl::string_view o :
+       absl::StrSplit(absl::GetFlag(FLAGS_gateway_cors_origins), ',', absl::SkipWhitespace())) {
+    options.cors_origins.emplace_back(absl::StripAsciiWhitespace(o));
+  }
+  options.http.threads = absl::GetFlag(FLAGS_gateway_threads);
+  options.http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_gateway_max_body));
+  options.http.tls_cert_file = absl::GetFlag(FLAGS_gateway_tls_cert);
+  options.http.tls_key_file = absl::GetFlag(FLAGS_gateway_tls_key);
+  options.max_streams = absl::GetFlag(FLAGS_gateway_max_streams);
+  if (options.max_streams < 1 || options.max_streams >= options.http.threads ||
+      absl::GetFlag(FLAGS_gateway_max_body) < 1) {
+    return absl::InvalidArgumentError(
+        "--gateway_max_streams must be at least 1 and below --gateway_threads, and "
+        "--gateway_max_body positive");
+  }
+  auto gateway = trainyard::gateway::Gateway::Start(std::move(options));
+  if (!gateway.ok()) return gateway.status();
+  Log(LogLevel::kInfo, "gateway serving",
+      {{"url", absl::StrCat(absl::GetFlag(FLAGS_gateway_tls_cert).empty() ? "http" : "https",
+                            "://127.0.0.1:", (*gateway)->port(), "/")},
+       {"api", target},
+       {"console", absl::GetFlag(FLAGS_console_dir).empty() ? "off"
+                                                            : absl::GetFlag(FLAGS_console_dir)}});
+  return gateway;
+}
+
+absl::StatusOr<std::string> ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `trainyard gateway`: the REST/JSON gateway and console over the api at --target.
+int ServeGateway() {
+  sigset_t signals = BlockStopSignals();
+  std::string ca;
+  if (!absl::GetFlag(FLAGS_target_ca).empty()) {
+    auto text = ReadFileText(absl::GetFlag(FLAGS_target_ca));
+    if (!text.ok()) {
+      std::cerr << "gateway: --target_ca: " << text.status().message() << "\n";
+      return 2;
+    }
+    ca = *text;
+  }
+  auto gateway = StartGateway(absl::GetFlag(FLAGS_gateway_listen), absl::GetFlag(FLAGS_target), ca);
+  if (!gateway.ok()) {
+    Log(LogLevel::kError, "gateway failed to start", {{"error", gateway.status()}});
+    return gateway.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+  (*gateway)->Stop();
+  return 0;
+}
+
 enum class ServeMode { kApi, kAccounting, kAll };
 
 int Serve(ServeMode mode) {
@@ -1047,10 +1147,28 @@ int Serve(ServeMode mode) {
     }
     sim = std::move(*started);
   }
+  // ... and, with --gateway_listen, the REST/JSON gateway and console over this api.
+  std::unique_ptr<trainyard::gateway::Gateway> gateway;
+  if (with_scheduler && !absl::GetFlag(FLAGS_gateway_listen).empty()) {
+    std::string ca;
+    if (!options.tls_cert_file.empty()) ca = ReadFileText(options.tls_cert_file).value_or("");
+    auto started = StartGateway(absl::GetFlag(FLAGS_gateway_listen),
+                                absl::StrCat("127.0.0.1:", (*server)->grpc_port()), ca);
+    if (!started.ok()) {
+      Log(LogLevel::kError, "gateway failed to start", {{"error", started.status()}});
+      if (sim.has_value()) sim->dispatcher->Shutdown();
+      if (scheduler) scheduler->Shutdown();
+      if (meter) meter->Shutdown();
+      (*server)->Shutdown(absl::Seconds(1));
+      return started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    gateway = *std::move(started);
+  }
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     Log(LogLevel::kInfo, "shutting down", {{"signal", sig}});
+    if (gateway) gateway->Stop();
     if (sim.has_value()) sim->dispatcher->Shutdown();
     if (scheduler) scheduler->Shutdown();
     if (meter) meter->Shutdown();
@@ -1099,6 +1217,7 @@ int main(int argc, char** argv) {
   if (command == "migrate") return Migrate();
   if (command == "api") return Serve(ServeMode::kApi);
   if (command == "all") return Serve(ServeMode::kAll);
+  if (command == "gateway") return ServeGateway();
   if (command == "accounting") {
     if (args.size() >= 3 && std::string(args[2]) == "import-spot-prices")
       return ImportSpotPrices();

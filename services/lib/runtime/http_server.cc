@@ -1,326 +1,271 @@
 #include "services/lib/runtime/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
+#include <httplib.h>
 
-#include <cerrno>
-#include <cstring>
+#include <chrono>
+#include <exception>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/lib/runtime/logging.h"
 
 namespace trainyard::runtime {
-namespace {
 
-constexpr size_t kMaxHeaderBytes = 64 * 1024;
-constexpr size_t kMaxBodyBytes = 1024 * 1024;
-
-const char* Reason(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 413:
-      return "Payload Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return "Status";
-  }
+std::string_view HttpRequest::Header(std::string_view name) const {
+  auto it = headers.find(std::string(name));
+  return it == headers.end() ? std::string_view()
+                             : std::string_view(it->second);
 }
-
-void WriteAll(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    off += static_cast<size_t>(n);
-  }
-}
-
-void SendResponse(int fd, const HttpResponse& r) {
-  std::string out = absl::StrCat("HTTP/1.1 ", r.status, " ", Reason(r.status),
-                                 "\r\nContent-Type: ", r.content_type,
-                                 "\r\nContent-Length: ", r.body.size(),
-                                 "\r\nConnection: close\r\n\r\n", r.body);
-  WriteAll(fd, out);
-}
-
-}  // namespace
 
 HttpResponse JsonError(int status, std::string_view message) {
-  return HttpResponse{.status = status,
-                      .content_type = "application/json",
-                      .body = absl::StrCat("{\"error\":{\"code\":", status, ",\"message\":\"",
-                                           JsonEscape(message), "\"}}")};
+  return HttpResponse{
+      .status = status,
+      .content_type = "application/json",
+      .body = absl::StrCat("{\"error\":{\"code\":", status, ",\"message\":\"",
+                           JsonEscape(message), "\"}}")};
 }
 
-absl::StatusOr<std::pair<std::string, int>> ParseHostPort(std::string_view address) {
+absl::StatusOr<std::pair<std::string, int>> ParseHostPort(
+    std::string_view address) {
   size_t colon = address.rfind(':');
   if (colon == std::string_view::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address \"", std::string(address), "\" is not host:port"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen address \"", std::string(address), "\" is not host:port"));
   }
   std::string host(address.substr(0, colon));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
   int port = 0;
-  if (!absl::SimpleAtoi(std::string(address.substr(colon + 1)), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address \"", std::string(address), "\" has a bad port"));
+  if (!absl::SimpleAtoi(std::string(address.substr(colon + 1)), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen address \"", std::string(address), "\" has a bad port"));
   }
+  if (host == "localhost") host = "127.0.0.1";
   return std::make_pair(host, port);
 }
 
-namespace {
-
-// "host:port" with a numeric IPv4 host (or "localhost") as a socket address.
-absl::StatusOr<sockaddr_in> Ipv4Address(std::string_view address) {
+absl::StatusOr<HttpResponse> HttpGet(std::string_view address,
+                                     std::string_view path,
+                                     absl::Duration timeout) {
   auto hp = ParseHostPort(address);
   if (!hp.ok()) return hp.status();
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(hp->second));
-  if (hp->first == "localhost") hp->first = "127.0.0.1";
-  if (inet_pton(AF_INET, hp->first.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address \"", std::string(address), "\": want an IPv4 address"));
+  httplib::Client client(hp->first, hp->second);
+  auto micros = std::chrono::microseconds(absl::ToInt64Microseconds(timeout));
+  client.set_connection_timeout(micros);
+  client.set_read_timeout(micros);
+  client.set_write_timeout(micros);
+  httplib::Result result = client.Get(std::string(path));
+  if (!result) {
+    return absl::UnavailableError(
+        absl::StrCat("GET ", std::string(address), std::string(path), ": ",
+                     httplib::to_string(result.error())));
   }
-  return addr;
+  HttpResponse response;
+  response.status = result->status;
+  response.content_type = result->get_header_value("Content-Type");
+  response.body = std::move(result->body);
+  return response;
+}
+
+// The httplib server (plain or TLS).
+class HttpServer::Impl {
+ public:
+  std::unique_ptr<httplib::Server> server;
+};
+
+namespace {
+
+class SinkStream : public HttpStream {
+ public:
+  SinkStream(httplib::DataSink& sink, const std::atomic<bool>& stopping)
+      : sink_(sink), stopping_(stopping) {}
+  bool Write(std::string_view data) override {
+    if (stopping_.load() || !sink_.is_writable()) return false;
+    return data.empty() || sink_.write(data.data(), data.size());
+  }
+  bool Stopping() const override { return stopping_.load(); }
+
+ private:
+  httplib::DataSink& sink_;
+  const std::atomic<bool>& stopping_;
+};
+
+template <typename Duration>
+std::pair<time_t, time_t> SecUsec(Duration d) {
+  int64_t us = absl::ToInt64Microseconds(d);
+  return {static_cast<time_t>(us / 1000000), static_cast<time_t>(us % 1000000)};
 }
 
 }  // namespace
 
-absl::StatusOr<HttpResponse> HttpGet(std::string_view address, std::string_view path,
-                                     absl::Duration timeout) {
-  absl::StatusOr<sockaddr_in> addr_or = Ipv4Address(address);
-  if (!addr_or.ok()) return addr_or.status();
-  sockaddr_in addr = *addr_or;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  timeval tv{.tv_sec = static_cast<time_t>(absl::ToInt64Seconds(timeout)),
-             .tv_usec = static_cast<suseconds_t>(
-                 absl::ToInt64Microseconds(timeout % absl::Seconds(1)))};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::string err = strerror(errno);
-    ::close(fd);
-    return absl::UnavailableError(absl::StrCat("connect ", std::string(address), ": ", err));
-  }
-  WriteAll(fd, absl::StrCat("GET ", std::string(path), " HTTP/1.1\r\nHost: ",
-                            std::string(address), "\r\nConnection: close\r\n\r\n"));
-  std::string raw;
-  char buf[8192];
-  while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    raw.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  // "HTTP/1.1 200 OK\r\n...headers...\r\n\r\nbody"
-  HttpResponse response;
-  if (raw.size() < 12 || raw.compare(0, 5, "HTTP/") != 0 ||
-      !absl::SimpleAtoi(raw.substr(9, 3), &response.status)) {
-    return absl::UnavailableError(absl::StrCat("no HTTP response from ", std::string(address)));
-  }
-  size_t body = raw.find("\r\n\r\n");
-  if (body != std::string::npos) {
-    std::string head = absl::AsciiStrToLower(raw.substr(0, body));
-    if (size_t ct = head.find("\r\ncontent-type:"); ct != std::string::npos) {
-      size_t end = head.find("\r\n", ct + 2);
-      response.content_type = std::string(absl::StripAsciiWhitespace(
-          raw.substr(ct + 15, end == std::string::npos ? std::string::npos : end - ct - 15)));
-    }
-    response.body = raw.substr(body + 4);
-  }
-  return response;
+HttpServer::HttpServer(std::string listen_address, HttpServerOptions options)
+    : listen_address_(std::move(listen_address)),
+      options_(std::move(options)),
+      impl_(std::make_unique<Impl>()) {
+  if (options_.threads < 1) options_.threads = 1;
 }
-
-HttpServer::HttpServer(std::string listen_address, int workers)
-    : listen_address_(std::move(listen_address)), num_workers_(workers < 1 ? 1 : workers) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(std::string path, HttpHandler handler) {
-  handlers_[std::move(path)] = std::move(handler);
+  exact_[std::move(path)] = std::move(handler);
+}
+
+void HttpServer::HandlePrefix(std::string prefix, HttpHandler handler) {
+  prefixes_[std::move(prefix)] = std::move(handler);
+}
+
+void HttpServer::OnStop(std::function<void()> hook) {
+  on_stop_.push_back(std::move(hook));
+}
+
+HttpResponse HttpServer::Dispatch(const HttpRequest& request) const {
+  if (auto it = exact_.find(request.path); it != exact_.end())
+    return it->second(request);
+  // The longest registered prefix of the path.
+  auto it = prefixes_.upper_bound(request.path);
+  while (it != prefixes_.begin()) {
+    --it;
+    if (absl::StartsWith(request.path, it->first)) return it->second(request);
+  }
+  return JsonError(404, absl::StrCat("no such path: ", request.path));
 }
 
 absl::Status HttpServer::Start() {
-  absl::StatusOr<sockaddr_in> addr_or = Ipv4Address(listen_address_);
-  if (!addr_or.ok()) return addr_or.status();
-  sockaddr_in addr = *addr_or;
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  int one = 1;
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::string err = strerror(errno);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", listen_address_, ": ",
-                                               err));
+  auto hp = ParseHostPort(listen_address_);
+  if (!hp.ok()) return hp.status();
+  if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "http: TLS needs both a certificate and a key file");
   }
-  if (::listen(listen_fd_, 128) != 0) {
-    std::string err = strerror(errno);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    return absl::UnavailableError(absl::StrCat("http: listen: ", err));
+  if (tls()) {
+    impl_->server = std::make_unique<httplib::SSLServer>(
+        options_.tls_cert_file.c_str(), options_.tls_key_file.c_str());
+    if (!impl_->server->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "http: cannot load the TLS certificate ", options_.tls_cert_file,
+          " and key ", options_.tls_key_file, " (PEM files that match)"));
+    }
+  } else {
+    impl_->server = std::make_unique<httplib::Server>();
   }
-  socklen_t len = sizeof(addr);
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
-  acceptor_ = std::thread([this] { AcceptLoop(); });
-  for (int i = 0; i < num_workers_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  httplib::Server& s = *impl_->server;
+  const int threads = options_.threads;
+  s.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  // Headers and body go out in separate writes: without TCP_NODELAY, Nagle holds the second
+  // until the client's delayed ACK (40 ms).
+  s.set_tcp_nodelay(true);
+  s.set_payload_max_length(options_.max_body_bytes);
+  auto [rs, rus] = SecUsec(options_.read_timeout);
+  s.set_read_timeout(rs, rus);
+  auto [ws, wus] = SecUsec(options_.write_timeout);
+  s.set_write_timeout(ws, wus);
+  s.set_keep_alive_timeout(std::max<time_t>(
+      1,
+      static_cast<time_t>(absl::ToInt64Seconds(options_.keep_alive_timeout))));
+  s.set_keep_alive_max_count(
+      static_cast<size_t>(std::max(1, options_.keep_alive_max_requests)));
+  httplib::Headers defaults;
+  for (const auto& [k, v] : options_.default_headers) defaults.emplace(k, v);
+  s.set_default_headers(std::move(defaults));
+
+  auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+    HttpRequest request;
+    request.method = req.method;
+    request.path = req.path;
+    if (size_t q = req.target.find('?'); q != std::string::npos) {
+      request.query = req.target.substr(q + 1);
+    }
+    for (const auto& [k, v] : req.params) request.params.emplace_back(k, v);
+    for (const auto& [k, v] : req.headers)
+      request.headers[absl::AsciiStrToLower(k)] = v;
+    request.body = req.body;
+    request.remote_addr = req.remote_addr;
+    request.remote_port = req.remote_port;
+    HttpResponse response = Dispatch(request);
+    res.status = response.status;
+    for (auto& [k, v] : response.headers) res.set_header(k, v);
+    if (response.stream) {
+      res.set_chunked_content_provider(response.content_type,
+                                       [fn = std::move(response.stream), this](
+                                           size_t, httplib::DataSink& sink) {
+                                         SinkStream stream(sink, stopping_);
+                                         fn(stream);
+                                         sink.done();
+                                         return true;
+                                       });
+    } else {
+      res.set_content(std::move(response.body), response.content_type);
+    }
+  };
+  s.Get(".*", handler);
+  s.Post(".*", handler);
+  s.Put(".*", handler);
+  s.Patch(".*", handler);
+  s.Delete(".*", handler);
+  s.Options(".*", handler);
+  // httplib's own refusals (413 too large, 400 malformed, 404 no route for a
+  // method such as TRACE) get a JSON body; a handler's own error response is
+  // left as it is.
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = res.status == 413   ? "request body too large"
+                          : res.status == 414 ? "request URI too long"
+                          : res.status == 404 ? "no such path or method"
+                                              : "bad request";
+    HttpResponse e = JsonError(res.status, message);
+    res.set_content(e.body, e.content_type);
+  });
+  s.set_exception_handler([](const httplib::Request& req,
+                             httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    Log(LogLevel::kError, "http handler threw",
+        {{"path", req.path}, {"error", what}});
+    HttpResponse e = JsonError(500, "internal error");
+    res.status = 500;
+    res.set_content(e.body, e.content_type);
+  });
+
+  if (hp->second == 0) {
+    port_ = s.bind_to_any_port(hp->first);
+    if (port_ <= 0) {
+      return absl::UnavailableError(
+          absl::StrCat("http: cannot listen on ", listen_address_));
+    }
+  } else {
+    if (!s.bind_to_port(hp->first, hp->second)) {
+      return absl::UnavailableError(
+          absl::StrCat("http: cannot listen on ", listen_address_,
+                       " (in use, or not an address of this host)"));
+    }
+    port_ = hp->second;
+  }
+  listener_ = std::thread([this] { impl_->server->listen_after_bind(); });
+  // Until the loop runs, httplib's stop() would not end it: wait for it.
+  for (int i = 0; i < 5000 && !s.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return absl::OkStatus();
 }
 
 void HttpServer::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
   if (stopping_.exchange(true)) return;
-  if (acceptor_.joinable()) acceptor_.join();
-  cv_.notify_all();
-  for (auto& w : workers_) w.join();
-  workers_.clear();
-  for (int fd : pending_) ::close(fd);
-  pending_.clear();
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  listen_fd_ = -1;
-}
-
-void HttpServer::AcceptLoop() {
-  while (!stopping_.load()) {
-    pollfd p{.fd = listen_fd_, .events = POLLIN, .revents = 0};
-    int ready = ::poll(&p, 1, 100);
-    if (ready <= 0) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    timeval tv{.tv_sec = 5, .tv_usec = 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (pending_.size() > 256) {
-        ::close(fd);
-        continue;
-      }
-      pending_.push_back(fd);
-    }
-    cv_.notify_one();
-  }
-}
-
-void HttpServer::WorkerLoop() {
-  while (true) {
-    int fd = -1;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_.load() || !pending_.empty(); });
-      if (pending_.empty()) return;
-      fd = pending_.front();
-      pending_.pop_front();
-    }
-    Serve(fd);
-    ::close(fd);
-  }
-}
-
-void HttpServer::Serve(int fd) {
-  std::string data;
-  size_t header_end = std::string::npos;
-  char buf[8192];
-  while (header_end == std::string::npos) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data.append(buf, static_cast<size_t>(n));
-    header_end = data.find("\r\n\r\n");
-    if (header_end == std::string::npos && data.size() > kMaxHeaderBytes) {
-      SendResponse(fd, JsonError(400, "request header too large"));
-      return;
-    }
-  }
-  HttpRequest req;
-  std::string_view head(data.data(), header_end);
-  size_t line_end = head.find("\r\n");
-  std::string_view request_line = head.substr(0, line_end);
-  size_t sp1 = request_line.find(' ');
-  size_t sp2 = request_line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp2 == sp1) {
-    SendResponse(fd, JsonError(400, "malformed request line"));
-    return;
-  }
-  req.method = std::string(request_line.substr(0, sp1));
-  std::string target(request_line.substr(sp1 + 1, sp2 - sp1 - 1));
-  size_t q = target.find('?');
-  req.path = target.substr(0, q);
-  if (q != std::string::npos) req.query = target.substr(q + 1);
-  if (line_end != std::string_view::npos) {
-    std::string_view rest = head.substr(line_end + 2);
-    while (!rest.empty()) {
-      size_t e = rest.find("\r\n");
-      std::string_view line = rest.substr(0, e);
-      size_t colon = line.find(':');
-      if (colon != std::string_view::npos) {
-        std::string name = absl::AsciiStrToLower(std::string(line.substr(0, colon)));
-        std::string value = std::string(absl::StripAsciiWhitespace(std::string(line.substr(colon + 1))));
-        req.headers[name] = value;
-      }
-      if (e == std::string_view::npos) break;
-      rest = rest.substr(e + 2);
-    }
-  }
-  size_t content_length = 0;
-  if (auto it = req.headers.find("content-length"); it != req.headers.end()) {
-    if (!absl::SimpleAtoi(it->second, &content_length)) {
-      SendResponse(fd, JsonError(400, "bad Content-Length"));
-      return;
-    }
-    if (content_length > kMaxBodyBytes) {
-      SendResponse(fd, JsonError(413, "request body too large"));
-      return;
-    }
-  }
-  req.body = data.substr(header_end + 4);
-  while (req.body.size() < content_length) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    req.body.append(buf, static_cast<size_t>(n));
-  }
-  req.body.resize(content_length);
-
-  auto it = handlers_.find(req.path);
-  if (it == handlers_.end()) {
-    SendResponse(fd, JsonError(404, absl::StrCat("no such path: ", req.path)));
-    return;
-  }
-  HttpResponse response;
-  try {
-    response = it->second(req);
-  } catch (const std::exception& e) {
-    Log(LogLevel::kError, "http handler threw", {{"path", req.path}, {"error", e.what()}});
-    response = JsonError(500, "internal error");
-  }
-  SendResponse(fd, response);
+  for (auto& hook : on_stop_) hook();
+  if (impl_->server) impl_->server->stop();
+  if (listener_.joinable()) listener_.join();
 }
 
 }  // namespace trainyard::runtime

@@ -1,4 +1,9 @@
 
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -153,6 +158,138 @@ TEST(HttpServerTest, RejectsBadListenAddress) {
   EXPECT_FALSE(bad.Start().ok());
   HttpServer bad_port("127.0.0.1:99999");
   EXPECT_FALSE(bad_port.Start().ok());
+}
+
+TEST(HttpServerTest, KeepsConnectionsAliveRoutesByPrefixAndLimitsBodies) {
+  HttpServer server("127.0.0.1:0", {.max_body_bytes = 1000,
+                                    .keep_alive_timeout = absl::Seconds(1),
+                                    .keep_alive_max_requests = 3});
+  std::atomic<int> calls{0};
+  server.Handle("/v1/exact", [](const HttpRequest&) {
+    return HttpResponse{.body = "exact"};
+  });
+  server.HandlePrefix("/v1/", [&calls](const HttpRequest& r) {
+    ++calls;
+    std::string params;
+    for (const auto& [k, v] : r.params)
+      absl::StrAppend(&params, k, "=", v, ";");
+    return HttpResponse{
+        .body = absl::StrCat("v1 ", r.method, " ", r.path, " ", params, " ",
+                             r.body.size()),
+        .headers = {{"X-Client-Port", absl::StrCat(r.remote_port)}}};
+  });
+  server.HandlePrefix(
+      "/", [](const HttpRequest&) { return HttpResponse{.body = "root"}; });
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_keep_alive(true);
+  auto a = client.Get("/v1/x/y?s=a%20b&s=c");
+  ASSERT_TRUE(a);
+  auto b = client.Post("/v1/z", std::string(1000, 'x'), "text/plain");
+  ASSERT_TRUE(b);
+  EXPECT_THAT(a->body, HasSubstr("v1 GET /v1/x/y s=a b;s=c;"));
+  EXPECT_THAT(b->body, HasSubstr("v1 POST /v1/z"));
+  EXPECT_THAT(b->body, HasSubstr(" 1000"));
+  // One connection served both (the same client port), and the third request
+  // was its last.
+  EXPECT_EQ(a->get_header_value("X-Client-Port"),
+            b->get_header_value("X-Client-Port"));
+  EXPECT_NE(a->get_header_value("X-Client-Port"), "");
+  auto c = client.Get("/v1/exact");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->body, "exact");
+  EXPECT_EQ(c->get_header_value("Connection"), "close");
+  auto root = client.Get("/anything/else");
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->body, "root");
+
+  // A body over the limit: 413 with a JSON error, and the handler never runs.
+  int before = calls.load();
+  auto big = client.Post("/v1/z", std::string(1001, 'x'), "text/plain");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_THAT(big->body, HasSubstr("request body too large"));
+  EXPECT_EQ(calls.load(), before);
+  server.Stop();
+}
+
+TEST(HttpServerTest, StreamsChunksAndStopEndsAStream) {
+  HttpServer server("127.0.0.1:0");
+  std::atomic<bool> stream_saw_stop{false};
+  server.Handle("/three", [](const HttpRequest&) {
+    return HttpResponse{.content_type = "text/event-stream",
+                        .stream = [](HttpStream& s) {
+                          for (int i = 0; i < 3; ++i)
+                            s.Write(absl::StrCat("data: ", i, "\n\n"));
+                        }};
+  });
+  server.Handle("/forever", [&stream_saw_stop](const HttpRequest&) {
+    return HttpResponse{.stream = [&stream_saw_stop](HttpStream& s) {
+      while (s.Write("tick\n"))
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      stream_saw_stop = s.Stopping();
+    }};
+  });
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client client("127.0.0.1", server.port());
+  auto three = client.Get("/three");
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three->body, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+  EXPECT_EQ(three->get_header_value("Content-Type"), "text/event-stream");
+
+  std::atomic<int> ticks{0};
+  std::thread reader([&] {
+    httplib::Client c("127.0.0.1", server.port());
+    c.Get("/forever", [&](const char*, size_t) {
+      ++ticks;
+      return true;
+    });
+  });
+  while (ticks.load() < 3)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto start = std::chrono::steady_clock::now();
+  server.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  reader.join();
+  EXPECT_TRUE(stream_saw_stop.load());
+}
+
+TEST(HttpServerTest, ServesTlsWithTheGivenCertificateAndRefusesABadOne) {
+  std::string dir = testing::TempDir() + "/http_tls";
+  std::filesystem::create_directories(dir);
+  std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  ASSERT_EQ(
+      std::system(
+          absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -keyout ",
+                       key, " -out ", cert,
+                       " -days 1 -subj /CN=localhost -addext "
+                       "subjectAltName=IP:127.0.0.1 2>/dev/null")
+              .c_str()),
+      0);
+  HttpServer server("127.0.0.1:0",
+                    {.tls_cert_file = cert, .tls_key_file = key});
+  server.Handle(
+      "/hi", [](const HttpRequest&) { return HttpResponse{.body = "secure"}; });
+  ASSERT_TRUE(server.Start().ok());
+  httplib::SSLClient client("127.0.0.1", server.port());
+  client.set_ca_cert_path(cert.c_str());
+  client.enable_server_certificate_verification(true);
+  auto r = client.Get("/hi");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->body, "secure");
+  // Plain HTTP to the TLS port gets no answer.
+  EXPECT_FALSE(runtime::HttpGet(absl::StrCat("127.0.0.1:", server.port()),
+                                "/hi", absl::Seconds(2))
+                   .ok());
+  server.Stop();
+
+  HttpServer swapped("127.0.0.1:0",
+                     {.tls_cert_file = key, .tls_key_file = cert});
+  absl::Status s = swapped.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("TLS certificate"));
+  HttpServer half("127.0.0.1:0", {.tls_cert_file = cert});
+  EXPECT_EQ(half.Start().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GrpcServerTest, ServesHealthAndReportsAPortInUse) {
