@@ -25,7 +25,7 @@ export default defineConfig({
     // The policy the gateway sends, so that `npm run preview` shows any violation.
     headers: {
       'Content-Security-Policy':
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
     },
     proxy: {
       '/v1': { target: gateway, changeOrigin: true },

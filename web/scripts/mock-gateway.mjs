@@ -195,7 +195,9 @@ const server = createServer(async (req, res) => {
       for (const [k, v] of q) if (k.startsWith('labels[')) list = list.filter((j) => j.labels?.[k.slice(7, -1)] === v);
       if (q.get('createdAfter')) list = list.filter((j) => j.createTime >= q.get('createdAfter'));
       if (q.get('createdBefore')) list = list.filter((j) => j.createTime < q.get('createdBefore'));
-      if (q.get('orderBy') === 'create_time asc') list = [...list].reverse();
+      const [field, dir] = (q.get('orderBy') ?? '').split(' ');
+      const key = { create_time: (j) => j.createTime, priority: (j) => j.priority ?? 0, display_name: (j) => j.displayName ?? '', state: (j) => j.state, queue: (j) => j.spec.queue }[field];
+      if (key) list = [...list].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (dir === 'desc' ? -1 : 1));
       const size = Number(q.get('pageSize') || 100);
       const from = Number(q.get('pageToken') || 0);
       const page = list.slice(from, from + size).map((j) => ({ ...j, attempts: undefined }));

@@ -45,8 +45,11 @@ describe('jobs view <-> URL', () => {
   it('asks the server to order only by what it can', () => {
     expect(serverOrderBy({ id: 'createTime', desc: true })).toBeUndefined();
     expect(serverOrderBy({ id: 'createTime', desc: false })).toBe('create_time asc');
-    expect(serverOrderBy({ id: 'updateTime', desc: true })).toBe('update_time desc');
-    expect(serverOrderBy({ id: 'priority', desc: true })).toBeUndefined();
+    expect(serverOrderBy({ id: 'priority', desc: true })).toBe('priority desc');
+    expect(serverOrderBy({ id: 'displayName', desc: false })).toBe('display_name asc');
+    expect(serverOrderBy({ id: 'state', desc: true })).toBe('state desc');
+    expect(serverOrderBy({ id: 'updateTime', desc: true })).toBeUndefined();
+    expect(serverOrderBy({ id: 'cost', desc: true })).toBeUndefined();
   });
   it('parses label lists and datetime-local values as UTC', () => {
     expect(parseLabels('team=vision, env = prod,bad')).toEqual({ team: 'vision', env: 'prod' });

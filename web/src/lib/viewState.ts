@@ -131,11 +131,19 @@ export function serializeView(v: JobsView): URLSearchParams {
   return q;
 }
 
-/** Columns the server can order by (the "create_time desc" style of ListJobsRequest.order_by). */
+/** Columns the server can order by (ListJobsRequest.order_by: "create_time desc", "priority"...). */
 const SERVER_ORDER: Partial<Record<ColumnId, string>> = {
   createTime: 'create_time',
-  updateTime: 'update_time',
+  priority: 'priority',
+  displayName: 'display_name',
+  state: 'state',
+  queue: 'queue',
 };
+
+/** Whether the server orders the list (the browser then keeps its order as it is). */
+export function isServerSort(sort: SortSpec): boolean {
+  return SERVER_ORDER[sort.id] !== undefined;
+}
 
 /** The order_by sent to the server for a sort; undefined = the server's default (newest first). */
 export function serverOrderBy(sort: SortSpec): string | undefined {

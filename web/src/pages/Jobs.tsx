@@ -29,6 +29,7 @@ import {
   parseView,
   serializeView,
   serverOrderBy,
+  isServerSort,
   type ColumnId,
   type GroupBy,
   type JobsView,
@@ -274,6 +275,9 @@ export function JobsPage() {
       columnVisibility,
     },
     autoResetAll: false,
+    // The server orders by what it can (create time, priority, name, state, queue); the
+    // browser sorts only the loaded rows by the other columns.
+    manualSorting: isServerSort(view.sort),
     getRowId: (j) => j.name ?? '',
     enableRowSelection: (row) => !row.getIsGrouped(),
     onRowSelectionChange: setRowSelection,

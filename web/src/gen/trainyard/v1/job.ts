@@ -676,7 +676,27 @@ export interface ListJobsRequest {
     | string
     | undefined;
   /** How much to return per job. */
-  view?: JobView | undefined;
+  view?:
+    | JobView
+    | undefined;
+  /** Only jobs this principal submitted, e.g. "users/ana". */
+  user?:
+    | string
+    | undefined;
+  /** Only jobs created at or after this time. */
+  createdAfter?:
+    | string
+    | undefined;
+  /** Only jobs created before this time. */
+  createdBefore?:
+    | string
+    | undefined;
+  /**
+   * The order: a field and an optional direction, "create_time desc" (the default: newest
+   * first), "create_time", "priority [desc]", "display_name [desc]", "state [desc]" or
+   * "queue [desc]"; ties broken by creation. A page token is valid only with the same order.
+   */
+  orderBy?: string | undefined;
 }
 
 export interface ListJobsRequest_LabelsEntry {
