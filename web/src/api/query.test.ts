@@ -16,6 +16,9 @@ describe('buildQuery', () => {
       }),
     ).toBe('?pageSize=50&states=JOB_STATE_RUNNING&states=JOB_STATE_QUEUED&labels%5Bteam%5D=vision');
     expect(buildQuery({})).toBe('');
+    expect(buildQuery({ orderBy: 'state desc', labels: { 'a+b': 'c d+' } })).toBe(
+      '?orderBy=state%20desc&labels%5Ba%2Bb%5D=c%20d%2B',
+    );
   });
   it('sends the jobs filters, including the new user / time range / order_by', () => {
     const q = buildQuery(

@@ -23,7 +23,9 @@ export function buildQuery(params: Record<string, QueryValue>): string {
       q.append(key, String(value));
     }
   }
-  const s = q.toString();
+  // URLSearchParams writes a space as "+"; "%20" means a space to every decoder (a literal "+"
+  // is already "%2B").
+  const s = q.toString().replace(/\+/g, '%20');
   return s ? `?${s}` : '';
 }
 
