@@ -53,6 +53,9 @@ class GatewayTest : public ::testing::Test {
     }
     options.listen_address = "127.0.0.1:0";
     options.channel = api_->channel();
+    // A registry of the gateway's own: the process-wide one holds collectors of api servers
+    // that earlier tests have destroyed.
+    options.metrics = &metrics_;
     options.keepalive_interval = absl::Milliseconds(200);
     auto gw = gateway::Gateway::Start(std::move(options));
     ASSERT_TRUE(gw.ok()) << gw.status();
@@ -72,6 +75,7 @@ class GatewayTest : public ::testing::Test {
     return json::parse(r->body, nullptr, /*allow_exceptions=*/false);
   }
 
+  runtime::MetricsRegistry metrics_;
   std::unique_ptr<ApiHarness> api_;
   std::unique_ptr<gateway::Gateway> gateway_;
 };
