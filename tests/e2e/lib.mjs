@@ -5,7 +5,7 @@
 // E2E_TOKEN_VIEWER, E2E_TOKEN_FINANCE, E2E_TOKEN_ADMIN, E2E_TOKEN_RIVAL, E2E_RIVAL_JOB,
 // E2E_RIVAL_JOB_NAME, E2E_TRAINYARD_BIN, E2E_SIM_TARGET; E2E_SCREENSHOTS (default
 // tests/e2e/screenshots); E2E_CHROMIUM (default /usr/bin/chromium).
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
@@ -192,7 +192,9 @@ export async function shot(page, name) {
 /** axe-core on the page: violations of impact serious or critical (others are logged). */
 export async function axe(page, label) {
   const already = await page.evaluate(() => typeof window.axe !== 'undefined');
-  if (!already) await page.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
+  // Evaluated through the DevTools protocol: the console's CSP (script-src 'self') refuses a
+  // script tag, and the page under test stays as served.
+  if (!already) await page.evaluate(readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8'));
   const result = await page.evaluate(async () => {
     const r = await window.axe.run(document, { resultTypes: ['violations'] });
     return r.violations.map((v) => ({
