@@ -106,13 +106,20 @@ def start(extra=(), sim: bool = True) -> tuple[Stack, dict]:
         "E2E_TOKEN_RIVAL": s.tokens["rival"],
         "E2E_RIVAL_JOB": rival_job,
         "E2E_RIVAL_JOB_NAME": RIVAL_JOB_NAME,
-        "E2E_TRAINYARD_BIN": s.bin,
+        "E2E_TRAINYARD_BIN": os.path.abspath(s.bin),
         "E2E_SIM_TARGET": f"127.0.0.1:{s.sim_port}" if sim else "",
     }
     return s, env
 
 
 if __name__ == "__main__":
+    import signal
+
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     s, env = start()
     try:
         for k, v in env.items():
