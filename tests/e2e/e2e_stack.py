@@ -23,7 +23,8 @@ sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
 from stack import Stack, free_port  # noqa: E402
 
 RIVAL_JOB_NAME = "rival-secret-job-7d1e"
-DIST = REPO / "web" / "dist"
+# The console build to serve: web/dist, or $E2E_CONSOLE_DIR (another build of it).
+DIST = Path(os.environ.get("E2E_CONSOLE_DIR") or REPO / "web" / "dist").resolve()
 
 
 def rest(base: str, token: str, method: str, path: str, body=None, timeout: float = 60):
