@@ -1,0 +1,110 @@
+// Scenario 6: the costs page's CSV download (finance token) agrees with GetReport. The CSV
+// (FOCUS columns) is read from the browser's download; its billed, list and lost-work costs
+// and attempts, summed over its rows, equal the report total that GET /v1/tenants/demo/report
+// gives for the very window and grouping the page asked for.
+import { readFileSync } from 'node:fs';
+import { apiOk, check, checkEq, env, log, newPage, scenario, shot, signIn, visit, waitFor } from './lib.mjs';
+
+/** "12.345678" -> 12345678n micros, exactly (no floating point). */
+function micros(decimal) {
+  const m = /^(-?)(\d+)(?:\.(\d{1,6}))?$/.exec(decimal.trim());
+  if (!m) throw new Error(`not a decimal amount: ${JSON.stringify(decimal)}`);
+  const v = BigInt(m[2]) * 1_000_000n + BigInt((m[3] ?? '').padEnd(6, '0'));
+  return m[1] ? -v : v;
+}
+
+/** RFC 4180 CSV: rows of fields (quoted fields may hold commas, quotes and newlines). */
+function parseCsv(text) {
+  const rows = [];
+  let row = [];
+  let field = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') {
+        field += '"';
+        i++;
+      } else if (c === '"') quoted = false;
+      else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') {
+      row.push(field);
+      field = '';
+    } else if (c === '\n' || c === '\r') {
+      if (c === '\r' && text[i + 1] === '\n') i++;
+      row.push(field);
+      rows.push(row);
+      row = [];
+      field = '';
+    } else field += c;
+  }
+  if (field || row.length) {
+    row.push(field);
+    rows.push(row);
+  }
+  return rows;
+}
+
+await scenario('costs', async (browser) => {
+  const token = env('E2E_TOKEN_FINANCE');
+  const page = await newPage(browser);
+  await signIn(page, token);
+  await visit(page, '/t/demo/costs');
+  await page.getByTestId('cost-totals').waitFor();
+  await shot(page, 'costs');
+
+  let exportBody;
+  page.on('request', (r) => {
+    if (r.url().endsWith('/v1/tenants/demo/report:export')) exportBody = r.postDataJSON();
+  });
+  const reportFor = (req) => {
+    const q = new URLSearchParams({ startTime: req.startTime, endTime: req.endTime, step: req.step });
+    for (const g of req.groupBy ?? []) q.append('groupBy', g);
+    return apiOk(token, 'GET', `tenants/demo/report?${q}`);
+  };
+  // Costs keep accruing while a demo job runs; take the report before and after the download
+  // and try again until they agree.
+  let csv;
+  let report;
+  for (let attempt = 1; ; attempt++) {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-csv').click()]);
+    check(/\.csv$/.test(download.suggestedFilename()), `file name ${download.suggestedFilename()}`);
+    csv = readFileSync(await download.path(), 'utf8');
+    check(exportBody?.format === 'REPORT_FORMAT_CSV', `export request: ${JSON.stringify(exportBody)}`);
+    const before = await reportFor(exportBody.report);
+    report = await reportFor(exportBody.report);
+    if (JSON.stringify(before.total) === JSON.stringify(report.total)) break;
+    check(attempt < 5, 'the report never held still (a demo job keeps running)');
+  }
+  log(`downloaded ${csv.length} bytes for ${exportBody.report.startTime} .. ${exportBody.report.endTime}`);
+  const rows = parseCsv(csv);
+  const header = rows.shift();
+  const col = (name) => {
+    const i = header.indexOf(name);
+    check(i >= 0, `CSV has no ${name} column: ${header.join(',')}`);
+    return i;
+  };
+  const data = rows.filter((r) => r.length > 1);
+  check(data.length > 0, 'the CSV has no rows');
+  const sum = (name) => data.reduce((a, r) => a + micros(r[col(name)] || '0'), 0n);
+  const total = report.total;
+  check(BigInt(total.cost.micros ?? 0) > 0n, `nothing was metered: ${JSON.stringify(total)}`);
+  checkEq(sum('BilledCost'), BigInt(total.cost.micros ?? 0), 'CSV BilledCost sum vs report total cost (micros)');
+  checkEq(sum('ListCost'), BigInt(total.listCost?.micros ?? 0), 'CSV ListCost sum vs report total list cost (micros)');
+  checkEq(sum('x_LostWorkCost'), BigInt(total.lostWorkCost?.micros ?? 0), 'CSV x_LostWorkCost sum vs report lost work (micros)');
+  checkEq(
+    data.reduce((a, r) => a + BigInt(r[col('x_Attempts')] || '0'), 0n),
+    BigInt(total.attempts ?? 0),
+    'CSV x_Attempts sum vs report attempts',
+  );
+  for (const r of data) checkEq(r[col('BillingCurrency')], report.currency, 'currency');
+  // One CSV row per report row (project x day).
+  checkEq(data.length, (report.rows ?? []).length, 'CSV rows vs report rows');
+  log(`CSV total ${sum('BilledCost')} micros = report total ${total.cost.micros} micros over ${data.length} rows`);
+  // The page's totals show the same amount.
+  const shown = await page.getByTestId('cost-totals').innerText();
+  const dollars = (Number(total.cost.micros) / 1e6).toFixed(2);
+  check(shown.includes(dollars), `page totals "${shown.replace(/\s+/g, ' ')}" lack ${dollars}`);
+  check(page.e2e.pageErrors.length === 0, `page errors: ${page.e2e.pageErrors.join('; ')}`);
+});
