@@ -15,7 +15,8 @@
 #   4. Python client tests: /usr/bin/python3 -m pytest -q clients/python/tests (if present)
 #   5. the web console: tests/web.sh (npm ci, lint, typecheck, unit tests, build, bundle size)
 #   6. the console in the browser: tests/e2e (playwright-core driving Debian's chromium against
-#      a private stack with the gateway; if present)
+#      a private stack with the gateway; if present), then its jobs-page benchmark with
+#      100,000 jobs (-m bench)
 #
 #   With both release and asan (the default), 2-4's release part (ctest release, the
 #   benchmark smoke run, the Python tests) runs in the background while the asan preset
@@ -131,7 +132,7 @@ release_checks() {
   fi
   if [[ -f tests/e2e/package.json && -f web/dist/index.html ]]; then
     stage "console in the browser (tests/e2e)" bash -c \
-      'cd tests/e2e && npm ci --no-audit --no-fund && cd ../.. && /usr/bin/python3 -m pytest -q tests/e2e'
+      'cd tests/e2e && npm ci --no-audit --no-fund && cd ../.. && /usr/bin/python3 -m pytest -q tests/e2e && /usr/bin/python3 -m pytest -q -s -m bench tests/e2e'
   else
     skip "console in the browser (tests/e2e)" "no tests/e2e or no web/dist"
   fi

@@ -3,7 +3,7 @@
 // and attempts, summed over its rows, equal the report total that GET /v1/tenants/demo/report
 // gives for the very window and grouping the page asked for.
 import { readFileSync } from 'node:fs';
-import { apiOk, check, checkEq, env, log, newPage, scenario, shot, signIn, visit, waitFor } from './lib.mjs';
+import { apiOk, check, checkEq, env, log, newPage, scenario, shot, signIn, submit, visit, waitFor } from './lib.mjs';
 
 /** "12.345678" -> 12345678n micros, exactly (no floating point). */
 function micros(decimal) {
@@ -48,6 +48,20 @@ function parseCsv(text) {
 
 await scenario('costs', async (browser) => {
   const token = env('E2E_TOKEN_FINANCE');
+  // A short job of its own (the meter runs a pass a second), so that the ledger has cost to
+  // show and download whatever ran before; wait until it is there (up to a minute).
+  await submit(env('E2E_TOKEN_DEMO'), 'demo', { name: 'e2e-costs', duration: '3s' });
+  const now = Math.floor(Date.now() / 3600e3) * 3600e3;  // reports split at whole UTC hours
+  const window = new URLSearchParams({
+    startTime: new Date(now - 40 * 86400e3).toISOString(),
+    endTime: new Date(now + 86400e3).toISOString(),
+  });
+  for (let i = 0; ; i++) {
+    const r = await apiOk(token, 'GET', `tenants/demo/report?${window}`);
+    if (BigInt(r.total?.cost?.micros ?? 0) > 0n) break;
+    check(i < 60, `nothing metered after a minute: ${JSON.stringify(r.total)}`);
+    await new Promise((res) => setTimeout(res, 1000));
+  }
   const page = await newPage(browser);
   await signIn(page, token);
   await visit(page, '/t/demo/costs');

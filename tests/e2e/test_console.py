@@ -35,6 +35,9 @@ def node_ready() -> str | None:
     return None
 
 
+# Outside CI a machine without Node.js or chromium skips these; in CI (CI=true) that is a failure.
+if node_ready() is not None and os.environ.get("CI") == "true":
+    raise RuntimeError(f"tests/e2e cannot run in CI: {node_ready()}")
 pytestmark = pytest.mark.skipif(node_ready() is not None, reason=node_ready() or "")
 
 
@@ -97,8 +100,5 @@ def test_accessibility_both_themes(console_stack):
     run_scenario(console_stack, "a11y.mjs")
 
 
-@pytest.mark.xfail(strict=True, reason="console: the jobs page re-renders without end (TanStack "
-                   "Table state built anew each render), so a trusted click or key freezes it "
-                   "and Apply never re-renders the table; see docs/console.md, Tests")
 def test_jobs_page_answers_input(console_stack):
     run_scenario(console_stack, "jobs_input.mjs", timeout=90)

@@ -25,10 +25,12 @@ export function TimeChart(p: {
   label: string;
   yFormat?: (v: number) => string;
   bars?: boolean;
+  /** The x axis's span in Unix seconds (default: the data's). */
+  xRange?: [number, number];
   testId?: string;
 }) {
   const ref = useRef<HTMLDivElement>(null);
-  const { x, series, height = 260, yFormat, bars } = p;
+  const { x, series, height = 260, yFormat, bars, xRange } = p;
   useEffect(() => {
     const el = ref.current;
     if (!el) return;
@@ -39,7 +41,7 @@ export function TimeChart(p: {
       height,
       legend: { show: true },
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true } },
+      scales: { x: xRange ? { time: true, range: () => xRange } : { time: true } },
       axes: [
         { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } },
         {
@@ -72,6 +74,6 @@ export function TimeChart(p: {
       ro.disconnect();
       plot.destroy();
     };
-  }, [x, series, height, yFormat, bars]);
+  }, [x, series, height, yFormat, bars, xRange]);
   return <div ref={ref} className="chart" role="img" aria-label={p.label} data-testid={p.testId} />;
 }

@@ -5,6 +5,7 @@ import {
   formatBytes,
   formatElapsed,
   formatHumanDuration,
+  formatAxisMoney,
   formatMicros,
   formatMoney,
   formatTime,
@@ -103,5 +104,15 @@ describe('units', () => {
     expect(formatTime(undefined)).toBe('—');
     expect(enumLabel('JOB_STATE_RUNNING', 'JOB_STATE_')).toBe('Running');
     expect(enumLabel('FAILURE_CLASS_SPOT_RECLAIM', 'FAILURE_CLASS_')).toBe('Spot reclaim');
+  });
+});
+
+describe('formatAxisMoney', () => {
+  it('keeps small amounts readable and large ones compact', () => {
+    expect(formatAxisMoney(0, 'USD')).toBe('0 USD');
+    expect(formatAxisMoney(0.0125, 'USD')).toBe('0.013 USD');
+    expect(formatAxisMoney(0.5)).toBe('0.5');
+    expect(formatAxisMoney(1234, 'USD')).toBe('1.2K USD');
+    expect(formatAxisMoney(-0.004, 'EUR')).toBe('-0.004 EUR');
   });
 });

@@ -244,3 +244,15 @@ export function formatGpuHours(hours: string | undefined): string {
   const n = Number(hours);
   return Number.isFinite(n) ? n.toFixed(2) : hours;
 }
+
+/** A chart axis's money label: compact ("1.2K USD") from one unit up, two significant digits
+ *  below it ("0.013 USD"), so that small amounts (lost work of a few cents) do not all read 0. */
+export function formatAxisMoney(units: number, currency = ''): string {
+  const suffix = currency ? ` ${currency}` : '';
+  if (units === 0) return `0${suffix}`;
+  const f =
+    Math.abs(units) >= 1
+      ? new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 })
+      : new Intl.NumberFormat('en-US', { maximumSignificantDigits: 2 });
+  return `${f.format(units)}${suffix}`;
+}

@@ -6,7 +6,7 @@ import { errorText } from '../api/errors';
 import type { Budget, GetReportRequest, ReportDimension, ReportStep } from '../gen/trainyard/v1/accounting';
 import { useSession } from '../session';
 import { capabilities } from '../lib/roles';
-import { enumLabel, formatElapsed, formatMicros, formatMoney, lastSegment, microsToUnits } from '../lib/format';
+import { enumLabel, formatElapsed, formatMicros, formatMoney, lastSegment, microsToUnits, formatAxisMoney } from '../lib/format';
 import { budgetBurn, cumulativeByDay, keyTotals, reportSeries } from '../lib/report';
 import { Empty, ErrorBox, Loading } from '../components/States';
 import { Badge } from '../components/StateBadge';
@@ -98,10 +98,12 @@ export function CostsPage() {
     ],
     [rs],
   );
-  const money = useMemo(() => {
-    const compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
-    return (v: number) => `${compact.format(v)}${currency ? ` ${currency}` : ''}`;
-  }, [currency]);
+  const money = useMemo(() => (v: number) => formatAxisMoney(v, currency), [currency]);
+  // The charts span the report's window, not only the periods that had spend.
+  const xRange = useMemo<[number, number]>(
+    () => [Date.parse(win.start) / 1000, Date.parse(win.end) / 1000],
+    [win.start, win.end],
+  );
 
   const [downloading, setDownloading] = useState('');
   const [downloadError, setDownloadError] = useState('');
@@ -214,11 +216,11 @@ export function CostsPage() {
             <div className="cols">
               <section className="card" aria-labelledby="spend-h">
                 <h2 id="spend-h">Spend by {DIMENSIONS.find(([k]) => k === dim)?.[1].toLowerCase()}</h2>
-                <TimeChart x={rs.x} series={chartSeries} label="Spend per period by group" yFormat={money} bars={rs.x.length <= 31} testId="spend-chart" />
+                <TimeChart x={rs.x} series={chartSeries} label="Spend per period by group" yFormat={money} bars={rs.x.length <= 31} xRange={xRange} testId="spend-chart" />
               </section>
               <section className="card" aria-labelledby="lost-h">
                 <h2 id="lost-h">Work lost to interruptions</h2>
-                <TimeChart x={rs.x} series={lostSeries} label="Cost of lost work per period" yFormat={money} bars testId="lost-chart" />
+                <TimeChart x={rs.x} series={lostSeries} label="Cost of lost work per period" yFormat={money} bars xRange={xRange} testId="lost-chart" />
               </section>
             </div>
           )}

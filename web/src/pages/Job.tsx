@@ -99,7 +99,8 @@ export function JobPage() {
       </nav>
       <div className="page-head">
         <h1>
-          {job.displayName || `Job ${jobId}`} <StateBadge state={job.state} />
+          <span data-testid="job-display-name">{job.displayName || `Job ${jobId}`}</span>{' '}
+          <StateBadge state={job.state} />
           {job.cancelRequested && <Badge tone="warn">cancelling</Badge>}
         </h1>
         <div className="page-actions">
@@ -389,7 +390,7 @@ export function JobPage() {
         {events.length === 0 ? (
           <Empty>{watch.state === 'live' ? 'No events retained for this job.' : 'Waiting for the event stream…'}</Empty>
         ) : (
-          <ol className="events" data-testid="job-events">
+          <ol className="events" data-testid="job-events" tabIndex={0} aria-labelledby="ev-h">
             {[...events].reverse().map((e) => (
               <li key={e.sequence}>
                 <span className="muted small">{formatTime(e.time)}</span>{' '}

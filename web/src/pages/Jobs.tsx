@@ -206,7 +206,12 @@ export function JobsPage() {
           );
         },
       },
-      { id: 'displayName', accessorFn: (j) => j.displayName ?? '', header: COLUMN_LABEL.displayName },
+      {
+        id: 'displayName',
+        accessorFn: (j) => j.displayName ?? '',
+        header: COLUMN_LABEL.displayName,
+        cell: ({ row }) => <span data-testid="job-display-name">{row.original.displayName ?? ''}</span>,
+      },
       {
         id: 'state',
         accessorFn: (j) => j.state ?? '',
@@ -275,6 +280,9 @@ export function JobsPage() {
       columnVisibility,
     },
     autoResetAll: false,
+    // A click cycles a column between its two directions; it never drops the sort (which
+    // would fall back to newest first, so "oldest first" could not be reached by clicking).
+    enableSortingRemoval: false,
     // The server orders by what it can (create time, priority, name, state, queue); the
     // browser sorts only the loaded rows by the other columns.
     manualSorting: isServerSort(view.sort),
