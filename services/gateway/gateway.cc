@@ -694,7 +694,8 @@ class Gateway::Impl {
     if (!fs::is_regular_file(file, ec)) {
       // A page of the single-page app ("/jobs/42"): index.html; a missing
       // asset: 404.
-      absl::string_view last = absl::string_view(rel).substr(rel.rfind('/') + 1);
+      absl::string_view last =
+          absl::string_view(rel).substr(rel.rfind('/') + 1);
       if (absl::StrContains(last, '.')) {
         return ErrorResponse(grpc::StatusCode::NOT_FOUND,
                              absl::StrCat("no such file: ", r.path));

@@ -109,10 +109,12 @@ TEST_F(CliTest, VersionAndUsage) {
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("unknown command \"frobnicate\""));
   // The gateway refuses limits it cannot keep, and a CA file it cannot read.
-  RunResult streams = Run({"gateway", "--gateway_max_streams=40", "--gateway_threads=32",
-                           "--gateway_listen=127.0.0.1:0"});
+  RunResult streams =
+      Run({"gateway", "--gateway_max_streams=40", "--gateway_threads=32",
+           "--gateway_listen=127.0.0.1:0"});
   EXPECT_EQ(streams.exit_code, 2);
-  EXPECT_THAT(streams.output, HasSubstr("--gateway_max_streams must be at least 1 and below"));
+  EXPECT_THAT(streams.output,
+              HasSubstr("--gateway_max_streams must be at least 1 and below"));
   RunResult ca = Run({"gateway", "--target_ca=" + dir_ + "/missing-ca.pem"});
   EXPECT_EQ(ca.exit_code, 2);
   EXPECT_THAT(ca.output, HasSubstr("missing-ca.pem"));
@@ -132,8 +134,8 @@ TEST_F(CliTest, VersionAndUsage) {
   EXPECT_EQ(sim_missing.exit_code, 2);
   EXPECT_THAT(sim_missing.output, HasSubstr("missing.textproto"));
   // The in-process sim's own port needs an in-process sim.
-  RunResult listen_remote = Run({"dispatcher", "--sim_target=y:1",
-                                 "--sim_grpc_listen=127.0.0.1:0"});
+  RunResult listen_remote =
+      Run({"dispatcher", "--sim_target=y:1", "--sim_grpc_listen=127.0.0.1:0"});
   EXPECT_EQ(listen_remote.exit_code, 2);
   EXPECT_THAT(listen_remote.output,
               HasSubstr("--sim_grpc_listen serves an in-process sim"));
@@ -339,8 +341,8 @@ TEST_F(CliTest, ServeApplyHealthMetricsAndShutdown) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(tenant.name(), "tenants/demo");
 
-  // The REST/JSON gateway of `all`: the api's answers as JSON, its OpenAPI document, and no
-  // console where none was built.
+  // The REST/JSON gateway of `all`: the api's answers as JSON, its OpenAPI
+  // document, and no console where none was built.
   auto rest = HttpGet(*gateway_port, "/v1/tenants/demo");
   EXPECT_EQ(rest.first, 401);
   EXPECT_THAT(rest.second, HasSubstr("\"status\":\"UNAUTHENTICATED\""));

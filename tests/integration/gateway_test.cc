@@ -53,8 +53,8 @@ class GatewayTest : public ::testing::Test {
     }
     options.listen_address = "127.0.0.1:0";
     options.channel = api_->channel();
-    // A registry of the gateway's own: the process-wide one holds collectors of api servers
-    // that earlier tests have destroyed.
+    // A registry of the gateway's own: the process-wide one holds collectors of
+    // api servers that earlier tests have destroyed.
     options.metrics = &metrics_;
     options.keepalive_interval = absl::Milliseconds(200);
     auto gw = gateway::Gateway::Start(std::move(options));

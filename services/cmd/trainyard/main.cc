@@ -7,8 +7,8 @@
 //   trainyard accounting  AccountingService and the meter (one leader)
 //   trainyard accounting import-spot-prices -f FILE
 //   trainyard accounting reconcile --month=YYYY-MM
-//   trainyard gateway     the REST/JSON gateway and the web console (over --target)
-//   trainyard all         every service that exists, in one process
+//   trainyard gateway     the REST/JSON gateway and the web console (over
+//   --target) trainyard all         every service that exists, in one process
 //   trainyard migrate     apply the SQL migrations
 //   trainyard token create --principal=users/NAME --role=ROLE [--tenant=T]
 //   trainyard apply -f FILE --target=HOST:PORT --token=TOKEN
@@ -22,8 +22,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <memory>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -57,10 +57,10 @@
 #include "services/dispatcher/adapters/sim/sim_config.h"
 #include "services/dispatcher/adapters/sim/sim_remote.h"
 #include "services/dispatcher/dispatcher.h"
+#include "services/gateway/gateway.h"
 #include "services/lib/domain/validation.h"
 #include "services/lib/runtime/config.h"
 #include "services/lib/runtime/grpc_server.h"
-#include "services/gateway/gateway.h"
 #include "services/lib/runtime/health.h"
 #include "services/lib/runtime/http_server.h"
 #include "services/lib/runtime/job_token.h"
@@ -82,27 +82,35 @@ ABSL_FLAG(std::string, tls_key, "", "api/all: PEM private key of --tls_cert");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:8081",
           "HTTP listen address for /metrics, /healthz and /readyz; empty "
           "disables it");
-ABSL_FLAG(std::string, gateway_listen, "",
-          "the REST/JSON gateway and web console: its listen address (`gateway`: "
-          "127.0.0.1:8090 when empty; `all`: off when empty)");
-ABSL_FLAG(std::string, console_dir, "",
-          "gateway/all: the web console's built files (web/dist); empty: no console");
+ABSL_FLAG(
+    std::string, gateway_listen, "",
+    "the REST/JSON gateway and web console: its listen address (`gateway`: "
+    "127.0.0.1:8090 when empty; `all`: off when empty)");
+ABSL_FLAG(
+    std::string, console_dir, "",
+    "gateway/all: the web console's built files (web/dist); empty: no console");
 ABSL_FLAG(std::string, gateway_tls_cert, "",
-          "gateway/all: PEM certificate chain; with --gateway_tls_key the gateway serves "
+          "gateway/all: PEM certificate chain; with --gateway_tls_key the "
+          "gateway serves "
           "HTTPS only");
-ABSL_FLAG(std::string, gateway_tls_key, "", "gateway/all: PEM private key of --gateway_tls_cert");
+ABSL_FLAG(std::string, gateway_tls_key, "",
+          "gateway/all: PEM private key of --gateway_tls_cert");
 ABSL_FLAG(std::string, gateway_cors_origins, "",
-          "gateway/all: comma-separated origins allowed to call the REST API from another "
+          "gateway/all: comma-separated origins allowed to call the REST API "
+          "from another "
           "origin (CORS); empty: none");
 ABSL_FLAG(int64_t, gateway_max_body, 1 << 20,
           "gateway/all: the largest request body in bytes (413 beyond)");
-ABSL_FLAG(int, gateway_threads, 32,
-          "gateway/all: HTTP worker threads (requests and streams served at once)");
-ABSL_FLAG(int, gateway_max_streams, 24,
-          "gateway/all: event streams and downloads open at once (503 beyond); below "
-          "--gateway_threads");
+ABSL_FLAG(
+    int, gateway_threads, 32,
+    "gateway/all: HTTP worker threads (requests and streams served at once)");
+ABSL_FLAG(
+    int, gateway_max_streams, 24,
+    "gateway/all: event streams and downloads open at once (503 beyond); below "
+    "--gateway_threads");
 ABSL_FLAG(std::string, target_ca, "",
-          "gateway: PEM CA certificate to verify the api's TLS at --target; empty: plaintext");
+          "gateway: PEM CA certificate to verify the api's TLS at --target; "
+          "empty: plaintext");
 ABSL_FLAG(std::string, postgres_url,
           "postgresql://trainyard@127.0.0.1:55432/trainyard",
           "PostgreSQL connection URL");
@@ -813,13 +821,16 @@ int ServeSimCluster() {
 int SimFault(const std::vector<char*>& args) {
   using Kind = trainyard::v1::InjectSimFaultRequest;
   static const std::map<std::string, Kind::Kind, std::less<>> kKinds = {
-      {"fail-node", Kind::FAIL_NODE},       {"reclaim-node", Kind::RECLAIM_NODE},
-      {"reclaim-pool", Kind::RECLAIM_POOL}, {"recover-node", Kind::RECOVER_NODE},
-      {"cordon-node", Kind::CORDON_NODE},   {"uncordon-node", Kind::UNCORDON_NODE},
+      {"fail-node", Kind::FAIL_NODE},
+      {"reclaim-node", Kind::RECLAIM_NODE},
+      {"reclaim-pool", Kind::RECLAIM_POOL},
+      {"recover-node", Kind::RECOVER_NODE},
+      {"cordon-node", Kind::CORDON_NODE},
+      {"uncordon-node", Kind::UNCORDON_NODE},
       {"crash-attempt", Kind::CRASH_ATTEMPT}};
   const std::string target = absl::GetFlag(FLAGS_sim_target);
-  auto kind = args.size() >= 4 ? kKinds.find(std::string_view(args[2]))
-                               : kKinds.end();
+  auto kind =
+      args.size() >= 4 ? kKinds.find(std::string_view(args[2])) : kKinds.end();
   int exit_code = 0;
   if (target.empty() || kind == kKinds.end() || args.size() > 5 ||
       (args.size() == 5 && !absl::SimpleAtoi(args[4], &exit_code))) {
@@ -943,10 +954,12 @@ int ServeScheduler() {
   return 0;
 }
 
-// The REST/JSON gateway over the api at `target` (`ca_pem`: verify its TLS; empty: plaintext),
-// from the --gateway_* flags. `listen` empty: the gateway's default address.
+// The REST/JSON gateway over the api at `target` (`ca_pem`: verify its TLS;
+// empty: plaintext), from the --gateway_* flags. `listen` empty: the gateway's
+// default address.
 absl::StatusOr<std::unique_ptr<trainyard::gateway::Gateway>> StartGateway(
-    const std::string& listen, const std::string& target, const std::string& ca_pem) {
+    const std::string& listen, const std::string& target,
+    const std::string& ca_pem) {
   trainyard::gateway::GatewayOptions options;
   options.listen_address = listen.empty() ? "127.0.0.1:8090" : listen;
   std::shared_ptr<grpc::ChannelCredentials> creds =
@@ -957,28 +970,34 @@ absl::StatusOr<std::unique_ptr<trainyard::gateway::Gateway>> StartGateway(
   options.channel = grpc::CreateCustomChannel(target, creds, args);
   options.console_dir = absl::GetFlag(FLAGS_console_dir);
   for (absl::string_view o :
-       absl::StrSplit(absl::GetFlag(FLAGS_gateway_cors_origins), ',', absl::SkipWhitespace())) {
+       absl::StrSplit(absl::GetFlag(FLAGS_gateway_cors_origins), ',',
+                      absl::SkipWhitespace())) {
     options.cors_origins.emplace_back(absl::StripAsciiWhitespace(o));
   }
   options.http.threads = absl::GetFlag(FLAGS_gateway_threads);
-  options.http.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_gateway_max_body));
+  options.http.max_body_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_gateway_max_body));
   options.http.tls_cert_file = absl::GetFlag(FLAGS_gateway_tls_cert);
   options.http.tls_key_file = absl::GetFlag(FLAGS_gateway_tls_key);
   options.max_streams = absl::GetFlag(FLAGS_gateway_max_streams);
   if (options.max_streams < 1 || options.max_streams >= options.http.threads ||
       absl::GetFlag(FLAGS_gateway_max_body) < 1) {
     return absl::InvalidArgumentError(
-        "--gateway_max_streams must be at least 1 and below --gateway_threads, and "
+        "--gateway_max_streams must be at least 1 and below --gateway_threads, "
+        "and "
         "--gateway_max_body positive");
   }
   auto gateway = trainyard::gateway::Gateway::Start(std::move(options));
   if (!gateway.ok()) return gateway.status();
   Log(LogLevel::kInfo, "gateway serving",
-      {{"url", absl::StrCat(absl::GetFlag(FLAGS_gateway_tls_cert).empty() ? "http" : "https",
-                            "://127.0.0.1:", (*gateway)->port(), "/")},
+      {{"url",
+        absl::StrCat(
+            absl::GetFlag(FLAGS_gateway_tls_cert).empty() ? "http" : "https",
+            "://127.0.0.1:", (*gateway)->port(), "/")},
        {"api", target},
-       {"console", absl::GetFlag(FLAGS_console_dir).empty() ? "off"
-                                                            : absl::GetFlag(FLAGS_console_dir)}});
+       {"console", absl::GetFlag(FLAGS_console_dir).empty()
+                       ? "off"
+                       : absl::GetFlag(FLAGS_console_dir)}});
   return gateway;
 }
 
@@ -990,7 +1009,8 @@ absl::StatusOr<std::string> ReadFileText(const std::string& path) {
   return text.str();
 }
 
-// `trainyard gateway`: the REST/JSON gateway and console over the api at --target.
+// `trainyard gateway`: the REST/JSON gateway and console over the api at
+// --target.
 int ServeGateway() {
   sigset_t signals = BlockStopSignals();
   std::string ca;
@@ -1002,10 +1022,13 @@ int ServeGateway() {
     }
     ca = *text;
   }
-  auto gateway = StartGateway(absl::GetFlag(FLAGS_gateway_listen), absl::GetFlag(FLAGS_target), ca);
+  auto gateway = StartGateway(absl::GetFlag(FLAGS_gateway_listen),
+                              absl::GetFlag(FLAGS_target), ca);
   if (!gateway.ok()) {
-    Log(LogLevel::kError, "gateway failed to start", {{"error", gateway.status()}});
-    return gateway.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    Log(LogLevel::kError, "gateway failed to start",
+        {{"error", gateway.status()}});
+    return gateway.status().code() == absl::StatusCode::kInvalidArgument ? 2
+                                                                         : 1;
   }
   int sig = 0;
   sigwait(&signals, &sig);
@@ -1147,20 +1170,25 @@ int Serve(ServeMode mode) {
     }
     sim = std::move(*started);
   }
-  // ... and, with --gateway_listen, the REST/JSON gateway and console over this api.
+  // ... and, with --gateway_listen, the REST/JSON gateway and console over this
+  // api.
   std::unique_ptr<trainyard::gateway::Gateway> gateway;
   if (with_scheduler && !absl::GetFlag(FLAGS_gateway_listen).empty()) {
     std::string ca;
-    if (!options.tls_cert_file.empty()) ca = ReadFileText(options.tls_cert_file).value_or("");
-    auto started = StartGateway(absl::GetFlag(FLAGS_gateway_listen),
-                                absl::StrCat("127.0.0.1:", (*server)->grpc_port()), ca);
+    if (!options.tls_cert_file.empty())
+      ca = ReadFileText(options.tls_cert_file).value_or("");
+    auto started =
+        StartGateway(absl::GetFlag(FLAGS_gateway_listen),
+                     absl::StrCat("127.0.0.1:", (*server)->grpc_port()), ca);
     if (!started.ok()) {
-      Log(LogLevel::kError, "gateway failed to start", {{"error", started.status()}});
+      Log(LogLevel::kError, "gateway failed to start",
+          {{"error", started.status()}});
       if (sim.has_value()) sim->dispatcher->Shutdown();
       if (scheduler) scheduler->Shutdown();
       if (meter) meter->Shutdown();
       (*server)->Shutdown(absl::Seconds(1));
-      return started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+      return started.status().code() == absl::StatusCode::kInvalidArgument ? 2
+                                                                           : 1;
     }
     gateway = *std::move(started);
   }

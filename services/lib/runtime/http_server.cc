@@ -158,8 +158,8 @@ absl::Status HttpServer::Start() {
   s.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
-  // Headers and body go out in separate writes: without TCP_NODELAY, Nagle holds the second
-  // until the client's delayed ACK (40 ms).
+  // Headers and body go out in separate writes: without TCP_NODELAY, Nagle
+  // holds the second until the client's delayed ACK (40 ms).
   s.set_tcp_nodelay(true);
   s.set_payload_max_length(options_.max_body_bytes);
   auto [rs, rus] = SecUsec(options_.read_timeout);
