@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "google/api/annotations.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/lib/runtime/logging.h"
 #include "trainyard/v1/accounting.pb.h"
 #include "trainyard/v1/admin.pb.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -48,36 +49,9 @@ bool IsScalarLikeMessage(const Descriptor* d) {
 }
 
 std::string JsonQuote(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(
-              &out, "\\u00",
-              absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
+  return absl::StrCat(
+      "\"", runtime::JsonEscape(std::string_view(text.data(), text.size())),
+      "\"");
 }
 
 // Parses the JSON `json` into `message` (the request, field "" , or its field
