@@ -4,10 +4,12 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -122,11 +124,14 @@ const char* CodeName(grpc::StatusCode code) {
 
 // {"error":{"code":400,"status":"INVALID_ARGUMENT","message":"…","field":"…","reason":"…",
 // "retryDelay":"1s"}}: the body of every error the gateway answers.
+// `http_status` 0: the code's own HTTP status.
 std::string ErrorJson(grpc::StatusCode code, absl::string_view message,
-                      const trainyard::v1::ErrorInfo& info) {
-  std::string out = absl::StrCat("{\"error\":{\"code\":", HttpStatusOf(code),
-                                 ",\"status\":\"", CodeName(code),
-                                 "\",\"message\":\"", Esc(message), "\"");
+                      const trainyard::v1::ErrorInfo& info,
+                      int http_status = 0) {
+  std::string out = absl::StrCat(
+      "{\"error\":{\"code\":",
+      http_status != 0 ? http_status : HttpStatusOf(code), ",\"status\":\"",
+      CodeName(code), "\",\"message\":\"", Esc(message), "\"");
   if (!info.field().empty())
     absl::StrAppend(&out, ",\"field\":\"", Esc(info.field()), "\"");
   if (!info.reason().empty()) {
@@ -418,13 +423,10 @@ class Gateway::Impl {
     auto match = routes_.Match(r.method, r.path, &allowed);
     if (!match.ok()) {
       if (match.status().code() == absl::StatusCode::kFailedPrecondition) {
-        HttpResponse e = ErrorResponse(grpc::StatusCode::UNIMPLEMENTED,
-                                       match.status().message());
-        e.status = 405;
-        e.body = absl::StrCat(
-            "{\"error\":{\"code\":405,\"status\":\"UNIMPLEMENTED\",\"message\":"
-            "\"",
-            Esc(match.status().message()), "\"}}");
+        HttpResponse e{.status = 405,
+                       .content_type = "application/json",
+                       .body = ErrorJson(grpc::StatusCode::UNIMPLEMENTED,
+                                         match.status().message(), {}, 405)};
         e.headers.emplace_back("Allow", absl::StrJoin(allowed, ", "));
         return e;
       }
@@ -704,16 +706,58 @@ class Gateway::Impl {
       is_index = true;
     }
     is_index = is_index || file.filename() == "index.html";
-    std::ifstream in(file, std::ios::binary);
-    std::stringstream body;
-    body << in.rdbuf();
-    HttpResponse response{.content_type = MimeType(file.string()),
-                          .body = body.str()};
+    HttpResponse response{.content_type = MimeType(file.string())};
+    const CachedFile cached =
+        Cached(file, runtime::CompressibleType(response.content_type));
+    if (cached.body == nullptr) {
+      return ErrorResponse(grpc::StatusCode::NOT_FOUND,
+                           absl::StrCat("no such file: ", r.path));
+    }
+    response.body = *cached.body;
+    response.gzip_body = cached.gzip;
     response.headers.emplace_back("Cache-Control",
                                   is_index || !absl::StartsWith(rel, "assets/")
                                       ? "no-cache"
                                       : "public, max-age=31536000, immutable");
     return response;
+  }
+
+  // A console file as read from disk, and its gzip form (compressed once, at
+  // zlib's best level): read again when its size or time of change differ.
+  struct CachedFile {
+    std::filesystem::file_time_type mtime;
+    uintmax_t size = 0;
+    std::shared_ptr<const std::string> body;
+    std::shared_ptr<const std::string> gzip;
+  };
+  CachedFile Cached(const std::filesystem::path& file, bool compressible) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_time_type mtime = fs::last_write_time(file, ec);
+    const uintmax_t size = ec ? 0 : fs::file_size(file, ec);
+    if (ec) return {};
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      auto it = files_.find(file.string());
+      if (it != files_.end() && it->second.mtime == mtime &&
+          it->second.size == size) {
+        return it->second;
+      }
+    }
+    std::ifstream in(file, std::ios::binary);
+    std::stringstream body;
+    body << in.rdbuf();
+    if (!in.good() && !in.eof()) return {};
+    CachedFile f{.mtime = mtime, .size = size};
+    f.body = std::make_shared<const std::string>(body.str());
+    if (compressible && f.body->size() >= runtime::kGzipMinBytes) {
+      std::string gz = runtime::Gzip(*f.body, 9);
+      if (!gz.empty())
+        f.gzip = std::make_shared<const std::string>(std::move(gz));
+    }
+    std::lock_guard<std::mutex> lock(files_mu_);
+    files_[file.string()] = f;
+    return f;
   }
 
   GatewayOptions options_;
@@ -727,6 +771,8 @@ class Gateway::Impl {
   std::set<StreamCall*> streams_;
   bool stopping_ = false;
   runtime::Gauge* streams_gauge_ = nullptr;
+  std::mutex files_mu_;
+  absl::flat_hash_map<std::string, CachedFile> files_;
 };
 
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(

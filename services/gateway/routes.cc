@@ -109,10 +109,8 @@ absl::Status SetScalar(Message& m, const FieldDescriptor* f,
   };
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_STRING:
-      if (f->type() == FieldDescriptor::TYPE_BYTES) {
-        // Bytes travel base64 in JSON; in a path or query they are taken as
-        // they are.
-      }
+      // Bytes travel base64 in JSON; in a path or query they are taken as
+      // they are.
       rep ? r->AddString(&m, f, std::string(text))
           : r->SetString(&m, f, std::string(text));
       return absl::OkStatus();

@@ -1,5 +1,6 @@
 
 #include <httplib.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -210,6 +211,119 @@ TEST(HttpServerTest, KeepsConnectionsAliveRoutesByPrefixAndLimitsBodies) {
   EXPECT_EQ(big->status, 413);
   EXPECT_THAT(big->body, HasSubstr("request body too large"));
   EXPECT_EQ(calls.load(), before);
+  server.Stop();
+}
+
+// zlib's inflate of a gzip stream (independent of the server's Gzip()).
+std::string Gunzip(const std::string& gz) {
+  z_stream z{};
+  EXPECT_EQ(inflateInit2(&z, 15 + 16), Z_OK);
+  std::string out;
+  char buf[4096];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+  z.avail_in = static_cast<uInt>(gz.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - z.avail_out);
+  }
+  EXPECT_EQ(rc, Z_STREAM_END);
+  inflateEnd(&z);
+  return out;
+}
+
+TEST(HttpServerTest, AcceptEncodingGzipRules) {
+  EXPECT_TRUE(AcceptsGzip("gzip"));
+  EXPECT_TRUE(AcceptsGzip("gzip, deflate, br, zstd"));
+  EXPECT_TRUE(AcceptsGzip("br;q=1.0, GZIP;q=0.5"));
+  EXPECT_TRUE(AcceptsGzip("*"));
+  EXPECT_FALSE(AcceptsGzip(""));
+  EXPECT_FALSE(AcceptsGzip("br"));
+  EXPECT_FALSE(AcceptsGzip("identity"));
+  EXPECT_FALSE(AcceptsGzip("gzip;q=0, br"));
+  EXPECT_FALSE(AcceptsGzip("deflate, gzip; q=0.000"));
+  EXPECT_FALSE(AcceptsGzip("*;q=0"));
+  EXPECT_FALSE(AcceptsGzip("*, gzip;q=0"));  // the named coding wins
+  EXPECT_TRUE(CompressibleType("application/json"));
+  EXPECT_TRUE(CompressibleType("text/html; charset=utf-8"));
+  EXPECT_TRUE(CompressibleType("text/csv"));
+  EXPECT_TRUE(CompressibleType("image/svg+xml"));
+  EXPECT_FALSE(CompressibleType("text/event-stream"));
+  EXPECT_FALSE(CompressibleType("image/png"));
+  EXPECT_FALSE(CompressibleType("application/octet-stream"));
+  const std::string text(100000, 'a');
+  EXPECT_EQ(Gunzip(Gzip(text)), text);
+  EXPECT_LT(Gzip(text).size(), 1000u);
+}
+
+TEST(HttpServerTest, CompressesWithGzipOnlyWhenAskedAndNeverStreams) {
+  std::string json = "[";
+  for (int i = 0; i < 500; ++i)
+    absl::StrAppend(&json, i ? "," : "", "{\"id\":", i, "}");
+  json += "]";
+  HttpServer server("127.0.0.1:0");
+  server.Handle("/json", [&](const HttpRequest&) {
+    return HttpResponse{.content_type = "application/json", .body = json};
+  });
+  server.Handle("/small", [](const HttpRequest&) {
+    return HttpResponse{.content_type = "application/json", .body = "{}"};
+  });
+  server.Handle("/png", [&](const HttpRequest&) {
+    return HttpResponse{.content_type = "image/png", .body = json};
+  });
+  // A body compressed ahead of time is sent as it is (a marker proves it).
+  server.Handle("/pre", [&](const HttpRequest&) {
+    return HttpResponse{.content_type = "text/javascript",
+                        .body = json,
+                        .gzip_body = std::make_shared<const std::string>(
+                            Gzip("precompressed"))};
+  });
+  server.Handle("/csv", [&](const HttpRequest&) {
+    return HttpResponse{.content_type = "text/csv",
+                        .stream = [&](HttpStream& s) { s.Write(json); }};
+  });
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_decompress(false);
+  auto get = [&](const std::string& path, const std::string& accept) {
+    httplib::Headers h;
+    if (!accept.empty()) h.emplace("Accept-Encoding", accept);
+    auto r = client.Get(path, h);
+    EXPECT_TRUE(r) << path;
+    return r;
+  };
+  // A browser's header: gzip, though brotli is offered first.
+  auto gz = get("/json", "gzip, deflate, br, zstd");
+  ASSERT_TRUE(gz);
+  EXPECT_EQ(gz->get_header_value_count("Content-Encoding"), 1u);
+  EXPECT_EQ(gz->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_EQ(gz->get_header_value("Vary"), "Accept-Encoding");
+  EXPECT_LT(gz->body.size(), json.size() / 3);
+  EXPECT_EQ(Gunzip(gz->body), json);
+  for (const char* accept : {"", "br", "gzip;q=0, br", "identity"}) {
+    auto plain = get("/json", accept);
+    ASSERT_TRUE(plain);
+    EXPECT_FALSE(plain->has_header("Content-Encoding")) << accept;
+    EXPECT_EQ(plain->body, json) << accept;
+  }
+  auto small = get("/small", "gzip");
+  ASSERT_TRUE(small);
+  EXPECT_FALSE(small->has_header("Content-Encoding"));
+  EXPECT_EQ(small->body, "{}");
+  auto png = get("/png", "gzip, br");
+  ASSERT_TRUE(png);
+  EXPECT_FALSE(png->has_header("Content-Encoding"));
+  EXPECT_EQ(png->body, json);
+  auto pre = get("/pre", "gzip");
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(pre->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_EQ(Gunzip(pre->body), "precompressed");
+  auto csv = get("/csv", "gzip, deflate, br");
+  ASSERT_TRUE(csv);
+  EXPECT_FALSE(csv->has_header("Content-Encoding"));
+  EXPECT_EQ(csv->body, json);
   server.Stop();
 }
 

@@ -1,9 +1,7 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useState } from 'react';
 import { Link, useParams, useSearchParams } from 'react-router';
 import { useInfiniteQuery, useQuery, useQueryClient, type InfiniteData } from '@tanstack/react-query';
 import {
-  flexRender,
-  getCoreRowModel,
   getExpandedRowModel,
   getGroupedRowModel,
   getSortedRowModel,
@@ -12,7 +10,6 @@ import {
   type RowSelectionState,
   type SortingState,
 } from '@tanstack/react-table';
-import { useVirtualizer } from '@tanstack/react-virtual';
 import { listJobs, listProjects, listQueues, type JobAction } from '../api/client';
 import { ApiError } from '../api/errors';
 import type { Job, JobEvent, ListJobsResponse } from '../gen/trainyard/v1/job';
@@ -42,6 +39,10 @@ import { WatchIndicator, useWatch } from '../components/useWatch';
 import { ACTION_LABEL, actionApplies, runBulk, type BulkResult } from '../components/jobActions';
 import { enumLabel } from '../lib/format';
 import { tenantLabel } from '../components/Layout';
+import { JobsGrid } from './JobsGrid';
+import { getCachedCoreRowModel } from '../lib/cachedRowModel';
+
+const cachedCoreRowModel = getCachedCoreRowModel<Job>();
 
 const COLUMN_LABEL: Record<ColumnId, string> = {
   name: 'Job',
@@ -66,8 +67,6 @@ const NEW_FILTER_FIELDS = /\b(user|created_after|created_before|createdAfter|cre
 function jobTenant(name: string | undefined): string {
   return name?.split('/')[1] ?? '';
 }
-
-const estimateRowSize = () => 37;
 
 function totalGpus(j: Job): number {
   return (j.spec?.workers ?? 1) * (j.spec?.resources?.gpus ?? 0);
@@ -210,7 +209,11 @@ export function JobsPage() {
         id: 'displayName',
         accessorFn: (j) => j.displayName ?? '',
         header: COLUMN_LABEL.displayName,
-        cell: ({ row }) => <span data-testid="job-display-name">{row.original.displayName ?? ''}</span>,
+        cell: ({ row }) => (
+          <span data-testid="job-display-name" title={row.original.displayName || undefined}>
+            {row.original.displayName ?? ''}
+          </span>
+        ),
       },
       {
         id: 'state',
@@ -294,7 +297,7 @@ export function JobsPage() {
       const first = next[0];
       setView({ ...view, sort: first ? { id: first.id as ColumnId, desc: first.desc } : defaultView().sort });
     },
-    getCoreRowModel: getCoreRowModel(),
+    getCoreRowModel: cachedCoreRowModel,
     getSortedRowModel: getSortedRowModel(),
     getGroupedRowModel: getGroupedRowModel(),
     getExpandedRowModel: getExpandedRowModel(),
@@ -302,22 +305,9 @@ export function JobsPage() {
   });
   const rows = table.getRowModel().rows;
 
-  const scrollRef = useRef<HTMLDivElement>(null);
-  const virtualizer = useVirtualizer({
-    count: rows.length,
-    getScrollElement: () => scrollRef.current,
-    estimateSize: estimateRowSize,
-    overscan: 12,
-  });
-  const items = virtualizer.getVirtualItems();
-  const lastIndex = items.length ? (items[items.length - 1]?.index ?? 0) : 0;
-  useEffect(() => {
-    if (lastIndex >= rows.length - 20 && jobsQ.hasNextPage && !jobsQ.isFetchingNextPage) {
-      void jobsQ.fetchNextPage();
-    }
-  }, [lastIndex, rows.length, jobsQ]);
-  const padTop = items.length ? (items[0]?.start ?? 0) : 0;
-  const padBottom = items.length ? virtualizer.getTotalSize() - (items[items.length - 1]?.end ?? 0) : 0;
+  const { fetchNextPage, hasNextPage, isFetchingNextPage } = jobsQ;
+  const fetchMore = useCallback(() => void fetchNextPage(), [fetchNextPage]);
+  const sortKey = `${view.sort.id}:${view.sort.desc}`;
 
   // --- bulk actions ---
   const selected = jobs.filter((j) => j.name && rowSelection[j.name]);
@@ -439,7 +429,7 @@ export function JobsPage() {
                 </li>
               ))}
             </ul>
-          )}
+          )}{' '}
           <button type="button" className="link" onClick={() => setResult(null)}>
             Dismiss
           </button>
@@ -500,94 +490,19 @@ export function JobsPage() {
           )}
         </Empty>
       ) : (
-        <div className="table-scroll" ref={scrollRef} data-testid="jobs-table">
-          <table className="grid">
-            <thead>
-              {table.getHeaderGroups().map((hg) => (
-                <tr key={hg.id}>
-                  {hg.headers.map((h) => {
-                    const sorted = h.column.getIsSorted();
-                    return (
-                      <th
-                        key={h.id}
-                        aria-sort={sorted === 'asc' ? 'ascending' : sorted === 'desc' ? 'descending' : undefined}
-                        className={h.id === 'select' ? 'col-select' : undefined}
-                      >
-                        {h.column.getCanSort() ? (
-                          <button
-                            type="button"
-                            className="sort"
-                            onClick={h.column.getToggleSortingHandler()}
-                            data-testid={`sort-${h.id}`}
-                          >
-                            {flexRender(h.column.columnDef.header, h.getContext())}
-                            <span aria-hidden="true">{sorted === 'asc' ? ' ▲' : sorted === 'desc' ? ' ▼' : ''}</span>
-                          </button>
-                        ) : (
-                          flexRender(h.column.columnDef.header, h.getContext())
-                        )}
-                      </th>
-                    );
-                  })}
-                </tr>
-              ))}
-            </thead>
-            <tbody>
-              {padTop > 0 && (
-                <tr aria-hidden="true">
-                  <td style={{ height: padTop }} colSpan={table.getVisibleLeafColumns().length} />
-                </tr>
-              )}
-              {items.map((vi) => {
-                const row = rows[vi.index];
-                if (!row) return null;
-                if (row.getIsGrouped()) {
-                  return (
-                    <tr key={row.id} className="group-row" data-testid={`group-${String(row.groupingValue)}`}>
-                      <th colSpan={table.getVisibleLeafColumns().length} scope="rowgroup">
-                        {COLUMN_LABEL[row.groupingColumnId as ColumnId]}:{' '}
-                        {row.groupingColumnId === 'state'
-                          ? enumLabel(String(row.groupingValue), 'JOB_STATE_')
-                          : String(row.groupingValue) || '(none)'}{' '}
-                        <span className="muted">({row.subRows.length})</span>
-                      </th>
-                    </tr>
-                  );
-                }
-                return (
-                  <tr
-                    key={row.id}
-                    className={row.getIsSelected() ? 'selected' : undefined}
-                    data-testid={`job-row-${lastSegment(row.original.name)}`}
-                  >
-                    {row.getVisibleCells().map((c) => (
-                      <td key={c.id} className={c.column.id === 'select' ? 'col-select' : undefined}>
-                        {flexRender(c.column.columnDef.cell, c.getContext())}
-                      </td>
-                    ))}
-                  </tr>
-                );
-              })}
-              {padBottom > 0 && (
-                <tr aria-hidden="true">
-                  <td style={{ height: padBottom }} colSpan={table.getVisibleLeafColumns().length} />
-                </tr>
-              )}
-            </tbody>
-          </table>
-          <div className="table-foot">
-            {jobsQ.isFetchingNextPage ? (
-              <Loading label="Loading more jobs…" />
-            ) : jobsQ.hasNextPage ? (
-              <button type="button" onClick={() => void jobsQ.fetchNextPage()} data-testid="load-more">
-                Load more
-              </button>
-            ) : (
-              <span className="muted">All {jobs.length} matching jobs loaded.</span>
-            )}
-            {nextPageError && <ErrorBox error={nextPageError} title="Could not load more jobs" />}
-          </div>
-        </div>
+        <JobsGrid
+          table={table}
+          rows={rows}
+          sortKey={sortKey}
+          columnKey={columnKey}
+          selection={rowSelection}
+          labels={COLUMN_LABEL}
+          loaded={jobs.length}
+          hasNextPage={hasNextPage}
+          isFetchingNextPage={isFetchingNextPage}
+          fetchNextPage={fetchMore}
+          nextPageError={nextPageError}
+        />
       )}
       <ConfirmDialog
         open={pending !== null}
