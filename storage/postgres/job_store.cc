@@ -288,16 +288,19 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
     page = JobPage{};
     DynamicParams params;
     std::vector<std::string> where;
-    if (query.tenants.size() == 1) {
-      // Equality, not = ANY: only then does PostgreSQL read the (tenant, id)
-      // index in order and stop after one page, instead of sorting every job of
-      // the tenant (390 ms at 100,000 jobs).
-      where.push_back(absl::StrCat("tenant = ", params.Add(query.tenants[0])));
-    } else {
+    std::string tenants_param;
+    // Equality, not = ANY: only then does PostgreSQL read a (tenant, order
+    // column, id) index in order and stop after one page, instead of sorting
+    // every job of the tenant (390 ms at 100,000 jobs). Several tenants: one
+    // such page per tenant (a LATERAL subquery each), merged.
+    const bool several = query.tenants.size() > 1;
+    if (several) {
       ArrayLiteral tenants;
       for (const auto& t : query.tenants) tenants.Text(t);
-      where.push_back(absl::StrCat("tenant = ANY(", params.Add(tenants.str()),
-                                   "::text[])"));
+      tenants_param = params.Add(tenants.str());
+      where.push_back("tenant = listed.tenant_key");
+    } else {
+      where.push_back(absl::StrCat("tenant = ", params.Add(query.tenants[0])));
     }
     if (!query.project.empty()) {
       where.push_back(absl::StrCat("project = ", params.Add(query.project)));
@@ -369,6 +372,12 @@ absl::StatusOr<JobPage> JobStore::List(const JobQuery& query) {
     std::string sql = absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE ",
                                    absl::StrJoin(where, " AND "), " ORDER BY ",
                                    order, " LIMIT ", query.limit + 1);
+    if (several) {
+      sql = absl::StrCat("SELECT page.* FROM unnest(", tenants_param,
+                         "::text[]) AS listed(tenant_key) CROSS JOIN LATERAL (",
+                         sql, ") AS page ORDER BY ", order, " LIMIT ",
+                         query.limit + 1);
+    }
     pqxx::result r = txn.exec_params(sql, params.Dynamic());
     std::vector<int64_t> ids;
     for (int i = 0; i < static_cast<int>(r.size()) && i < query.limit; ++i) {

@@ -241,6 +241,57 @@ TEST_F(JobApiTest, ListFiltersByUserAndCreationTimeAndSortsWithStablePages) {
                      micros(j.create_time()) < micros(to);
             }));
 
+  // tenants/-: a platform admin's listing merges one index-ordered page per
+  // tenant, in every order; the oracle is both tenants' jobs sorted here.
+  const std::string carol =
+      h_->Token("users/carol", trainyard::v1::ROLE_MEMBER, "other");
+  for (int i = 0; i < 9; ++i) {
+    SubmitJobRequest req = MinimalSubmit("other", absl::StrCat("o-", i));
+    std::string name = "n";
+    for (int k = 0; k < 2; ++k) name += static_cast<char>('a' + rng() % 4);
+    req.mutable_job()->set_display_name(name);
+    int64_t id = h_->SubmitJob(carol, req);
+    ASSERT_NE(id, 0);
+    all.push_back(h_->GetJob(carol, "other", id));  // `expected` reads `all`
+  }
+  auto listed_everywhere = [&](trainyard::v1::ListJobsRequest req) {
+    std::vector<int64_t> ids;
+    req.set_parent("tenants/-");
+    req.set_page_size(4);
+    while (true) {
+      trainyard::v1::ListJobsResponse resp;
+      grpc::Status s =
+          jobs_->List(ApiHarness::Context(h_->admin_token()).get(), req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      for (const Job& j : resp.jobs()) ids.push_back(JobIdOf(j));
+      if (resp.next_page_token().empty()) break;
+      req.set_page_token(resp.next_page_token());
+    }
+    return ids;
+  };
+  auto by_queue = [](const Job& j) { return j.spec().queue(); };
+  auto by_priority = [](const Job& j) { return j.priority(); };
+  trainyard::v1::ListJobsRequest everywhere;
+  EXPECT_EQ(listed_everywhere(everywhere), expected(by_id, true, every));
+  for (const auto& [order, desc] :
+       std::vector<std::pair<std::string, bool>>{{"create_time", false},
+                                                 {"display_name", false},
+                                                 {"display_name desc", true},
+                                                 {"state desc", true},
+                                                 {"queue", false},
+                                                 {"priority desc", true}}) {
+    everywhere.set_order_by(order);
+    std::vector<int64_t> want =
+        order.starts_with("create_time")    ? expected(by_id, desc, every)
+        : order.starts_with("display_name") ? expected(by_name, desc, every)
+        : order.starts_with("state")        ? expected(by_state, desc, every)
+        : order.starts_with("queue")        ? expected(by_queue, desc, every)
+                                     : expected(by_priority, desc, every);
+    EXPECT_EQ(listed_everywhere(everywhere), want) << order;
+  }
+  EXPECT_EQ(listed_everywhere(everywhere).size(), 32u);
+
   // A page token of one order is refused with another; an unknown order names
   // the field.
   trainyard::v1::ListJobsRequest first;
