@@ -76,6 +76,10 @@ def test_live_resume_after_spot_reclaim(console_stack):
     run_scenario(console_stack, "resume.mjs")
 
 
+def test_live_resume_after_preemption_by_priority(console_stack):
+    run_scenario(console_stack, "preempt.mjs")
+
+
 def test_bulk_cancel_job_set(console_stack):
     run_scenario(console_stack, "bulk_cancel.mjs")
 

@@ -1,0 +1,73 @@
+// A job's page follows a preemption by priority and the resume live. A resumable job of the
+// tenant's default class (value 0, preemptible) fills queue e2e-preempt (8 GPUs of quota, which
+// preempts lower priority within itself) and checkpoints; a job of class "high" (100) arrives
+// in the same queue. The open page, never reloaded, shows attempt 1 ended by the preemption and
+// attempt 2 resumed from the checkpoint the REST API names, after the high job ran.
+import { apiOk, check, checkEq, env, jobId, log, newPage, scenario, settle, shot, signIn, submit, visit, waitFor } from './lib.mjs';
+
+await scenario('preempt', async (browser) => {
+  const token = env('E2E_TOKEN_DEMO');
+  const shape = { queue: 'e2e-preempt', gpus: 8, cpuMillis: 8000 };
+  const low = jobId(
+    (
+      await submit(token, 'demo', {
+        ...shape,
+        name: 'e2e-preempt-low',
+        duration: '20s',
+        checkpoint: { resumable: true, interval: '2s', gracePeriod: '1s' },
+      })
+    ).name,
+  );
+  const get = (id) => apiOk(token, 'GET', `tenants/demo/jobs/${id}?view=JOB_VIEW_FULL`);
+  await waitFor(async () => (await get(low)).state === 'JOB_STATE_RUNNING', { timeout: 30_000, what: `job ${low} running` });
+  await waitFor(async () => ((await apiOk(token, 'GET', `tenants/demo/jobs/${low}/checkpoints`)).checkpoints ?? []).length > 0, {
+    timeout: 20_000,
+    what: `a checkpoint of job ${low}`,
+  });
+
+  const page = await newPage(browser);
+  await signIn(page, token);
+  await visit(page, `/t/demo/jobs/${low}`);
+  await page.getByTestId('attempts').waitFor();
+  checkEq(await page.getByTestId('attempts').locator('tbody tr').count(), 1, 'attempt rows before the preemption');
+  await page.evaluate(() => {
+    window.__e2eNoReload = true;
+  });
+
+  const high = jobId((await submit(token, 'demo', { ...shape, name: 'e2e-preempt-high', priorityClass: 'high', duration: '4s' })).name);
+  log(`job ${high} (class high) submitted into the queue job ${low} fills`);
+
+  // The page shows attempt 1 preempted and attempt 2 resumed from the checkpoint, no reload.
+  const rows = page.getByTestId('attempts').locator('tbody tr');
+  await waitFor(async () => (await rows.count()) >= 2 && /resumed from/.test(await rows.nth(1).innerText()), {
+    timeout: 60_000,
+    what: 'attempt 2 resumed, on the page',
+  });
+  const j = await get(low);
+  checkEq(j.attempts[0].failureClass, 'FAILURE_CLASS_PREEMPTION', 'REST: attempt 1 failure class');
+  const resumedFrom = j.attempts[1].resumedFrom;
+  check(resumedFrom && resumedFrom.startsWith(`sim://ty-${low}-1/`), `REST: attempt 2 resumed from ${resumedFrom}`);
+  // The preemptor ran in between: it started after attempt 1 was admitted and before attempt 2.
+  const h = await get(high);
+  const hStart = Date.parse(h.attempts?.[0]?.startTime ?? '');
+  check(hStart > Date.parse(j.attempts[0].admitTime) && hStart <= Date.parse(j.attempts[1].startTime ?? new Date().toISOString()),
+    `job ${high} started at ${h.attempts?.[0]?.startTime}, not between attempts 1 and 2 of job ${low}`);
+  const row1 = await rows.nth(0).innerText();
+  const row2 = await rows.nth(1).innerText();
+  log('attempt 1 row:', row1.replace(/\s+/g, ' '));
+  log('attempt 2 row:', row2.replace(/\s+/g, ' '));
+  check(/preemption/i.test(row1) && /preempted it for other work/.test(row1), 'attempt 1 row does not say it was preempted');
+  check(row2.includes(`resumed from ${resumedFrom}`), `attempt 2 row does not name ${resumedFrom}`);
+  const events = await page.getByTestId('job-events').innerText();
+  log('events:', events.replace(/\s+/g, ' '));
+  // The preemption's event names the preemptor (who took the capacity, and at what priority).
+  check(new RegExp(`job ${high} \\(priority 100`).test(events), `the events list does not name job ${high} as the preemptor: ${events}`);
+  check(await page.evaluate(() => window.__e2eNoReload === true), 'the page was reloaded');
+  await shot(page, 'job-preempted');
+
+  await waitFor(async () => (await get(low)).state === 'JOB_STATE_SUCCEEDED', { timeout: 90_000, what: `job ${low} succeeded` });
+  await page.getByRole('heading', { level: 1 }).filter({ hasText: /succeeded/i }).waitFor({ timeout: 15_000 });
+  checkEq((await get(high)).state, 'JOB_STATE_SUCCEEDED', `job ${high} state`);
+  await settle(page);
+  check(page.e2e.pageErrors.length === 0, `page errors: ${page.e2e.pageErrors.join('; ')}`);
+});
