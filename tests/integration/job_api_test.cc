@@ -171,14 +171,18 @@ TEST_F(JobApiTest, ListFiltersByUserAndCreationTimeAndSortsWithStablePages) {
   for (const Job& j : ListAll("tenants/acme"))
     all.push_back(h_->GetJob(member_, "acme", JobIdOf(j)));
   ASSERT_EQ(all.size(), 23u);
-  auto listed = [&](trainyard::v1::ListJobsRequest req) {
+  // Every page of `req` (4 jobs a page) under `parent` as `token`.
+  auto listed = [&](trainyard::v1::ListJobsRequest req,
+                    const std::string& parent = "tenants/acme",
+                    const std::string* token = nullptr) {
     std::vector<int64_t> ids;
-    req.set_parent("tenants/acme");
+    req.set_parent(parent);
     req.set_page_size(4);
     while (true) {
       trainyard::v1::ListJobsResponse resp;
-      grpc::Status s =
-          jobs_->List(ApiHarness::Context(member_).get(), req, &resp);
+      grpc::Status s = jobs_->List(
+          ApiHarness::Context(token != nullptr ? *token : member_).get(), req,
+          &resp);
       EXPECT_TRUE(s.ok()) << s.error_message();
       if (!s.ok()) break;
       for (const Job& j : resp.jobs()) ids.push_back(JobIdOf(j));
@@ -254,21 +258,8 @@ TEST_F(JobApiTest, ListFiltersByUserAndCreationTimeAndSortsWithStablePages) {
     ASSERT_NE(id, 0);
     all.push_back(h_->GetJob(carol, "other", id));  // `expected` reads `all`
   }
-  auto listed_everywhere = [&](trainyard::v1::ListJobsRequest req) {
-    std::vector<int64_t> ids;
-    req.set_parent("tenants/-");
-    req.set_page_size(4);
-    while (true) {
-      trainyard::v1::ListJobsResponse resp;
-      grpc::Status s =
-          jobs_->List(ApiHarness::Context(h_->admin_token()).get(), req, &resp);
-      EXPECT_TRUE(s.ok()) << s.error_message();
-      if (!s.ok()) break;
-      for (const Job& j : resp.jobs()) ids.push_back(JobIdOf(j));
-      if (resp.next_page_token().empty()) break;
-      req.set_page_token(resp.next_page_token());
-    }
-    return ids;
+  auto listed_everywhere = [&](const trainyard::v1::ListJobsRequest& req) {
+    return listed(req, "tenants/-", &h_->admin_token());
   };
   auto by_queue = [](const Job& j) { return j.spec().queue(); };
   auto by_priority = [](const Job& j) { return j.priority(); };
