@@ -238,6 +238,7 @@ struct StreamCall {
   grpc::ByteBuffer read;
   bool read_pending = false;  // a Read is outstanding
   bool have_read = false;     // `read` holds a message not yet written out
+  bool ended = false;         // the server closed the stream (a Read said !ok)
   grpc::Status status;
 
   // Waits for `tag` (the only one outstanding) until `deadline`: true with `ok`
@@ -265,8 +266,11 @@ struct StreamCall {
   void Finish() {
     if (finished || call == nullptr) return;
     finished = true;
+    // Unless the server ended the stream, the call is cancelled: the client
+    // left, a write failed or the gateway stops. Without it Finish would wait
+    // for a Watch that never ends, holding a thread and a stream slot.
+    if (!ended) ctx.TryCancel();
     if (read_pending) {
-      ctx.TryCancel();
       WaitForever(&read);
       read_pending = false;
     }
@@ -508,22 +512,19 @@ class Gateway::Impl {
         }
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(streams_mu_);
-      if (static_cast<int>(streams_.size()) >= options_.max_streams) {
-        trainyard::v1::ErrorInfo info;
-        info.set_reason("TOO_MANY_STREAMS");
-        info.mutable_retry_delay()->set_seconds(5);
-        return ErrorResponse(
-            grpc::StatusCode::UNAVAILABLE,
-            absl::StrCat("the gateway serves ", options_.max_streams,
-                         " streams at once; try again shortly"),
-            info);
-      }
-    }
     auto call = std::make_shared<StreamCall>();
+    // The cap is checked and the slot taken in one step.
+    if (!TryRegister(call.get())) {
+      trainyard::v1::ErrorInfo info;
+      info.set_reason("TOO_MANY_STREAMS");
+      info.mutable_retry_delay()->set_seconds(5);
+      return ErrorResponse(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("the gateway serves ", options_.max_streams,
+                       " streams at once; try again shortly"),
+          info);
+    }
     Authorize(r, call->ctx);
-    Register(call.get());
     call->unregister = [this](StreamCall* c) { Unregister(c); };
     call->call = stub_.PrepareCall(&call->ctx, route.grpc_path, &call->cq);
     call->call->StartCall(call.get());
@@ -550,6 +551,7 @@ class Gateway::Impl {
         if (ok) {
           call->have_read = true;
         } else {
+          call->ended = true;
           started = false;
         }
       }
@@ -609,13 +611,19 @@ class Gateway::Impl {
         }
         if (!call.Wait(&call.read, &ok,
                        std::chrono::system_clock::now() + keepalive)) {
-          // Quiet: a comment line tells whether the client is still there.
-          if (out.Stopping() || !out.Write(": keepalive\n\n")) return;
+          // Quiet: a comment line tells whether an event stream's client is
+          // still there (a download's bytes are the file: nothing is added).
+          if (out.Stopping()) return;
+          if (route.download_field.empty() && !out.Write(": keepalive\n\n"))
+            return;
           continue;
         }
         call.read_pending = false;
       }
-      if (!ok) return;
+      if (!ok) {
+        call.ended = true;
+        return;
+      }
       response->Clear();
       if (!FromByteBuffer(call.read, response.get())) return;
       bool written;
@@ -637,11 +645,15 @@ class Gateway::Impl {
     }
   }
 
-  void Register(StreamCall* call) {
+  // Takes a stream slot for `call`; false when all --gateway_max_streams are
+  // taken.
+  bool TryRegister(StreamCall* call) {
     std::lock_guard<std::mutex> lock(streams_mu_);
+    if (static_cast<int>(streams_.size()) >= options_.max_streams) return false;
     streams_.insert(call);
     streams_gauge_->Set(static_cast<double>(streams_.size()));
     if (stopping_) call->ctx.TryCancel();
+    return true;
   }
   void Unregister(StreamCall* call) {
     std::lock_guard<std::mutex> lock(streams_mu_);
@@ -735,7 +747,11 @@ class Gateway::Impl {
     std::error_code ec;
     const fs::file_time_type mtime = fs::last_write_time(file, ec);
     const uintmax_t size = ec ? 0 : fs::file_size(file, ec);
-    if (ec) return {};
+    if (ec) {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      files_.erase(file.string());
+      return {};
+    }
     {
       std::lock_guard<std::mutex> lock(files_mu_);
       auto it = files_.find(file.string());

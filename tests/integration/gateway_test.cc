@@ -466,6 +466,39 @@ TEST_F(GatewayTest, StopEndsOpenStreamsPromptly) {
   watcher.join();
 }
 
+TEST_F(GatewayTest, AStreamWhoseClientLeftEndsAndFreesItsSlot) {
+  gateway::GatewayOptions options;
+  options.max_streams = 1;
+  Start(options);
+  const std::string member =
+      api_->Token("users/ana", trainyard::v1::ROLE_MEMBER, "acme");
+  // A watcher reads the first keepalive and leaves (the Watch itself never
+  // ends).
+  int first_status = 0;
+  Client(member).Get(
+      "/v1/tenants/acme/jobs:watch",
+      [&](const httplib::Response& r) {
+        first_status = r.status;
+        return true;
+      },
+      [](const char*, size_t) { return false; });
+  ASSERT_EQ(first_status, 200);
+  // Its only slot comes free once the gateway's next write fails: the call
+  // is cancelled rather than waited for.
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Client(member).Get(
+        "/v1/tenants/acme/jobs:watch",
+        [&](const httplib::Response& r) {
+          status = r.status;
+          return false;
+        },
+        [](const char*, size_t) { return false; });
+  }
+  EXPECT_EQ(status, 200) << "the stream slot was never freed";
+}
+
 TEST_F(GatewayTest, ConsoleFilesStayInsideTheirFolderWithSecurityHeaders) {
   namespace fs = std::filesystem;
   fs::path base =

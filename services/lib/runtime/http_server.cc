@@ -253,6 +253,10 @@ absl::Status HttpServer::Start() {
     // The request object is httplib's own non-const local, handed to handlers
     // by const reference.
     const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+    // Ranges likewise: httplib would slice the body it is handed and still
+    // answer 200 (a cache would keep one byte of a file as the file). No
+    // handler serves ranges; the whole body goes out.
+    const_cast<httplib::Request&>(req).ranges.clear();
     HttpResponse response = Dispatch(request);
     res.status = response.status;
     bool encoded = false;
@@ -274,18 +278,56 @@ absl::Status HttpServer::Start() {
       }
     }
     if (response.stream) {
-      res.set_chunked_content_provider(response.content_type,
-                                       [fn = std::move(response.stream), this](
-                                           size_t, httplib::DataSink& sink) {
-                                         SinkStream stream(sink, stopping_);
-                                         fn(stream);
-                                         sink.done();
-                                         return true;
-                                       });
+      res.set_chunked_content_provider(
+          response.content_type, [fn = std::move(response.stream), this](
+                                     size_t, httplib::DataSink& sink) {
+            SinkStream stream(sink, stopping_);
+            // httplib calls this outside its
+            // handler's try: an exception here
+            // would end the process.
+            try {
+              fn(stream);
+            } catch (const std::exception& e) {
+              Log(LogLevel::kError, "http stream threw", {{"error", e.what()}});
+              return false;
+            }
+            sink.done();
+            return true;
+          });
     } else {
       res.set_content(std::move(response.body), response.content_type);
     }
   };
+  // Request bodies need a Content-Length, checked against max_body_bytes
+  // before anything is read: httplib reads a chunked body, or one without a
+  // length, to its end whatever its size, and inflates a compressed one with
+  // no limit.
+  s.set_pre_routing_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        auto refuse = [&](int status, std::string_view message) {
+          HttpResponse e = JsonError(status, message);
+          res.status = status;
+          res.set_header("Connection", "close");
+          res.set_content(e.body, e.content_type);
+          return httplib::Server::HandlerResponse::Handled;
+        };
+        if (req.has_header("Transfer-Encoding")) {
+          return refuse(411,
+                        "a request body needs a Content-Length (chunked bodies "
+                        "are not accepted)");
+        }
+        const bool body_method = req.method == "POST" || req.method == "PUT" ||
+                                 req.method == "PATCH";
+        if (body_method && !req.has_header("Content-Length")) {
+          return refuse(411, "a request body needs a Content-Length");
+        }
+        if (req.has_header("Content-Encoding") &&
+            !absl::EqualsIgnoreCase(req.get_header_value("Content-Encoding"),
+                                    "identity")) {
+          return refuse(415, "a request body must not be compressed");
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
   s.Get(".*", handler);
   s.Post(".*", handler);
   s.Put(".*", handler);

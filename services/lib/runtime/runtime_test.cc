@@ -1,5 +1,9 @@
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <atomic>
@@ -324,6 +328,77 @@ TEST(HttpServerTest, CompressesWithGzipOnlyWhenAskedAndNeverStreams) {
   ASSERT_TRUE(csv);
   EXPECT_FALSE(csv->has_header("Content-Encoding"));
   EXPECT_EQ(csv->body, json);
+  server.Stop();
+}
+
+// What `raw` gets back from the server on a connection of its own.
+std::string SendRaw(int port, const std::string& raw) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  ::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  timeval tv{.tv_sec = 3, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  while (true) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.find("\r\n\r\n") != std::string::npos &&
+        out.find("}") != std::string::npos) {
+      break;  // a JSON error body is one object
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+TEST(HttpServerTest, BodiesNeedALengthAndNoEncodingAndRangesAreIgnored) {
+  std::atomic<int> calls{0};
+  HttpServer server("127.0.0.1:0", {.max_body_bytes = 1000});
+  server.HandlePrefix("/", [&](const HttpRequest& r) {
+    ++calls;
+    return HttpResponse{.body = absl::StrCat("whole body ", r.body.size())};
+  });
+  ASSERT_TRUE(server.Start().ok());
+  // Chunked: refused before any of it is read (httplib would read it whole).
+  std::string chunked = SendRaw(
+      server.port(),
+      "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_THAT(chunked, HasSubstr("HTTP/1.1 411"));
+  EXPECT_THAT(chunked, HasSubstr("Content-Length"));
+  // No length at all.
+  std::string bare =
+      SendRaw(server.port(), "POST /x HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_THAT(bare, HasSubstr("HTTP/1.1 411"));
+  // A compressed body (its inflated size would escape the limit).
+  std::string gz = Gzip(std::string(100000, 'x'));
+  std::string encoded =
+      SendRaw(server.port(),
+              absl::StrCat("POST /x HTTP/1.1\r\nHost: a\r\nContent-Encoding: "
+                           "gzip\r\nContent-Length: ",
+                           gz.size(), "\r\n\r\n", gz));
+  EXPECT_THAT(encoded, HasSubstr("HTTP/1.1 415"));
+  EXPECT_EQ(calls.load(), 0);
+  // A Range is not served: the whole body, 200.
+  httplib::Client client("127.0.0.1", server.port());
+  auto ranged = client.Get("/file", {{"Range", "bytes=0-0"}});
+  ASSERT_TRUE(ranged);
+  EXPECT_EQ(ranged->status, 200);
+  EXPECT_EQ(ranged->body, "whole body 0");
+  EXPECT_FALSE(ranged->has_header("Content-Range"));
+  // An empty POST with its length is fine.
+  auto empty = client.Post("/x", "", "application/json");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 200);
   server.Stop();
 }
 
