@@ -1,5 +1,5 @@
 // A job's page follows a preemption by priority and the resume live. A resumable job of the
-// tenant's default class (value 0, preemptible) fills queue e2e-preempt (8 GPUs of quota, which
+// tenant's default class (value 0, preemptible) fills queue preemptq (8 GPUs of quota, which
 // preempts lower priority within itself) and checkpoints; a job of class "high" (100) arrives
 // in the same queue. The open page, never reloaded, shows attempt 1 ended by the preemption and
 // attempt 2 resumed from the checkpoint the REST API names, after the high job ran.
@@ -7,7 +7,7 @@ import { apiOk, check, checkEq, env, jobId, log, newPage, scenario, settle, shot
 
 await scenario('preempt', async (browser) => {
   const token = env('E2E_TOKEN_DEMO');
-  const shape = { queue: 'e2e-preempt', gpus: 8, cpuMillis: 8000 };
+  const shape = { queue: 'preemptq', gpus: 8, cpuMillis: 8000 };
   const low = jobId(
     (
       await submit(token, 'demo', {
