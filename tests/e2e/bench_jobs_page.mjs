@@ -188,8 +188,10 @@ await scenario('bench_jobs_page', async (browser) => {
   result.chromium = browser.version();
 
   const broken = [];
+  // Frame gaps are whole vsyncs give or take 0.2 ms: three (50 ms) meet the scroll's limit.
+  const tolerance = { scrollMaxFrameMs: 0.5 };
   for (const [k, limit] of Object.entries(LIMITS)) {
-    if (result[k] === null || result[k] === undefined || result[k] > limit) broken.push(`${k} ${result[k]} > ${limit}`);
+    if (result[k] === null || result[k] === undefined || result[k] > limit + (tolerance[k] ?? 0)) broken.push(`${k} ${result[k]} > ${limit}`);
   }
   result.limits = LIMITS;
   result.broken = broken;

@@ -27,9 +27,12 @@ from test_console import node_ready
 JOBS = int(os.environ.get("E2E_BENCH_JOBS", "100000"))
 BATCH = 1000
 RUNS = int(os.environ.get("E2E_BENCH_RUNS", "3"))
-# CI's 2-core machine gets a margin over the limits (E2E_BENCH_SLACK=1.5 in tests/run.sh): the
-# medians printed are the figures; the margin only keeps a loaded run from failing CI.
+# A margin over the limits for a run by hand on a loaded machine (E2E_BENCH_SLACK=1.5); CI
+# holds the medians to the limits themselves.
 SLACK = float(os.environ.get("E2E_BENCH_SLACK", "1"))
+# Frame gaps are whole vsyncs (16.7 ms at 60 Hz) give or take 0.2 ms of timer jitter: a gap of
+# three vsyncs measures 49.9 to 50.1 ms and meets "no frame over 50 ms"; four (66.7) do not.
+TOLERANCE = {"scrollMaxFrameMs": 0.5}
 
 pytestmark = [pytest.mark.bench,
               pytest.mark.skipif(node_ready() is not None, reason=node_ready() or "")]
@@ -111,9 +114,10 @@ def test_jobs_page_with_100k_jobs():
         limits = runs[-1]["limits"]
         result["limits"] = limits
         result["slack"] = SLACK
-        result["overLimit"] = [f"{k} {result[k]} > {v}" for k, v in limits.items() if result[k] > v]
+        result["overLimit"] = [f"{k} {result[k]} > {v}" for k, v in limits.items()
+                               if result[k] > v + TOLERANCE.get(k, 0)]
         result["broken"] = [f"{k} {result[k]} > {v} x {SLACK}" for k, v in limits.items()
-                            if result[k] > v * SLACK]
+                            if result[k] > v * SLACK + TOLERANCE.get(k, 0)]
         result["seedSeconds"] = round(seed_s, 1)
         result["seedJobsPerSecond"] = round(JOBS / seed_s)
         result["bundleGzipBytes"] = bundle_gzip_bytes()
