@@ -673,11 +673,23 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
       status.phase == AttemptPhase::kSucceeded
           ? 0
           : gpus * std::max<int64_t>(0, absl::ToInt64Seconds(end - since));
+  // A preemption Trainyard decided: the attempt keeps why and by whom (the
+  // scheduler's message on the job while PREEMPTING: "job 3 (priority 100,
+  // queue ...) preempts job 2 ..."), then what the backend said.
+  std::string attempt_message = status.message;
+  if (a.job.state() == v1::JOB_STATE_PREEMPTING &&
+      status.failure == FailureKind::kPreempted &&
+      !a.job.state_message().empty()) {
+    attempt_message =
+        status.message.empty()
+            ? a.job.state_message()
+            : absl::StrCat(a.job.state_message(), " (", status.message, ")");
+  }
   pg::AttemptChange fields{.end_time = end,
                            .failure_class = ToFailureClass(status.failure),
                            .exit_code = status.exit_code,
                            .lost_gpu_seconds = lost,
-                           .attempt_message = status.message,
+                           .attempt_message = std::move(attempt_message),
                            .backend_job_id = status.backend_id};
 
   absl::Status s;

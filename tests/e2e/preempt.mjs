@@ -57,6 +57,9 @@ await scenario('preempt', async (browser) => {
   log('attempt 1 row:', row1.replace(/\s+/g, ' '));
   log('attempt 2 row:', row2.replace(/\s+/g, ' '));
   check(/preemption/i.test(row1) && /preempted it for other work/.test(row1), 'attempt 1 row does not say it was preempted');
+  // The attempt says who took its place, as REST has it.
+  check(j.attempts[0].message?.includes(`job ${high} (priority 100`), `REST: attempt 1's message: ${j.attempts[0].message}`);
+  check(row1.includes(`job ${high} (priority 100`), `attempt 1 row does not name job ${high} as the preemptor`);
   check(row2.includes(`resumed from ${resumedFrom}`), `attempt 2 row does not name ${resumedFrom}`);
   const events = await page.getByTestId('job-events').innerText();
   log('events:', events.replace(/\s+/g, ' '));

@@ -514,6 +514,9 @@ TEST_F(DispatcherTest,
   Step();  // the scheduler preempts the gang; the dispatcher signals it
   EXPECT_EQ(Get(victim).state(), v1::JOB_STATE_PREEMPTING);
   EXPECT_EQ(Get(victim).state_reason(), "PREEMPTED_BY_PRIORITY");
+  const std::string why = Get(victim).state_message();
+  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(
+                       "job ", preemptor, " (priority 100, queue acme/")));
   EXPECT_EQ(Get(preemptor).state(), v1::JOB_STATE_ADMITTED)
       << "waits for the victim's nodes";
   EXPECT_EQ(last_pass_.stops, 1);
@@ -529,6 +532,9 @@ TEST_F(DispatcherTest,
   EXPECT_EQ(v.state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(v.state_reason(), "PREEMPTED");
   EXPECT_EQ(v.attempts(0).failure_class(), v1::FAILURE_CLASS_PREEMPTION);
+  // The attempt keeps who preempted it and why, then the backend's word.
+  EXPECT_EQ(v.attempts(0).message(),
+            absl::StrCat(why, " (stopped (preemption))"));
   // The sim writes a final checkpoint when it is signalled: it resumes from
   // there.
   EXPECT_FALSE(v.resume_from().empty());
