@@ -34,7 +34,8 @@ export function check(cond, msg) {
 }
 export function checkEq(actual, expected, msg) {
   if (actual !== expected) {
-    throw new CheckError(`${msg}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
+    const text = (v) => JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? `${x}n` : x));
+    throw new CheckError(`${msg}: expected ${text(expected)}, got ${text(actual)}`);
   }
 }
 
