@@ -87,6 +87,10 @@ print(attempts[-1].get("resumed_from", "") if len(attempts) > 1 else "")')"
 [[ "$(state "${VICTIM}")" == SUCCEEDED ]] || fail "job ${VICTIM} did not succeed"
 echo "job ${VICTIM} resumed from ${resumed} and succeeded"
 show checkpoints "${VICTIM}"
+out="$(show logs "${VICTIM}" --attempt 1)" || fail "logs failed"
+echo "${out}"
+grep -q "STOP_REQUESTED ty-${VICTIM}-1 .*reason=preemption" <<<"${out}" ||
+  fail "attempt 1's output does not show its preemption"
 
 step "5. Wait for the rest"
 for id in "${URGENT}" "${TRAIN[@]}"; do

@@ -654,6 +654,94 @@ class JobServiceImpl final
                     });
   }
 
+  TY_RPC(GetLogs, trainyard::v1::GetJobLogsRequest, trainyard::v1::JobLogs) {
+    return RunOnJob(
+        context, "GetLogs", *request, request->name(), "name",
+        Permission::kRead, JobTokens::kRefused,
+        [&](const Caller&, const domain::JobName& name) -> absl::Status {
+          if (request->attempt() < 0) {
+            return domain::FieldError("attempt", "INVALID_VALUE",
+                                      "must be 0 (the newest) or more");
+          }
+          if (request->offset() < 0) {
+            return domain::FieldError("offset", "INVALID_VALUE",
+                                      "must be 0 or more");
+          }
+          TY_ASSIGN_OR_RETURN(const Job job,
+                              ctx_->jobs->Get(name.tenant, name.job_id,
+                                              /*with_attempts=*/true));
+          return Logs(job, name.job_id, request->attempt(), request->offset(),
+                      response);
+        });
+  }
+
+  // GetLogs of attempt `index` (0: the newest) of `job` from byte `offset`.
+  absl::Status Logs(const Job& job, int64_t job_id, int32_t index,
+                    int64_t offset, trainyard::v1::JobLogs* response) {
+    response->set_job(job.name());
+    if (job.attempts_size() == 0) {
+      if (index > 0) {
+        return domain::FieldError("attempt", "OUT_OF_RANGE",
+                                  "the job has no attempt yet");
+      }
+      response->set_unavailable_reason(
+          absl::StrCat("the job has not run yet (it is ",
+                       std::string(domain::StateName(job.state())), ")"));
+      return absl::OkStatus();
+    }
+    const trainyard::v1::Attempt* attempt = nullptr;
+    for (const trainyard::v1::Attempt& a : job.attempts()) {
+      if (index == 0 ? (attempt == nullptr || a.index() > attempt->index())
+                     : a.index() == index) {
+        attempt = &a;
+      }
+    }
+    if (attempt == nullptr) {
+      return domain::FieldError(
+          "attempt", "OUT_OF_RANGE",
+          absl::StrCat("the job has ", job.attempts_size(), " attempts"));
+    }
+    response->set_attempt(attempt->index());
+    response->set_backend_job_name(attempt->backend_job_name());
+    TY_ASSIGN_OR_RETURN(
+        const std::optional<storage::postgres::JobStore::AttemptLog> log,
+        ctx_->jobs->GetAttemptLog(job_id, attempt->index()));
+    if (!log.has_value()) {
+      if (attempt->has_end_time()) {
+        response->set_complete(true);
+        response->set_unavailable_reason(
+            "no output was copied of this attempt (its dispatcher copies "
+            "none, or it ended before it ran)");
+      }
+      return absl::OkStatus();
+    }
+    const int64_t kept_from =
+        log->size - static_cast<int64_t>(log->data.size());
+    int64_t start = std::max(offset, kept_from);
+    std::string_view bytes;
+    if (start < log->size) {
+      bytes = std::string_view(log->data).substr(
+          static_cast<size_t>(start - kept_from));
+      // Where the kept bytes were cut, skip the rest of a cut character.
+      if (start == kept_from && kept_from > offset) {
+        while (!bytes.empty() && (bytes.front() & 0xc0) == 0x80 &&
+               start - kept_from < 3) {
+          bytes.remove_prefix(1);
+          ++start;
+        }
+      }
+    } else {
+      start = log->size;
+    }
+    response->set_text(domain::ToValidUtf8(bytes));
+    response->set_start_offset(start);
+    response->set_end_offset(log->size);
+    response->set_complete(log->complete);
+    response->set_unavailable_reason(log->error);
+    *response->mutable_update_time() = ToProtoTime(log->update_time);
+    return absl::OkStatus();
+  }
+
   // ExplainPending of the job `name`.
   absl::Status Explain(const domain::JobName& name,
                        trainyard::v1::ExplainPendingResponse* response) {

@@ -78,6 +78,14 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(
     return absl::InvalidArgumentError("cluster: required");
   if (adapter == nullptr)
     return absl::InvalidArgumentError("adapter: required");
+  if (options.log_tail_bytes < 0 || options.log_tail_bytes > (64 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_tail_bytes: ", options.log_tail_bytes,
+                     " is not in 0..67108864 (64 MiB)"));
+  }
+  if (options.log_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("log_interval: negative");
+  }
   std::unique_ptr<Dispatcher> d(new Dispatcher(std::move(options), adapter));
   absl::StatusOr<std::unique_ptr<pg::Database>> db =
       pg::Database::Open({.url = d->options_.postgres_url,
@@ -355,6 +363,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
     // or its claim lost a race.
     if (a.job.state() == v1::JOB_STATE_ADMITTED) continue;
     auto it = by_name.find(a.attempt.backend_job_name());
+    if (it != by_name.end()) CopyLog(a, *it->second, report);
     absl::Status s =
         Follow(a, it == by_name.end() ? nullptr : it->second, report);
     if (absl::IsAborted(s)) {
@@ -373,6 +382,9 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
   std::set<std::string> followed;
   for (const pg::ClusterAttempt& a : *attempts)
     followed.insert(a.attempt.backend_job_name());
+  absl::erase_if(log_copied_, [&](const auto& entry) {
+    return !followed.contains(entry.first);
+  });
   for (const AttemptStatus& s : *backend) {
     if (!IsTerminal(s.phase) || followed.contains(s.name)) continue;
     if (absl::Status d = adapter_->Delete(s.name);
@@ -622,6 +634,49 @@ absl::StatusOr<std::string> Dispatcher::CancelledMessage(
   if (!requested.ok()) return requested.status();
   if (requested->empty()) return stopped;
   return absl::StrCat(*requested, "; ", stopped);
+}
+
+void Dispatcher::CopyLog(const pg::ClusterAttempt& a,
+                         const AttemptStatus& status, PassReport& report) {
+  const int64_t keep = options_.log_tail_bytes;
+  if (keep <= 0 || a.log_complete) return;
+  const bool ended = IsTerminal(status.phase);
+  if (!ended && status.phase != AttemptPhase::kRunning) return;
+  const std::string& name = a.attempt.backend_job_name();
+  const absl::Time now = absl::Now();
+  absl::Time& last = log_copied_[name];
+  if (!ended && now - last < options_.log_interval) return;
+  last = now;
+  pg::LogAppend append{.job_id = JobIdOf(a.job),
+                       .attempt = a.attempt.index(),
+                       .expected_size = a.log_size,
+                       .offset = a.log_size};
+  absl::StatusOr<LogChunk> chunk = adapter_->ReadLog(name, a.log_size, keep);
+  if (chunk.ok() && chunk->size - chunk->offset > keep) {
+    // More is new than is kept: read only the newest `keep` bytes.
+    chunk = adapter_->ReadLog(name, chunk->size - keep, keep);
+  }
+  if (chunk.ok()) {
+    if (chunk->data.empty() && !ended && a.log_error.empty()) return;
+    append.offset = std::max(chunk->offset, a.log_size);
+    append.data = std::move(chunk->data);
+    append.complete = ended;
+  } else if (absl::IsUnavailable(chunk.status()) ||
+             absl::IsDeadlineExceeded(chunk.status()) ||
+             absl::IsNotFound(chunk.status())) {
+    return;  // Tried again next time.
+  } else {
+    append.error = std::string(chunk.status().message());
+    append.complete = ended;
+    if (append.error == a.log_error && !ended) return;
+  }
+  absl::StatusOr<bool> applied = jobs_->AppendLog(append, keep);
+  if (!applied.ok()) {
+    Log(LogLevel::kWarning, "dispatcher: output not copied",
+        {{"attempt", name}, {"error", applied.status()}});
+  } else if (*applied) {
+    ++report.logs_copied;
+  }
 }
 
 absl::Status Dispatcher::End(const pg::ClusterAttempt& a,

@@ -73,6 +73,13 @@ struct DispatcherOptions {
   absl::Duration job_token_ttl = absl::Hours(24 * 7);
   absl::Duration job_token_margin = absl::Hours(1);
 
+  // Attempts' output (Adapter::ReadLog), copied to PostgreSQL for the api's
+  // GetLogs: the newest log_tail_bytes of each attempt are kept (0: no
+  // copying), a running attempt's new output at most every log_interval,
+  // and all of it once when the attempt ends.
+  int64_t log_tail_bytes = 1 << 20;
+  absl::Duration log_interval = absl::Seconds(5);
+
   // Fault injection, for crash tests only (docs/dispatcher.md, "Crash
   // safety"): when > 0, the process kills itself with SIGKILL right after
   // its Nth successful Adapter::Launch, before the pass records anything of
@@ -100,6 +107,8 @@ struct PassReport {
   int cancelled = 0;
   int stops = 0;
   int checkpoints = 0;
+  // Attempts whose output (or why it cannot be read) was copied.
+  int logs_copied = 0;
   int nodes_reported = 0;
   // Changes that lost a version race (re-examined next pass).
   int conflicts = 0;
@@ -144,6 +153,9 @@ class Dispatcher {
   absl::Status RecordCheckpoints(const storage::postgres::ClusterAttempt& a,
                                  const AttemptStatus& status,
                                  PassReport& report);
+  // Copies the attempt's new output (DispatcherOptions::log_tail_bytes).
+  void CopyLog(const storage::postgres::ClusterAttempt& a,
+               const AttemptStatus& status, PassReport& report);
   absl::Status End(const storage::postgres::ClusterAttempt& a,
                    const AttemptStatus& status, PassReport& report);
   // The message a cancelled job ends with: the user's cancel request
@@ -188,6 +200,9 @@ class Dispatcher {
   // Changes of the running pass (only the leader's loop or a test's RunPass
   // touches it; passes never overlap).
   std::vector<Deferred> deferred_;
+  // When each followed attempt's output was last copied, by backend name
+  // (only the pass touches it).
+  absl::flat_hash_map<std::string, absl::Time> log_copied_;
   // Passes failed in a row while active (only the leader loop touches it).
   int failed_passes_ = 0;
   // Successful launches so far, counted only while

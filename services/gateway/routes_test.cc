@@ -100,6 +100,8 @@ TEST(RouteTableTest, MatchesTheMostSpecificRouteAndNamesTheAllowedMethods) {
       {"GET", "/v1/tenants/acme/jobs/42", "/trainyard.v1.JobService/Get"},
       {"GET", "/v1/tenants/acme/jobs/42:explain",
        "/trainyard.v1.JobService/ExplainPending"},
+      {"GET", "/v1/tenants/acme/jobs/42/logs",
+       "/trainyard.v1.JobService/GetLogs"},
       {"GET", "/v1/tenants/acme/jobs:watch", "/trainyard.v1.JobService/Watch"},
       {"GET", "/v1/tenants/acme/jobs", "/trainyard.v1.JobService/List"},
       {"POST", "/v1/tenants/acme/jobs", "/trainyard.v1.JobService/Submit"},

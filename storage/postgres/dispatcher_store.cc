@@ -22,10 +22,29 @@ DispatcherStore::DispatcherStore(Database* db) : db_(db) {
       "cluster_attempts",
       absl::StrCat(
           "SELECT ", JobColumns(),
-          ", a.body FROM jobs JOIN LATERAL (SELECT cluster, body FROM attempts "
-          "WHERE job_id = jobs.id ORDER BY idx DESC LIMIT 1) a ON true "
+          ", coalesce(l.log_size, 0), coalesce(l.log_complete, false), "
+          "coalesce(l.log_error, ''), a.body FROM jobs JOIN LATERAL (SELECT "
+          "idx, cluster, body FROM attempts WHERE job_id = jobs.id ORDER BY "
+          "idx DESC LIMIT 1) a ON true LEFT JOIN LATERAL (SELECT size AS "
+          "log_size, complete AS log_complete, error AS log_error FROM "
+          "attempt_logs WHERE job_id = jobs.id AND attempt = a.idx) l ON true "
           "WHERE jobs.state IN (2, 3, 4, 8, 9) AND a.cluster = $1 ORDER BY "
           "jobs.id"));
+  // $1 job, $2 attempt, $3 expected size, $4 offset, $5 data, $6 complete,
+  // $7 error, $8 bytes kept. An append at the stored size extends the kept
+  // bytes; one past it (bytes skipped) replaces them.
+  db_->Prepare(
+      "attempt_log_append",
+      "INSERT INTO attempt_logs AS l (job_id, attempt, size, data, complete, "
+      "error, update_time) VALUES ($1, $2, $4::bigint + length($5::bytea), "
+      "substring($5::bytea from greatest(1, length($5::bytea) - $8::int + "
+      "1)), $6::boolean, $7::text, now()) ON CONFLICT (job_id, attempt) DO "
+      "UPDATE SET "
+      "size = EXCLUDED.size, data = CASE WHEN $4::bigint = l.size THEN "
+      "substring(l.data || $5::bytea from greatest(1, length(l.data) + "
+      "length($5::bytea) - $8::int + 1)) ELSE EXCLUDED.data END, complete = "
+      "EXCLUDED.complete, error = EXCLUDED.error, update_time = now() WHERE "
+      "l.size = $3::bigint AND NOT l.complete RETURNING l.size");
   db_->Prepare("attempts_latest_rows",
                "SELECT DISTINCT ON (job_id) job_id, idx, body FROM attempts "
                "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, idx DESC");
@@ -46,8 +65,12 @@ absl::StatusOr<std::vector<ClusterAttempt>> DispatcherStore::ClusterAttempts(
     out.clear();
     for (const pqxx::row& row :
          txn.exec_prepared("cluster_attempts", cluster)) {
-      ClusterAttempt a{.job = RowToJob(row)};
-      a.attempt.ParseFromString(BytesOf(row[row.size() - 1]));
+      const int n = static_cast<int>(row.size());
+      ClusterAttempt a{.job = RowToJob(row),
+                       .log_size = row[n - 4].as<int64_t>(),
+                       .log_complete = row[n - 3].as<bool>(),
+                       .log_error = row[n - 2].as<std::string>()};
+      a.attempt.ParseFromString(BytesOf(row[n - 1]));
       out.push_back(std::move(a));
     }
     return absl::OkStatus();
@@ -175,6 +198,20 @@ DispatcherStore::NewestEvent(const char* statement, int64_t job_id,
   });
   if (!s.ok()) return s;
   return out;
+}
+
+absl::StatusOr<bool> DispatcherStore::AppendLog(const LogAppend& a,
+                                                int64_t keep_bytes) {
+  bool applied = false;
+  absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    pqxx::result r = txn.exec_prepared(
+        "attempt_log_append", a.job_id, a.attempt, a.expected_size, a.offset,
+        Bytea(a.data), a.complete, a.error, keep_bytes);
+    applied = !r.empty();
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return applied;
 }
 
 absl::StatusOr<std::optional<absl::Time>> DispatcherStore::StateEnteredAt(

@@ -22,6 +22,27 @@ namespace trainyard::storage::postgres {
 struct ClusterAttempt {
   trainyard::v1::Job job;
   trainyard::v1::Attempt attempt;
+  // What the dispatcher copied of the attempt's output so far (attempt_logs):
+  // bytes read, whether that is all of it, and why it cannot be read.
+  int64_t log_size = 0;
+  bool log_complete = false;
+  std::string log_error;
+};
+
+// A piece of an attempt's output to keep (DispatcherStore::AppendLog).
+struct LogAppend {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  // ClusterAttempt::log_size as read: the append applies only at that size.
+  int64_t expected_size = 0;
+  // Where `data` starts in the output: expected_size, or later when the
+  // bytes between were skipped (more than the tail kept was new).
+  int64_t offset = 0;
+  std::string data;
+  // Nothing more will come (the attempt ended and its output was read).
+  bool complete = false;
+  // Why the output cannot be read ('' when it can).
+  std::string error;
 };
 
 // A transition of a job and what its newest attempt records with it.
@@ -72,6 +93,11 @@ class DispatcherStore {
   // A database error fails the whole batch (nothing applied).
   absl::StatusOr<std::vector<absl::StatusOr<trainyard::v1::Job>>>
   ChangeAttempts(const std::vector<AttemptChange>& changes);
+
+  // Appends to the attempt's kept output, keeping its newest `keep_bytes`,
+  // unless its stored size is not append.expected_size or it is complete
+  // (another dispatcher got there first): returns whether it applied.
+  absl::StatusOr<bool> AppendLog(const LogAppend& append, int64_t keep_bytes);
 
   // When the job last entered `state`, from its outbox events (the newest
   // 100); nullopt if none of them is a change into `state`.

@@ -101,6 +101,11 @@ JobStore::JobStore(Database* db) : db_(db) {
       "checkpoint_max_step",
       "SELECT coalesce(max(step), -1) FROM checkpoints WHERE job_id = $1");
   db_->Prepare("job_costs", JobCostsQuery());
+  db_->Prepare("attempt_log_get",
+               absl::StrCat("SELECT size, data, complete, error, ",
+                            EpochMicros("update_time"),
+                            " FROM attempt_logs WHERE job_id = $1 AND "
+                            "attempt = $2"));
   db_->Prepare("checkpoints_list",
                absl::StrCat("SELECT id, body, ", EpochMicros("report_time"),
                             " FROM checkpoints WHERE job_id = $1 AND id < $2 "
@@ -626,6 +631,24 @@ absl::StatusOr<JobStore::CheckpointPage> JobStore::ListCheckpoints(
     return absl::NotFoundError(
         absl::StrCat(JobName(tenant, job_id), " not found"));
   return page;
+}
+
+absl::StatusOr<std::optional<JobStore::AttemptLog>> JobStore::GetAttemptLog(
+    int64_t job_id, int32_t attempt) {
+  std::optional<AttemptLog> out;
+  absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    out.reset();
+    pqxx::result r = txn.exec_prepared("attempt_log_get", job_id, attempt);
+    if (r.empty()) return absl::OkStatus();
+    out = AttemptLog{.size = r[0][0].as<int64_t>(),
+                     .data = BytesOf(r[0][1]),
+                     .complete = r[0][2].as<bool>(),
+                     .error = r[0][3].as<std::string>(),
+                     .update_time = TimeOf(r[0][4])};
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<PendingPosition> JobStore::Position(const std::string& tenant,

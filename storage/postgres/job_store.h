@@ -182,6 +182,20 @@ class JobStore {
   // Highest committed event sequence (0 if none).
   absl::StatusOr<uint64_t> LastEventSequence();
 
+  // The output a dispatcher copied of one attempt (attempt_logs); nullopt
+  // when nothing has been copied yet.
+  struct AttemptLog {
+    // Bytes of output read so far; `data` holds the newest of them, ending
+    // at this offset.
+    int64_t size = 0;
+    std::string data;
+    bool complete = false;
+    std::string error;
+    absl::Time update_time;
+  };
+  absl::StatusOr<std::optional<AttemptLog>> GetAttemptLog(int64_t job_id,
+                                                          int32_t attempt);
+
   // The scheduler's explanation of a job, if it wrote one.
   absl::StatusOr<std::optional<Explanation>> GetExplanation(int64_t job_id);
 

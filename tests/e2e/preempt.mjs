@@ -3,7 +3,7 @@
 // preempts lower priority within itself) and checkpoints; a job of class "high" (100) arrives
 // in the same queue. The open page, never reloaded, shows attempt 1 ended by the preemption and
 // attempt 2 resumed from the checkpoint the REST API names, after the high job ran.
-import { apiOk, check, checkEq, env, jobId, log, newPage, scenario, settle, shot, signIn, submit, visit, waitFor } from './lib.mjs';
+import { apiOk, axe, check, checkEq, env, jobId, log, newPage, scenario, settle, shot, signIn, submit, visit, waitFor } from './lib.mjs';
 
 await scenario('preempt', async (browser) => {
   const token = env('E2E_TOKEN_DEMO');
@@ -71,6 +71,32 @@ await scenario('preempt', async (browser) => {
   await waitFor(async () => (await get(low)).state === 'JOB_STATE_SUCCEEDED', { timeout: 90_000, what: `job ${low} succeeded` });
   await page.getByRole('heading', { level: 1 }).filter({ hasText: /succeeded/i }).waitFor({ timeout: 15_000 });
   checkEq((await get(high)).state, 'JOB_STATE_SUCCEEDED', `job ${high} state`);
+
+  // Logs: the panel follows the newest attempt until its output is complete, and shows any
+  // attempt's (the sim's output of an attempt is its own events, one line each).
+  const logs = page.getByTestId('job-logs');
+  await waitFor(async () => new RegExp(`SUCCEEDED ty-${low}-2\\b`).test(await logs.innerText()), {
+    timeout: 20_000,
+    what: `attempt 2's output up to its end, on the page`,
+  });
+  const shown2 = await logs.innerText();
+  check(new RegExp(`STARTED ty-${low}-2\\b`).test(shown2), `attempt 2's output: ${shown2}`);
+  const rest2 = await apiOk(token, 'GET', `tenants/demo/jobs/${low}/logs?attempt=2`);
+  check(rest2.complete === true, 'REST: attempt 2 output complete');
+  checkEq(shown2.trimEnd(), rest2.text.trimEnd(), 'attempt 2 output, page against REST');
+  await page.getByTestId('logs-attempt').selectOption('1');
+  await waitFor(async () => new RegExp(`CANCELLED ty-${low}-1 PREEMPTED`).test(await logs.innerText()), {
+    timeout: 10_000,
+    what: `attempt 1's output, ending preempted`,
+  });
+  const shown1 = await logs.innerText();
+  log('attempt 1 output:', shown1.replace(/\n/g, ' | '));
+  for (const what of [`STARTED ty-${low}-1`, `CHECKPOINT ty-${low}-1 sim://ty-${low}-1/step-`, `STOP_REQUESTED ty-${low}-1 grace=1s reason=preemption`]) {
+    check(shown1.includes(what), `attempt 1's output lacks "${what}": ${shown1}`);
+  }
+  await page.getByRole('heading', { name: 'Logs' }).scrollIntoViewIfNeeded();
+  await shot(page, 'job-logs');
+  await axe(page, 'job page with logs');
   await settle(page);
   check(page.e2e.pageErrors.length === 0, `page errors: ${page.e2e.pageErrors.join('; ')}`);
 });

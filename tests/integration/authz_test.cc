@@ -712,6 +712,9 @@ std::vector<Row> JobRows() {
   tenant_row("ExplainPending", Need::kViewer,
              CallsOn(&Env::jobs, &JobStub::ExplainPending,
                      [](const Call& c) { return c.env->JobOf(c.tenant); }));
+  tenant_row("GetLogs", Need::kViewer,
+             CallsOn(&Env::jobs, &JobStub::GetLogs,
+                     [](const Call& c) { return c.env->JobOf(c.tenant); }));
   // "tenants/-": every tenant the caller can read, and nothing else.
   rows.push_back(Row{"JobService", "List", "all_tenants", false, false, nullptr,
                      AnyAuthenticated(),

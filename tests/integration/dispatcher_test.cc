@@ -105,10 +105,34 @@ class DispatcherTest : public ::testing::Test {
         Dispatcher::Create({.postgres_url = harness_->database_url(),
                             .cluster = "sim",
                             .api_advertise_addr = harness_->target(),
-                            .job_tokens = keys_},
+                            .job_tokens = keys_,
+                            .log_interval = absl::ZeroDuration()},
                            sim_.get());
     ASSERT_TRUE(d.ok()) << d.status();
     dispatcher_ = std::move(*d);
+  }
+
+  // JobService.GetLogs of attempt `attempt` of job `id` from `offset`.
+  grpc::Status Logs(int64_t id, int32_t attempt, int64_t offset,
+                    v1::JobLogs* out) {
+    v1::GetJobLogsRequest req;
+    req.set_name(absl::StrCat("tenants/acme/jobs/", id));
+    req.set_attempt(attempt);
+    req.set_offset(offset);
+    return harness_->jobs()->GetLogs(ApiHarness::Context(token_).get(), req,
+                                     out);
+  }
+
+  // The sim's events of attempt `name` since the last call (others are
+  // dropped), as the lines of its output.
+  std::string SimOutput(const std::string& name) {
+    std::string out;
+    for (const dispatcher::sim::SimEvent& e : sim_->DrainEvents()) {
+      if (e.subject == name) {
+        absl::StrAppend(&out, dispatcher::sim::FormatSimEvent(e), "\n");
+      }
+    }
+    return out;
   }
 
   v1::SubmitJobRequest Job(const std::string& request_id, int workers,
@@ -239,6 +263,121 @@ TEST_F(DispatcherTest, RunsAJobToSuccessRecordingCheckpoints) {
   // The backend forgot it once recorded.
   EXPECT_TRUE(
       absl::IsNotFound(sim_->Status(absl::StrCat("ty-", id, "-1")).status()));
+}
+
+TEST_F(DispatcherTest, CopiesEachAttemptsOutputForGetLogs) {
+  const int64_t queued = Submit(Job("waits", 1, "60s"));
+  {
+    v1::HoldJobRequest hold;
+    hold.set_name(absl::StrCat("tenants/acme/jobs/", queued));
+    v1::Job held;
+    ASSERT_TRUE(harness_->jobs()
+                    ->Hold(ApiHarness::Context(token_).get(), hold, &held)
+                    .ok());
+  }
+  const int64_t id = Submit(Job("logs", 1, "60s", "20s"));
+  const std::string name = absl::StrCat("ty-", id, "-1");
+  Step();  // dispatched; the sim starts it at once
+  Step();  // the first pass that lists it copies its output
+  std::string expected = SimOutput(name);
+  ASSERT_THAT(expected, ::testing::HasSubstr("STARTED " + name));
+  v1::JobLogs logs;
+  ASSERT_TRUE(Logs(id, 0, 0, &logs).ok());
+  EXPECT_EQ(logs.job(), absl::StrCat("tenants/acme/jobs/", id));
+  EXPECT_EQ(logs.attempt(), 1);
+  EXPECT_EQ(logs.backend_job_name(), name);
+  EXPECT_EQ(logs.text(), expected);
+  EXPECT_EQ(logs.start_offset(), 0);
+  EXPECT_EQ(logs.end_offset(), static_cast<int64_t>(expected.size()));
+  EXPECT_FALSE(logs.complete());
+  EXPECT_TRUE(logs.unavailable_reason().empty());
+  EXPECT_TRUE(logs.has_update_time());
+
+  // Two checkpoints later: following from the end gives only what is new.
+  clock_.Advance(absl::Seconds(45));
+  Step();
+  const int64_t followed_from = logs.end_offset();
+  const std::string more = SimOutput(name);
+  ASSERT_THAT(more, ::testing::HasSubstr("CHECKPOINT " + name));
+  expected += more;
+  ASSERT_TRUE(Logs(id, 1, followed_from, &logs).ok());
+  EXPECT_EQ(logs.start_offset(), followed_from);
+  EXPECT_EQ(logs.text(), more);
+  EXPECT_EQ(logs.end_offset(), static_cast<int64_t>(expected.size()));
+
+  // Its end: all of it, complete, and it stays after the sim forgot it.
+  clock_.Advance(absl::Seconds(20));
+  Step();
+  Step();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(absl::IsNotFound(sim_->Status(name).status()));
+  expected += SimOutput(name);
+  ASSERT_THAT(expected, ::testing::HasSubstr("SUCCEEDED " + name));
+  ASSERT_TRUE(Logs(id, 0, 0, &logs).ok());
+  EXPECT_EQ(logs.text(), expected);
+  EXPECT_TRUE(logs.complete());
+  // An offset past the end gives nothing.
+  ASSERT_TRUE(Logs(id, 0, logs.end_offset() + 10, &logs).ok());
+  EXPECT_EQ(logs.text(), "");
+  EXPECT_EQ(logs.start_offset(), logs.end_offset());
+
+  // A job that has not run has no attempt to read.
+  ASSERT_TRUE(Logs(queued, 0, 0, &logs).ok());
+  EXPECT_EQ(logs.attempt(), 0);
+  EXPECT_THAT(logs.unavailable_reason(), ::testing::HasSubstr("not run yet"));
+
+  // Bad input names its field.
+  struct Bad {
+    int32_t attempt;
+    int64_t offset;
+    const char* field;
+  } bad[] = {{-1, 0, "attempt"}, {2, 0, "attempt"}, {0, -5, "offset"}};
+  for (const Bad& b : bad) {
+    grpc::Status s = Logs(id, b.attempt, b.offset, &logs);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << b.attempt << " " << b.offset;
+    EXPECT_THAT(s.error_message(), ::testing::StartsWith(b.field));
+  }
+}
+
+TEST_F(DispatcherTest, KeepsOnlyTheNewestOutputAsTold) {
+  constexpr int64_t kKeep = 64;
+  absl::StatusOr<std::unique_ptr<Dispatcher>> d =
+      Dispatcher::Create({.postgres_url = harness_->database_url(),
+                          .cluster = "sim",
+                          .log_tail_bytes = kKeep,
+                          .log_interval = absl::ZeroDuration()},
+                         sim_.get());
+  ASSERT_TRUE(d.ok()) << d.status();
+  dispatcher_ = std::move(*d);
+  const int64_t id = Submit(Job("tail", 1, "30s", "5s"));
+  const std::string name = absl::StrCat("ty-", id, "-1");
+  Step();
+  Step();
+  v1::JobLogs logs;
+  ASSERT_TRUE(Logs(id, 0, 0, &logs).ok());
+  std::string expected = SimOutput(name);
+  ASSERT_GT(expected.size(), static_cast<size_t>(kKeep));
+  EXPECT_EQ(logs.end_offset(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(logs.start_offset(), logs.end_offset() - kKeep);
+  EXPECT_EQ(logs.text(), expected.substr(expected.size() - kKeep));
+  // More than kKeep bytes arrive between two copies: the bytes between are
+  // skipped, the newest kKeep kept.
+  clock_.Advance(absl::Seconds(31));
+  Step();
+  expected += SimOutput(name);
+  ASSERT_TRUE(Logs(id, 0, 0, &logs).ok());
+  EXPECT_TRUE(logs.complete());
+  EXPECT_EQ(logs.end_offset(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(logs.text(), expected.substr(expected.size() - kKeep));
+
+  EXPECT_EQ(Dispatcher::Create({.postgres_url = harness_->database_url(),
+                                .cluster = "sim",
+                                .log_tail_bytes = -1},
+                               sim_.get())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(DispatcherTest,

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -35,7 +36,8 @@ using dispatcher::Dispatcher;
 using dispatcher::slurm::SlurmAdapter;
 
 // A training job: steps 1..TOTAL of one second each, appended to
-// $TRAINYARD_CHECKPOINT_DIR/out as "<step> <attempt>"; a checkpoint every
+// $TRAINYARD_CHECKPOINT_DIR/out as "<step> <attempt>"; what it says about its
+// start, checkpoints and end goes to its stdout and to log; a checkpoint every
 // EVERY steps and when signalled (USR1), then exits; resumes from the step
 // stored in $TRAINYARD_RESUME_FROM. Worker 0 trains; the others idle.
 constexpr char kTrainScript[] = R"sh(
@@ -48,12 +50,12 @@ if [ "$TRAINYARD_WORKER_INDEX" != 0 ]; then
 fi
 step=0
 if [ -n "$TRAINYARD_RESUME_FROM" ]; then step=$(cat "$TRAINYARD_RESUME_FROM"); fi
-echo "attempt $TRAINYARD_ATTEMPT starts after step $step" >> "$dir/log"
+echo "attempt $TRAINYARD_ATTEMPT starts after step $step" | tee -a "$dir/log"
 checkpoint() {
   echo "$step" > "$dir/step-$step"
   echo "{\"step\": $step, \"uri\": \"step-$step\", \"time\": $(date +%s)}" > "$dir/manifest.tmp"
   mv "$dir/manifest.tmp" "$dir/trainyard-checkpoint.json"
-  echo "checkpoint $step attempt $TRAINYARD_ATTEMPT" >> "$dir/log"
+  echo "checkpoint $step attempt $TRAINYARD_ATTEMPT" | tee -a "$dir/log"
 }
 stop=0
 trap 'stop=1' USR1 TERM
@@ -64,7 +66,7 @@ while [ "$step" -lt "$TOTAL" ]; do
   echo "$step $TRAINYARD_ATTEMPT" >> "$dir/out"
   if [ $((step % EVERY)) = 0 ]; then checkpoint; fi
 done
-echo "finished" >> "$dir/log"
+echo "finished" | tee -a "$dir/log"
 touch "$done"
 )sh";
 
@@ -301,6 +303,32 @@ TEST_F(SlurmDispatcherTest,
         << "step " << step;
   }
   EXPECT_EQ(v.attempts(0).lost_gpu_seconds() >= 0, true);
+
+  // Each attempt's output (Slurm's output file, copied by the dispatcher)
+  // holds what the script said on stdout: in order, the lines of its log.
+  std::string said;
+  for (int attempt : {1, 2}) {
+    v1::GetJobLogsRequest req;
+    req.set_name(v.name());
+    req.set_attempt(attempt);
+    v1::JobLogs logs;
+    grpc::Status s = harness_->jobs()->GetLogs(
+        ApiHarness::Context(token_).get(), req, &logs);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(logs.backend_job_name(),
+              v.attempts(attempt - 1).backend_job_name());
+    EXPECT_TRUE(logs.complete()) << logs.DebugString();
+    EXPECT_EQ(logs.unavailable_reason(), "") << logs.DebugString();
+    EXPECT_EQ(logs.start_offset(), 0);
+    EXPECT_EQ(logs.end_offset(), static_cast<int64_t>(logs.text().size()));
+    for (absl::string_view line : absl::StrSplit(logs.text(), '\n')) {
+      if (absl::StartsWith(line, "attempt ") ||
+          absl::StartsWith(line, "checkpoint ") || line == "finished") {
+        absl::StrAppend(&said, line, "\n");
+      }
+    }
+  }
+  EXPECT_EQ(said, internal::ReadFileOrEmpty(dir + "/log"));
 }
 
 // A dispatcher that takes over while a victim is inside its grace period

@@ -504,3 +504,35 @@ def test_invoice_total_equals_cost_of_the_month(yard, stack, tmp_path):
     assert r.code == 2 and "name" in r.err and "01 to 12" in r.err, r
     r = yard("invoice", "--month", month)
     assert r.code == 4 and "PERMISSION_DENIED" in r.err, r
+
+
+def test_logs_of_an_attempt_and_follow(yard, tmp_path):
+    # A finished job: the sim's output of its one attempt is its events, one line each.
+    r = yard("submit", "-f", write_job(tmp_path, "cli-logs"), "--wait", "--timeout", "60", "-q")
+    assert r.code == 0, r
+    job_id = r.out.split("submitted ", 1)[1].split(";", 1)[0].rsplit("/", 1)[-1]
+    out = yard("logs", job_id)
+    assert out.code == 0, out
+    lines = out.out.splitlines()
+    assert [ln.split()[1] for ln in lines] == ["LAUNCHED", "STARTED", "SUCCEEDED"], out.out
+    assert all(ln.split()[2] == f"ty-{job_id}-1" for ln in lines), out.out
+    data = json.loads(yard("logs", job_id, "--attempt", "1", "-o", "json").out)
+    assert data["complete"] is True and data["attempt"] == 1
+    assert data["backend_job_name"] == f"ty-{job_id}-1"
+    assert int(data["end_offset"]) == len(out.out.encode())
+    # Bad input names its field.
+    bad = yard("logs", job_id, "--attempt", "9")
+    assert bad.code == 2 and "attempt" in bad.err, bad
+
+    # --follow from before the job starts until its output is complete.
+    path = write_job(tmp_path, "cli-follow").read_text().replace("SIM_DURATION: 1s",
+                                                                   "SIM_DURATION: 4s")
+    (tmp_path / "follow.yaml").write_text(path)
+    sub = yard("submit", "-f", tmp_path / "follow.yaml", "-o", "json")
+    assert sub.code == 0, sub
+    follow_id = json.loads(sub.out)[0]["name"].rsplit("/", 1)[-1]
+    f = yard("logs", follow_id, "-f", "--timeout", "60")
+    assert f.code == 0, f
+    assert [ln.split()[1] for ln in f.out.splitlines()] == ["LAUNCHED", "STARTED", "SUCCEEDED"], \
+        f.out
+    assert f.out == yard("logs", follow_id).out

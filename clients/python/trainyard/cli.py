@@ -11,7 +11,7 @@ Exit codes (stable; scripts may rely on them):
   5  temporary: UNAVAILABLE (server unreachable), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED
      (rate limited), ABORTED (concurrent change) -- retrying may succeed
   6  a job ended unsuccessfully (FAILED or CANCELLED) under `submit --wait` / `wait`
-  7  `--wait` / `wait` timed out before the job ended
+  7  `--wait` / `wait` timed out before the job ended, `logs --follow` before the output did
   8  the server does not implement the feature (UNIMPLEMENTED, e.g. accounting)
   9  conflict: ALREADY_EXISTS or FAILED_PRECONDITION
   130 interrupted (Ctrl-C)
@@ -380,6 +380,32 @@ def cmd_why(args):
         pairs.append(("Position", f"{r.position_in_queue} of {r.queue_length} pending in its queue"))
     pairs.append(("Evaluated", output.ts(r.evaluate_time) or "not yet"))
     output.kv(pairs)
+    return EXIT_OK
+
+
+def cmd_logs(args):
+    import trainyard
+    from trainyard import output
+    with _client(args) as c:
+        if args.output != "table":
+            output.dump(c.logs(args.job, args.attempt), args.output)
+            return EXIT_OK
+        pieces = c.follow_logs(args.job, args.attempt, timeout=args.timeout) if args.follow \
+            else iter([c.logs(args.job, args.attempt)])
+        first = True
+        try:
+            for r in pieces:
+                if first and r.start_offset > 0:
+                    print(f"(the first {r.start_offset} bytes of attempt {r.attempt}'s output are "
+                          "not kept)", file=sys.stderr)
+                first = False
+                sys.stdout.write(r.text)
+                sys.stdout.flush()
+                if r.unavailable_reason and not r.text:
+                    print(f"no output: {r.unavailable_reason}", file=sys.stderr)
+        except trainyard.WaitTimeout as e:
+            print(f"yard: {e}", file=sys.stderr)
+            return EXIT_TIMEOUT
     return EXIT_OK
 
 
@@ -848,6 +874,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
                     help="give up after this long (exit 7)")
     sp.add_argument("-q", "--quiet", action="store_true", help="no event lines")
+
+    sp = add("logs", cmd_logs, "an attempt's output (stdout and stderr), as the dispatcher "
+             "copied it")
+    sp.add_argument("job", metavar="JOB")
+    sp.add_argument("--attempt", type=int, default=0, metavar="N",
+                    help="attempt N (1-based); default: the newest")
+    sp.add_argument("-f", "--follow", action="store_true",
+                    help="keep printing new output until the attempt ends")
+    sp.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
+                    help="with --follow: give up after this long (exit 7)")
 
     sp = add("why", cmd_why, "why a job is pending, and its position in its queue")
     sp.add_argument("job", metavar="JOB")

@@ -449,6 +449,45 @@ class Client:
                           job_pb2.ExplainPendingRequest(name=self.job_name(job)),
                           "JobService.ExplainPending")
 
+    def logs(self, job: Any, attempt: int = 0, offset: int = 0):
+        """The output of one of the job's attempts (0: the newest) from byte ``offset``
+        (``trainyard.v1.JobLogs``): ``text`` runs from ``start_offset`` to ``end_offset``;
+        ``complete`` once the attempt has ended and all of it was copied."""
+        return self._call(self._jobs.GetLogs,
+                          job_pb2.GetJobLogsRequest(name=self.job_name(job), attempt=attempt,
+                                                    offset=offset),
+                          "JobService.GetLogs")
+
+    def follow_logs(self, job: Any, attempt: int = 0, poll: float = 2.0,
+                    timeout: Optional[float] = None) -> Iterator:
+        """Yields ``JobLogs`` pieces of one attempt (0: the newest when called) as the
+        dispatcher copies them, each from where the last ended, until the attempt's output is
+        complete (or ``timeout`` seconds pass: WaitTimeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def pause(what: str) -> None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"{what} after {timeout:g}s")
+            time.sleep(poll if deadline is None
+                       else max(0.0, min(poll, deadline - time.monotonic())))
+
+        r = self.logs(job, attempt)
+        # Not admitted yet: wait for its first attempt (unless it ended without one).
+        while r.attempt == 0:
+            if self.get(job).state in TERMINAL_STATES:
+                yield r
+                return
+            pause(f"{self.job_name(job)} has not started")
+            r = self.logs(job, attempt)
+        yield r
+        attempt, offset = r.attempt, r.end_offset
+        while not r.complete:
+            pause(f"the output of attempt {attempt} of {self.job_name(job)} is not complete")
+            r = self.logs(job, attempt, offset)
+            offset = r.end_offset
+            if r.text or r.complete:
+                yield r
+
     def report_checkpoint(self, job: Any, *, step: int, uri: str, attempt: int = 0,
                           time_written: Optional[_dt.datetime] = None,
                           metadata: Optional[dict] = None):

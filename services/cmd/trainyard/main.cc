@@ -172,6 +172,12 @@ ABSL_FLAG(std::string, sim_grpc_listen, "",
           "address; empty: not served");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(500),
           "dispatcher: a pass runs at least this often");
+ABSL_FLAG(int64_t, log_tail_bytes, 1 << 20,
+          "dispatcher: the newest bytes of each attempt's output copied to "
+          "PostgreSQL for `yard logs` and the console (0: none)");
+ABSL_FLAG(absl::Duration, log_interval, absl::Seconds(5),
+          "dispatcher: a running attempt's new output is copied at most this "
+          "often (and all of it when the attempt ends)");
 ABSL_FLAG(std::string, backend, "",
           "dispatcher/all: the cluster's backend: sim (--sim_config or "
           "--sim_target; the default) or slurm (--slurm_config)");
@@ -686,6 +692,8 @@ absl::StatusOr<BackendDispatcher> StartDispatcher(
        .job_tokens = api.keys,
        .job_token_ttl = absl::GetFlag(FLAGS_job_token_ttl),
        .job_token_margin = absl::GetFlag(FLAGS_job_token_margin),
+       .log_tail_bytes = absl::GetFlag(FLAGS_log_tail_bytes),
+       .log_interval = absl::GetFlag(FLAGS_log_interval),
        .fault_kill_after_launches = fault_kill_after_launches},
       out.adapter.get());
   if (!dispatcher.ok()) return dispatcher.status();

@@ -77,7 +77,8 @@ absl::StatusOr<BackendJobRef> ParseBackendJobName(std::string_view name,
 std::map<std::string, std::string> AttemptEnv(const LaunchRequest& request) {
   std::map<std::string, std::string> env(request.spec.env().begin(),
                                          request.spec.env().end());
-  env["TRAINYARD_JOB"] = domain::JobResourceName(request.tenant, request.job_id);
+  env["TRAINYARD_JOB"] =
+      domain::JobResourceName(request.tenant, request.job_id);
   env["TRAINYARD_TENANT"] = request.tenant;
   env["TRAINYARD_JOB_ID"] = Cat(request.job_id);
   env["TRAINYARD_ATTEMPT"] = Cat(request.attempt);
@@ -302,6 +303,13 @@ trainyard::v1::Node ToNodeProto(const NodeInventory& node,
   }
   out.set_state_message(node.state_message);
   return out;
+}
+
+absl::StatusOr<LogChunk> Adapter::ReadLog(std::string_view name,
+                                          int64_t /*offset*/,
+                                          int64_t /*max_bytes*/) {
+  return absl::UnimplementedError(
+      Cat("the ", kind(), " backend keeps no output of ", name));
 }
 
 }  // namespace trainyard::dispatcher

@@ -287,6 +287,17 @@ trainyard::v1::Node ToNodeProto(const NodeInventory& node,
 
 // --- The adapter ------------------------------------------------------------
 
+// A piece of an attempt's output (its workers' stdout and stderr as the
+// backend keeps them), read by Adapter::ReadLog.
+struct LogChunk {
+  // Byte offset of `data` in the output: the offset asked for, or later when
+  // the backend no longer keeps the bytes asked for.
+  int64_t offset = 0;
+  std::string data;
+  // The output's size when it was read (bytes written so far).
+  int64_t size = 0;
+};
+
 // Why Stop is called; decides the FailureKind of the stopped attempt.
 enum class StopReason {
   // A user or administrator cancelled the job → kCancelled.
@@ -347,6 +358,15 @@ class Adapter {
   // Every node of the cluster with its pool, flavor, topology, capacity,
   // allocation and state, sorted by name.
   virtual absl::StatusOr<std::vector<NodeInventory>> Inventory() = 0;
+
+  // Reads up to `max_bytes` (> 0) of attempt `name`'s output from byte
+  // `offset` (>= 0) on; an offset at or past the end gives no data. Pending
+  // attempts have an empty output. NOT_FOUND for an unknown (or deleted)
+  // attempt; UNIMPLEMENTED where the backend keeps no output;
+  // FAILED_PRECONDITION when the output exists but cannot be read from here
+  // (the message says where it is and why). The default keeps no output.
+  virtual absl::StatusOr<LogChunk> ReadLog(std::string_view name,
+                                           int64_t offset, int64_t max_bytes);
 
   // When the backend's state next changes by itself (an attempt starts or
   // ends, a checkpoint lands), where the adapter knows it in advance (the

@@ -196,6 +196,9 @@ absl::Status ValidateRoleBinding(const trainyard::v1::RoleBinding& binding);
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates, or code
 // points above U+10FFFF).
 bool IsValidUtf8(std::string_view s);
+// `s` with every byte that does not belong to a well-formed UTF-8 sequence
+// replaced by U+FFFD, one per such byte.
+std::string ToValidUtf8(std::string_view s);
 // Whether `s` can be stored as PostgreSQL text: valid UTF-8 and no NUL byte
 // (PostgreSQL refuses the first and cuts text at the second).
 bool IsStorableText(std::string_view s);

@@ -999,5 +999,30 @@ TEST(PageSizeTest, Resolve) {
   ExpectFieldError(ResolvePageSize(-1).status(), "page_size", "OUT_OF_RANGE");
 }
 
+TEST(ToValidUtf8Test, ReplacesEachByteOutsideAWellFormedSequence) {
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  struct Case {
+    std::string in, out;
+  } cases[] = {
+      {"", ""},
+      {"plain ascii\n", "plain ascii\n"},
+      {"\xE2\x82\xAC 5", "\xE2\x82\xAC 5"},      // €, kept
+      {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},  // U+1F600, kept
+      {"a\xFF"
+       "b",
+       "a" + r + "b"},                      // never UTF-8
+      {"\xE2\x82", r + r},                  // € cut short
+      {"\x82\xAC tail", r + r + " tail"},   // € cut at its head
+      {"\xC0\xAF", r + r},                  // overlong '/'
+      {"\xED\xA0\x80", r + r + r},          // a surrogate
+      {"\xF4\x90\x80\x80", r + r + r + r},  // above U+10FFFF
+      {std::string("nul\0ok", 6), std::string("nul\0ok", 6)},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ToValidUtf8(c.in), c.out) << c.in;
+    EXPECT_TRUE(IsValidUtf8(ToValidUtf8(c.in)));
+  }
+}
+
 }  // namespace
 }  // namespace trainyard::domain

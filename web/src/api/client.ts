@@ -8,6 +8,7 @@ import type {
   ListJobsResponse,
   SubmitJobResponse,
   ExplainPendingResponse,
+  JobLogs,
   ListCheckpointsResponse,
   WatchJobsResponse,
   JobEvent,
@@ -167,6 +168,9 @@ export const explainPending = (name: string) =>
   request<ExplainPendingResponse>(`${namePath(name)}:explain`);
 export const listCheckpoints = (name: string) =>
   request<ListCheckpointsResponse>(`${namePath(name)}/checkpoints`, { query: { pageSize: 100 } });
+/** An attempt's output (0: the newest attempt) from byte `offset` on. */
+export const getJobLogs = (name: string, attempt: number, offset: string, signal?: AbortSignal) =>
+  request<JobLogs>(`${namePath(name)}/logs`, { query: { attempt, offset }, signal });
 export type JobAction = 'cancel' | 'hold' | 'release';
 export const jobAction = (name: string, action: JobAction, reason: string) =>
   request<Job>(`${namePath(name)}:${action}`, { method: 'POST', body: { reason } });

@@ -28,6 +28,7 @@ import { Empty, ErrorBox, Loading } from '../components/States';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { WatchIndicator, useWatch } from '../components/useWatch';
 import { ACTION_LABEL, actionApplies } from '../components/jobActions';
+import { JobLogsPanel } from './JobLogs';
 
 export function JobPage() {
   const { tenant = '', jobId = '' } = useParams();
@@ -375,14 +376,7 @@ export function JobPage() {
             </div>
           )}
         </section>
-        <section className="card" aria-labelledby="logs-h">
-          <h2 id="logs-h">Logs</h2>
-          <p>
-            The Trainyard API does not serve job logs: they stay on the cluster that ran each attempt. Look them up there
-            by the backend job name (<span className="mono">ty-{jobId}-&lt;attempt&gt;</span>
-            {job.attempts?.at(-1)?.backendJobId ? `, last backend id ${job.attempts.at(-1)?.backendJobId}` : ''}).
-          </p>
-        </section>
+        <JobLogsPanel name={name} attempts={(job.attempts ?? []).map((a) => a.index ?? 0)} />
       </div>
 
       <section className="card" aria-labelledby="ev-h">

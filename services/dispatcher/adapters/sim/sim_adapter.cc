@@ -554,7 +554,20 @@ void SimAdapter::RecoverNodeLocked(int index, absl::Time t) {
 
 void SimAdapter::LogLocked(absl::Time t, SimEventType type, std::string subject,
                            std::string detail) {
-  events_.push_back(SimEvent{t, type, std::move(subject), std::move(detail)});
+  SimEvent& e = events_.emplace_back(
+      SimEvent{t, type, std::move(subject), std::move(detail)});
+  if (type < SimEventType::kNodeFailed) {
+    if (auto it = attempts_.find(e.subject); it != attempts_.end()) {
+      Attempt& a = it->second;
+      a.output += FormatSimEvent(e);
+      a.output += '\n';
+      if (a.output.size() > kMaxOutputBytes) {
+        const size_t drop = a.output.size() - kMaxOutputBytes;
+        a.output.erase(0, drop);
+        a.output_start += static_cast<int64_t>(drop);
+      }
+    }
+  }
   while (events_.size() > kMaxEvents) events_.pop_front();
 }
 
@@ -769,6 +782,26 @@ absl::StatusOr<AttemptStatus> SimAdapter::Status(std::string_view name) {
   absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
   if (!found.ok()) return found.status();
   return (*found)->status;
+}
+
+absl::StatusOr<LogChunk> SimAdapter::ReadLog(std::string_view name,
+                                             int64_t offset,
+                                             int64_t max_bytes) {
+  if (offset < 0) return absl::InvalidArgumentError("offset: negative");
+  if (max_bytes <= 0) return absl::InvalidArgumentError("max_bytes: not > 0");
+  absl::MutexLock lock(&mu_);
+  NowLocked();
+  absl::StatusOr<Attempt*> found = FindAttemptLocked(name);
+  if (!found.ok()) return found.status();
+  const Attempt& a = **found;
+  LogChunk chunk;
+  chunk.size = a.output_start + static_cast<int64_t>(a.output.size());
+  chunk.offset = std::min(std::max(offset, a.output_start), chunk.size);
+  const auto from = static_cast<size_t>(chunk.offset - a.output_start);
+  chunk.data = a.output.substr(
+      from, static_cast<size_t>(std::min<int64_t>(
+                max_bytes, static_cast<int64_t>(a.output.size() - from))));
+  return chunk;
 }
 
 absl::StatusOr<std::map<std::string, std::string>> SimAdapter::LaunchEnv(

@@ -107,6 +107,8 @@ inline constexpr int kCrashExitCode = 1;
 inline constexpr size_t kMaxEvents = 1 << 16;
 // Checkpoints kept per attempt (the latest ones).
 inline constexpr size_t kMaxCheckpoints = 64;
+// Output kept per attempt (its newest bytes).
+inline constexpr size_t kMaxOutputBytes = 256 << 10;
 // Shortest checkpoint interval.
 inline constexpr absl::Duration kMinCheckpointInterval = absl::Seconds(1);
 
@@ -165,6 +167,10 @@ class SimAdapter final : public Adapter {
   absl::StatusOr<std::vector<AttemptStatus>> List() override;
   absl::Status Delete(std::string_view name) override;
   absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
+  // An attempt's output is its own events (launch, start, checkpoints,
+  // signals, stop requests, its end), one FormatSimEvent line each.
+  absl::StatusOr<LogChunk> ReadLog(std::string_view name, int64_t offset,
+                                   int64_t max_bytes) override;
   // The first event of the agenda (an attempt starting, checkpointing or
   // ending; a node failing or recovering).
   std::optional<absl::Time> NextChange() override;
@@ -260,6 +266,10 @@ class SimAdapter final : public Adapter {
     StopReason stop_reason = StopReason::kCancel;
     // Its key in the agenda, if any.
     std::optional<absl::Time> agenda_time;
+    // Its output (ReadLog): its events as FormatSimEvent lines; the last
+    // kMaxOutputBytes are kept, from byte `output_start` of the output on.
+    std::string output;
+    int64_t output_start = 0;
   };
 
   // Agenda entries: (time, 0 = attempt / 1 = node, attempt seq / node index).

@@ -529,6 +529,52 @@ TEST_F(SimAdapterTest, RecordsPeriodicCheckpoints) {
                                          kStart + absl::Seconds(90)}));
 }
 
+TEST_F(SimAdapterTest, AnAttemptsOutputIsItsOwnEvents) {
+  Launch(Request(1, {"od-0001"}, 8,
+                 {{"SIM_DURATION", "100s"}, {"SIM_CHECKPOINT_EVERY", "30s"}}));
+  Launch(Request(2, {"od-0002"}, 8, {{"SIM_DURATION", "10s"}}));
+  Advance(absl::Seconds(45));
+  const std::string first =
+      "2027-01-15T08:00:00Z LAUNCHED ty-1-1 od-0001\n"
+      "2027-01-15T08:00:00Z STARTED ty-1-1\n"
+      "2027-01-15T08:00:30Z CHECKPOINT ty-1-1 sim://ty-1-1/step-30\n";
+  absl::StatusOr<LogChunk> all = sim_->ReadLog("ty-1-1", 0, 1 << 20);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->data, first);
+  EXPECT_EQ(all->offset, 0);
+  EXPECT_EQ(all->size, static_cast<int64_t>(first.size()));
+  absl::StatusOr<LogChunk> part = sim_->ReadLog("ty-1-1", 10, 5);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->data, first.substr(10, 5));
+  EXPECT_EQ(part->offset, 10);
+  absl::StatusOr<LogChunk> past = sim_->ReadLog("ty-1-1", 1000, 5);
+  ASSERT_TRUE(past.ok()) << past.status();
+  EXPECT_EQ(past->data, "");
+  EXPECT_EQ(past->offset, static_cast<int64_t>(first.size()));
+  absl::StatusOr<LogChunk> other = sim_->ReadLog("ty-2-1", 0, 1 << 20);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->data,
+            "2027-01-15T08:00:00Z LAUNCHED ty-2-1 od-0002\n"
+            "2027-01-15T08:00:00Z STARTED ty-2-1\n"
+            "2027-01-15T08:00:10Z SUCCEEDED ty-2-1\n");
+
+  Advance(absl::Minutes(2));
+  all = sim_->ReadLog("ty-1-1", 0, 1 << 20);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->data,
+            first +
+                "2027-01-15T08:01:00Z CHECKPOINT ty-1-1 sim://ty-1-1/step-60\n"
+                "2027-01-15T08:01:30Z CHECKPOINT ty-1-1 sim://ty-1-1/step-90\n"
+                "2027-01-15T08:01:40Z SUCCEEDED ty-1-1\n");
+  EXPECT_EQ(sim_->ReadLog("ty-1-1", -1, 5).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sim_->ReadLog("ty-1-1", 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sim_->Delete("ty-1-1").ok());
+  EXPECT_EQ(sim_->ReadLog("ty-1-1", 0, 5).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(SimAdapterTest, CheckpointIntervalDefaultsToTheSpecPolicy) {
   LaunchRequest r = Request(1, {"od-0001"}, 8, {{"SIM_DURATION", "50s"}});
   r.spec.mutable_checkpoint()->mutable_interval()->set_seconds(20);

@@ -361,6 +361,18 @@ class SimClusterServer final
     return ToGrpc(sim_->Delete(request->name()));
   }
 
+  grpc::Status ReadAttemptLog(grpc::ServerContext*,
+                              const v1::ReadSimAttemptLogRequest* request,
+                              v1::SimAttemptLog* response) override {
+    absl::StatusOr<LogChunk> chunk =
+        sim_->ReadLog(request->name(), request->offset(), request->max_bytes());
+    if (!chunk.ok()) return ToGrpc(chunk.status());
+    response->set_offset(chunk->offset);
+    response->set_data(std::move(chunk->data));
+    response->set_size(chunk->size);
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListSimNodes(grpc::ServerContext*,
                             const v1::ListSimNodesRequest*,
                             v1::ListSimNodesResponse* response) override {
@@ -531,6 +543,23 @@ absl::Status SimClusterClient::Delete(std::string_view name) {
   google::protobuf::Empty out;
   return FromGrpc(stub_->DeleteAttempt(&context, request, &out),
                   "DeleteAttempt");
+}
+
+absl::StatusOr<LogChunk> SimClusterClient::ReadLog(std::string_view name,
+                                                   int64_t offset,
+                                                   int64_t max_bytes) {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::ReadSimAttemptLogRequest request;
+  request.set_name(std::string(name));
+  request.set_offset(offset);
+  request.set_max_bytes(max_bytes);
+  v1::SimAttemptLog out;
+  grpc::Status status = stub_->ReadAttemptLog(&context, request, &out);
+  if (!status.ok()) return FromGrpc(status, "ReadAttemptLog");
+  return LogChunk{.offset = out.offset(),
+                  .data = std::move(*out.mutable_data()),
+                  .size = out.size()};
 }
 
 absl::StatusOr<std::vector<NodeInventory>> SimClusterClient::Inventory() {

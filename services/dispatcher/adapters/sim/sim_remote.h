@@ -77,6 +77,8 @@ class SimClusterClient final : public Adapter {
   absl::StatusOr<std::vector<AttemptStatus>> List() override;
   absl::Status Delete(std::string_view name) override;
   absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
+  absl::StatusOr<LogChunk> ReadLog(std::string_view name, int64_t offset,
+                                   int64_t max_bytes) override;
 
   // Faults on command.
   absl::Status InjectFault(trainyard::v1::InjectSimFaultRequest::Kind kind,

@@ -139,6 +139,17 @@ TEST_F(SimRemoteTest, LaunchRunsAndCheckpointsLikeTheLocalSim) {
   EXPECT_EQ((*nodes)[0].rack, "r1");
   EXPECT_EQ((*nodes)[1].labels.at("zone"), "z1");
   EXPECT_EQ((*nodes)[1].flavor, "spot");
+  // Its output, through the wire: what the sim itself reads, from an offset.
+  absl::StatusOr<LogChunk> out = client_->ReadLog("ty-7-1", 5, 1 << 20);
+  absl::StatusOr<LogChunk> local_out = sim_->ReadLog("ty-7-1", 5, 1 << 20);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(local_out.ok());
+  EXPECT_EQ(out->data, local_out->data);
+  EXPECT_EQ(out->offset, 5);
+  EXPECT_EQ(out->size, local_out->size);
+  EXPECT_THAT(out->data, ::testing::HasSubstr("CHECKPOINT ty-7-1"));
+  EXPECT_EQ(client_->ReadLog("ty-8-1", 0, 10).status().code(),
+            absl::StatusCode::kNotFound);
 
   clock_.Advance(absl::Minutes(1));
   absl::StatusOr<AttemptStatus> done = client_->Status("ty-7-1");

@@ -1,8 +1,12 @@
 #include "services/dispatcher/adapters/slurm/slurm_adapter.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -445,7 +449,7 @@ absl::StatusOr<AttemptStatus> SlurmAdapter::Launch(
 absl::Status SlurmAdapter::Signal(std::string_view name, int signal) {
   if (signal < 1 || signal > 64) {
     return domain::FieldError("signal", domain::reason::kOutOfRange,
-                            Cat("expected 1..64, got ", signal));
+                              Cat("expected 1..64, got ", signal));
   }
   if (absl::Status s = Poll(/*full=*/false); !s.ok()) return s;
   int64_t id = 0;
@@ -473,7 +477,7 @@ absl::Status SlurmAdapter::Stop(std::string_view name, absl::Duration grace,
                                 StopReason reason) {
   if (grace < absl::ZeroDuration()) {
     return domain::FieldError("grace", domain::reason::kOutOfRange,
-                            "must not be negative");
+                              "must not be negative");
   }
   ProcessDueStops();
   if (absl::Status s = Poll(/*full=*/false); !s.ok()) return s;
@@ -577,6 +581,58 @@ absl::Status SlurmAdapter::Delete(std::string_view name) {
   stops_.erase(std::string(name));
   checkpoints_.erase(std::string(name));
   return absl::OkStatus();
+}
+
+absl::StatusOr<LogChunk> SlurmAdapter::ReadLog(std::string_view name,
+                                               int64_t offset,
+                                               int64_t max_bytes) {
+  if (offset < 0) return absl::InvalidArgumentError("offset: negative");
+  if (max_bytes <= 0) return absl::InvalidArgumentError("max_bytes: not > 0");
+  if (absl::Status s = Poll(/*full=*/false); !s.ok()) return s;
+  std::string path;
+  bool pending = false;
+  {
+    absl::MutexLock l(&mu_);
+    const SlurmJob* job = FindLocked(name);
+    if (job == nullptr || deleted_.contains(name)) {
+      return absl::NotFoundError(Cat("no Slurm job named ", name));
+    }
+    path = job->standard_output;
+    pending = StatusOfLocked(*job).phase == AttemptPhase::kPending;
+  }
+  if (path.empty()) {
+    if (pending) return LogChunk{.offset = 0};
+    return absl::FailedPreconditionError(
+        Cat("Slurm names no output file for ", name));
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT && pending) return LogChunk{.offset = 0};
+    return absl::FailedPreconditionError(
+        Cat("cannot read the output of ", name, " (", path,
+            ") on the dispatcher's host: ", std::strerror(err),
+            "; the dispatcher reads Slurm's output files through the "
+            "cluster's shared filesystem"));
+  }
+  LogChunk chunk;
+  struct stat st {};
+  if (fstat(fd, &st) == 0) chunk.size = st.st_size;
+  chunk.offset = std::min(offset, chunk.size);
+  const int64_t want = std::min(max_bytes, chunk.size - chunk.offset);
+  chunk.data.resize(static_cast<size_t>(want));
+  int64_t got = 0;
+  while (got < want) {
+    const ssize_t n =
+        pread(fd, chunk.data.data() + got, static_cast<size_t>(want - got),
+              chunk.offset + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += n;
+  }
+  close(fd);
+  chunk.data.resize(static_cast<size_t>(got));
+  return chunk;
 }
 
 absl::StatusOr<std::vector<NodeInventory>> SlurmAdapter::Inventory() {

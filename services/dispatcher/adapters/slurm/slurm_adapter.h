@@ -72,6 +72,13 @@ class SlurmAdapter : public Adapter {
   absl::StatusOr<std::vector<AttemptStatus>> List() override;
   absl::Status Delete(std::string_view name) override;
   absl::StatusOr<std::vector<NodeInventory>> Inventory() override;
+  // Reads the batch script's output file (Slurm's standard_output, written by
+  // every task) from the dispatcher's own filesystem: Slurm's REST API serves
+  // no output, so the dispatcher needs the cluster's shared filesystem (or
+  // runs on a login node). FAILED_PRECONDITION naming the path when the file
+  // cannot be read here.
+  absl::StatusOr<LogChunk> ReadLog(std::string_view name, int64_t offset,
+                                   int64_t max_bytes) override;
 
   // GET ping: OK when slurmrestd answers and reaches slurmctld.
   absl::Status Ping();

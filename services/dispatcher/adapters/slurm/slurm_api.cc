@@ -322,6 +322,7 @@ absl::StatusOr<std::vector<SlurmJob>> ParseJobs(std::string_view body) {
     job.derived_exit_code = Int(e, "derived_exit_code").value_or(0);
     job.partition = Str(e, "partition");
     job.comment = Str(e, "comment");
+    job.standard_output = Str(e, "standard_output");
     job.nodes_expr = Str(e, "nodes");
     job.nodes = ExpandHostlist(job.nodes_expr);
     job.submit_time = TimeField(e, "submit_time");

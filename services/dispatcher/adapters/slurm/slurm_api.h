@@ -74,6 +74,8 @@ struct SlurmJob {
   int64_t derived_exit_code = 0;
   std::string partition;
   std::string comment;
+  // Path of the batch script's stdout (and stderr) file, as Slurm reports it.
+  std::string standard_output;
   // Nodes as a hostlist expression ("gpu[1-2]") and expanded.
   std::string nodes_expr;
   std::vector<std::string> nodes;

@@ -786,6 +786,75 @@ export interface ReportCheckpointRequest {
   checkpoint?: Checkpoint | undefined;
 }
 
+/** Request of JobService.GetLogs. */
+export interface GetJobLogsRequest {
+  /** "tenants/{tenant}/jobs/{job}". */
+  name?:
+    | string
+    | undefined;
+  /** The attempt (1-based); 0 means the newest. */
+  attempt?:
+    | number
+    | undefined;
+  /**
+   * Byte offset in the attempt's output to read from (the end_offset of a previous answer,
+   * to follow it); 0 means all that is kept. Bytes no longer kept are skipped: start_offset
+   * says where the text begins.
+   */
+  offset?: string | undefined;
+}
+
+/**
+ * An attempt's output (its workers' stdout and stderr as the backend keeps them), as the
+ * dispatcher copied it: the newest part of it (the dispatcher's --log_tail_bytes, 1 MiB by
+ * default), a running attempt's at most a few seconds old.
+ */
+export interface JobLogs {
+  /** "tenants/{tenant}/jobs/{job}". */
+  job?:
+    | string
+    | undefined;
+  /** The attempt (1-based); 0 when the job has not been admitted yet. */
+  attempt?:
+    | number
+    | undefined;
+  /** Its name in the backend ("ty-<job>-<attempt>"). */
+  backendJobName?:
+    | string
+    | undefined;
+  /**
+   * Bytes start_offset..end_offset of the output, as UTF-8 (bytes that are not UTF-8 read
+   * as U+FFFD).
+   */
+  text?:
+    | string
+    | undefined;
+  /**
+   * Byte offset of text in the output: the bytes before it are not kept, or were not asked
+   * for.
+   */
+  startOffset?:
+    | string
+    | undefined;
+  /** Bytes of output copied so far; the offset to ask for next. */
+  endOffset?:
+    | string
+    | undefined;
+  /** The attempt has ended and all its output was copied: nothing more will come. */
+  complete?:
+    | boolean
+    | undefined;
+  /**
+   * Why there is no output to show, when there is none: the backend keeps none, or the
+   * dispatcher cannot read it (the reason names where it is).
+   */
+  unavailableReason?:
+    | string
+    | undefined;
+  /** When the dispatcher last copied output (unset: not yet). */
+  updateTime?: string | undefined;
+}
+
 /** Request of JobService.ListCheckpoints. */
 export interface ListCheckpointsRequest {
   /** "tenants/{tenant}/jobs/{job}". */

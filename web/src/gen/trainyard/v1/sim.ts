@@ -292,6 +292,20 @@ export interface ListSimAttemptsResponse {
   attempts?: SimAttempt[] | undefined;
 }
 
+/** Adapter::ReadLog's arguments. */
+export interface ReadSimAttemptLogRequest {
+  name?: string | undefined;
+  offset?: string | undefined;
+  maxBytes?: string | undefined;
+}
+
+/** Adapter's LogChunk. */
+export interface SimAttemptLog {
+  offset?: string | undefined;
+  data?: Uint8Array | undefined;
+  size?: string | undefined;
+}
+
 export interface DeleteSimAttemptRequest {
   name?: string | undefined;
 }
