@@ -27,6 +27,7 @@
 #include "services/gateway/openapi.h"
 #include "services/gateway/routes.h"
 #include "tests/integration/api_test_harness.h"
+#include "tests/support/http/raw_http.h"
 #include "trainyard/v1/accounting.grpc.pb.h"
 #include "trainyard/v1/job.grpc.pb.h"
 
@@ -84,35 +85,6 @@ class GatewayTest : public ::testing::Test {
 // the response (all the server sent until it closed, or 5 s); `first_byte` (if
 // set) gets the time the first byte of the response came, counted from the
 // send.
-std::string RawRequest(
-    int port, const std::string& raw,
-    std::chrono::steady_clock::duration* first_byte = nullptr) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  ::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-  const auto sent = std::chrono::steady_clock::now();
-  std::string out;
-  char buf[4096];
-  timeval tv{.tv_sec = 5, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    if (out.empty() && first_byte != nullptr)
-      *first_byte = std::chrono::steady_clock::now() - sent;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 TEST_F(GatewayTest, EveryRouteReachesItsGrpcMethod) {
   auto table = gateway::RouteTable::Build(gateway::ApiServices());
   ASSERT_TRUE(table.ok());
@@ -128,7 +100,7 @@ TEST_F(GatewayTest, EveryRouteReachesItsGrpcMethod) {
     if (!route.path.verb().empty())
       absl::StrAppend(&path, ":", route.path.verb());
     std::string body = route.body.empty() ? "" : "{}";
-    auto r = RawRequest(
+    auto r = RawHttpExchange(
         gateway_->port(),
         absl::StrCat(route.http_method, " ", path,
                      " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n",
@@ -316,7 +288,7 @@ TEST_F(GatewayTest, OversizedBodiesAndSlowClientsAreRefused) {
   // A client that stops mid-body is cut after the read timeout, and nothing is
   // submitted.
   std::chrono::steady_clock::duration answered{};
-  std::string r2 = RawRequest(
+  std::string r2 = RawHttpExchange(
       gateway_->port(),
       absl::StrCat(
           "POST /v1/tenants/acme/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: "
@@ -573,7 +545,7 @@ TEST_F(GatewayTest, ConsoleFilesStayInsideTheirFolderWithSecurityHeaders) {
        {"/../secret.txt", "/assets/../../secret.txt",
         "/assets/%2e%2e/%2e%2e/secret.txt", "/%2e%2e/secret.txt", "/link.txt",
         "/..%5csecret.txt"}) {
-    std::string r = RawRequest(
+    std::string r = RawHttpExchange(
         gateway_->port(), absl::StrCat("GET ", path,
                                        " HTTP/1.1\r\nHost: x\r\nConnection: "
                                        "close\r\n\r\n"));

@@ -1,8 +1,5 @@
 
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -30,9 +27,12 @@
 #include "services/lib/runtime/logging.h"
 #include "services/lib/runtime/malloc_tuning.h"
 #include "services/lib/runtime/metrics.h"
+#include "tests/support/http/raw_http.h"
 
 namespace trainyard::runtime {
 namespace {
+
+using ::trainyard::testing::RawHttpExchange;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -332,34 +332,6 @@ TEST(HttpServerTest, CompressesWithGzipOnlyWhenAskedAndNeverStreams) {
 }
 
 // What `raw` gets back from the server on a connection of its own.
-std::string SendRaw(int port, const std::string& raw) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  ::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[4096];
-  timeval tv{.tv_sec = 3, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.find("\r\n\r\n") != std::string::npos &&
-        out.find("}") != std::string::npos) {
-      break;  // a JSON error body is one object
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
 TEST(HttpServerTest, BodiesNeedALengthAndNoEncodingAndRangesAreIgnored) {
   std::atomic<int> calls{0};
   HttpServer server("127.0.0.1:0", {.max_body_bytes = 1000});
@@ -369,23 +341,25 @@ TEST(HttpServerTest, BodiesNeedALengthAndNoEncodingAndRangesAreIgnored) {
   });
   ASSERT_TRUE(server.Start().ok());
   // Chunked: refused before any of it is read (httplib would read it whole).
-  std::string chunked = SendRaw(
-      server.port(),
-      "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "5\r\nhello\r\n0\r\n\r\n");
+  std::string chunked =
+      RawHttpExchange(server.port(),
+                      "POST /x HTTP/1.1\r\nHost: a\r\nConnection: "
+                      "close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "5\r\nhello\r\n0\r\n\r\n");
   EXPECT_THAT(chunked, HasSubstr("HTTP/1.1 411"));
   EXPECT_THAT(chunked, HasSubstr("Content-Length"));
   // No length at all.
-  std::string bare =
-      SendRaw(server.port(), "POST /x HTTP/1.1\r\nHost: a\r\n\r\n");
+  std::string bare = RawHttpExchange(
+      server.port(),
+      "POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(bare, HasSubstr("HTTP/1.1 411"));
   // A compressed body (its inflated size would escape the limit).
   std::string gz = Gzip(std::string(100000, 'x'));
-  std::string encoded =
-      SendRaw(server.port(),
-              absl::StrCat("POST /x HTTP/1.1\r\nHost: a\r\nContent-Encoding: "
-                           "gzip\r\nContent-Length: ",
-                           gz.size(), "\r\n\r\n", gz));
+  std::string encoded = RawHttpExchange(
+      server.port(), absl::StrCat("POST /x HTTP/1.1\r\nHost: a\r\nConnection: "
+                                  "close\r\nContent-Encoding: "
+                                  "gzip\r\nContent-Length: ",
+                                  gz.size(), "\r\n\r\n", gz));
   EXPECT_THAT(encoded, HasSubstr("HTTP/1.1 415"));
   EXPECT_EQ(calls.load(), 0);
   // A Range is not served: the whole body, 200.
@@ -444,7 +418,7 @@ TEST(HttpServerTest, StreamsChunksAndStopEndsAStream) {
 }
 
 TEST(HttpServerTest, ServesTlsWithTheGivenCertificateAndRefusesABadOne) {
-  std::string dir = testing::TempDir() + "/http_tls";
+  std::string dir = ::testing::TempDir() + "/http_tls";
   std::filesystem::create_directories(dir);
   std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
   ASSERT_EQ(
