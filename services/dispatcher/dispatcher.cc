@@ -363,7 +363,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
     // or its claim lost a race.
     if (a.job.state() == v1::JOB_STATE_ADMITTED) continue;
     auto it = by_name.find(a.attempt.backend_job_name());
-    if (it != by_name.end()) CopyLog(a, *it->second, report);
+    if (it != by_name.end()) CopyLog(a, *it->second);
     absl::Status s =
         Follow(a, it == by_name.end() ? nullptr : it->second, report);
     if (absl::IsAborted(s)) {
@@ -375,6 +375,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
            {"error", s}});
     }
   }
+  WriteLogs(report);
   // The pass's changes, in one transaction.
   if (absl::Status f = Flush(report); !f.ok()) return f;
   // Ended attempts no job follows any more (a dispatcher died between
@@ -637,7 +638,7 @@ absl::StatusOr<std::string> Dispatcher::CancelledMessage(
 }
 
 void Dispatcher::CopyLog(const pg::ClusterAttempt& a,
-                         const AttemptStatus& status, PassReport& report) {
+                         const AttemptStatus& status) {
   const int64_t keep = options_.log_tail_bytes;
   if (keep <= 0 || a.log_complete) return;
   const bool ended = IsTerminal(status.phase);
@@ -670,13 +671,22 @@ void Dispatcher::CopyLog(const pg::ClusterAttempt& a,
     append.complete = ended;
     if (append.error == a.log_error && !ended) return;
   }
-  absl::StatusOr<bool> applied = jobs_->AppendLog(append, keep);
+  log_appends_.push_back(std::move(append));
+}
+
+void Dispatcher::WriteLogs(PassReport& report) {
+  if (log_appends_.empty()) return;
+  absl::StatusOr<int> applied =
+      jobs_->AppendLogs(log_appends_, options_.log_tail_bytes);
   if (!applied.ok()) {
+    // Read again from the stored size next pass.
     Log(LogLevel::kWarning, "dispatcher: output not copied",
-        {{"attempt", name}, {"error", applied.status()}});
-  } else if (*applied) {
-    ++report.logs_copied;
+        {{"attempts", static_cast<int64_t>(log_appends_.size())},
+         {"error", applied.status()}});
+  } else {
+    report.logs_copied += *applied;
   }
+  log_appends_.clear();
 }
 
 absl::Status Dispatcher::End(const pg::ClusterAttempt& a,

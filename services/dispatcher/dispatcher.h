@@ -153,9 +153,14 @@ class Dispatcher {
   absl::Status RecordCheckpoints(const storage::postgres::ClusterAttempt& a,
                                  const AttemptStatus& status,
                                  PassReport& report);
-  // Copies the attempt's new output (DispatcherOptions::log_tail_bytes).
+  // Reads the attempt's new output (DispatcherOptions::log_tail_bytes) for
+  // WriteLogs.
   void CopyLog(const storage::postgres::ClusterAttempt& a,
-               const AttemptStatus& status, PassReport& report);
+               const AttemptStatus& status);
+  // Writes the output the pass read, in one transaction, before the pass's
+  // changes (so an ended attempt's last output is kept before the backend
+  // may forget it).
+  void WriteLogs(PassReport& report);
   absl::Status End(const storage::postgres::ClusterAttempt& a,
                    const AttemptStatus& status, PassReport& report);
   // The message a cancelled job ends with: the user's cancel request
@@ -203,6 +208,8 @@ class Dispatcher {
   // When each followed attempt's output was last copied, by backend name
   // (only the pass touches it).
   absl::flat_hash_map<std::string, absl::Time> log_copied_;
+  // Output read by the running pass.
+  std::vector<storage::postgres::LogAppend> log_appends_;
   // Passes failed in a row while active (only the leader loop touches it).
   int failed_passes_ = 0;
   // Successful launches so far, counted only while

@@ -200,14 +200,18 @@ DispatcherStore::NewestEvent(const char* statement, int64_t job_id,
   return out;
 }
 
-absl::StatusOr<bool> DispatcherStore::AppendLog(const LogAppend& a,
-                                                int64_t keep_bytes) {
-  bool applied = false;
+absl::StatusOr<int> DispatcherStore::AppendLogs(
+    const std::vector<LogAppend>& appends, int64_t keep_bytes) {
+  int applied = 0;
+  if (appends.empty()) return applied;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    pqxx::result r = txn.exec_prepared(
-        "attempt_log_append", a.job_id, a.attempt, a.expected_size, a.offset,
-        Bytea(a.data), a.complete, a.error, keep_bytes);
-    applied = !r.empty();
+    applied = 0;
+    for (const LogAppend& a : appends) {
+      pqxx::result r = txn.exec_prepared(
+          "attempt_log_append", a.job_id, a.attempt, a.expected_size, a.offset,
+          Bytea(a.data), a.complete, a.error, keep_bytes);
+      if (!r.empty()) ++applied;
+    }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

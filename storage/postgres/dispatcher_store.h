@@ -94,10 +94,12 @@ class DispatcherStore {
   absl::StatusOr<std::vector<absl::StatusOr<trainyard::v1::Job>>>
   ChangeAttempts(const std::vector<AttemptChange>& changes);
 
-  // Appends to the attempt's kept output, keeping its newest `keep_bytes`,
+  // Appends to each attempt's kept output, keeping its newest `keep_bytes`,
   // unless its stored size is not append.expected_size or it is complete
-  // (another dispatcher got there first): returns whether it applied.
-  absl::StatusOr<bool> AppendLog(const LogAppend& append, int64_t keep_bytes);
+  // (another dispatcher got there first), all in one transaction: returns
+  // how many applied.
+  absl::StatusOr<int> AppendLogs(const std::vector<LogAppend>& appends,
+                                 int64_t keep_bytes);
 
   // When the job last entered `state`, from its outbox events (the newest
   // 100); nullopt if none of them is a change into `state`.

@@ -60,6 +60,9 @@ ABSL_FLAG(absl::Duration, schedule_interval, absl::Milliseconds(100),
           "Scheduler timer (it also wakes on every submit)");
 ABSL_FLAG(absl::Duration, dispatch_interval, absl::Milliseconds(50),
           "Dispatcher pass interval");
+ABSL_FLAG(int64_t, log_tail_bytes, 1 << 20,
+          "the dispatcher's --log_tail_bytes: attempts' output copied to "
+          "PostgreSQL (0: none)");
 ABSL_FLAG(int, nodes, 1,
           "Sim nodes the 600 CPUs are split into (a divisor of 600). Kueue's "
           "baseline admits against quota only (its runner has no nodes): the "
@@ -316,7 +319,8 @@ int main(int argc, char** argv) {
           {.postgres_url = h.database_url(),
            .redis_addr = h.redis()->Address(),
            .cluster = "sim",
-           .interval = absl::GetFlag(FLAGS_dispatch_interval)},
+           .interval = absl::GetFlag(FLAGS_dispatch_interval),
+           .log_tail_bytes = absl::GetFlag(FLAGS_log_tail_bytes)},
           sim->get());
   if (!dispatcher.ok()) {
     std::cerr << "dispatcher: " << dispatcher.status() << "\n";
