@@ -1,9 +1,11 @@
-import { memo, useEffect, useRef } from 'react';
+import { memo, useEffect, useLayoutEffect, useMemo, useRef, type ChangeEvent, type MouseEvent } from 'react';
+import { useNavigate } from 'react-router';
 import { flexRender, type Row, type Table } from '@tanstack/react-table';
 import { useVirtualizer } from '@tanstack/react-virtual';
 import type { Job } from '../gen/trainyard/v1/job';
-import { enumLabel, lastSegment } from '../lib/format';
+import { enumLabel, formatMoney, formatTime, lastSegment } from '../lib/format';
 import type { ColumnId } from '../lib/viewState';
+import { StateBadge } from '../components/StateBadge';
 import { ErrorBox, Loading } from '../components/States';
 
 /** Every row of the jobs table has this height (CSS `.jobs-grid` keeps cells on one line). */
@@ -37,6 +39,8 @@ export interface JobsGridProps {
   columnKey: string;
   selection: Record<string, boolean>;
   labels: Record<ColumnId, string>;
+  /** The table lists several tenants' jobs: a job's link reads "tenant/id". */
+  allTenants: boolean;
   /** Jobs loaded so far. */
   loaded: number;
   hasNextPage: boolean;
@@ -68,6 +72,38 @@ export const JobsGrid = memo(function JobsGrid(p: JobsGridProps) {
     if (lastIndex >= rows.length - 20 && hasNextPage && !isFetchingNextPage) fetchNextPage();
   }, [lastIndex, rows.length, hasNextPage, isFetchingNextPage, fetchNextPage]);
   const leaves = table.getVisibleLeafColumns();
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- the column ids are what columnKey names
+  const columnIds = useMemo(() => leaves.map((c) => c.id), [p.columnKey]);
+  const navigate = useNavigate();
+  // One handler of each kind for every row (a row's props keep their identity).
+  const handlers = useMemo<RowHandlers>(
+    () => ({
+      onCheck: (e) => {
+        const name = e.currentTarget.dataset.job;
+        if (name) table.getRow(name).toggleSelected(e.currentTarget.checked);
+      },
+      onLink: (e) => {
+        if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+        e.preventDefault();
+        navigate(e.currentTarget.getAttribute('href') ?? '/');
+      },
+    }),
+    [table, navigate],
+  );
+  // Rows are keyed by a slot (the row's index modulo the most rows ever on screen), not by the
+  // job: a row scrolled out hands its elements to the row scrolled in, which updates their text
+  // and attributes instead of removing and creating a row's dozen elements every frame.
+  const slots = useRef(1);
+  slots.current = Math.max(slots.current, items.length);
+  // A focused checkbox or link whose row now shows another job loses focus (as it did when its
+  // row was removed): a key press must not act on a job the user did not focus.
+  const bodyRef = useRef<HTMLDivElement>(null);
+  const focusedRow = useRef<string | null>(null);
+  useLayoutEffect(() => {
+    const a = document.activeElement;
+    if (!(a instanceof HTMLElement) || !bodyRef.current?.contains(a)) return;
+    if (a.closest('[role="row"]')?.getAttribute('data-testid') !== focusedRow.current) a.blur();
+  });
   const template = leaves.map((c) => (COLUMN_REM[c.id] ? `${COLUMN_REM[c.id]}rem` : `minmax(${NAME_MIN_REM}rem, 1fr)`)).join(' ');
   const minWidth = leaves.reduce((sum, c) => sum + (COLUMN_REM[c.id] ?? NAME_MIN_REM), 0);
   const style = { gridTemplateColumns: template } as const;
@@ -106,20 +142,30 @@ export const JobsGrid = memo(function JobsGrid(p: JobsGridProps) {
             </div>
           ))}
         </div>
-        <div role="rowgroup" className="jgrid-body" style={{ height: virtualizer.getTotalSize() }}>
+        <div
+          role="rowgroup"
+          className="jgrid-body"
+          style={{ height: virtualizer.getTotalSize() }}
+          ref={bodyRef}
+          onFocus={(e) => {
+            focusedRow.current = e.target.closest('[role="row"]')?.getAttribute('data-testid') ?? null;
+          }}
+        >
           {items.map((vi) => {
             const row = rows[vi.index];
             if (!row) return null;
             return (
               <JobRow
-                key={row.id}
+                key={vi.index % slots.current}
                 row={row}
                 index={vi.index}
                 top={vi.start}
                 selected={p.selection[row.id] === true}
-                columnKey={p.columnKey}
+                columnIds={columnIds}
                 style={template}
                 labels={labels}
+                allTenants={p.allTenants}
+                handlers={handlers}
               />
             );
           })}
@@ -141,6 +187,117 @@ export const JobsGrid = memo(function JobsGrid(p: JobsGridProps) {
   );
 });
 
+/** Total GPUs of a job: workers × GPUs per worker. */
+export function totalGpus(j: Job): number {
+  return (j.spec?.workers ?? 1) * (j.spec?.resources?.gpus ?? 0);
+}
+
+/** The job page's path for a job named tenants/{t}/jobs/{id}. */
+export function jobPath(name: string | undefined): string {
+  const t = name?.split('/')[1] ?? '';
+  return `/t/${encodeURIComponent(t)}/jobs/${encodeURIComponent(lastSegment(name))}`;
+}
+
+interface RowHandlers {
+  /** A selection checkbox changed (the job's name is in its data-job attribute). */
+  onCheck: (e: ChangeEvent<HTMLInputElement>) => void;
+  /** A job link was clicked (navigates inside the app for a plain click). */
+  onLink: (e: MouseEvent<HTMLAnchorElement>) => void;
+}
+
+/**
+ * One body cell, straight from the job's fields: a cell is one element with its text (and the
+ * badge, link or checkbox where the column has one); no TanStack cell object or flexRender.
+ */
+function bodyCell(id: string, j: Job, allTenants: boolean, selected: boolean, h: RowHandlers) {
+  const name = j.name ?? '';
+  const jobId = lastSegment(name);
+  switch (id) {
+    case 'select':
+      return (
+        <div role="cell" key={id} className="jgrid-cell">
+          <input
+            type="checkbox"
+            aria-label={`Select job ${jobId}`}
+            checked={selected}
+            onChange={h.onCheck}
+            data-job={name}
+            data-testid={`select-${jobId}`}
+          />
+        </div>
+      );
+    case 'name':
+      return (
+        <div role="cell" key={id} className="jgrid-cell">
+          <a href={jobPath(name)} onClick={h.onLink}>
+            {allTenants ? `${name.split('/')[1] ?? ''}/${jobId}` : jobId}
+          </a>
+        </div>
+      );
+    case 'displayName':
+      return (
+        <div role="cell" key={id} className="jgrid-cell" data-testid="job-display-name" title={j.displayName || undefined}>
+          {j.displayName ?? ''}
+        </div>
+      );
+    case 'state':
+      return (
+        <div role="cell" key={id} className="jgrid-cell">
+          <StateBadge state={j.state ?? ''} />
+          {j.cancelRequested && <span className="muted small"> cancelling</span>}
+        </div>
+      );
+    case 'gpus': {
+      const w = j.spec?.workers ?? 1;
+      const g = j.spec?.resources?.gpus ?? 0;
+      const model = j.spec?.resources?.gpuModel;
+      return (
+        <div role="cell" key={id} className="jgrid-cell">
+          {`${w > 1 ? `${w}×${g}` : g}${model ? ` ${model}` : ''}`}
+        </div>
+      );
+    }
+    case 'reason':
+      return (
+        <div role="cell" key={id} className="jgrid-cell" title={j.stateMessage || undefined}>
+          {j.stateReason ?? ''}
+        </div>
+      );
+    default:
+      return (
+        <div role="cell" key={id} className="jgrid-cell">
+          {cellText(id, j)}
+        </div>
+      );
+  }
+}
+
+/** The text of a column that shows only text. */
+function cellText(id: string, j: Job): string {
+  switch (id) {
+    case 'queue':
+      return j.spec?.queue ?? '';
+    case 'project':
+      return j.spec?.project ?? '';
+    case 'jobSet':
+      return j.spec?.jobSet ?? '';
+    case 'creator':
+      return j.creator ?? '';
+    case 'priority':
+      return String(j.priority ?? 0);
+    case 'attempts':
+      return String(j.attemptCount ?? 0);
+    case 'createTime':
+      return formatTime(j.createTime);
+    case 'updateTime':
+      return formatTime(j.updateTime);
+    case 'cost':
+      return j.cost ? formatMoney(j.cost.spent) : '—';
+    default:
+      return '';
+  }
+}
+
 interface JobRowProps {
   row: Row<Job>;
   /** The row's place among the table's rows (0 is the first below the header). */
@@ -148,15 +305,17 @@ interface JobRowProps {
   /** Its offset from the top of the body, in px. */
   top: number;
   selected: boolean;
-  /** The visible columns (a row renders again when they change). */
-  columnKey: string;
+  /** The visible columns' ids. */
+  columnIds: string[];
   /** grid-template-columns. */
   style: string;
   labels: Record<ColumnId, string>;
+  allTenants: boolean;
+  handlers: RowHandlers;
 }
 
 /** One row; rendered again only when its job, place, selection or the columns change. */
-const JobRow = memo(function JobRow({ row, index, top, selected, style, labels }: JobRowProps) {
+const JobRow = memo(function JobRow({ row, index, top, selected, columnIds, style, labels, allTenants, handlers }: JobRowProps) {
   const place = { transform: `translateY(${top}px)`, gridTemplateColumns: style };
   if (row.getIsGrouped()) {
     return (
@@ -171,6 +330,7 @@ const JobRow = memo(function JobRow({ row, index, top, selected, style, labels }
       </div>
     );
   }
+  const j = row.original;
   return (
     <div
       role="row"
@@ -178,13 +338,9 @@ const JobRow = memo(function JobRow({ row, index, top, selected, style, labels }
       aria-selected={selected}
       className={selected ? 'jgrid-row selected' : 'jgrid-row'}
       style={place}
-      data-testid={`job-row-${lastSegment(row.original.name)}`}
+      data-testid={`job-row-${lastSegment(j.name)}`}
     >
-      {row.getVisibleCells().map((c) => (
-        <div role="cell" key={c.id} className="jgrid-cell">
-          {flexRender(c.column.columnDef.cell, c.getContext())}
-        </div>
-      ))}
+      {columnIds.map((id) => bodyCell(id, j, allTenants, selected, handlers))}
     </div>
   );
 });
