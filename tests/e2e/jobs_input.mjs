@@ -49,6 +49,8 @@ async function check_(browser, token, set, ids) {
   check(!(await page.getByTestId(`select-${ids[1]}`).isChecked()), `job ${ids[1]}'s checkbox is checked too`);
   await page.getByTestId(`job-row-${ids[0]}`).getByRole('link', { name: ids[0], exact: true }).click({ timeout: 5000 });
   await page.waitForURL((u) => u.pathname === `/t/demo/jobs/${ids[0]}`, { timeout: 5000 });
-  await page.getByRole('heading', { level: 1 }).waitFor({ timeout: 5000 });
-  check((await page.getByRole('heading', { level: 1 }).innerText()).includes(`${set}-0`), 'the job page shows another job');
+  const shown = await page
+    .waitForFunction((name) => document.querySelector('h1')?.textContent?.includes(name), `${set}-0`, { timeout: 5000 })
+    .then(() => true, () => false);
+  check(shown, `the job page does not show job ${ids[0]} (${set}-0): ${await page.locator('h1').first().innerText()}`);
 }

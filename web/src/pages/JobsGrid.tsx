@@ -30,6 +30,16 @@ const COLUMN_REM: Partial<Record<string, number>> = {
 };
 const NAME_MIN_REM = 10;
 
+/** The browser orders focus and the accessibility tree by CSS `reading-order` (Chromium 137+). */
+const STABLE_DOM_ORDER = typeof CSS !== 'undefined' && CSS.supports('reading-flow', 'source-order');
+
+/** Virtual items in slot order (index modulo `slots`). */
+function bySlot<T extends { index: number }>(items: T[], slots: number): T[] {
+  const out: (T | undefined)[] = new Array(slots);
+  for (const it of items) out[it.index % slots] = it;
+  return out.filter((it): it is T => it !== undefined);
+}
+
 export interface JobsGridProps {
   table: Table<Job>;
   /** The table's row model (its identity changes when the rows do). */
@@ -92,9 +102,13 @@ export const JobsGrid = memo(function JobsGrid(p: JobsGridProps) {
   );
   // Rows are keyed by a slot (the row's index modulo the most rows ever on screen), not by the
   // job: a row scrolled out hands its elements to the row scrolled in, which updates their text
-  // and attributes instead of removing and creating a row's dozen elements every frame.
+  // and attributes instead of removing and creating a row's dozen elements every frame. Where
+  // the browser has CSS reading-flow, the rows stay in slot order in the DOM as well (a row
+  // moved in the DOM has its style and layout computed anew) and `reading-order` gives the Tab
+  // key and assistive technology the rows' order; elsewhere they are in the rows' order.
   const slots = useRef(1);
   slots.current = Math.max(slots.current, items.length);
+  const shown = STABLE_DOM_ORDER ? bySlot(items, slots.current) : items;
   // A focused checkbox or link whose row now shows another job loses focus (as it did when its
   // row was removed): a key press must not act on a job the user did not focus.
   const bodyRef = useRef<HTMLDivElement>(null);
@@ -106,52 +120,28 @@ export const JobsGrid = memo(function JobsGrid(p: JobsGridProps) {
   });
   const template = leaves.map((c) => (COLUMN_REM[c.id] ? `${COLUMN_REM[c.id]}rem` : `minmax(${NAME_MIN_REM}rem, 1fr)`)).join(' ');
   const minWidth = leaves.reduce((sum, c) => sum + (COLUMN_REM[c.id] ?? NAME_MIN_REM), 0);
-  const style = { gridTemplateColumns: template } as const;
 
   return (
     <div className="table-scroll" ref={scrollRef} data-testid="jobs-table">
       <div role="table" aria-label="Jobs" aria-rowcount={rows.length + 1} className="jgrid" style={{ minWidth: `${minWidth}rem` }}>
-        <div role="rowgroup" className="jgrid-head">
-          {table.getHeaderGroups().map((hg) => (
-            <div role="row" aria-rowindex={1} key={hg.id} className="jgrid-row" style={style}>
-              {hg.headers.map((h) => {
-                const sorted = h.column.getIsSorted();
-                return (
-                  <div
-                    role="columnheader"
-                    key={h.id}
-                    aria-sort={sorted === 'asc' ? 'ascending' : sorted === 'desc' ? 'descending' : undefined}
-                    className="jgrid-cell"
-                  >
-                    {h.column.getCanSort() ? (
-                      <button
-                        type="button"
-                        className="sort"
-                        onClick={h.column.getToggleSortingHandler()}
-                        data-testid={`sort-${h.id}`}
-                      >
-                        {flexRender(h.column.columnDef.header, h.getContext())}
-                        <span aria-hidden="true">{sorted === 'asc' ? ' ▲' : sorted === 'desc' ? ' ▼' : ''}</span>
-                      </button>
-                    ) : (
-                      flexRender(h.column.columnDef.header, h.getContext())
-                    )}
-                  </div>
-                );
-              })}
-            </div>
-          ))}
-        </div>
+        <JobsHead
+          table={table}
+          template={template}
+          rows={rows}
+          sortKey={p.sortKey}
+          columnKey={p.columnKey}
+          selection={p.selection}
+        />
         <div
           role="rowgroup"
-          className="jgrid-body"
+          className={STABLE_DOM_ORDER ? 'jgrid-body jgrid-reading-flow' : 'jgrid-body'}
           style={{ height: virtualizer.getTotalSize() }}
           ref={bodyRef}
           onFocus={(e) => {
             focusedRow.current = e.target.closest('[role="row"]')?.getAttribute('data-testid') ?? null;
           }}
         >
-          {items.map((vi) => {
+          {shown.map((vi) => {
             const row = rows[vi.index];
             if (!row) return null;
             return (
@@ -183,6 +173,57 @@ export const JobsGrid = memo(function JobsGrid(p: JobsGridProps) {
         )}
         {p.nextPageError != null && <ErrorBox error={p.nextPageError} title="Could not load more jobs" />}
       </div>
+    </div>
+  );
+});
+
+interface JobsHeadProps {
+  table: Table<Job>;
+  /** grid-template-columns. */
+  template: string;
+  /** What the header shows besides the columns (the select-all box reads every row). */
+  rows: Row<Job>[];
+  sortKey: string;
+  columnKey: string;
+  selection: Record<string, boolean>;
+}
+
+/**
+ * The header row; memoized so that a scroll step does not render it (its select-all box asks
+ * TanStack Table about every loaded row).
+ */
+const JobsHead = memo(function JobsHead({ table, template }: JobsHeadProps) {
+  return (
+    <div role="rowgroup" className="jgrid-head">
+      {table.getHeaderGroups().map((hg) => (
+        <div role="row" aria-rowindex={1} key={hg.id} className="jgrid-row" style={{ gridTemplateColumns: template }}>
+          {hg.headers.map((h) => {
+            const sorted = h.column.getIsSorted();
+            return (
+              <div
+                role="columnheader"
+                key={h.id}
+                aria-sort={sorted === 'asc' ? 'ascending' : sorted === 'desc' ? 'descending' : undefined}
+                className="jgrid-cell"
+              >
+                {h.column.getCanSort() ? (
+                  <button
+                    type="button"
+                    className="sort"
+                    onClick={h.column.getToggleSortingHandler()}
+                    data-testid={`sort-${h.id}`}
+                  >
+                    {flexRender(h.column.columnDef.header, h.getContext())}
+                    <span aria-hidden="true">{sorted === 'asc' ? ' ▲' : sorted === 'desc' ? ' ▼' : ''}</span>
+                  </button>
+                ) : (
+                  flexRender(h.column.columnDef.header, h.getContext())
+                )}
+              </div>
+            );
+          })}
+        </div>
+      ))}
     </div>
   );
 });
@@ -316,7 +357,7 @@ interface JobRowProps {
 
 /** One row; rendered again only when its job, place, selection or the columns change. */
 const JobRow = memo(function JobRow({ row, index, top, selected, columnIds, style, labels, allTenants, handlers }: JobRowProps) {
-  const place = { transform: `translateY(${top}px)`, gridTemplateColumns: style };
+  const place = { transform: `translateY(${top}px)`, gridTemplateColumns: style, readingOrder: String(index) };
   if (row.getIsGrouped()) {
     return (
       <div role="row" aria-rowindex={index + 2} className="jgrid-row group-row" style={place} data-testid={`group-${String(row.groupingValue)}`}>
