@@ -1,7 +1,6 @@
-// The jobs page answers real input: a trusted click on a column header sorts the table, and
-// the filter form's Apply (typed with the keyboard) filters it. Today the page never does
-// (it re-renders without end, docs/console.md "Tests"): test_console.py expects this to fail
-// until the console is fixed, and then fails itself so that the expectation is removed.
+// The jobs page answers real input: a trusted click on a column header sorts the table, the
+// filter form's Apply (typed with the keyboard) filters it, a row's checkbox takes Space and
+// its job link opens the job page.
 import { apiOk, check, env, jobId, log, newPage, scenario, signIn, sleep, submit, visit } from './lib.mjs';
 
 await scenario('jobs_input', async (browser) => {
@@ -41,4 +40,17 @@ async function check_(browser, token, set, ids) {
   const deadline = Date.now() + 5000;
   while ((await rows.count()) !== ids.length && Date.now() < deadline) await sleep(100);
   check((await rows.count()) === ids.length, `after Apply the table has ${await rows.count()} rows, not the set's ${ids.length}`);
+
+  // A row's checkbox answers the keyboard, and its link opens the job page.
+  await page.getByTestId(`select-${ids[0]}`).focus();
+  await page.keyboard.press('Space');
+  await page.waitForFunction(() => document.querySelector('[data-testid="selection-count"]')?.textContent === '1 selected', undefined, { timeout: 5000 });
+  check(await page.getByTestId(`select-${ids[0]}`).isChecked(), `job ${ids[0]}'s checkbox is not checked after Space`);
+  check(!(await page.getByTestId(`select-${ids[1]}`).isChecked()), `job ${ids[1]}'s checkbox is checked too`);
+  await page.getByTestId(`job-row-${ids[0]}`).getByRole('link', { name: ids[0], exact: true }).click({ timeout: 5000 });
+  await page.waitForURL((u) => u.pathname === `/t/demo/jobs/${ids[0]}`, { timeout: 5000 });
+  const shown = await page
+    .waitForFunction((name) => document.querySelector('h1')?.textContent?.includes(name), `${set}-0`, { timeout: 5000 })
+    .then(() => true, () => false);
+  check(shown, `the job page does not show job ${ids[0]} (${set}-0): ${await page.locator('h1').first().innerText()}`);
 }

@@ -15,7 +15,7 @@ import { ApiError } from '../api/errors';
 import type { Job, JobEvent, ListJobsResponse } from '../gen/trainyard/v1/job';
 import { useSession } from '../session';
 import { capabilities } from '../lib/roles';
-import { formatMoney, formatTime, lastSegment } from '../lib/format';
+import { lastSegment } from '../lib/format';
 import {
   ALL_COLUMNS,
   PAGE_SIZES,
@@ -32,14 +32,14 @@ import {
   type JobsView,
 } from '../lib/viewState';
 import { applyEvents, newJobNames } from '../lib/jobEvents';
-import { ALL_STATES, StateBadge } from '../components/StateBadge';
+import { ALL_STATES } from '../components/StateBadge';
 import { Empty, ErrorBox, Loading } from '../components/States';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { WatchIndicator, useWatch } from '../components/useWatch';
 import { ACTION_LABEL, actionApplies, runBulk, type BulkResult } from '../components/jobActions';
 import { enumLabel } from '../lib/format';
 import { tenantLabel } from '../components/Layout';
-import { JobsGrid } from './JobsGrid';
+import { JobsGrid, totalGpus } from './JobsGrid';
 import { getCachedCoreRowModel } from '../lib/cachedRowModel';
 
 const cachedCoreRowModel = getCachedCoreRowModel<Job>();
@@ -63,14 +63,6 @@ const COLUMN_LABEL: Record<ColumnId, string> = {
 
 /** Fields the lead is adding to ListJobsRequest; an older gateway answers 400 naming them. */
 const NEW_FILTER_FIELDS = /\b(user|created_after|created_before|createdAfter|createdBefore|order_by|orderBy)\b/;
-
-function jobTenant(name: string | undefined): string {
-  return name?.split('/')[1] ?? '';
-}
-
-function totalGpus(j: Job): number {
-  return (j.spec?.workers ?? 1) * (j.spec?.resources?.gpus ?? 0);
-}
 
 export function JobsPage() {
   const { tenant = '' } = useParams();
@@ -179,52 +171,21 @@ export function JobsPage() {
             data-testid="select-all"
           />
         ),
-        cell: ({ row }) =>
-          row.getIsGrouped() ? null : (
-            <input
-              type="checkbox"
-              aria-label={`Select job ${lastSegment(row.original.name)}`}
-              checked={row.getIsSelected()}
-              onChange={row.getToggleSelectedHandler()}
-              data-testid={`select-${lastSegment(row.original.name)}`}
-            />
-          ),
       },
       {
         id: 'name',
         accessorFn: (j) => Number(lastSegment(j.name)) || lastSegment(j.name),
         header: COLUMN_LABEL.name,
-        cell: ({ row }) => {
-          const j = row.original;
-          const t = jobTenant(j.name);
-          return (
-            <Link to={`/t/${encodeURIComponent(t)}/jobs/${encodeURIComponent(lastSegment(j.name))}`}>
-              {tenant === '-' ? `${t}/` : ''}
-              {lastSegment(j.name)}
-            </Link>
-          );
-        },
       },
       {
         id: 'displayName',
         accessorFn: (j) => j.displayName ?? '',
         header: COLUMN_LABEL.displayName,
-        cell: ({ row }) => (
-          <span data-testid="job-display-name" title={row.original.displayName || undefined}>
-            {row.original.displayName ?? ''}
-          </span>
-        ),
       },
       {
         id: 'state',
         accessorFn: (j) => j.state ?? '',
         header: COLUMN_LABEL.state,
-        cell: ({ row, getValue }) => (
-          <>
-            <StateBadge state={getValue<string>()} />
-            {row.original.cancelRequested && <span className="muted small"> cancelling</span>}
-          </>
-        ),
       },
       { id: 'queue', accessorFn: (j) => j.spec?.queue ?? '', header: COLUMN_LABEL.queue },
       { id: 'project', accessorFn: (j) => j.spec?.project ?? '', header: COLUMN_LABEL.project },
@@ -235,41 +196,30 @@ export function JobsPage() {
         id: 'gpus',
         accessorFn: totalGpus,
         header: COLUMN_LABEL.gpus,
-        cell: ({ row }) => {
-          const j = row.original;
-          const w = j.spec?.workers ?? 1;
-          const g = j.spec?.resources?.gpus ?? 0;
-          const model = j.spec?.resources?.gpuModel;
-          return `${w > 1 ? `${w}×${g}` : g}${model ? ` ${model}` : ''}`;
-        },
       },
       { id: 'attempts', accessorFn: (j) => j.attemptCount ?? 0, header: COLUMN_LABEL.attempts },
       {
         id: 'createTime',
         accessorFn: (j) => j.createTime ?? '',
         header: COLUMN_LABEL.createTime,
-        cell: ({ getValue }) => formatTime(getValue<string>()),
       },
       {
         id: 'updateTime',
         accessorFn: (j) => j.updateTime ?? '',
         header: COLUMN_LABEL.updateTime,
-        cell: ({ getValue }) => formatTime(getValue<string>()),
       },
       {
         id: 'cost',
         accessorFn: (j) => Number(j.cost?.spent?.micros ?? 0),
         header: COLUMN_LABEL.cost,
-        cell: ({ row }) => (row.original.cost ? formatMoney(row.original.cost.spent) : '—'),
       },
       {
         id: 'reason',
         accessorFn: (j) => j.stateReason ?? '',
         header: COLUMN_LABEL.reason,
-        cell: ({ row }) => <span title={row.original.stateMessage}>{row.original.stateReason}</span>,
       },
     ],
-    [tenant],
+    [],
   );
 
   const table = useReactTable({
@@ -497,6 +447,7 @@ export function JobsPage() {
           columnKey={columnKey}
           selection={rowSelection}
           labels={COLUMN_LABEL}
+          allTenants={tenant === '-'}
           loaded={jobs.length}
           hasNextPage={hasNextPage}
           isFetchingNextPage={isFetchingNextPage}
