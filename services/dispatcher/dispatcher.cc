@@ -375,8 +375,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
            {"error", s}});
     }
   }
-  WriteLogs(report);
-  // The pass's changes, in one transaction.
+  // The pass's changes and the output it read, in one transaction.
   if (absl::Status f = Flush(report); !f.ok()) return f;
   // Ended attempts no job follows any more (a dispatcher died between
   // recording an outcome and telling the backend to forget the attempt).
@@ -644,8 +643,10 @@ void Dispatcher::CopyLog(const pg::ClusterAttempt& a,
   const bool ended = IsTerminal(status.phase);
   if (!ended && status.phase != AttemptPhase::kRunning) return;
   const std::string& name = a.attempt.backend_job_name();
+  // A running attempt's output is read every log_interval from when this
+  // dispatcher first saw it (so a short attempt is read once, at its end).
   const absl::Time now = absl::Now();
-  absl::Time& last = log_copied_[name];
+  absl::Time& last = log_copied_.try_emplace(name, now).first->second;
   if (!ended && now - last < options_.log_interval) return;
   last = now;
   pg::LogAppend append{.job_id = JobIdOf(a.job),
@@ -672,21 +673,6 @@ void Dispatcher::CopyLog(const pg::ClusterAttempt& a,
     if (append.error == a.log_error && !ended) return;
   }
   log_appends_.push_back(std::move(append));
-}
-
-void Dispatcher::WriteLogs(PassReport& report) {
-  if (log_appends_.empty()) return;
-  absl::StatusOr<int> applied =
-      jobs_->AppendLogs(log_appends_, options_.log_tail_bytes);
-  if (!applied.ok()) {
-    // Read again from the stored size next pass.
-    Log(LogLevel::kWarning, "dispatcher: output not copied",
-        {{"attempts", static_cast<int64_t>(log_appends_.size())},
-         {"error", applied.status()}});
-  } else {
-    report.logs_copied += *applied;
-  }
-  log_appends_.clear();
 }
 
 absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
@@ -831,16 +817,31 @@ absl::Status Dispatcher::End(const pg::ClusterAttempt& a,
 }
 
 absl::Status Dispatcher::Flush(PassReport& report) {
-  if (deferred_.empty()) return absl::OkStatus();
+  // The output the pass read goes in first, or with the changes: before the
+  // backend may forget an ended attempt. A failed write is read again from
+  // the stored size next pass.
+  std::vector<pg::LogAppend> logs = std::move(log_appends_);
+  log_appends_.clear();
+  if (deferred_.empty()) {
+    if (logs.empty()) return absl::OkStatus();
+    absl::StatusOr<int> applied =
+        jobs_->AppendLogs(logs, options_.log_tail_bytes);
+    if (!applied.ok()) return applied.status();
+    report.logs_copied += *applied;
+    return absl::OkStatus();
+  }
   std::vector<pg::AttemptChange> changes;
   changes.reserve(deferred_.size());
   for (const Deferred& d : deferred_) changes.push_back(d.change);
+  int logs_applied = 0;
   absl::StatusOr<std::vector<absl::StatusOr<v1::Job>>> results =
-      jobs_->ChangeAttempts(changes);
+      jobs_->ChangeAttempts(changes, logs, options_.log_tail_bytes,
+                            &logs_applied);
   std::vector<Deferred> batch = std::move(deferred_);
   deferred_.clear();
   // Nothing applied: the next pass sees the same attempts and tries again.
   if (!results.ok()) return results.status();
+  report.logs_copied += logs_applied;
   for (size_t i = 0; i < batch.size(); ++i) {
     const Deferred& d = batch[i];
     const absl::StatusOr<v1::Job>& job = (*results)[i];

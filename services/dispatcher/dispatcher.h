@@ -143,8 +143,9 @@ class Dispatcher {
   // (HEALTHY / UNHEALTHY with the error, heartbeat_time) when it changes or
   // at least every 30 s, and the trainyard_dispatcher_backend_up gauge.
   void ReportHealth(const absl::Status& backend);
-  // Commits the changes the pass deferred (one transaction), then does what
-  // each applied one asked for (counters, forgetting ended attempts).
+  // Commits the changes the pass deferred and the output it read (one
+  // transaction), then does what each applied change asked for (counters,
+  // forgetting ended attempts).
   absl::Status Flush(PassReport& report);
   absl::Status Follow(const storage::postgres::ClusterAttempt& a,
                       const AttemptStatus* status, PassReport& report);
@@ -153,14 +154,10 @@ class Dispatcher {
   absl::Status RecordCheckpoints(const storage::postgres::ClusterAttempt& a,
                                  const AttemptStatus& status,
                                  PassReport& report);
-  // Reads the attempt's new output (DispatcherOptions::log_tail_bytes) for
-  // WriteLogs.
+  // Reads the attempt's new output (DispatcherOptions::log_tail_bytes); Flush
+  // writes it with the pass's changes.
   void CopyLog(const storage::postgres::ClusterAttempt& a,
                const AttemptStatus& status);
-  // Writes the output the pass read, in one transaction, before the pass's
-  // changes (so an ended attempt's last output is kept before the backend
-  // may forget it).
-  void WriteLogs(PassReport& report);
   absl::Status End(const storage::postgres::ClusterAttempt& a,
                    const AttemptStatus& status, PassReport& report);
   // The message a cancelled job ends with: the user's cancel request

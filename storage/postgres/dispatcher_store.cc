@@ -15,6 +15,37 @@ using trainyard::v1::Job;
 using trainyard::v1::JobEvent;
 using trainyard::v1::JobState;
 
+namespace {
+
+// The appends as the arrays of attempt_logs_update and attempt_logs_insert
+// ($1..$7), in one statement each whatever their number; counts those that
+// applied.
+int AppendLogsIn(pqxx::work& txn, const std::vector<LogAppend>& appends,
+                 int64_t keep_bytes) {
+  if (appends.empty()) return 0;
+  ArrayLiteral jobs, attempts, expected, offsets, data, complete, errors;
+  for (const LogAppend& a : appends) {
+    jobs.Int(a.job_id);
+    attempts.Int(a.attempt);
+    expected.Int(a.expected_size);
+    offsets.Int(a.offset);
+    data.Bytes(a.data);
+    complete.Bool(a.complete);
+    errors.Text(a.error);
+  }
+  int applied = 0;
+  for (const char* statement : {"attempt_logs_update", "attempt_logs_insert"}) {
+    applied += static_cast<int>(
+        txn.exec_prepared(statement, jobs.str(), attempts.str(), expected.str(),
+                          offsets.str(), data.str(), complete.str(),
+                          errors.str(), keep_bytes)
+            .size());
+  }
+  return applied;
+}
+
+}  // namespace
+
 DispatcherStore::DispatcherStore(Database* db) : db_(db) {
   PrepareJobRowStatements(db_);
   PrepareJobBatchStatements(db_);
@@ -30,21 +61,37 @@ DispatcherStore::DispatcherStore(Database* db) : db_(db) {
           "attempt_logs WHERE job_id = jobs.id AND attempt = a.idx) l ON true "
           "WHERE jobs.state IN (2, 3, 4, 8, 9) AND a.cluster = $1 ORDER BY "
           "jobs.id"));
-  // $1 job, $2 attempt, $3 expected size, $4 offset, $5 data, $6 complete,
-  // $7 error, $8 bytes kept. An append at the stored size extends the kept
-  // bytes; one past it (bytes skipped) replaces them.
+  // Appends to attempts' kept output: arrays of job, attempt, expected
+  // size, offset, data, complete and error ($1..$7), and the bytes kept
+  // ($8). An append applies only at the expected size (an existing row:
+  // update; none, expected 0: insert); one at the stored size extends the
+  // kept bytes, one past it (bytes skipped) replaces them.
+  const std::string appends =
+      "unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], "
+      "$5::bytea[], $6::boolean[], $7::text[]) AS v(job_id, attempt, "
+      "expected, off, data, complete, error)";
   db_->Prepare(
-      "attempt_log_append",
-      "INSERT INTO attempt_logs AS l (job_id, attempt, size, data, complete, "
-      "error, update_time) VALUES ($1, $2, $4::bigint + length($5::bytea), "
-      "substring($5::bytea from greatest(1, length($5::bytea) - $8::int + "
-      "1)), $6::boolean, $7::text, now()) ON CONFLICT (job_id, attempt) DO "
-      "UPDATE SET "
-      "size = EXCLUDED.size, data = CASE WHEN $4::bigint = l.size THEN "
-      "substring(l.data || $5::bytea from greatest(1, length(l.data) + "
-      "length($5::bytea) - $8::int + 1)) ELSE EXCLUDED.data END, complete = "
-      "EXCLUDED.complete, error = EXCLUDED.error, update_time = now() WHERE "
-      "l.size = $3::bigint AND NOT l.complete RETURNING l.size");
+      "attempt_logs_update",
+      absl::StrCat(
+          "UPDATE attempt_logs AS l SET size = v.off + length(v.data), data = "
+          "CASE WHEN v.off = l.size THEN substring(l.data || v.data from "
+          "greatest(1, length(l.data) + length(v.data) - $8::int + 1)) ELSE "
+          "substring(v.data from greatest(1, length(v.data) - $8::int + 1)) "
+          "END, complete = v.complete, error = v.error, update_time = now() "
+          "FROM ",
+          appends,
+          " WHERE l.job_id = v.job_id AND l.attempt = v.attempt AND l.size = "
+          "v.expected AND NOT l.complete RETURNING l.job_id"));
+  db_->Prepare(
+      "attempt_logs_insert",
+      absl::StrCat(
+          "INSERT INTO attempt_logs (job_id, attempt, size, data, complete, "
+          "error, update_time) SELECT v.job_id, v.attempt, v.off + "
+          "length(v.data), substring(v.data from greatest(1, length(v.data) "
+          "- $8::int + 1)), v.complete, v.error, now() FROM ",
+          appends,
+          " WHERE v.expected = 0 ON CONFLICT (job_id, attempt) DO NOTHING "
+          "RETURNING job_id"));
   db_->Prepare("attempts_latest_rows",
                "SELECT DISTINCT ON (job_id) job_id, idx, body FROM attempts "
                "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, idx DESC");
@@ -86,9 +133,14 @@ absl::StatusOr<Job> DispatcherStore::ChangeAttempt(const AttemptChange& c) {
 }
 
 absl::StatusOr<std::vector<absl::StatusOr<Job>>>
-DispatcherStore::ChangeAttempts(const std::vector<AttemptChange>& changes) {
+DispatcherStore::ChangeAttempts(const std::vector<AttemptChange>& changes,
+                                const std::vector<LogAppend>& logs,
+                                int64_t log_keep_bytes, int* logs_applied) {
   std::vector<absl::StatusOr<Job>> out;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    // Whatever happens below, the output goes in with the changes.
+    const int applied = AppendLogsIn(txn, logs, log_keep_bytes);
+    if (logs_applied != nullptr) *logs_applied = applied;
     out.assign(changes.size(), absl::UnknownError("not applied"));
     JobSaves saves;
     // Changes saved by `saves` but not flushed yet: (index in out, job).
@@ -205,13 +257,7 @@ absl::StatusOr<int> DispatcherStore::AppendLogs(
   int applied = 0;
   if (appends.empty()) return applied;
   absl::Status s = db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    applied = 0;
-    for (const LogAppend& a : appends) {
-      pqxx::result r = txn.exec_prepared(
-          "attempt_log_append", a.job_id, a.attempt, a.expected_size, a.offset,
-          Bytea(a.data), a.complete, a.error, keep_bytes);
-      if (!r.empty()) ++applied;
-    }
+    applied = AppendLogsIn(txn, appends, keep_bytes);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -91,8 +91,13 @@ class DispatcherStore {
   // others applied, and later changes of the same job are refused too
   // (ABORTED), so expected_version 0 on a follow-up change of a job is safe.
   // A database error fails the whole batch (nothing applied).
+  // `logs` (AppendLogs) are written in the same transaction (first: they
+  // lock only attempt_logs rows); `logs_applied` (when given) gets how many
+  // applied.
   absl::StatusOr<std::vector<absl::StatusOr<trainyard::v1::Job>>>
-  ChangeAttempts(const std::vector<AttemptChange>& changes);
+  ChangeAttempts(const std::vector<AttemptChange>& changes,
+                 const std::vector<LogAppend>& logs = {},
+                 int64_t log_keep_bytes = 0, int* logs_applied = nullptr);
 
   // Appends to each attempt's kept output, keeping its newest `keep_bytes`,
   // unless its stored size is not append.expected_size or it is complete

@@ -371,6 +371,28 @@ TEST_F(DispatcherTest, KeepsOnlyTheNewestOutputAsTold) {
   EXPECT_EQ(logs.end_offset(), static_cast<int64_t>(expected.size()));
   EXPECT_EQ(logs.text(), expected.substr(expected.size() - kKeep));
 
+  // An append at a size that is not the stored one (another dispatcher wrote
+  // meanwhile), or to a complete output, changes nothing.
+  absl::StatusOr<std::unique_ptr<storage::postgres::Database>> db =
+      storage::postgres::Database::Open({.url = harness_->database_url()});
+  ASSERT_TRUE(db.ok()) << db.status();
+  storage::postgres::DispatcherStore store(db->get());
+  const int64_t size = logs.end_offset();
+  for (const int64_t at : {size - 1, size}) {
+    absl::StatusOr<int> applied = store.AppendLogs({{.job_id = id,
+                                                     .attempt = 1,
+                                                     .expected_size = at,
+                                                     .offset = at,
+                                                     .data = "late\n"}},
+                                                   kKeep);
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    EXPECT_EQ(*applied, 0) << at;
+  }
+  v1::JobLogs again;
+  ASSERT_TRUE(Logs(id, 0, 0, &again).ok());
+  EXPECT_EQ(again.text(), logs.text());
+  EXPECT_EQ(again.end_offset(), size);
+
   EXPECT_EQ(Dispatcher::Create({.postgres_url = harness_->database_url(),
                                 .cluster = "sim",
                                 .log_tail_bytes = -1},
