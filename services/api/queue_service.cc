@@ -377,6 +377,7 @@ absl::Status PriorityClassPage(pg::ObjectStore* objects,
 // against its quotas (flavors without a quota too, nominal 0).
 void AddUsage(const v1::Queue& queue,
               const std::map<std::string, pg::JobStore::FlavorHeld>& held,
+              const std::map<std::pair<std::string, int>, int64_t>& lent,
               v1::QueueStatus* response) {
   std::map<std::pair<std::string, v1::ResourceName>, int64_t> nominal;
   for (const v1::FlavorQuotas& q : queue.quotas()) {
@@ -407,6 +408,12 @@ void AddUsage(const v1::Queue& queue,
     // of it counts as borrowed.
     if (nominal.contains(key)) {
       u->set_borrowed(std::max<int64_t>(0, in_use - quota));
+      // As the scheduler last published it, within what is unused now.
+      auto l = lent.find({key.first, static_cast<int>(key.second)});
+      if (l != lent.end()) {
+        u->set_lent(std::clamp<int64_t>(l->second, 0,
+                                        std::max<int64_t>(0, quota - in_use)));
+      }
     }
   }
 }
@@ -499,16 +506,16 @@ class QueueServiceImpl final : public ApiService<v1::QueueService> {
           }
           // The weighted share is the scheduler's (it depends on the whole
           // cohort tree): as it last wrote it.
-          TY_ASSIGN_OR_RETURN(const double share,
+          TY_ASSIGN_OR_RETURN(const pg::JobStore::QueueShareInfo share,
                               ctx_->jobs->QueueShare(tenant, id));
-          response->set_weighted_share(share);
+          response->set_weighted_share(share.weighted_share);
           TY_ASSIGN_OR_RETURN(const auto held,
                               ctx_->jobs->QueueUsage(tenant, id));
           v1::Queue stored;
           if (!stored.ParseFromString(row->body)) {
             return absl::DataLossError(domain::Cat(queue.name, ": unreadable"));
           }
-          AddUsage(stored, held, response);
+          AddUsage(stored, held, share.lent, response);
           return absl::OkStatus();
         });
   }

@@ -41,8 +41,9 @@ std::unique_ptr<grpc::Service> NewJobService(ApiContext* ctx);
 //   GetQueueStatus  viewer. Reports jobs per state and `usage`: per flavor and
 //                   resource, what the queue's ADMITTED, DISPATCHING and
 //                   RUNNING jobs hold, its nominal quota and what is borrowed
-//                   above it, and `weighted_share`: the queue's fair share
-//                   (docs/scheduling.md) as the scheduler last published it
+//                   above it; `lent` (what others of its cohort tree use of
+//                   its unused nominal) and `weighted_share` (its fair share,
+//                   docs/scheduling.md) as the scheduler last published them
 //                   (it writes changes at most every explanation interval).
 //
 // Every mutation writes an audit row (in its own transaction when it succeeds,

@@ -38,6 +38,19 @@ namespace pg = ::trainyard::storage::postgres;
 using runtime::Log;
 using runtime::LogLevel;
 
+// The API's ResourceName number of a policy resource.
+int ResourceNumber(policy::Resource r) {
+  switch (r) {
+    case policy::Resource::kGpu:
+      return v1::RESOURCE_NAME_GPU;
+    case policy::Resource::kCpu:
+      return v1::RESOURCE_NAME_CPU;
+    case policy::Resource::kMemory:
+      return v1::RESOURCE_NAME_MEMORY;
+  }
+  return v1::RESOURCE_NAME_UNSPECIFIED;
+}
+
 // Replaces `out` with every object of `kind`, page by page, keyed by its name
 // (one-part keys) or by (parent, name) (two-part keys: pools, nodes, queues).
 template <typename Map>
@@ -132,7 +145,8 @@ SchedulerService::~SchedulerService() {
 void SchedulerService::WriteExplanationsLoop() {
   while (true) {
     absl::flat_hash_map<int64_t, std::optional<pg::Explanation>> batch;
-    absl::flat_hash_map<std::pair<std::string, std::string>, double> shares;
+    absl::flat_hash_map<std::pair<std::string, std::string>, pg::QueueShareRow>
+        shares;
     {
       absl::MutexLock l(&writes_mu_);
       writes_mu_.Await(absl::Condition(
@@ -165,10 +179,7 @@ void SchedulerService::WriteExplanationsLoop() {
     std::sort(done.begin(), done.end());
     absl::Status s = jobs_->WriteExplanations(upserts, done);
     std::vector<pg::QueueShareRow> share_rows;
-    for (const auto& [key, share] : shares) {
-      share_rows.push_back(
-          {.tenant = key.first, .queue = key.second, .weighted_share = share});
-    }
+    for (auto& [key, row] : shares) share_rows.push_back(std::move(row));
     std::sort(share_rows.begin(), share_rows.end(),
               [](const pg::QueueShareRow& a, const pg::QueueShareRow& b) {
                 return std::tie(a.tenant, a.queue) <
@@ -858,26 +869,47 @@ absl::StatusOr<CycleReport> SchedulerService::CycleOnce() {
     }
   }
   report.explanations_written = static_cast<int>(upserts.size() + done.size());
-  // The queues' weighted shares, with the explanations and when they changed.
-  std::vector<std::pair<std::pair<std::string, std::string>, double>>
-      share_changes;
+  // The queues' weighted shares and what they lend, with the explanations and
+  // when they changed.
+  std::vector<pg::QueueShareRow> share_changes;
   if (explain_now) {
     const std::vector<int64_t> shares = policy_state_.QueueShares();
+    const std::optional<policy::QuotaTree::Lent> lent =
+        policy_state_.QueueLent();
     for (size_t q = 0; q < shares.size() && q < index.queue_keys.size(); ++q) {
+      ShareWritten now{.share = shares[q]};
+      for (size_t f = 0; lent.has_value() && f < index.flavor_ids.size(); ++f) {
+        for (policy::Resource r : policy::kAllResources) {
+          const int64_t amount = lent->Get(static_cast<policy::QueueId>(q),
+                                           static_cast<policy::FlavorId>(f), r);
+          if (amount == 0) continue;
+          now.lent.push_back({.flavor = index.flavor_ids[f],
+                              .resource = ResourceNumber(r),
+                              .amount = amount});
+        }
+      }
       auto [it, inserted] =
-          shares_written_.try_emplace(index.queue_keys[q], shares[q]);
-      if (!inserted && it->second == shares[q]) continue;
-      it->second = shares[q];
+          shares_written_.try_emplace(index.queue_keys[q], now);
+      if (!inserted && it->second.share == now.share &&
+          it->second.lent == now.lent) {
+        continue;
+      }
+      it->second = now;
       share_changes.push_back(
-          {index.queue_keys[q], shares[q] == policy::QuotaTree::kInfiniteShare
-                                    ? std::numeric_limits<double>::infinity()
-                                    : static_cast<double>(shares[q]) /
-                                          policy::QuotaTree::kShareOne});
+          {.tenant = index.queue_keys[q].first,
+           .queue = index.queue_keys[q].second,
+           .weighted_share = shares[q] == policy::QuotaTree::kInfiniteShare
+                                 ? std::numeric_limits<double>::infinity()
+                                 : static_cast<double>(shares[q]) /
+                                       policy::QuotaTree::kShareOne,
+           .lent = std::move(now.lent)});
     }
   }
   {
     absl::MutexLock w(&writes_mu_);
-    for (auto& [key, share] : share_changes) share_writes_[key] = share;
+    for (pg::QueueShareRow& row : share_changes) {
+      share_writes_[{row.tenant, row.queue}] = std::move(row);
+    }
     for (pg::Explanation& e : upserts) {
       const int64_t id = e.job_id;
       writes_[id] = std::move(e);

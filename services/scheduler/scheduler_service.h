@@ -276,11 +276,16 @@ class SchedulerService {
   absl::Mutex writes_mu_;
   absl::flat_hash_map<int64_t, std::optional<storage::postgres::Explanation>>
       writes_ ABSL_GUARDED_BY(writes_mu_);
-  // Queues' weighted shares not written yet, and what was handed to the
-  // writer last (a share is written when it changes).
-  absl::flat_hash_map<std::pair<std::string, std::string>, double> share_writes_
-      ABSL_GUARDED_BY(writes_mu_);
-  absl::flat_hash_map<std::pair<std::string, std::string>, int64_t>
+  // Queues' weighted shares and what they lend not written yet, and what was
+  // handed to the writer last (a row is written when it changes).
+  absl::flat_hash_map<std::pair<std::string, std::string>,
+                      storage::postgres::QueueShareRow>
+      share_writes_ ABSL_GUARDED_BY(writes_mu_);
+  struct ShareWritten {
+    int64_t share = 0;
+    std::vector<storage::postgres::QueueLentCell> lent;
+  };
+  absl::flat_hash_map<std::pair<std::string, std::string>, ShareWritten>
       shares_written_ ABSL_GUARDED_BY(cycle_mu_);
   bool writing_ ABSL_GUARDED_BY(writes_mu_) = false;
   bool writer_stop_ ABSL_GUARDED_BY(writes_mu_) = false;

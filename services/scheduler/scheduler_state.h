@@ -84,6 +84,11 @@ class SchedulerState {
     return scheduler_ != nullptr ? scheduler_->QueueShares()
                                  : std::vector<int64_t>{};
   }
+  // What each queue lends (policy::Scheduler::QueueLent), by the snapshot's
+  // queue and flavor ids.
+  std::optional<policy::QuotaTree::Lent> QueueLent() const {
+    return scheduler_ != nullptr ? scheduler_->QueueLent() : std::nullopt;
+  }
   // Names of the snapshot's ids (its `excluded` is unused: see excluded()).
   const SnapshotIndex& index() const { return index_; }
   // Pending jobs left out of the snapshot, with why ("<CODE>: ...").

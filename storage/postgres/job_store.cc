@@ -128,6 +128,9 @@ JobStore::JobStore(Database* db) : db_(db) {
   db_->Prepare("queue_share_get",
                "SELECT weighted_share FROM queue_shares WHERE tenant = $1 AND "
                "queue = $2");
+  db_->Prepare("queue_lent_get",
+               "SELECT c->>0, (c->>1)::int, (c->>2)::bigint FROM queue_shares, "
+               "jsonb_array_elements(lent) c WHERE tenant = $1 AND queue = $2");
   db_->Prepare("explanation_get",
                absl::StrCat("SELECT reason, message, position, ",
                             EpochMicros("coalesce(evaluate_time, update_time)"),
@@ -715,16 +718,22 @@ JobStore::QueueUsage(const std::string& tenant, const std::string& queue) {
   return out;
 }
 
-absl::StatusOr<double> JobStore::QueueShare(const std::string& tenant,
-                                            const std::string& queue) {
-  double share = 0.0;
+absl::StatusOr<JobStore::QueueShareInfo> JobStore::QueueShare(
+    const std::string& tenant, const std::string& queue) {
+  QueueShareInfo info;
   absl::Status s = db_->Read([&](pqxx::read_transaction& txn) -> absl::Status {
+    info = {};
     pqxx::result r = txn.exec_prepared("queue_share_get", tenant, queue);
-    share = r.empty() ? 0.0 : r[0][0].as<double>();
+    if (r.empty()) return absl::OkStatus();
+    info.weighted_share = r[0][0].as<double>();
+    for (const pqxx::row& cell :
+         txn.exec_prepared("queue_lent_get", tenant, queue)) {
+      info.lent[{cell[0].c_str(), cell[1].as<int>()}] = cell[2].as<int64_t>();
+    }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  return share;
+  return info;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobStore::ReadEvents(

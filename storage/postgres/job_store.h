@@ -171,10 +171,15 @@ class JobStore {
   };
   absl::StatusOr<std::map<std::string, FlavorHeld>> QueueUsage(
       const std::string& tenant, const std::string& queue);
-  // The queue's weighted fair share as the scheduler last wrote it
-  // (queue_shares); 0 where it wrote none.
-  absl::StatusOr<double> QueueShare(const std::string& tenant,
-                                    const std::string& queue);
+  // The queue's weighted fair share and what it lends, as the scheduler last
+  // wrote them (queue_shares); 0 and nothing where it wrote none.
+  struct QueueShareInfo {
+    double weighted_share = 0.0;
+    // (flavor id, ResourceName number) -> amount lent, non-zero amounts only.
+    std::map<std::pair<std::string, int>, int64_t> lent;
+  };
+  absl::StatusOr<QueueShareInfo> QueueShare(const std::string& tenant,
+                                            const std::string& queue);
 
   // Events with sequence > after, ascending, at most `limit`.
   absl::StatusOr<std::vector<trainyard::v1::JobEvent>> ReadEvents(

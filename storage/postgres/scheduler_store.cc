@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "services/lib/domain/job_state.h"
 #include "services/lib/domain/names.h"
 #include "storage/postgres/job_batch.h"
@@ -71,11 +72,13 @@ SchedulerStore::SchedulerStore(Database* db) : db_(db) {
       "explanations_all",
       absl::StrCat("SELECT job_id, reason, message, ",
                    EpochMicros("update_time"), " FROM pending_explanations"));
-  db_->Prepare("queue_shares_upsert",
-               "INSERT INTO queue_shares (tenant, queue, weighted_share) "
-               "SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) "
-               "ON CONFLICT (tenant, queue) DO UPDATE SET weighted_share = "
-               "excluded.weighted_share, update_time = now()");
+  db_->Prepare(
+      "queue_shares_upsert",
+      "INSERT INTO queue_shares (tenant, queue, weighted_share, lent) "
+      "SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], "
+      "$4::jsonb[]) ON CONFLICT (tenant, queue) DO UPDATE SET "
+      "weighted_share = excluded.weighted_share, lent = excluded.lent, "
+      "update_time = now()");
   db_->Prepare(
       "explanations_delete",
       "DELETE FROM pending_explanations WHERE job_id = ANY($1::bigint[])");
@@ -306,10 +309,10 @@ absl::StatusOr<DecisionOutcome> SchedulerStore::ApplyDecisions(
       attempt.set_resumed_from(job->resume_from());
       *attempt.mutable_admit_time() = ToTimestamp(now);
       // Inserted by the statement that saves the jobs.
-      saves.AddNewAttempt(
-          a.job_id, index, std::string(domain::NameId(attempt.cluster())),
-          std::string(domain::NameId(attempt.flavor())), attempt,
-          a.estimated_cost_micros);
+      saves.AddNewAttempt(a.job_id, index,
+                          std::string(domain::NameId(attempt.cluster())),
+                          std::string(domain::NameId(attempt.flavor())),
+                          attempt, a.estimated_cost_micros);
       job->set_attempt_count(index);
       job->set_state(trainyard::v1::JOB_STATE_ADMITTED);
       job->set_state_reason("ADMITTED");
@@ -370,14 +373,27 @@ absl::Status SchedulerStore::WriteQueueShares(
   if (shares.empty()) return absl::OkStatus();
   return db_->Transact([&](pqxx::work& txn) -> absl::Status {
     txn.exec0("SET LOCAL synchronous_commit = off");
-    ArrayLiteral tenants, queues, values;
+    ArrayLiteral tenants, queues, values, lent;
     for (const QueueShareRow& row : shares) {
       tenants.Text(row.tenant);
       queues.Text(row.queue);
       values.Text(absl::StrFormat("%.17g", row.weighted_share));
+      // [[flavor, resource, amount], ...]; flavor ids need no escaping
+      // (domain::IsValidId), but quote them as JSON strings all the same.
+      std::vector<std::string> cells;
+      for (const QueueLentCell& cell : row.lent) {
+        std::string flavor;
+        for (char c : cell.flavor) {
+          if (c == '"' || c == '\\') flavor.push_back('\\');
+          flavor.push_back(c);
+        }
+        cells.push_back(absl::StrCat("[\"", flavor, "\",", cell.resource, ",",
+                                     cell.amount, "]"));
+      }
+      lent.Text(absl::StrCat("[", absl::StrJoin(cells, ","), "]"));
     }
     txn.exec_prepared("queue_shares_upsert", tenants.str(), queues.str(),
-                      values.str());
+                      values.str(), lent.str());
     return absl::OkStatus();
   });
 }

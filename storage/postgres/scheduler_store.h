@@ -35,7 +35,8 @@ struct AdmitDecision {
   trainyard::v1::Attempt attempt;
   std::string message;
   std::vector<int64_t> victims;
-  // The scheduler's expected cost of the attempt (attempts.estimated_cost_micros).
+  // The scheduler's expected cost of the attempt
+  // (attempts.estimated_cost_micros).
   std::optional<int64_t> estimated_cost_micros;
 };
 
@@ -57,11 +58,24 @@ struct WrittenExplanation {
   absl::Time written;
 };
 
-// A queue's weighted fair share (queue_shares).
+// What of a queue's quota of one flavor and resource others of its cohort
+// tree use (queue_shares.lent).
+struct QueueLentCell {
+  // Flavor id.
+  std::string flavor;
+  // trainyard.v1.ResourceName number.
+  int resource = 0;
+  int64_t amount = 0;
+  friend bool operator==(const QueueLentCell&, const QueueLentCell&) = default;
+};
+
+// A queue's weighted fair share and what it lends (queue_shares).
 struct QueueShareRow {
   std::string tenant;
   std::string queue;
   double weighted_share = 0.0;
+  // Cells with a non-zero amount.
+  std::vector<QueueLentCell> lent;
 };
 
 struct DecisionOutcome {
@@ -126,7 +140,7 @@ class SchedulerStore {
   // Upserts explanations and removes those of `done` jobs.
   absl::Status WriteExplanations(const std::vector<Explanation>& upserts,
                                  const std::vector<int64_t>& done);
-  // Upserts queues' weighted fair shares.
+  // Upserts queues' weighted fair shares and what they lend.
   absl::Status WriteQueueShares(const std::vector<QueueShareRow>& shares);
 
  private:

@@ -249,6 +249,51 @@ TEST_F(FairShareTest, TheDrfAllocationWhateverElseThePlatformHolds) {
   EXPECT_EQ(Status("default").weighted_share(), 0.0);
 }
 
+// What each lender lends, through GetQueueStatus, against shares worked by
+// hand. Cohort lab (no quota of its own): l1 (6 GPUs), l2 (3), l3 (4 with a
+// lending limit of 2) and borrower (0). The borrower's 8-GPU job borrows 8
+// of the 11 they can lend: 8*6/11 = 4.36, 8*3/11 = 2.18, 8*2/11 = 1.45 →
+// 4, 2, 1 and the last GPU to the largest remainder, l3: 4, 2, 2. Then l1
+// runs 2 GPUs itself and can lend 4: 8*4/9 = 3.56, 8*3/9 = 2.67, 8*2/9 =
+// 1.78 → 3, 2, 1, the two left to l3 (.78) and l2 (.67): 3, 3, 2.
+TEST_F(FairShareTest, EachLenderShowsWhatItLends) {
+  GpuCohort("lab", 0);
+  auto none = [](v1::Queue&) {};
+  GpuQueue("l1", "lab", {{"gpu", 6}}, none);
+  GpuQueue("l2", "lab", {{"gpu", 3}}, none);
+  GpuQueue("l3", "lab", {{"gpu", 4}}, [](v1::Queue& q) {
+    q.mutable_quotas(0)->mutable_resources(0)->set_lending_limit(2);
+  });
+  GpuQueue("borrower", "lab", {{"gpu", 0}}, none);
+  absl::StatusOr<std::unique_ptr<SchedulerService>> s =
+      SchedulerService::Create(Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto gpu = [&](const std::string& queue) {
+    const v1::QueueStatus status = Status(queue);
+    for (const v1::FlavorUsage& u : status.usage()) {
+      if (u.flavor() == "gpu" && u.resource() == v1::RESOURCE_NAME_GPU) {
+        return std::vector<int64_t>{u.used(), u.nominal(), u.borrowed(),
+                                    u.lent()};
+      }
+    }
+    ADD_FAILURE() << queue << " has no gpu usage";
+    return std::vector<int64_t>{};
+  };
+  ASSERT_NE(SubmitGpus("borrower", "big", 8), 0);
+  Converge(**s);
+  // {used, nominal, borrowed, lent}
+  EXPECT_EQ(gpu("borrower"), (std::vector<int64_t>{8, 0, 8, 0}));
+  EXPECT_EQ(gpu("l1"), (std::vector<int64_t>{0, 6, 0, 4}));
+  EXPECT_EQ(gpu("l2"), (std::vector<int64_t>{0, 3, 0, 2}));
+  EXPECT_EQ(gpu("l3"), (std::vector<int64_t>{0, 4, 0, 2}));
+  ASSERT_NE(SubmitGpus("l1", "own", 2), 0);
+  Converge(**s);
+  EXPECT_EQ(gpu("l1"), (std::vector<int64_t>{2, 6, 0, 3}));
+  EXPECT_EQ(gpu("l2"), (std::vector<int64_t>{0, 3, 0, 3}));
+  EXPECT_EQ(gpu("l3"), (std::vector<int64_t>{0, 4, 0, 2}));
+  EXPECT_EQ(gpu("borrower"), (std::vector<int64_t>{8, 0, 8, 0}));
+}
+
 TEST_F(FairShareTest, FlavorFungibilityIsActedOn) {
   // A second GPU flavor, gpu2, with one 8-GPU node. Queues f1 and f2 list
   // gpu first (nominal 0: only by borrowing from cohort "fung") and gpu2

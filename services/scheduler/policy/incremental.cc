@@ -44,6 +44,14 @@ std::vector<int64_t> Scheduler::QueueShares() const {
   return shares;
 }
 
+std::optional<QuotaTree::Lent> Scheduler::QueueLent() const {
+  if (!built_ || !running_quota_.has_value() ||
+      running_quota_->QueueCount() != static_cast<int>(s_.queues.size())) {
+    return std::nullopt;
+  }
+  return running_quota_->LentByQueue();
+}
+
 Scheduler::QueueEntry Scheduler::EntryOf(int index) {
   return internal::MakeEntry(s_, config_, classes_, index);
 }

@@ -88,6 +88,10 @@ class Scheduler {
   // (QuotaTree::Share, in units of 1 / QuotaTree::kShareOne), as of the last
   // cycle; zeros before the first.
   std::vector<int64_t> QueueShares() const;
+  // What of each queue's quota others of its cohort tree use under the
+  // running work (QuotaTree::LentByQueue), as of the last cycle; nullopt
+  // before the first.
+  std::optional<QuotaTree::Lent> QueueLent() const;
 
   // One scheduling cycle on the current snapshot; == Decide(snapshot()).
   Decisions Cycle();

@@ -303,6 +303,83 @@ int64_t QuotaTree::AboveNominal(QueueId q, Resource r) const {
   return sum;
 }
 
+QuotaTree::Lent QuotaTree::LentByQueue() const {
+  const int num_nodes = static_cast<int>(parent_.size());
+  Lent out;
+  out.num_flavors_ = num_flavors_;
+  out.lent_.assign(
+      static_cast<size_t>(num_queues_) * num_flavors_ * kNumResources, 0);
+  // Cohorts top-down (shallowest first), each with its children.
+  std::vector<std::vector<int>> children(num_nodes);
+  std::vector<int> depth(num_nodes, 0);
+  for (int n = 0; n < num_nodes; ++n) {
+    if (parent_[n] >= 0) children[parent_[n]].push_back(n);
+    for (int p = parent_[n]; p >= 0; p = parent_[p]) ++depth[n];
+  }
+  std::vector<int> cohorts;
+  for (int n = num_queues_; n < num_nodes; ++n) {
+    if (!children[n].empty()) cohorts.push_back(n);
+  }
+  std::stable_sort(cohorts.begin(), cohorts.end(),
+                   [&](int a, int b) { return depth[a] < depth[b]; });
+  std::vector<int64_t> attributed(num_nodes);
+  std::vector<int64_t> unused;
+  for (FlavorId f = 0; f < num_flavors_; ++f) {
+    for (Resource r : kAllResources) {
+      std::fill(attributed.begin(), attributed.end(), 0);
+      for (int cohort : cohorts) {
+        const Cell& c = cells_[CellIndex(cohort, f, r)];
+        if (!c.tracked) continue;
+        // What the children borrow beyond what they put in, and what each
+        // of them has put in and not used.
+        int64_t borrowed = 0;
+        int64_t total_unused = 0;
+        unused.assign(children[cohort].size(), 0);
+        for (size_t i = 0; i < children[cohort].size(); ++i) {
+          const Cell& k = cells_[CellIndex(children[cohort][i], f, r)];
+          if (!k.tracked) continue;
+          const int64_t g = Guaranteed(k);
+          const int64_t put_in = k.subtree - g;
+          const int64_t uses = std::max<int64_t>(0, k.usage - g);
+          borrowed += std::max<int64_t>(0, uses - put_in);
+          unused[i] = std::max<int64_t>(0, put_in - uses);
+          total_unused += unused[i];
+        }
+        const int64_t from_parent =
+            parent_[cohort] < 0 ? 0 : std::max<int64_t>(0, c.usage - c.subtree);
+        int64_t amount =
+            std::max<int64_t>(0, borrowed - from_parent) + attributed[cohort];
+        // The cohort's own quota first.
+        amount -= std::min(amount, c.nominal);
+        amount = std::min(amount, total_unused);
+        if (amount == 0) continue;
+        // Then the children's, in proportion, by largest remainder.
+        int64_t given = 0;
+        std::vector<std::pair<__int128, size_t>> remainders;
+        for (size_t i = 0; i < unused.size(); ++i) {
+          if (unused[i] == 0) continue;
+          const __int128 exact = static_cast<__int128>(amount) * unused[i];
+          const int64_t share = static_cast<int64_t>(exact / total_unused);
+          attributed[children[cohort][i]] += share;
+          given += share;
+          remainders.push_back({exact % total_unused, i});
+        }
+        std::stable_sort(
+            remainders.begin(), remainders.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+        for (size_t j = 0; given < amount && j < remainders.size(); ++j) {
+          ++attributed[children[cohort][remainders[j].second]];
+          ++given;
+        }
+      }
+      for (int q = 0; q < num_queues_; ++q) {
+        out.lent_[CellIndex(q, f, r)] = attributed[q];
+      }
+    }
+  }
+  return out;
+}
+
 int64_t QuotaTree::CohortUsage(CohortId c, FlavorId f, Resource r) const {
   return cells_[CellIndex(num_queues_ + c, f, r)].usage;
 }

@@ -182,6 +182,32 @@ class QuotaTree {
   // a and b. {a, b} for siblings; {-1, -1} when they share no root.
   std::pair<int, int> AlmostLca(int a, int b) const;
   // Usage charged to a cohort (what its children use beyond their guarantees).
+  // --- What each queue lends ---
+  // What of each queue's quota other queues of its cohort tree are using now,
+  // per (flavor, resource) cell: Get(q, f, r). The tree's borrowing is
+  // attributed top-down. At each cohort, what its children use beyond what
+  // they put in (their borrowing), less what the cohort itself takes from its
+  // parent, plus what the parent attributed to the cohort as a lender, is
+  // served first from the cohort's own nominal quota, then from its
+  // children's unused lendable quota (subtree - guaranteed - own use beyond
+  // guaranteed) in proportion to it, rounded by largest remainder (ties: the
+  // lower node id, i.e. snapshot order). A child cohort passes what it was
+  // attributed on to its own children the same way. 0 for queues without a
+  // cohort and untracked cells.
+  class Lent {
+   public:
+    int64_t Get(QueueId q, FlavorId f, Resource r) const {
+      return lent_[(static_cast<size_t>(q) * num_flavors_ + f) * kNumResources +
+                   static_cast<int>(r)];
+    }
+
+   private:
+    friend class QuotaTree;
+    int num_flavors_ = 0;
+    std::vector<int64_t> lent_;
+  };
+  Lent LentByQueue() const;
+
   int64_t CohortUsage(CohortId c, FlavorId f, Resource r) const;
   int64_t CohortSubtreeQuota(CohortId c, FlavorId f, Resource r) const;
 

@@ -370,5 +370,70 @@ TEST(QuotaTreeTest, DecideAdmitsOnCohortQuotaAndHoldsAtCohortBorrowingLimit) {
   EXPECT_EQ(Decide(b.Build()).admissions.size(), 2u);
 }
 
+// What each queue lends, worked by hand. Cohort "research": a (nominal 8), b
+// (4), c (4, lending limit 2: guaranteed 2) and d (0). a uses 2, b 1, c 0 and
+// d 10, so d borrows 10 and the others can lend 6, 3 and 2 (11). Shares of
+// 10: 10*6/11 = 5.45, 10*3/11 = 2.73, 10*2/11 = 1.82 → floors 5, 2, 1 (8);
+// the two left go to the largest remainders, c (.82) then b (.73): 5, 3, 2.
+TEST(QuotaTreeTest, LentSharesTheBorrowingAmongLendersByLargestRemainder) {
+  SnapshotBuilder b;
+  FlavorId f = b.AddFlavor("a100");
+  FlavorId other = b.AddFlavor("h100");
+  CohortId c = b.AddCohort("research");
+  QueueId qa = b.AddGpuQueue("a", c, f, 8);
+  QueueId qb = b.AddGpuQueue("b", c, f, 4);
+  QueueId qc = b.AddGpuQueue("c", c, f, 4, std::nullopt, /*lending_limit=*/2);
+  QueueId qd = b.AddGpuQueue("d", c, f, 0);
+  QueueId solo = b.AddGpuQueue("solo", std::nullopt, f, 4);
+  b.AddRunningQuotaOnly(1, qa, f, 2);
+  b.AddRunningQuotaOnly(2, qb, f, 1);
+  b.AddRunningQuotaOnly(3, qd, f, 10);
+  b.AddRunningQuotaOnly(4, solo, f, 1);
+  QuotaTree tree(b.Build());
+  QuotaTree::Lent lent = tree.LentByQueue();
+  EXPECT_EQ(lent.Get(qa, f, kGpu), 5);
+  EXPECT_EQ(lent.Get(qb, f, kGpu), 3);
+  EXPECT_EQ(lent.Get(qc, f, kGpu), 2);
+  EXPECT_EQ(lent.Get(qd, f, kGpu), 0);
+  EXPECT_EQ(lent.Get(solo, f, kGpu), 0);
+  EXPECT_EQ(lent.Get(qa, other, kGpu), 0);
+  EXPECT_EQ(lent.Get(qa, f, Resource::kCpu), 0);
+  // Less borrowing: d returns 7 of its 10 GPUs (3 borrowed). 3*6/11 = 1.64,
+  // 3*3/11 = 0.82, 3*2/11 = 0.55 → 1, 0, 0; the two left go to b (.82) and
+  // a (.64), not c (.55): 2, 1, 0.
+  tree.Add(qd, f, {.gpus = -7});
+  lent = tree.LentByQueue();
+  EXPECT_EQ(lent.Get(qa, f, kGpu), 2);
+  EXPECT_EQ(lent.Get(qb, f, kGpu), 1);
+  EXPECT_EQ(lent.Get(qc, f, kGpu), 0);
+  // Nobody above nominal: nothing lent.
+  tree.Add(qd, f, {.gpus = -3});
+  lent = tree.LentByQueue();
+  EXPECT_EQ(
+      lent.Get(qa, f, kGpu) + lent.Get(qb, f, kGpu) + lent.Get(qc, f, kGpu), 0);
+}
+
+// Nested cohorts, worked by hand: org → x (a: 8, b: 4) and y (c: 6). a uses
+// 12 (4 above nominal), b 1. x puts 12 into org and uses 13, so 1 of a's 4
+// comes from org and 3 from inside x, all from b (the only lender there).
+// Without quota of its own org serves the 1 from y, i.e. from c; with a
+// nominal quota of 2 of its own, org serves it itself.
+TEST(QuotaTreeTest, LentFollowsTheBorrowingDownNestedCohorts) {
+  for (const int64_t org_nominal : {0, 2}) {
+    SCOPED_TRACE(org_nominal);
+    SnapshotBuilder b;
+    FlavorId f = b.AddFlavor("a100");
+    TwoSubtrees t = AddTwoSubtrees(b, f, 8, 4, 6);
+    if (org_nominal > 0) AddCohortQuota(b, t.root, f, org_nominal);
+    b.AddRunningQuotaOnly(1, t.a, f, 12);
+    b.AddRunningQuotaOnly(2, t.bq, f, 1);
+    QuotaTree tree(b.Build());
+    const QuotaTree::Lent lent = tree.LentByQueue();
+    EXPECT_EQ(lent.Get(t.a, f, kGpu), 0);
+    EXPECT_EQ(lent.Get(t.bq, f, kGpu), 3);
+    EXPECT_EQ(lent.Get(t.cq, f, kGpu), org_nominal == 0 ? 1 : 0);
+  }
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler::policy

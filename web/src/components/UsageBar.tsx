@@ -1,5 +1,6 @@
-// A quota bar: used within nominal, borrowed above it, unused nominal (lendable); the nominal
-// mark. Numbers are also given as text, so the bar is never the only carrier.
+// A quota bar: used within nominal, borrowed above it, unused nominal that other queues of the
+// cohort use now (lent), the rest of the unused nominal (lendable up to the lending limit); the
+// nominal mark. Numbers are also given as text, so the bar is never the only carrier.
 import { formatBytes, formatCpu } from '../lib/format';
 
 export function formatResource(resource: string | undefined, v: number): string {
@@ -14,6 +15,8 @@ export function UsageBar(p: {
   used: number;
   nominal: number;
   borrowed: number;
+  /** Of the unused nominal, what other queues of the cohort use now (QueueStatus usage.lent). */
+  lent?: number;
   lendingLimit?: number;
   testId?: string;
 }) {
@@ -22,10 +25,12 @@ export function UsageBar(p: {
   const scale = Math.max(1, p.nominal, p.used);
   const pct = (v: number) => `${(v / scale) * 100}%`;
   const lendable = p.lendingLimit === undefined ? idle : Math.min(idle, p.lendingLimit);
+  const lent = Math.min(Math.max(0, p.lent ?? 0), lendable);
   const text =
     `${formatResource(p.resource, p.used)} used of ${formatResource(p.resource, p.nominal)} nominal` +
     (p.borrowed > 0 ? `, ${formatResource(p.resource, p.borrowed)} borrowed` : '') +
-    (idle > 0 ? `, ${formatResource(p.resource, lendable)} unused and lendable` : '');
+    (lent > 0 ? `, ${formatResource(p.resource, lent)} lent to the cohort` : '') +
+    (idle - lent > 0 ? `, ${formatResource(p.resource, lendable - lent)} unused and lendable` : '');
   return (
     <div className="usage" data-testid={p.testId}>
       <div className="usage-label">
@@ -35,7 +40,8 @@ export function UsageBar(p: {
       <div className="usage-bar" role="img" aria-label={`${p.label}: ${text}`}>
         <span className="u-used" style={{ width: pct(withinNominal) }} />
         <span className="u-borrowed" style={{ width: pct(p.borrowed) }} />
-        <span className="u-idle" style={{ width: pct(idle) }} />
+        <span className="u-lent" style={{ width: pct(lent) }} />
+        <span className="u-idle" style={{ width: pct(idle - lent) }} />
         {p.nominal > 0 && <span className="u-nominal" style={{ left: pct(p.nominal) }} />}
       </div>
     </div>
@@ -46,7 +52,8 @@ export function UsageLegend() {
   return (
     <p className="legend small" aria-hidden="true">
       <span className="swatch u-used" /> used within nominal <span className="swatch u-borrowed" /> borrowed from the
-      cohort <span className="swatch u-idle" /> unused nominal (lendable) <span className="swatch-line" /> nominal quota
+      cohort <span className="swatch u-lent" /> lent to the cohort <span className="swatch u-idle" /> unused nominal
+      (lendable) <span className="swatch-line" /> nominal quota
     </p>
   );
 }

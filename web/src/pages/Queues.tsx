@@ -171,8 +171,8 @@ function CohortSummary({
         />
       ))}
       <p className="small muted">
-        Borrowed across the cohort: {[...per.values()].reduce((a, u) => a + u.borrowed, 0)} GPUs (lent by the members
-        with unused nominal quota, and by the cohort&apos;s own quota).
+        Borrowed across the cohort: {[...per.values()].reduce((a, u) => a + u.borrowed, 0)} GPUs (served first by the
+        cohort&apos;s own quota, then lent by the members with unused nominal quota, each bar showing its part).
       </p>
     </div>
   );
@@ -250,6 +250,7 @@ function QueueCard({
                 used={Number(u.used ?? 0)}
                 nominal={Number(u.nominal ?? 0)}
                 borrowed={Number(u.borrowed ?? 0)}
+                lent={Number(u.lent ?? 0)}
                 lendingLimit={limits.get(`${u.flavor}/${u.resource}`)}
                 testId={`queue-bar-${id}-${u.flavor}-${lastSegment(u.resource)}`}
               />

@@ -367,7 +367,16 @@ export interface FlavorUsage {
     | string
     | undefined;
   /** Part of `used` above nominal (borrowed from the cohort). */
-  borrowed?: string | undefined;
+  borrowed?:
+    | string
+    | undefined;
+  /**
+   * Part of the unused nominal that other queues of the cohort tree use now, as the scheduler
+   * last published it (with weighted_share). The tree's borrowing is attributed top-down: at
+   * each cohort, what its members borrow is served first from the cohort's own quota, then
+   * from its members' unused lendable quota in proportion to it (largest remainder).
+   */
+  lent?: string | undefined;
 }
 
 /** Live status of a queue. */
