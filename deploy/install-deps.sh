@@ -23,7 +23,7 @@ PACKAGES=(
   curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml openssl clang-format
   slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
   libcurl4-openssl-dev nlohmann-json3-dev libcsv-dev
-  libcpp-httplib-dev zlib1g-dev golang-github-gogo-googleapis-dev
+  libcpp-httplib-dev libyaml-cpp-dev zlib1g-dev golang-github-gogo-googleapis-dev
   chromium fonts-liberation
 )
 # The web console builds with Node.js and npm: the machine's own when it has them (a newer
