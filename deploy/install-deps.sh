@@ -31,6 +31,13 @@ PACKAGES=(
 if ! command -v npm >/dev/null 2>&1; then
   PACKAGES+=(nodejs npm)
 fi
+# The Kubernetes API test server (tests/fixtures/kube_apiserver) and its tests: jsonschema
+# and the Python Kubernetes client; kubectl from Debian's kubernetes-client only when the
+# machine has no kubectl (its own kubectl package conflicts with kubernetes-client).
+PACKAGES+=(python3-jsonschema python3-kubernetes)
+if ! command -v kubectl >/dev/null 2>&1; then
+  PACKAGES+=(kubernetes-client)
+fi
 if [[ -n "${TRAINYARD_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${TRAINYARD_EXTRA_PACKAGES}"
   PACKAGES+=("${extra[@]}")
