@@ -23,13 +23,20 @@ PACKAGES=(
   curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml openssl clang-format
   slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
   libcurl4-openssl-dev nlohmann-json3-dev libcsv-dev
-  libcpp-httplib-dev zlib1g-dev golang-github-gogo-googleapis-dev
+  libcpp-httplib-dev libyaml-cpp-dev zlib1g-dev golang-github-gogo-googleapis-dev
   chromium fonts-liberation
 )
 # The web console builds with Node.js and npm: the machine's own when it has them (a newer
 # Node.js than Debian's), else Debian's.
 if ! command -v npm >/dev/null 2>&1; then
   PACKAGES+=(nodejs npm)
+fi
+# The Kubernetes API test server (tests/fixtures/kube_apiserver) and its tests: jsonschema
+# and the Python Kubernetes client; kubectl from Debian's kubernetes-client only when the
+# machine has no kubectl (its own kubectl package conflicts with kubernetes-client).
+PACKAGES+=(python3-jsonschema python3-kubernetes)
+if ! command -v kubectl >/dev/null 2>&1; then
+  PACKAGES+=(kubernetes-client)
 fi
 if [[ -n "${TRAINYARD_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${TRAINYARD_EXTRA_PACKAGES}"

@@ -50,11 +50,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "services/dispatcher/adapters/adapter.h"
-#include "services/dispatcher/adapters/slurm/rest_client.h"
+#include "services/dispatcher/adapters/http/rest_client.h"
 #include "services/dispatcher/adapters/slurm/slurm_api.h"
 #include "services/dispatcher/adapters/slurm/slurm_settings.h"
 
 namespace trainyard::dispatcher::slurm {
+
+using ::trainyard::dispatcher::http::HttpResponse;
+using ::trainyard::dispatcher::http::RestClient;
 
 class SlurmAdapter : public Adapter {
  public:

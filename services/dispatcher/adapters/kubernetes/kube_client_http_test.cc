@@ -1,0 +1,728 @@
+// The Kubernetes client and informer against an HTTP server in the test
+// process (cpp-httplib) that speaks the API server's protocol for one pod
+// collection and injects the faults a real server or a proxy in front of it
+// produce: Retry-After, 5xx, HTML pages, garbage lines, a watch cut in the
+// middle of a line, an expired resourceVersion (HTTP 410 and ERROR events).
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/dispatcher/adapters/kubernetes/kube_client.h"
+#include "services/dispatcher/adapters/kubernetes/kube_watch.h"
+
+namespace trainyard::dispatcher::kubernetes {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+constexpr char kPods[] = "/api/v1/namespaces/ns/pods";
+
+// A request as the server saw it.
+struct Seen {
+  std::string method;
+  std::string path;
+  std::multimap<std::string, std::string> params;
+  std::string authorization;
+  std::string content_type;
+  std::string body;
+
+  std::string Param(const std::string& k) const {
+    auto it = params.find(k);
+    return it == params.end() ? "" : it->second;
+  }
+};
+
+// One pod collection with resourceVersions, lists in pages, and watches
+// replaying the change log after the watcher's resourceVersion.
+class FakeApiServer {
+ public:
+  // Answers the test queues up for the next plain requests (not watches),
+  // taken first-in first-out before the collection's own behaviour.
+  struct Canned {
+    int status;
+    std::string body;
+    std::string content_type = "application/json";
+    std::map<std::string, std::string> headers;
+  };
+
+  FakeApiServer() {
+    auto handle = [this](const httplib::Request& req, httplib::Response& res) {
+      Handle(req, res);
+    };
+    server_.Get(".*", handle);
+    server_.Post(".*", handle);
+    server_.Patch(".*", handle);
+    server_.Delete(".*", handle);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() before the loop runs would be lost.
+    while (!server_.is_running()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ~FakeApiServer() {
+    {
+      absl::MutexLock l(&mu_);
+      shutdown_ = true;
+    }
+    server_.stop();
+    thread_.join();
+  }
+
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+
+  void Enqueue(Canned c) {
+    absl::MutexLock l(&mu_);
+    canned_.push_back(std::move(c));
+  }
+
+  // Creates or changes pod `name` (phase), logged for watchers unless
+  // silent (a change that happened while the log was compacted away).
+  void Put(const std::string& name, const std::string& phase,
+           bool silent = false) {
+    absl::MutexLock l(&mu_);
+    ++rv_;
+    const bool existed = pods_.contains(name);
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", name},
+                  {"namespace", "ns"},
+                  {"resourceVersion", std::to_string(rv_)}}},
+                {"status", {{"phase", phase}}}};
+    pods_[name] = pod;
+    if (!silent) {
+      Log(existed ? "MODIFIED" : "ADDED", pod);
+    }
+  }
+  void Remove(const std::string& name, bool silent = false) {
+    absl::MutexLock l(&mu_);
+    ++rv_;
+    json pod = pods_[name];
+    pod["metadata"]["resourceVersion"] = std::to_string(rv_);
+    pods_.erase(name);
+    if (!silent) Log("DELETED", pod);
+  }
+  // Changes elsewhere advance the resourceVersion; a bookmark says so.
+  void Bookmark() {
+    absl::MutexLock l(&mu_);
+    ++rv_;
+    log_.push_back(
+        {rv_,
+         json({{"type", "BOOKMARK"},
+               {"object",
+                {{"kind", "Pod"},
+                 {"apiVersion", "v1"},
+                 {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}})
+             .dump()});
+  }
+  // A raw line for the live watch (garbage, an ERROR event).
+  void Line(std::string line) {
+    absl::MutexLock l(&mu_);
+    log_.push_back({rv_, std::move(line), /*live_only=*/true});
+  }
+  // Forgets the log up to now: a watch from an older resourceVersion gets
+  // 410, as an ERROR event on the live watch (if any) or an HTTP 410.
+  void Compact(bool error_event_on_live_watch) {
+    absl::MutexLock l(&mu_);
+    compacted_ = rv_;
+    if (error_event_on_live_watch) {
+      log_.push_back({rv_,
+                      json({{"type", "ERROR"},
+                            {"object",
+                             {{"kind", "Status"},
+                              {"apiVersion", "v1"},
+                              {"status", "Failure"},
+                              {"message", "too old resource version"},
+                              {"reason", "Expired"},
+                              {"code", 410}}}})
+                          .dump(),
+                      /*live_only=*/true});
+    }
+  }
+  // The live watch writes `partial` (half a line) and drops the connection.
+  void CutWatch(std::string partial) {
+    absl::MutexLock l(&mu_);
+    cut_ = std::move(partial);
+  }
+  // The live watch ends normally (as at timeoutSeconds).
+  void EndWatch() {
+    absl::MutexLock l(&mu_);
+    end_ = true;
+  }
+
+  std::vector<Seen> seen() const {
+    absl::MutexLock l(&mu_);
+    return seen_;
+  }
+  std::vector<Seen> watches() const {
+    std::vector<Seen> out;
+    for (const Seen& s : seen()) {
+      if (s.Param("watch") == "true") out.push_back(s);
+    }
+    return out;
+  }
+  bool WaitFor(std::function<bool()> pred,
+               absl::Duration timeout = absl::Seconds(10)) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (pred()) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return pred();
+  }
+
+ private:
+  struct Entry {
+    int64_t rv;
+    std::string line;
+    bool live_only = false;
+  };
+
+  void Log(const char* type, const json& pod)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    log_.push_back({rv_, json({{"type", type}, {"object", pod}}).dump()});
+  }
+
+  void Handle(const httplib::Request& req, httplib::Response& res) {
+    Seen s{.method = req.method,
+           .path = req.path,
+           .authorization = req.get_header_value("Authorization"),
+           .content_type = req.get_header_value("Content-Type"),
+           .body = req.body};
+    for (const auto& [k, v] : req.params) s.params.emplace(k, v);
+    absl::MutexLock l(&mu_);
+    seen_.push_back(s);
+    if (s.Param("watch") == "true") return Watch(s, res);
+    if (!canned_.empty()) {
+      Canned c = canned_.front();
+      canned_.erase(canned_.begin());
+      res.status = c.status;
+      for (const auto& [k, v] : c.headers) res.set_header(k, v);
+      res.set_content(c.body, c.content_type.c_str());
+      return;
+    }
+    if (req.method == "GET" && req.path == kPods) return List(s, res);
+    res.status = 404;
+    res.set_content(json({{"kind", "Status"},
+                          {"reason", "NotFound"},
+                          {"code", 404},
+                          {"message", "no such path"}})
+                        .dump(),
+                    "application/json");
+  }
+
+  void List(const Seen& s, httplib::Response& res)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t limit = 0;
+    int64_t start = 0;
+    (void)absl::SimpleAtoi(s.Param("limit"), &limit);
+    (void)absl::SimpleAtoi(s.Param("continue"), &start);
+    json items = json::array();
+    int64_t i = 0;
+    int64_t next = 0;
+    for (const auto& [name, pod] : pods_) {
+      if (i++ < start) continue;
+      if (limit > 0 && static_cast<int64_t>(items.size()) == limit) {
+        next = i - 1;
+        break;
+      }
+      json item = pod;
+      item.erase("kind");  // items of a list carry no kind
+      item.erase("apiVersion");
+      items.push_back(item);
+    }
+    json list = {{"kind", "PodList"},
+                 {"apiVersion", "v1"},
+                 {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+                 {"items", items}};
+    if (next > 0) list["metadata"]["continue"] = std::to_string(next);
+    res.set_content(list.dump(), "application/json");
+  }
+
+  void Watch(const Seen& s, httplib::Response& res)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t from = 0;
+    (void)absl::SimpleAtoi(s.Param("resourceVersion"), &from);
+    if (from < compacted_) {
+      res.status = 410;
+      res.set_content(json({{"kind", "Status"},
+                            {"status", "Failure"},
+                            {"reason", "Expired"},
+                            {"code", 410},
+                            {"message", "too old resource version"}})
+                          .dump(),
+                      "application/json");
+      return;
+    }
+    // Replays the log after `from` (live-only lines are for watches already
+    // open when they were logged), then follows it.
+    size_t pos = 0;
+    while (pos < log_.size() && (log_[pos].rv <= from || log_[pos].live_only)) {
+      ++pos;
+    }
+    // CutWatch and EndWatch act on the newest watch only (an older one
+    // whose client went away lingers until its next write fails).
+    cut_.reset();
+    end_ = false;
+    const int64_t gen = ++watch_gen_;
+    res.set_chunked_content_provider(
+        "application/json",
+        [this, pos, gen](size_t, httplib::DataSink& sink) mutable {
+          absl::MutexLock l(&mu_);
+          while (true) {
+            while (pos < log_.size()) {
+              const std::string line = log_[pos++].line + "\n";
+              if (!sink.write(line.data(), line.size())) return false;
+            }
+            if (gen == watch_gen_ && cut_.has_value()) {
+              sink.write(cut_->data(), cut_->size());
+              cut_.reset();
+              return false;  // drops the connection mid-stream
+            }
+            if (gen == watch_gen_ && end_) {
+              end_ = false;
+              sink.done();
+              return true;
+            }
+            if (shutdown_) return false;
+            mu_.AwaitWithTimeout(absl::Condition(&shutdown_),
+                                 absl::Milliseconds(20));
+          }
+        });
+  }
+
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Canned> canned_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, json> pods_ ABSL_GUARDED_BY(mu_);
+  int64_t rv_ ABSL_GUARDED_BY(mu_) = 100;
+  int64_t compacted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Entry> log_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::string> cut_ ABSL_GUARDED_BY(mu_);
+  bool end_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t watch_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Seen> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+// A client whose waits are recorded, not slept.
+struct TestClient {
+  explicit TestClient(const std::string& url, KubeConfig config = {}) {
+    config.server = url;
+    if (config.token.empty() && config.token_file.empty()) config.token = "tok";
+    client = std::make_unique<KubeClient>(
+        config, KubeClientOptions{.cluster = "test-cluster",
+                                  .qps = 0,
+                                  .max_retries = 3,
+                                  .sleeper =
+                                      [this](absl::Duration d) {
+                                        absl::MutexLock l(&mu);
+                                        waits.push_back(d);
+                                      },
+                                  .jitter = [] { return 0.0; }});
+  }
+  std::vector<absl::Duration> Waits() {
+    absl::MutexLock l(&mu);
+    return waits;
+  }
+  absl::Mutex mu;
+  std::vector<absl::Duration> waits;
+  std::unique_ptr<KubeClient> client;
+};
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+// --- Requests -------------------------------------------------------------
+
+TEST(KubeClientHttpTest, VerbsSendWhatTheApiServerExpects) {
+  FakeApiServer server;
+  TestClient t(server.url());
+  KubeClient& c = *t.client;
+  server.Enqueue({201, R"({"kind":"Job","metadata":{"name":"j"}})"});
+  absl::StatusOr<json> created =
+      c.Create("/apis/batch/v1/namespaces/ns/jobs", {{"kind", "Job"}});
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ((*created)["metadata"]["name"], "j");
+  server.Enqueue({200, R"({"kind":"Job"})"});
+  ASSERT_TRUE(c.Patch("/apis/batch/v1/namespaces/ns/jobs/j",
+                      {{"spec", {{"suspend", true}}}})
+                  .ok());
+  server.Enqueue({200, R"({"kind":"Status","status":"Success"})"});
+  ASSERT_TRUE(c.Delete("/apis/batch/v1/namespaces/ns/jobs/j", 0).ok());
+  server.Enqueue({200, "line 1\nline 2\n", "text/plain"});
+  absl::StatusOr<std::string> log =
+      c.GetText("/api/v1/namespaces/ns/pods/p/log", {{"tailLines", "10"}});
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ(*log, "line 1\nline 2\n");
+
+  const std::vector<Seen> seen = server.seen();
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0].method, "POST");
+  EXPECT_EQ(seen[0].Param("fieldValidation"), "Strict");
+  EXPECT_EQ(seen[0].content_type, "application/json");
+  EXPECT_EQ(json::parse(seen[0].body), json({{"kind", "Job"}}));
+  EXPECT_EQ(seen[0].authorization, "Bearer tok");
+  EXPECT_EQ(seen[1].method, "PATCH");
+  EXPECT_EQ(seen[1].content_type, "application/merge-patch+json");
+  EXPECT_EQ(seen[1].Param("fieldValidation"), "Strict");
+  EXPECT_EQ(seen[2].method, "DELETE");
+  EXPECT_EQ(json::parse(seen[2].body),
+            json({{"apiVersion", "v1"},
+                  {"kind", "DeleteOptions"},
+                  {"propagationPolicy", "Background"},
+                  {"gracePeriodSeconds", 0}}));
+  EXPECT_EQ(seen[3].Param("tailLines"), "10");
+  EXPECT_TRUE(t.Waits().empty());
+}
+
+TEST(KubeClientHttpTest, ListPassesSelectorsAndPages) {
+  FakeApiServer server;
+  for (const char* n : {"a", "b", "c"}) server.Put(n, "Running");
+  TestClient t(server.url());
+  absl::StatusOr<json> page =
+      t.client->List(kPods, {.label_selector = "trainyard.dev/job=j1,x!=y",
+                             .field_selector = "status.phase=Running",
+                             .limit = 2});
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ((*page)["items"].size(), 2u);
+  const std::string next = (*page)["metadata"]["continue"];
+  page = t.client->List(kPods, {.limit = 2, .continue_token = next});
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ((*page)["items"].size(), 1u);
+  EXPECT_EQ((*page)["items"][0]["metadata"]["name"], "c");
+  const std::vector<Seen> seen = server.seen();
+  EXPECT_EQ(seen[0].Param("labelSelector"), "trainyard.dev/job=j1,x!=y");
+  EXPECT_EQ(seen[0].Param("fieldSelector"), "status.phase=Running");
+  EXPECT_EQ(seen[0].Param("limit"), "2");
+  EXPECT_EQ(seen[1].Param("continue"), next);
+}
+
+TEST(KubeClientHttpTest, TooManyRequestsWaitsRetryAfterCappedThenRetries) {
+  FakeApiServer server;
+  TestClient t(server.url());
+  const std::string status429 =
+      R"({"kind":"Status","reason":"TooManyRequests","code":429,"message":"slow down"})";
+  server.Enqueue({429, status429, "application/json", {{"Retry-After", "3"}}});
+  server.Enqueue(
+      {429, status429, "application/json", {{"Retry-After", "3600"}}});
+  server.Enqueue({429, status429});  // no Retry-After: backoff
+  server.Enqueue({201, R"({"kind":"Job"})"});
+  // A POST too: a 429 means the server did not process it.
+  absl::StatusOr<json> r =
+      t.client->Create("/apis/batch/v1/namespaces/ns/jobs", {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 3 s as asked; 3600 s capped at max_retry_after (30 s); the third retry's
+  // backoff 200 ms * 2^2 (jitter 0).
+  EXPECT_THAT(t.Waits(), ElementsAre(absl::Seconds(3), absl::Seconds(30),
+                                     absl::Milliseconds(800)));
+  EXPECT_EQ(server.seen().size(), 4u);
+  EXPECT_EQ(t.client->retries(), 3);
+}
+
+TEST(KubeClientHttpTest, ServerErrorsAreRetriedForIdempotentVerbsOnly) {
+  FakeApiServer server;
+  TestClient t(server.url());
+  const std::string status500 =
+      R"({"kind":"Status","reason":"InternalError","code":500,"message":"etcd leader changed"})";
+  server.Enqueue({500, status500});
+  server.Enqueue({503, "", "text/plain"});
+  server.Enqueue({200, R"({"kind":"Pod"})"});
+  absl::StatusOr<json> got = t.client->Get("/api/v1/namespaces/ns/pods/p");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(t.Waits(),
+              ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400)));
+
+  // Every try fails: UNAVAILABLE after max_retries + 1 tries.
+  for (int i = 0; i < 4; ++i) server.Enqueue({500, status500});
+  got = t.client->Get("/api/v1/namespaces/ns/pods/p");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(Msg(got.status()), HasSubstr("etcd leader changed"));
+  EXPECT_THAT(Msg(got.status()), HasSubstr("(after 4 tries)"));
+
+  // A POST that reached the server is not repeated.
+  server.Enqueue({500, status500});
+  const size_t before = server.seen().size();
+  absl::StatusOr<json> created =
+      t.client->Create("/apis/batch/v1/namespaces/ns/jobs", {});
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(server.seen().size(), before + 1);
+
+  // 409s are never retried.
+  server.Enqueue(
+      {409,
+       R"({"kind":"Status","reason":"AlreadyExists","code":409,"message":"exists"})"});
+  created = t.client->Create("/apis/batch/v1/namespaces/ns/jobs", {});
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kAlreadyExists);
+  server.Enqueue(
+      {409,
+       R"({"kind":"Status","reason":"Conflict","code":409,"message":"modified"})"});
+  EXPECT_EQ(t.client->Patch("/x", {}).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(server.seen().size(), before + 3);
+}
+
+TEST(KubeClientHttpTest, ConnectionRefusedIsRetriedEvenForPost) {
+  int port = 0;
+  {
+    FakeApiServer gone;  // a port nobody listens on any more
+    port = std::stoi(gone.url().substr(gone.url().rfind(':') + 1));
+  }
+  TestClient t(absl::StrCat("http://127.0.0.1:", port));
+  absl::StatusOr<json> r =
+      t.client->Create("/apis/batch/v1/namespaces/ns/jobs", {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(Msg(r.status()), HasSubstr("kubernetes cluster test-cluster"));
+  EXPECT_EQ(t.client->requests_sent(), 4);  // the request never arrived
+  EXPECT_EQ(t.Waits().size(), 3u);
+}
+
+TEST(KubeClientHttpTest, HtmlAndGarbageAnswersAreClearErrors) {
+  FakeApiServer server;
+  TestClient t(server.url());
+  server.Enqueue(
+      {403, "<html><body><h1>403 Forbidden</h1> by the proxy</body></html>",
+       "text/html"});
+  absl::StatusOr<json> r = t.client->Get("/api/v1/namespaces/ns/pods/p");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(
+      Msg(r.status()),
+      HasSubstr("kubernetes cluster test-cluster: GET "
+                "/api/v1/namespaces/ns/pods/p: HTTP 403: the answer is not "
+                "a Kubernetes Status: \"<html><body><h1>403 Forbidden"));
+  server.Enqueue({200, "<html>login page</html>", "text/html"});
+  r = t.client->Get("/api/v1/namespaces/ns/pods/p");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(
+      Msg(r.status()),
+      HasSubstr("HTTP 200 answer is not JSON: \"<html>login page</html>\""));
+}
+
+TEST(KubeClientHttpTest, RateLimitSpacesRequestsAtQps) {
+  FakeApiServer server;
+  KubeClient c(KubeConfig{.server = server.url()},
+               {.cluster = "c", .qps = 50, .burst = 2});
+  for (int i = 0; i < 2; ++i) server.Enqueue({200, "{}"});
+  const absl::Time start = absl::Now();
+  // 2 go at once (the burst), the next 4 a token (20 ms) apart: >= 80 ms.
+  for (int i = 0; i < 6; ++i)
+    ASSERT_TRUE(c.Get("/api/v1/namespaces/ns/pods").ok());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(79));
+}
+
+// --- Informer -------------------------------------------------------------
+
+// What a handler saw, as "TYPE name phase".
+class Recorder {
+ public:
+  InformerHandler Handler() {
+    return [this](EventType type, const json& pod) {
+      absl::MutexLock l(&mu_);
+      events_.push_back(absl::StrCat(
+          std::string(EventTypeName(type)), " ",
+          pod["metadata"]["name"].get<std::string>(), " ",
+          pod.contains("status") ? pod["status"].value("phase", "") : ""));
+    };
+  }
+  std::vector<std::string> Take() {
+    absl::MutexLock l(&mu_);
+    return std::exchange(events_, {});
+  }
+  size_t size() const {
+    absl::MutexLock l(&mu_);
+    return events_.size();
+  }
+  bool WaitFor(size_t n, absl::Duration timeout = absl::Seconds(10)) const {
+    absl::MutexLock l(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return events_.size() >= n;
+    };
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!enough() && absl::Now() < deadline) {
+      mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
+    }
+    return enough();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+InformerOptions FastOptions() {
+  return {.page_size = 2,
+          .watch_timeout_seconds = 60,
+          .initial_backoff = absl::Milliseconds(10),
+          .max_backoff = absl::Milliseconds(50)};
+}
+
+TEST(InformerTest, ListsInPagesThenWatchesWithBookmarks) {
+  FakeApiServer server;
+  server.Put("a", "Pending");
+  server.Put("b", "Running");
+  server.Put("c", "Running");
+  TestClient t(server.url());
+  Recorder rec;
+  InformerOptions options = FastOptions();
+  options.label_selector = "trainyard.dev/job=j1";
+  Informer informer(t.client.get(), kPods, options, rec.Handler());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(rec.WaitFor(3));
+  std::vector<std::string> initial = rec.Take();
+  std::sort(initial.begin(), initial.end());
+  EXPECT_THAT(initial, ElementsAre("ADDED a Pending", "ADDED b Running",
+                                   "ADDED c Running"));
+  EXPECT_EQ(informer.LastResourceVersion(), "103");
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 1; }));
+
+  server.Put("a", "Running");
+  server.Remove("b");
+  server.Put("d", "Pending");
+  ASSERT_TRUE(rec.WaitFor(3));
+  EXPECT_THAT(rec.Take(), ElementsAre("MODIFIED a Running", "DELETED b Running",
+                                      "ADDED d Pending"));
+  server.Bookmark();
+  ASSERT_TRUE(
+      server.WaitFor([&] { return informer.counters().bookmarks == 1; }));
+  EXPECT_EQ(informer.LastResourceVersion(), "107");
+  EXPECT_EQ(informer.size(), 3u);
+  EXPECT_EQ(informer.Get("ns/a")["status"]["phase"], "Running");
+  EXPECT_TRUE(informer.Get("ns/b").is_null());
+
+  // The list came in 2 pages, the watch from the list's resourceVersion.
+  const std::vector<Seen> seen = server.seen();
+  ASSERT_GE(seen.size(), 3u);
+  EXPECT_EQ(seen[0].Param("limit"), "2");
+  EXPECT_EQ(seen[0].Param("labelSelector"), "trainyard.dev/job=j1");
+  EXPECT_EQ(seen[1].Param("continue"), "2");
+  const Seen& watch = seen[2];
+  EXPECT_EQ(watch.Param("watch"), "true");
+  EXPECT_EQ(watch.Param("resourceVersion"), "103");
+  EXPECT_EQ(watch.Param("allowWatchBookmarks"), "true");
+  EXPECT_EQ(watch.Param("timeoutSeconds"), "60");
+  EXPECT_EQ(watch.Param("labelSelector"), "trainyard.dev/job=j1");
+
+  // The server ends the watch (timeoutSeconds): resumed from the bookmark's
+  // resourceVersion, no list.
+  server.EndWatch();
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 2; }));
+  EXPECT_EQ(server.watches()[1].Param("resourceVersion"), "107");
+  informer.Stop();
+  EXPECT_EQ(informer.counters().lists, 1);
+  EXPECT_EQ(informer.counters().relists, 0);
+  EXPECT_EQ(informer.counters().reconnects, 1);
+  EXPECT_TRUE(rec.Take().empty());
+}
+
+TEST(InformerTest,
+     ACutWatchResumesFromTheLastResourceVersionWithoutDuplicates) {
+  FakeApiServer server;
+  server.Put("a", "Pending");
+  TestClient t(server.url());
+  Recorder rec;
+  Informer informer(t.client.get(), kPods, FastOptions(), rec.Handler());
+  informer.Start();
+  ASSERT_TRUE(rec.WaitFor(1));
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 1; }));
+  server.Put("a", "Running");
+  ASSERT_TRUE(rec.WaitFor(2));
+  // Cut in the middle of a line; changes happen while disconnected.
+  server.CutWatch(
+      R"({"type":"MODIFIED","object":{"metadata":{"name":"a","names)");
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 2; }));
+  server.Put("a", "Succeeded");
+  server.Put("b", "Pending");
+  ASSERT_TRUE(rec.WaitFor(4));
+  informer.Stop();
+  EXPECT_THAT(rec.Take(),
+              ElementsAre("ADDED a Pending", "MODIFIED a Running",
+                          "MODIFIED a Succeeded", "ADDED b Pending"));
+  const std::vector<Seen> watches = server.watches();
+  ASSERT_EQ(watches.size(), 2u);
+  EXPECT_EQ(watches[1].Param("resourceVersion"), "102");
+  EXPECT_EQ(informer.counters().lists, 1);
+  EXPECT_EQ(informer.counters().reconnects, 1);
+  EXPECT_THAT(Msg(informer.last_error()),
+              HasSubstr("kubernetes cluster test-cluster"));
+}
+
+TEST(InformerTest, ExpiredResourceVersionRelistsAndDeliversTheDifference) {
+  for (bool as_event : {true, false}) {
+    SCOPED_TRACE(as_event ? "ERROR event 410" : "HTTP 410");
+    FakeApiServer server;
+    server.Put("a", "Pending");
+    server.Put("b", "Running");
+    server.Put("d", "Running");
+    TestClient t(server.url());
+    Recorder rec;
+    Informer informer(t.client.get(), kPods, FastOptions(), rec.Handler());
+    informer.Start();
+    ASSERT_TRUE(rec.WaitFor(3));
+    rec.Take();
+    ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 1; }));
+    // Changes the informer never sees as events: its resourceVersion is
+    // compacted away.
+    server.Put("a", "Running", /*silent=*/true);
+    server.Remove("b", /*silent=*/true);
+    server.Put("c", "Pending", /*silent=*/true);
+    if (as_event) {
+      server.Compact(/*error_event_on_live_watch=*/true);
+    } else {
+      server.Compact(false);
+      server.CutWatch("");  // the next watch is answered HTTP 410
+    }
+    ASSERT_TRUE(rec.WaitFor(3));
+    informer.Stop();
+    std::vector<std::string> diff = rec.Take();
+    std::sort(diff.begin(), diff.end());
+    EXPECT_THAT(diff, ElementsAre("ADDED c Pending", "DELETED b Running",
+                                  "MODIFIED a Running"));
+    EXPECT_EQ(informer.counters().relists, 1);
+    EXPECT_EQ(informer.LastResourceVersion(), "106");
+    EXPECT_EQ(informer.size(), 3u);
+  }
+}
+
+TEST(InformerTest, AGarbageLineReconnectsAndStopEndsAnIdleWatchAtOnce) {
+  FakeApiServer server;
+  server.Put("a", "Pending");
+  TestClient t(server.url());
+  Recorder rec;
+  Informer informer(t.client.get(), kPods, FastOptions(), rec.Handler());
+  informer.Start();
+  ASSERT_TRUE(rec.WaitFor(1));
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 1; }));
+  server.Line("<html>proxy error</html>");
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 2; }));
+  EXPECT_THAT(Msg(informer.last_error()),
+              HasSubstr("not a watch event: \"<html>proxy error</html>\""));
+  server.Put("a", "Running");
+  ASSERT_TRUE(rec.WaitFor(2));
+  const absl::Time start = absl::Now();
+  informer.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_THAT(rec.Take(), ElementsAre("ADDED a Pending", "MODIFIED a Running"));
+}
+
+}  // namespace
+}  // namespace trainyard::dispatcher::kubernetes
