@@ -529,6 +529,17 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
                                           .value = "",
                                           .effect = "NoSchedule"}));
   }
+  if (settings.node_lost_after.has_value()) {
+    const int64_t seconds = absl::ToInt64Seconds(
+        absl::Ceil(*settings.node_lost_after, absl::Seconds(1)));
+    for (const char* key :
+         {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}) {
+      tolerations.push_back({{"key", key},
+                             {"operator", "Exists"},
+                             {"effect", "NoExecute"},
+                             {"tolerationSeconds", seconds}});
+    }
+  }
   if (!tolerations.empty()) pod_spec["tolerations"] = std::move(tolerations);
   if (!settings.service_account.empty()) {
     pod_spec["serviceAccountName"] = settings.service_account;

@@ -97,7 +97,8 @@ std::string MemoryQuantity(int64_t bytes);
 // template: restartPolicy Never, subdomain = the Service's name,
 // terminationGracePeriodSeconds = spec.checkpoint.grace_period (else the
 // settings' default), the flavor's node selector and tolerations (and one for
-// the GPU resource's taint when it asks for GPUs), required node affinity
+// the GPU resource's taint when it asks for GPUs; for not-ready and
+// unreachable nodes with settings.node_lost_after), required node affinity
 // `metadata.name In` the placed nodes, pod anti-affinity on the name label
 // per hostname when every worker has a node of its own (a topology spread of
 // maxSkew 1 when each node holds the same number of workers), one container

@@ -2,7 +2,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -178,6 +180,7 @@ TEST(KubernetesSettings, ParsesEveryKey) {
     default_grace_period = 2m
     priority_class = trainyard-batch
     default_image = busybox:1.36
+    node_lost_after = 90s
     checkpoint_volume = hostPath:/mnt/checkpoints
   )");
   ASSERT_TRUE(s.ok()) << s.status();
@@ -213,6 +216,7 @@ TEST(KubernetesSettings, ParsesEveryKey) {
   EXPECT_EQ(s->default_grace_period, absl::Minutes(2));
   EXPECT_EQ(s->priority_class, "trainyard-batch");
   EXPECT_EQ(s->default_image, "busybox:1.36");
+  EXPECT_EQ(s->node_lost_after, absl::Seconds(90));
   EXPECT_EQ(s->checkpoint_volume.kind, CheckpointVolume::Kind::kHostPath);
   // A hostPath volume is mounted where it lies.
   EXPECT_EQ(s->checkpoint_mount_path, "/mnt/checkpoints");
@@ -285,6 +289,8 @@ TEST(KubernetesSettings, ErrorsNameTheField) {
       {"default_grace_period = soon", "default_grace_period: "},
       {"default_grace_period = -1s", "default_grace_period: "},
       {"priority_class = UPPER", "priority_class: "},
+      {"node_lost_after = -5s", "node_lost_after: "},
+      {"node_lost_after = later", "node_lost_after: "},
       {"checkpoint_volume = s3:bucket", "checkpoint_volume: "},
       {"checkpoint_volume = hostPath:relative", "checkpoint_volume: "},
       {"checkpoint_volume = pvc:Bad_Claim", "checkpoint_volume: "},
@@ -300,6 +306,33 @@ TEST(KubernetesSettings, ErrorsNameTheField) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << text;
     EXPECT_THAT(std::string(s.status().message()), StartsWith(prefix)) << text;
   }
+}
+
+TEST(KubernetesSettings, LoadAndFindFlavor) {
+  const std::string path =
+      Cat(::testing::TempDir(), "/kube-settings-", ::getpid(), ".conf");
+  {
+    std::ofstream f(path);
+    f << "flavor.spot.spot = aks\nflavor.ondemand.node_selector = a=b\n";
+  }
+  absl::StatusOr<KubernetesSettings> s = LoadKubernetesSettings(path);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // The first flavor serves requests without one.
+  EXPECT_EQ(FindFlavor(*s, "")->flavor, "spot");
+  EXPECT_EQ(FindFlavor(*s, "ondemand")->flavor, "ondemand");
+  EXPECT_EQ(FindFlavor(*s, "other"), nullptr);
+  EXPECT_EQ(FindFlavor(KubernetesSettings(), ""), nullptr);
+  {
+    std::ofstream f(path);
+    f << "namespace = trainyard\nrendezvous_port = 0\n";
+  }
+  s = LoadKubernetesSettings(path);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.status().message()),
+            Cat(path, ": rendezvous_port: must be in 1..65535"));
+  std::remove(path.c_str());
+  EXPECT_EQ(LoadKubernetesSettings(path).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(KubernetesSettings, Names) {
@@ -588,6 +621,18 @@ TEST(BuildJob, OtherFlavorsAndVolumes) {
   job = BuildJob(r, s);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_FALSE((*job)["spec"]["template"]["spec"].contains("volumes"));
+  // Node loss in a minute instead of Kubernetes' default.
+  s.node_lost_after = absl::Seconds(60);
+  job = BuildJob(r, s);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ((*job)["spec"]["template"]["spec"]["tolerations"], Json::parse(R"([
+      {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"},
+      {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+      {"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+       "effect": "NoExecute", "tolerationSeconds": 60},
+      {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+       "effect": "NoExecute", "tolerationSeconds": 60}])"));
+  s.node_lost_after.reset();
   // A karpenter spot flavor selects by label and tolerates nothing extra.
   s.flavors.push_back({.flavor = "kspot", .spot = SpotPreset::kKarpenter});
   r.flavor = "kspot";
@@ -1487,6 +1532,7 @@ TEST(KubeSchema, WriteObjects) {
   r.flavor = "ondemand-h100";
   write("job-nfs.json", *BuildJob(r, other));
   other.checkpoint_volume = {CheckpointVolume::Kind::kHostPath, "/checkpoints"};
+  other.node_lost_after = absl::Seconds(45);
   write("job-hostpath.json", *BuildJob(r, other));
   LaunchRequest small;
   small.name = "ty-7-1";

@@ -317,6 +317,11 @@ absl::Status ValidateKubernetesSettings(const KubernetesSettings& s) {
       s.default_grace_period > absl::Hours(24)) {
     return Bad("default_grace_period", "must be between 0s and 24h");
   }
+  if (s.node_lost_after.has_value() &&
+      (*s.node_lost_after < absl::ZeroDuration() ||
+       *s.node_lost_after > absl::Hours(24))) {
+    return Bad("node_lost_after", "must be between 0s and 24h");
+  }
   if (!s.priority_class.empty() && !IsDns1123Subdomain(s.priority_class)) {
     return Bad("priority_class", Cat("\"", s.priority_class,
                                      "\" is not a valid PriorityClass name"));
@@ -468,6 +473,13 @@ absl::StatusOr<KubernetesSettings> ParseKubernetesSettings(
       s.priority_class = value;
     } else if (key == "default_image") {
       s.default_image = value;
+    } else if (key == "node_lost_after") {
+      absl::Duration d;
+      if (!absl::ParseDuration(value, &d) || d == absl::InfiniteDuration()) {
+        return Bad(
+            key, Cat("expected a duration like \"60s\", got \"", value, "\""));
+      }
+      s.node_lost_after = d;
     } else if (key == "checkpoint_volume") {
       using Kind = CheckpointVolume::Kind;
       const size_t colon = value.find(':');

@@ -154,6 +154,13 @@ struct KubernetesSettings {
   std::string priority_class;
   // Image of jobs whose spec names none (empty: such jobs are refused).
   std::string default_image;
+  // How long a worker stays on a node that is NotReady or unreachable
+  // before Kubernetes evicts it (tolerationSeconds of the pods' tolerations
+  // for node.kubernetes.io/not-ready and unreachable:NoExecute), which fails
+  // the attempt as a node failure. Unset: Kubernetes' default (the
+  // DefaultTolerationSeconds admission plugin's, 300s unless the cluster
+  // changed it).
+  std::optional<absl::Duration> node_lost_after;
   // The shared checkpoint filesystem: a job whose checkpoint directory is a
   // local path under checkpoint_mount_path gets that directory (and only it,
   // as a subPath) mounted at the same path. The dispatcher sees the same
@@ -169,7 +176,8 @@ struct KubernetesSettings {
 // zone_label, block_label, rack_label, gpu_resource, gpu_model_label,
 // gpu_model, gpu_model_map = value=model, rendezvous_port,
 // image_pull_secret (repeatable), service_account, default_grace_period (a
-// duration, "30s"), priority_class, default_image, checkpoint_volume
+// duration, "30s"), priority_class, default_image, node_lost_after (a
+// duration), checkpoint_volume
 // (hostPath:/dir, pvc:name, nfs:server:/dir), checkpoint_mount_path.
 // Unknown keys and malformed values are INVALID_ARGUMENT naming the key.
 absl::StatusOr<KubernetesSettings> ParseKubernetesSettings(
