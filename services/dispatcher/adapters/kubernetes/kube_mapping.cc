@@ -920,6 +920,17 @@ AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
       s.nodes[i] = placed[i];
     }
     if (current[i] != nullptr && current[i]->spot_selector) spot = true;
+    if (nodes != nullptr && !s.nodes[i].empty()) {
+      auto it =
+          std::lower_bound(nodes->begin(), nodes->end(), s.nodes[i],
+                           [](const NodeInventory& n, const std::string& name) {
+                             return n.name < name;
+                           });
+      if (it != nodes->end() && it->name == s.nodes[i] &&
+          HasSpotLabel(it->labels)) {
+        spot = true;
+      }
+    }
   }
 
   // Start: when the last worker started, once every worker has.

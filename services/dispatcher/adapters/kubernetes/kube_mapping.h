@@ -135,8 +135,10 @@ inline constexpr absl::Duration kImagePullPatience = absl::Minutes(5);
 // The attempt a Job and its pods stand for (checkpoints are the adapter's:
 // this leaves them empty). `pods`: the Job's pods (any order; several of one
 // index are told apart by creation time). `nodes`: the cluster's nodes as
-// the adapter last saw them, or nullptr; when given, a worker on a node that
-// is failed or gone counts as lost to a node failure.
+// the adapter last saw them, sorted by name (as Adapter::Inventory returns
+// them), or nullptr; when given, a worker still running on a node that is
+// failed or gone counts as lost to a node failure, and a node with a spot
+// label makes the attempt a spot one.
 //
 // Phase: Succeeded when the Job is Complete; Failed when it is Failed (or a
 // worker can never start: a bad image for kImagePullPatience, an invalid image

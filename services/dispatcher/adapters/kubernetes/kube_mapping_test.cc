@@ -1180,6 +1180,14 @@ TEST(AttemptFromObjects, KnownNodesTellNodeFailures) {
   EXPECT_EQ(s.failure, FailureKind::kNodeFailure);
   EXPECT_EQ(s.message,
             "worker 1: node gke-a-2 failed (Ready Unknown: NodeStatusUnknown)");
+  // A node with a spot label makes it a reclaim, even on a Job not marked
+  // spot.
+  NodeInventory spot_b = b;
+  spot_b.labels = {{"karpenter.sh/capacity-type", "spot"}};
+  const std::vector<NodeInventory> spot_nodes = {a, spot_b};
+  s = AttemptFromObjects(JobObject(2, kBackoffFailed), {peer, stale}, kNow,
+                         &spot_nodes);
+  EXPECT_EQ(s.failure, FailureKind::kSpotReclaim);
   // Without the nodes it is the worker's exit.
   s = AttemptFromObjects(JobObject(2, kBackoffFailed), {peer, stale}, kNow);
   EXPECT_EQ(s.failure, FailureKind::kUserError);
