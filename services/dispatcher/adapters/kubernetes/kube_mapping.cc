@@ -14,6 +14,7 @@
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/string_view.h"
+#include "services/lib/domain/validation.h"
 
 namespace trainyard::dispatcher::kubernetes {
 
@@ -97,9 +98,12 @@ bool ConditionTrue(const Json* c) {
   return c != nullptr && Str(Field(*c, "status")) == "True";
 }
 
+// At most kMaxMessage bytes, cut at a UTF-8 character boundary.
 std::string Clip(std::string_view s) {
   if (s.size() <= kMaxMessage) return std::string(s);
-  return Cat(s.substr(0, kMaxMessage), "...");
+  size_t cut = kMaxMessage;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return Cat(s.substr(0, cut), "...");
 }
 
 // "Reason: message", either part optional.
@@ -318,14 +322,51 @@ Json Labels(const LaunchRequest& request) {
   return labels;
 }
 
-absl::Status CheckLabels(const LaunchRequest& request) {
+// Label values, and text that must be UTF-8 to be sent as JSON.
+absl::Status CheckLabelsAndText(const LaunchRequest& request) {
   if (!request.spec.project().empty() &&
       !IsLabelValue(request.spec.project())) {
     return domain::FieldError("spec.project", reason::kInvalidName,
                               "not usable as a Kubernetes label value");
   }
+  const auto text = [](std::string_view field,
+                       std::string_view value) -> absl::Status {
+    if (domain::IsValidUtf8(value)) return absl::OkStatus();
+    return domain::FieldError(field, reason::kInvalidValue, "not valid UTF-8");
+  };
+  const v1::JobSpec& spec = request.spec;
+  for (const auto& [field, value] :
+       {std::pair<std::string_view, std::string_view>{"spec.image",
+                                                      spec.image()},
+        {"spec.working_dir", spec.working_dir()},
+        {"spec.checkpoint.directory", spec.checkpoint().directory()},
+        {"resume_from", request.resume_from}}) {
+    if (absl::Status st = text(field, value); !st.ok()) return st;
+  }
+  for (int i = 0; i < spec.command_size(); ++i) {
+    if (absl::Status st =
+            text(domain::IndexField("spec.command", i), spec.command(i));
+        !st.ok()) {
+      return st;
+    }
+  }
+  for (const auto& [key, value] : spec.env()) {
+    if (absl::Status st = text(domain::KeyField("spec.env", key), value);
+        !st.ok()) {
+      return st;
+    }
+  }
+  for (const auto& [key, value] : request.env) {
+    if (absl::Status st = text(domain::KeyField("env", key), value); !st.ok()) {
+      return st;
+    }
+  }
   return absl::OkStatus();
 }
+
+// The worker-nodes annotation is left out beyond this size (annotations
+// have 256 KiB in all).
+constexpr size_t kMaxWorkerNodesAnnotation = 64 * 1024;
 
 int64_t CeilSeconds(const google::protobuf::Duration& d) {
   return d.seconds() + (d.nanos() > 0 ? 1 : 0);
@@ -336,7 +377,7 @@ int64_t CeilSeconds(const google::protobuf::Duration& d) {
 absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
                               const KubernetesSettings& settings) {
   if (absl::Status st = ValidateLaunchRequest(request); !st.ok()) return st;
-  if (absl::Status st = CheckLabels(request); !st.ok()) return st;
+  if (absl::Status st = CheckLabelsAndText(request); !st.ok()) return st;
   const v1::JobSpec& spec = request.spec;
   const FlavorPlacement* placement = FindFlavor(settings, request.flavor);
   if (placement == nullptr && !settings.flavors.empty()) {
@@ -408,10 +449,16 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
   const int32_t workers = spec.workers();
   const std::string& name = request.name;
   const Json labels = Labels(request);
-  Json annotations = {{std::string(kAnnotationJobName),
-                       domain::JobResourceName(request.tenant, request.job_id)},
-                      {std::string(kAnnotationWorkerNodes),
-                       absl::StrJoin(request.worker_nodes, ",")}};
+  // The pods carry the job's name; the Job also where each worker was
+  // placed, its checkpoint directory and whether it is spot.
+  const Json pod_annotations = {
+      {std::string(kAnnotationJobName),
+       domain::JobResourceName(request.tenant, request.job_id)}};
+  Json annotations = pod_annotations;
+  if (std::string placed = absl::StrJoin(request.worker_nodes, ",");
+      placed.size() <= kMaxWorkerNodesAnnotation) {
+    annotations[std::string(kAnnotationWorkerNodes)] = std::move(placed);
+  }
   if (!checkpoint.directory().empty()) {
     annotations[std::string(kAnnotationCheckpointDir)] = checkpoint.directory();
   }
@@ -590,7 +637,7 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
     job_spec["activeDeadlineSeconds"] = CeilSeconds(spec.time_limit());
   }
   job_spec["template"] = {
-      {"metadata", {{"labels", labels}, {"annotations", annotations}}},
+      {"metadata", {{"labels", labels}, {"annotations", pod_annotations}}},
       {"spec", std::move(pod_spec)}};
   return Json{{"apiVersion", "batch/v1"},
               {"kind", "Job"},
@@ -606,7 +653,7 @@ absl::StatusOr<Json> BuildService(const LaunchRequest& request,
                                   const KubernetesSettings& settings,
                                   std::string_view owner_job_uid) {
   if (absl::Status st = ValidateLaunchRequest(request); !st.ok()) return st;
-  if (absl::Status st = CheckLabels(request); !st.ok()) return st;
+  if (absl::Status st = CheckLabelsAndText(request); !st.ok()) return st;
   Json metadata = {{"name", request.name},
                    {"namespace", settings.namespace_},
                    {"labels", Labels(request)}};
@@ -1131,8 +1178,10 @@ AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
       why = p->phase.empty() ? "Pending" : p->phase;
     }
   }
-  s.message = Cat("pending: worker", waiting.size() == 1 ? " " : "s ",
-                  absl::StrJoin(waiting, ", "), ": ", why);
+  s.message = waiting.empty()
+                  ? "pending"
+                  : Cat("pending: worker", waiting.size() == 1 ? " " : "s ",
+                        absl::StrJoin(waiting, ", "), ": ", why);
   return s;
 }
 

@@ -93,8 +93,9 @@ std::string MemoryQuantity(int64_t bytes);
 // (docs/kubernetes.md shows one): Indexed, completions = parallelism =
 // workers, backoffLimit 0, activeDeadlineSeconds = spec.time_limit (rounded
 // up to a second) when set; labels tenant, job, attempt, name, project,
-// flavor; annotations job-name, worker-nodes, checkpoint-dir, spot. The pod
-// template: restartPolicy Never, subdomain = the Service's name,
+// flavor; annotations job-name, worker-nodes (left out beyond 64 KiB),
+// checkpoint-dir, spot. The pod template: the same labels, the job-name
+// annotation, restartPolicy Never, subdomain = the Service's name,
 // terminationGracePeriodSeconds = spec.checkpoint.grace_period (else the
 // settings' default), the flavor's node selector and tolerations (and one for
 // the GPU resource's taint when it asks for GPUs; for not-ready and
@@ -110,8 +111,10 @@ std::string MemoryQuantity(int64_t bytes);
 //
 // Fields Kubernetes cannot honour are refused, INVALID_ARGUMENT naming them:
 // no image (and no default_image), a relative working_dir, a local checkpoint
-// directory outside the mounted checkpoint volume (or without one), a name
-// longer than a Job name may be. ValidateLaunchRequest's checks come first. A
+// directory outside the mounted checkpoint volume (or without one), a local
+// resume_from outside the mounted directory, negative durations, a project
+// that is not a label value, text that is not UTF-8.
+// ValidateLaunchRequest's checks come first. A
 // flavor the settings do not know is FAILED_PRECONDITION naming `flavor` when
 // any flavor is configured.
 absl::StatusOr<nlohmann::json> BuildJob(const LaunchRequest& request,

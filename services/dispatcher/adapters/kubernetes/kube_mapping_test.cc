@@ -23,6 +23,8 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using ::trainyard::domain::Cat;
 
+KubernetesSettings NodeSettings();
+
 absl::Time T(const char* rfc3339) {
   absl::Time t;
   std::string err;
@@ -290,6 +292,9 @@ TEST(KubernetesSettings, ErrorsNameTheField) {
       {"default_grace_period = -1s", "default_grace_period: "},
       {"priority_class = UPPER", "priority_class: "},
       {"node_lost_after = -5s", "node_lost_after: "},
+      {"default_image = my image", "default_image: "},
+      {"gpu_model_map = NVIDIA H100=H100", "gpu_model_map: "},
+      {"gpu_model_map = NVIDIA-H100=", "gpu_model_map: "},
       {"node_lost_after = later", "node_lost_after: "},
       {"checkpoint_volume = s3:bucket", "checkpoint_volume: "},
       {"checkpoint_volume = hostPath:relative", "checkpoint_volume: "},
@@ -443,10 +448,7 @@ TEST(BuildJob, TwoWorkerSpotJob) {
             "trainyard.dev/flavor": "spot-h100"
           },
           "annotations": {
-            "trainyard.dev/job-name": "tenants/acme/jobs/42",
-            "trainyard.dev/worker-nodes": "gke-a-1,gke-a-2",
-            "trainyard.dev/checkpoint-dir": "/checkpoints/acme/42",
-            "trainyard.dev/spot": "true"
+            "trainyard.dev/job-name": "tenants/acme/jobs/42"
           }
         },
         "spec": {
@@ -706,6 +708,14 @@ TEST(BuildJob, RefusesWhatKubernetesCannotHonour) {
        absl::StatusCode::kInvalidArgument, "worker_nodes"},
       {[](LaunchRequest& r) { r.name = "ty-42-4"; },
        absl::StatusCode::kInvalidArgument, "name"},
+      {[](LaunchRequest& r) { r.spec.set_command(1, "\xff\xfe"); },
+       absl::StatusCode::kInvalidArgument, "spec.command[1]"},
+      {[](LaunchRequest& r) { (*r.spec.mutable_env())["X"] = "caf\xc3"; },
+       absl::StatusCode::kInvalidArgument, "spec.env[\"X\"]"},
+      {[](LaunchRequest& r) { r.env["API"] = "\xc0\xaf"; },
+       absl::StatusCode::kInvalidArgument, "env[\"API\"]"},
+      {[](LaunchRequest& r) { r.spec.set_image("img\xe2\x82"); },
+       absl::StatusCode::kInvalidArgument, "spec.image"},
   };
   for (const Case& c : cases) {
     LaunchRequest r = TwoWorkerSpotRequest();
@@ -1308,6 +1318,66 @@ TEST(AttemptFromObjects, NewestPodOfAnIndexDecides) {
   EXPECT_EQ(s.phase, AttemptPhase::kRunning);
   EXPECT_EQ(s.nodes, std::vector<std::string>{"gke-a-9"});
   EXPECT_EQ(s.start_time, T("2026-11-28T10:06:00Z"));
+}
+
+TEST(AttemptFromObjects, LongMessagesAreCutAtACharacter) {
+  // 299 ASCII bytes, then "é" (2 bytes) across the 300-byte cut.
+  const std::string message = std::string(299, 'x') + "\xc3\xa9" + "tail";
+  AttemptStatus s = AttemptFromObjects(
+      JobObject(1, kBackoffFailed),
+      {PodObject(0, "Failed",
+                 Exited(2, "Error", "2026-11-28T10:20:00Z", message.c_str()))},
+      kNow);
+  EXPECT_EQ(s.message,
+            "worker 0 exited with code 2: " + std::string(299, 'x') + "...");
+}
+
+// Objects of any shape (wrong types, missing fields) give a status or an
+// inventory, never a crash.
+TEST(AttemptFromObjects, MalformedObjectsDoNotCrash) {
+  const std::vector<Json> shapes = {
+      Json(),
+      Json::array(),
+      Json("job"),
+      Json::parse(R"({"metadata": [], "spec": "x", "status": 3})"),
+      Json::parse(
+          R"({"metadata": {"name": 5, "annotations": {"trainyard.dev/stop-reason": 1}},
+                      "spec": {"completions": -4},
+                      "status": {"conditions": [1,
+                                 {"type": "Failed", "status": "True", "reason": 7}]}})"),
+      Json::parse(
+          R"({"metadata": {"annotations": {"trainyard.dev/worker-nodes": ",,",
+                      "trainyard.dev/stop-reason": "cancel", "trainyard.dev/stop-deadline": 3}},
+                      "status": {"conditions": [{"type": "Complete", "status": "False"}]}})"),
+      Json::parse(R"({"spec": {"completions": 99999999999}})"),
+  };
+  const std::vector<Json> pods = {
+      Json(),
+      Json::parse(
+          R"({"metadata": {"annotations": {"batch.kubernetes.io/job-completion-index": "x"}}})"),
+      Json::parse(
+          R"({"metadata": {"annotations": {"batch.kubernetes.io/job-completion-index": "0"}},
+                      "status": {"phase": 1, "containerStatuses": [1, {"state": []},
+                                 {"name": "worker", "state": {"terminated": {"exitCode": "1"}}}],
+                                 "conditions": {"type": "DisruptionTarget"}}})"),
+      Json::parse(
+          R"({"metadata": {"labels": {"batch.kubernetes.io/job-completion-index": "1"}},
+                      "spec": {"nodeName": ["a"]},
+                      "status": {"phase": "Failed", "containerStatuses": []}})"),
+  };
+  const std::vector<NodeInventory> nodes = {{.name = "a"}};
+  for (const Json& job : shapes) {
+    AttemptStatus s = AttemptFromObjects(job, pods, kNow, &nodes);
+    EXPECT_FALSE(s.message.empty()) << job.dump();
+    NodeInventory n =
+        NodeFromObject(job, {&pods[1], &pods[2], nullptr}, NodeSettings());
+    EXPECT_EQ(n.used_gpus, 0) << job.dump();
+  }
+  // A Job failed without reason, on pods without detail.
+  AttemptStatus s = AttemptFromObjects(shapes[4], {}, kNow);
+  EXPECT_EQ(s.phase, AttemptPhase::kFailed);
+  EXPECT_EQ(s.failure, FailureKind::kBackendError);
+  EXPECT_EQ(s.message, "the Job failed: Failed");
 }
 
 TEST(StopReasonValue, RoundTrips) {

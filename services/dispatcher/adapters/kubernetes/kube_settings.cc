@@ -317,6 +317,23 @@ absl::Status ValidateKubernetesSettings(const KubernetesSettings& s) {
       s.default_grace_period > absl::Hours(24)) {
     return Bad("default_grace_period", "must be between 0s and 24h");
   }
+  for (char c : s.default_image) {
+    if (static_cast<unsigned char>(c) <= ' ' ||
+        static_cast<unsigned char>(c) >= 0x7f) {
+      return Bad("default_image",
+                 "an image reference has no spaces, control or non-ASCII "
+                 "characters");
+    }
+  }
+  for (const auto& [value, model] : s.gpu_models) {
+    if (!IsLabelValue(value) || model.empty() ||
+        !std::all_of(model.begin(), model.end(), [](char c) {
+          return c > ' ' && static_cast<unsigned char>(c) < 0x7f;
+        })) {
+      return Bad("gpu_model_map", Cat("expected <label value>=<model>, got \"",
+                                      value, "=", model, "\""));
+    }
+  }
   if (s.node_lost_after.has_value() &&
       (*s.node_lost_after < absl::ZeroDuration() ||
        *s.node_lost_after > absl::Hours(24))) {
