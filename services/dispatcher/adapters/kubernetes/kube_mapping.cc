@@ -41,8 +41,7 @@ const std::set<std::string_view>& RendezvousEnvNames() {
   return *names;
 }
 
-// --- JSON access
-// ---------------------------------------------------------------
+// --- JSON access -------------------------------------------------------------
 
 const Json* Field(const Json& o, std::string_view key) {
   if (!o.is_object()) return nullptr;
@@ -179,8 +178,7 @@ bool HasSpotLabel(const std::map<std::string, std::string>& labels) {
 
 }  // namespace
 
-// --- Stop annotations
-// ------------------------------------------------------------
+// --- Stop annotations --------------------------------------------------------
 
 std::string_view StopReasonValue(StopReason r) {
   return r == StopReason::kPreemption ? "preemption" : "cancel";
@@ -192,8 +190,7 @@ std::optional<StopReason> ParseStopReasonValue(std::string_view value) {
   return std::nullopt;
 }
 
-// --- Quantities
-// ------------------------------------------------------------------
+// --- Quantities --------------------------------------------------------------
 
 absl::StatusOr<int64_t> ParseQuantity(std::string_view text, int scale) {
   auto bad = [&](std::string_view why) {
@@ -303,8 +300,7 @@ std::string MemoryQuantity(int64_t bytes) {
   return Cat(bytes);
 }
 
-// --- Launching
-// ---------------------------------------------------------------------
+// --- Launching ---------------------------------------------------------------
 
 namespace {
 
@@ -680,8 +676,7 @@ absl::StatusOr<Json> BuildService(const LaunchRequest& request,
                                 {"protocol", "TCP"}}})}}}};
 }
 
-// --- Attempt state
-// ---------------------------------------------------------------
+// --- Attempt state -----------------------------------------------------------
 
 namespace {
 
@@ -1185,8 +1180,7 @@ AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
   return s;
 }
 
-// --- Nodes
-// ---------------------------------------------------------------------------
+// --- Nodes -------------------------------------------------------------------
 
 namespace {
 

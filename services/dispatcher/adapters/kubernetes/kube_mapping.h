@@ -66,8 +66,7 @@ inline constexpr std::string_view kCheckpointVolume = "checkpoint";
 std::string_view StopReasonValue(StopReason reason);
 std::optional<StopReason> ParseStopReasonValue(std::string_view value);
 
-// --- Quantities
-// ----------------------------------------------------------------
+// --- Quantities --------------------------------------------------------------
 
 // A Kubernetes resource quantity ("500m", "1.5Gi", "129e6", "1Ki", "2E")
 // as an exact integer: the value times 10^scale, rounded up (away from zero),
@@ -86,8 +85,7 @@ absl::StatusOr<int64_t> QuantityOf(const nlohmann::json& value, int scale = 0);
 std::string CpuQuantity(int64_t millis);
 std::string MemoryQuantity(int64_t bytes);
 
-// --- Launching
-// -------------------------------------------------------------------
+// --- Launching ---------------------------------------------------------------
 
 // The attempt as a batch/v1 Job named request.name in settings.namespace_
 // (docs/kubernetes.md shows one): Indexed, completions = parallelism =
@@ -128,8 +126,7 @@ absl::StatusOr<nlohmann::json> BuildService(
     const LaunchRequest& request, const KubernetesSettings& settings,
     std::string_view owner_job_uid = "");
 
-// --- Attempt state
-// ---------------------------------------------------------------
+// --- Attempt state -----------------------------------------------------------
 
 // Images that fail to pull are retried by the kubelet (ImagePullBackOff);
 // an attempt whose worker has been failing to pull this long is failed.
@@ -143,32 +140,35 @@ inline constexpr absl::Duration kImagePullPatience = absl::Minutes(5);
 // failed or gone counts as lost to a node failure, and a node with a spot
 // label makes the attempt a spot one.
 //
-// Phase: Succeeded when the Job is Complete; Failed when it is Failed (or a
-// worker can never start: a bad image for kImagePullPatience, an invalid image
-// name, a missing Secret or ConfigMap); Cancelled when a stop was requested
-// (stop-reason annotation) and the Job failed or was suspended with no pod
-// left; Running once every worker's pod runs (or has run); else Pending.
-// Failure classes, in this order:
-//   stop requested                          → the stop's kind (kCancelled, or
-//                                             kPreempted for preemption)
-//   Job Failed, reason DeadlineExceeded     → kTimeLimit
-//   a pod DisruptionTarget TerminationByKubelet, or pod reason Terminated
-//   (node shutdown), on a spot attempt      → kSpotReclaim
-//   DisruptionTarget DeletionByTaintManager or DeletionByPodGC, pod reason
-//   NodeLost, TerminationByKubelet / Evicted off spot, a worker's node
-//   failed or gone, a pod gone             → kNodeFailure (kSpotReclaim when
-//                                             spot)
-//   DisruptionTarget EvictionByEvictionAPI  → kNodeFailure (a drain)
-//   DisruptionTarget PreemptionByScheduler  → kPreempted (Kubernetes made room
-//                                             for a pod of higher priority)
-//   kubelet admission refusals (OutOf<resource>, UnexpectedAdmissionError,
-//   NodeAffinity)                           → kBackendError
-//   the first worker to end: OOMKilled      → kUserError, exit 137
-//   a non-zero exit                         → kUserError, its exit code
-//   ErrImagePull / ImagePullBackOff / InvalidImageName /
-//   CreateContainerConfigError / CreateContainerError → kUserError
-//   anything else                           → kBackendError (the Job's
-//                                             condition reason and message)
+// Phase: Succeeded when the Job is Complete; Failed when it is Failed, or
+// when a worker can never start (InvalidImageName or
+// CreateContainerConfigError at once; ErrImagePull, ImagePullBackOff,
+// CreateContainerError after kImagePullPatience from its scheduling);
+// Cancelled when a stop was requested (stop-reason annotation) and the Job
+// failed, or no pod is left and the Job is suspended or the stop deadline
+// has passed; Running once every worker's container has started; else
+// Pending. The failure class of a failed Job, the first that applies:
+//   1. a stop was requested: kCancelled, or kPreempted for a preemption;
+//   2. Job condition Failed with reason DeadlineExceeded: kTimeLimit;
+//   3. the platform's hand in any pod (it outranks the workers' exits: a
+//      worker whose peer's node died exits non-zero too), by rank:
+//      node shutdown (DisruptionTarget TerminationByKubelet, pod reason
+//      Terminated) on a spot attempt: kSpotReclaim; the same off spot,
+//      DisruptionTarget DeletionByTaintManager or DeletionByPodGC, pod
+//      reason NodeLost, a not yet ended worker whose node is failed or
+//      gone (with `nodes`): kNodeFailure (kSpotReclaim on spot); then pod
+//      reason Evicted (node pressure): kNodeFailure; DisruptionTarget
+//      EvictionByEvictionAPI (a drain): kNodeFailure (kSpotReclaim on
+//      spot); then DisruptionTarget PreemptionByScheduler: kPreempted; then
+//      a kubelet admission refusal (OutOf<resource>,
+//      UnexpectedAdmissionError, NodeAffinity): kBackendError;
+//   4. the first worker to end by itself: OOMKilled → kUserError, exit 137;
+//      a non-zero exit → kUserError with its code; a container waiting on
+//      an image or container error → kUserError with the kubelet's message;
+//   5. a worker without a pod: kNodeFailure (kSpotReclaim on spot);
+//   6. anything else: kBackendError with the Job condition's reason.
+// A spot attempt: the Job's trainyard.dev/spot annotation, a worker's
+// node selector or (with `nodes`) node carrying a preset's spot label.
 // Messages name the worker and Kubernetes' reason: "worker 2 OOMKilled (exit
 // 137)". Times: submit = the Job's creationTimestamp, start = when the last
 // worker's container started (every worker started), end = the Job's
@@ -177,8 +177,7 @@ AttemptStatus AttemptFromObjects(
     const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
     absl::Time now, const std::vector<NodeInventory>* nodes = nullptr);
 
-// --- Nodes
-// --------------------------------------------------------------------------
+// --- Nodes -------------------------------------------------------------------
 
 // A Node and the pods bound to it (spec.nodeName; others are skipped) as
 // inventory: capacity = status.allocatable (the GPU resource, cpu, memory);

@@ -32,8 +32,7 @@ absl::Time T(const char* rfc3339) {
   return t;
 }
 
-// --- Quantities
-// ---------------------------------------------------------------
+// --- Quantities --------------------------------------------------------------
 
 struct QuantityCase {
   const char* text;
@@ -137,8 +136,7 @@ TEST(Quantities, Formatting) {
   EXPECT_EQ(MemoryQuantity(0), "0");
 }
 
-// --- Settings
-// -------------------------------------------------------------------
+// --- Settings ----------------------------------------------------------------
 
 TEST(KubernetesSettings, Defaults) {
   absl::StatusOr<KubernetesSettings> s = ParseKubernetesSettings("");
@@ -358,8 +356,7 @@ TEST(KubernetesSettings, Names) {
   EXPECT_FALSE(IsLabelValue("tenants/a"));
 }
 
-// --- BuildJob / BuildService
-// -------------------------------------------------------
+// --- BuildJob / BuildService -------------------------------------------------
 
 KubernetesSettings GkeSettings() {
   absl::StatusOr<KubernetesSettings> s = ParseKubernetesSettings(R"(
@@ -786,8 +783,7 @@ TEST(BuildService, HeadlessServiceOwnedByTheJob) {
   EXPECT_FALSE((*plain)["metadata"].contains("ownerReferences"));
 }
 
-// --- AttemptFromObjects
-// --------------------------------------------------------------
+// --- AttemptFromObjects ------------------------------------------------------
 
 // A Job as the API server returns it after BuildJob's was created.
 Json JobObject(int workers, const Json& conditions = Json::array(),
@@ -1388,8 +1384,7 @@ TEST(StopReasonValue, RoundTrips) {
   EXPECT_EQ(ParseStopReasonValue("Cancel"), std::nullopt);
 }
 
-// --- Nodes
-// ------------------------------------------------------------------------------
+// --- Nodes -------------------------------------------------------------------
 
 // A GKE spot H100 node as `kubectl get node -o json` shows one (trimmed).
 Json GkeNode() {
@@ -1580,8 +1575,7 @@ TEST(PodEffectiveRequests, InitContainersSidecarsAndOverhead) {
           .gpus = 0, .cpu_millis = 2250, .memory_bytes = int64_t{2232} << 20}));
 }
 
-// --- Schema check
-// -----------------------------------------------------------------------
+// --- Schema check ------------------------------------------------------------
 
 // Writes the objects BuildJob and BuildService make, and the objects these
 // tests read, to $KUBE_MAPPING_OUT for tests/support/kube_schema_check.py,

@@ -8,8 +8,7 @@
 //
 //   namespace = trainyard
 //   flavor.spot-h100.spot = gke            # gke, karpenter, eks, aks
-//   flavor.spot-h100.node_selector =
-//   cloud.google.com/gke-accelerator=nvidia-h100-80gb
+//   flavor.spot-h100.node_selector = example.com/gpu=h100
 //   flavor.ondemand-h100.toleration = dedicated=training:NoSchedule
 //   pool_label = cloud.google.com/gke-nodepool   # repeatable; first found wins
 //   pool_flavor = h100-spot-pool:spot-h100       # pool:flavor, repeatable
@@ -115,9 +114,8 @@ struct KubernetesSettings {
   // a flavor. Empty: every flavor is placed by node pinning alone.
   std::vector<FlavorPlacement> flavors;
 
-  // --- Reading Nodes
-  // ----------------------------------------------------------- Labels naming a
-  // node's pool, tried in order (GKE, Karpenter, EKS, AKS).
+  // --- Reading Nodes ---------------------------------------------------------
+  // Labels naming a node's pool, tried in order (GKE, Karpenter, EKS, AKS).
   std::vector<std::string> pool_labels = {
       "cloud.google.com/gke-nodepool", "karpenter.sh/nodepool",
       "eks.amazonaws.com/nodegroup", "kubernetes.azure.com/agentpool",
@@ -140,9 +138,8 @@ struct KubernetesSettings {
   // values not listed are reported as they are.
   std::map<std::string, std::string> gpu_models;
 
-  // --- Worker pods
-  // --------------------------------------------------------------- Port of the
-  // rendezvous (MASTER_PORT) on worker 0.
+  // --- Worker pods -----------------------------------------------------------
+  // Port of the rendezvous (MASTER_PORT) on worker 0.
   int rendezvous_port = 29500;
   std::vector<std::string> image_pull_secrets;
   // Service account of the pods (empty: the namespace's default).
