@@ -67,11 +67,12 @@ std::string Str(const Json& o, std::initializer_list<std::string_view> keys) {
 
 std::optional<int64_t> Int(const Json* f) {
   if (f == nullptr) return std::nullopt;
-  if (f->is_number_integer()) return f->get<int64_t>();
+  // Unsigned first: nlohmann's is_number_integer() holds for both.
   if (f->is_number_unsigned()) {
     const uint64_t u = f->get<uint64_t>();
     return u > static_cast<uint64_t>(kMax) ? kMax : static_cast<int64_t>(u);
   }
+  if (f->is_number_integer()) return f->get<int64_t>();
   return std::nullopt;
 }
 
@@ -1173,10 +1174,17 @@ AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
       why = p->phase.empty() ? "Pending" : p->phase;
     }
   }
+  // At most 8 workers named.
+  std::string named = absl::StrJoin(
+      waiting.begin(), waiting.begin() + std::min<size_t>(8, waiting.size()),
+      ", ");
+  if (waiting.size() > 8) {
+    absl::StrAppend(&named, " ... (", waiting.size(), " in all)");
+  }
   s.message = waiting.empty()
                   ? "pending"
                   : Cat("pending: worker", waiting.size() == 1 ? " " : "s ",
-                        absl::StrJoin(waiting, ", "), ": ", why);
+                        named, ": ", why);
   return s;
 }
 

@@ -1346,6 +1346,7 @@ TEST(AttemptFromObjects, MalformedObjectsDoNotCrash) {
                       "trainyard.dev/stop-reason": "cancel", "trainyard.dev/stop-deadline": 3}},
                       "status": {"conditions": [{"type": "Complete", "status": "False"}]}})"),
       Json::parse(R"({"spec": {"completions": 99999999999}})"),
+      Json::parse(R"({"spec": {"completions": 18446744073709551615}})"),
   };
   const std::vector<Json> pods = {
       Json(),
@@ -1369,6 +1370,12 @@ TEST(AttemptFromObjects, MalformedObjectsDoNotCrash) {
         NodeFromObject(job, {&pods[1], &pods[2], nullptr}, NodeSettings());
     EXPECT_EQ(n.used_gpus, 0) << job.dump();
   }
+  // Many workers waiting: eight are named.
+  Json many = JobObject(2);
+  many["spec"]["completions"] = 10;
+  EXPECT_EQ(AttemptFromObjects(many, {}, kNow).message,
+            "pending: workers 0, 1, 2, 3, 4, 5, 6, 7 ... (10 in all): no pod "
+            "yet");
   // A Job failed without reason, on pods without detail.
   AttemptStatus s = AttemptFromObjects(shapes[4], {}, kNow);
   EXPECT_EQ(s.phase, AttemptPhase::kFailed);
