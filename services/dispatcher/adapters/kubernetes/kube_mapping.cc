@@ -991,8 +991,14 @@ AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
   }
   if (!all_started) start.reset();
 
+  // The terminal conditions, or the ones that announce them: from
+  // Kubernetes 1.31 on, Failed and Complete wait for every pod to be gone
+  // (a pod on a dead node may take long), while FailureTarget and
+  // SuccessCriteriaMet come as soon as the outcome is decided.
   const Json* complete = Condition(job, "Complete");
+  if (!ConditionTrue(complete)) complete = Condition(job, "SuccessCriteriaMet");
   const Json* failed = Condition(job, "Failed");
+  if (!ConditionTrue(failed)) failed = Condition(job, "FailureTarget");
   const auto end_at = [&](const Json* condition) {
     std::optional<absl::Time> t;
     if (condition != nullptr)

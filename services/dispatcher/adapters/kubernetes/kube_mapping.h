@@ -140,7 +140,9 @@ inline constexpr absl::Duration kImagePullPatience = absl::Minutes(5);
 // failed or gone counts as lost to a node failure, and a node with a spot
 // label makes the attempt a spot one.
 //
-// Phase: Succeeded when the Job is Complete; Failed when it is Failed, or
+// Phase: Succeeded when the Job is Complete (or SuccessCriteriaMet, which
+// Kubernetes 1.31 sets before it); Failed when it is Failed (or
+// FailureTarget, likewise), or
 // when a worker can never start (InvalidImageName or
 // CreateContainerConfigError at once; ErrImagePull, ImagePullBackOff,
 // CreateContainerError after kImagePullPatience from its scheduling);

@@ -1169,6 +1169,37 @@ TEST(AttemptFromObjects, DeadlineExceededIsTimeLimit) {
   EXPECT_EQ(s.end_time, T("2026-11-28T12:00:01Z"));
 }
 
+// From Kubernetes 1.31 on, Failed waits for every pod to be gone, but
+// FailureTarget (same reason) comes at once; a pod on a dead node may linger.
+TEST(AttemptFromObjects, FailureTargetEndsTheAttempt) {
+  Json lingering = PodObject(1, "Running", Running("2026-11-28T10:01:00Z"));
+  lingering["metadata"]["deletionTimestamp"] = "2026-11-28T10:30:30Z";
+  Disrupt(lingering, "DeletionByTaintManager",
+          "Taint manager: deleting due to NoExecute taint");
+  AttemptStatus s = AttemptFromObjects(
+      JobObject(2, Json::array({JobCondition(
+                       "FailureTarget", "BackoffLimitExceeded",
+                       "Job has reached the specified backoff limit",
+                       "2026-11-28T10:30:31Z")})),
+      {PodObject(0, "Failed", Exited(1, "Error", "2026-11-28T10:30:40Z")),
+       lingering},
+      kNow);
+  EXPECT_EQ(s.phase, AttemptPhase::kFailed);
+  EXPECT_EQ(s.failure, FailureKind::kNodeFailure);
+  EXPECT_EQ(s.end_time, T("2026-11-28T10:30:31Z"));
+  // SuccessCriteriaMet likewise comes before Complete.
+  s = AttemptFromObjects(
+      JobObject(1, Json::array(
+                       {JobCondition("SuccessCriteriaMet", "CompletionsReached",
+                                     "", "2026-11-28T10:40:00Z")})),
+      {PodObject(0, "Succeeded",
+                 Exited(0, "Completed", "2026-11-28T10:39:00Z"))},
+      kNow);
+  EXPECT_EQ(s.phase, AttemptPhase::kSucceeded);
+  EXPECT_EQ(s.message, "exited with code 0");
+  EXPECT_EQ(s.end_time, T("2026-11-28T10:40:00Z"));
+}
+
 TEST(AttemptFromObjects, KnownNodesTellNodeFailures) {
   // The Job failed because worker 0 gave up on its peer, whose node is down
   // while its pod still shows Running.
