@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "services/dispatcher/adapters/checkpoint_manifest.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/string_view.h"
@@ -111,16 +112,6 @@ std::string ReasonMessage(std::string_view why, std::string_view message) {
   if (why.empty()) return Clip(message);
   if (message.empty()) return std::string(why);
   return Cat(why, ": ", Clip(message));
-}
-
-// The local directory of a checkpoint directory ("/x", "file:///x"), or
-// nullopt for remote URIs (as the Slurm adapter reads it).
-std::optional<std::string> LocalDir(std::string_view directory) {
-  if (directory.substr(0, 7) == "file://") directory.remove_prefix(7);
-  if (directory.empty() || directory[0] != '/') return std::nullopt;
-  std::string out(directory);
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
 }
 
 // `path` relative to `root` when it lies strictly under it with no "." or
@@ -410,7 +401,7 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
   // shared checkpoint filesystem, mounted (only it) at the same path.
   std::optional<std::string> mount_dir;
   std::string sub_path;
-  if (std::optional<std::string> local = LocalDir(checkpoint.directory());
+  if (std::optional<std::string> local = LocalCheckpointDir(checkpoint.directory());
       local.has_value()) {
     if (settings.checkpoint_volume.kind == CheckpointVolume::Kind::kNone) {
       return domain::FieldError(
@@ -432,7 +423,7 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
     mount_dir = *local;
     sub_path = *rel;
   }
-  if (std::optional<std::string> resume = LocalDir(request.resume_from);
+  if (std::optional<std::string> resume = LocalCheckpointDir(request.resume_from);
       resume.has_value() &&
       (!mount_dir.has_value() ||
        (*resume != *mount_dir && !RelativeUnder(*resume, *mount_dir)))) {

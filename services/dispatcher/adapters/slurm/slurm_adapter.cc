@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/dispatcher/adapters/checkpoint_manifest.h"
 #include "services/lib/domain/errors.h"
 #include "services/lib/domain/string_view.h"
 
@@ -30,27 +31,10 @@ constexpr absl::Duration kCheckpointReadAfterEnd = absl::Minutes(10);
 constexpr size_t kMaxCheckpointsPerAttempt = 64;
 // A job this adapter submitted that no listing shows after this long is lost.
 constexpr absl::Duration kSubmittedButUnlisted = absl::Minutes(2);
-constexpr size_t kMaxManifestBytes = 64 * 1024;
 
 absl::Status Prefixed(const absl::Status& s, std::string_view prefix) {
   if (s.ok()) return s;
   return absl::Status(s.code(), Cat(prefix, ": ", s.message()));
-}
-
-std::optional<std::string> ReadSmallFile(const std::string& path,
-                                         absl::Time* mtime) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<size_t>(st.st_size) > kMaxManifestBytes) {
-    return std::nullopt;
-  }
-  *mtime = absl::FromUnixSeconds(st.st_mtim.tv_sec) +
-           absl::Nanoseconds(st.st_mtim.tv_nsec);
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 bool IsOurs(std::string_view name) { return ParseBackendJobName(name).ok(); }
@@ -264,15 +248,9 @@ void SlurmAdapter::ReadCheckpoints() {
     }
   }
   for (const Want& w : wants) {
-    absl::Time mtime;
-    std::optional<std::string> body =
-        ReadSmallFile(Cat(w.dir, "/", kCheckpointManifest), &mtime);
-    if (!body.has_value()) continue;
-    absl::StatusOr<CheckpointInfo> c = ParseCheckpointManifest(*body, w.dir);
-    if (!c.ok()) continue;
-    if (c->time == absl::InfinitePast()) c->time = mtime;
     // Written by this attempt (not one before it)?
-    if (w.start.has_value() && c->time < *w.start - absl::Seconds(1)) continue;
+    std::optional<CheckpointInfo> c = ReadCheckpointManifest(w.dir, w.start);
+    if (!c.has_value()) continue;
     absl::MutexLock l(&mu_);
     std::vector<CheckpointInfo>& list = checkpoints_[w.name];
     if (!list.empty() && list.back().step >= c->step) continue;

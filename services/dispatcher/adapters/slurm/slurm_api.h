@@ -151,20 +151,6 @@ struct GresGpus {
 };
 GresGpus ParseGresGpus(std::string_view gres);
 
-// --- Checkpoints ------------------------------------------------------------
-
-inline constexpr std::string_view kCheckpointManifest =
-    "trainyard-checkpoint.json";
-
-// Parses a checkpoint manifest: {"step": N, "uri": "...", "time": <unix
-// seconds, number or string>}; a relative uri is resolved against `dir`.
-// INVALID_ARGUMENT naming the field otherwise.
-absl::StatusOr<CheckpointInfo> ParseCheckpointManifest(std::string_view body,
-                                                       std::string_view dir);
-// The local directory of a checkpoint directory setting ("/x", "file:///x"),
-// or nullopt for remote URIs.
-std::optional<std::string> LocalCheckpointDir(std::string_view directory);
-
 }  // namespace trainyard::dispatcher::slurm
 
 #endif  // TRAINYARD_SERVICES_DISPATCHER_ADAPTERS_SLURM_SLURM_API_H_

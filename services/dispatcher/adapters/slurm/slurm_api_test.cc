@@ -429,30 +429,6 @@ TEST(SlurmApiTest, ParsesNodesWithStates) {
   EXPECT_FALSE(ParseNodes("[", Settings()).ok());
 }
 
-TEST(SlurmApiTest, ParsesCheckpointManifests) {
-  absl::StatusOr<CheckpointInfo> c = ParseCheckpointManifest(
-      R"({"step": 12, "uri": "step-12", "time": 1700000000})", "/ck");
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->step, 12);
-  EXPECT_EQ(c->uri, "/ck/step-12");
-  EXPECT_EQ(c->time, absl::FromUnixSeconds(1700000000));
-  c = ParseCheckpointManifest(R"({"step": 3, "uri": "s3://b/k"})", "/ck");
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->uri, "s3://b/k");
-  EXPECT_EQ(c->time, absl::InfinitePast());
-  EXPECT_THAT(
-      ParseCheckpointManifest(R"({"uri": "x"})", "/ck").status().message(),
-      HasSubstr("step"));
-  EXPECT_THAT(
-      ParseCheckpointManifest(R"({"step": 1})", "/ck").status().message(),
-      HasSubstr("uri"));
-  EXPECT_FALSE(ParseCheckpointManifest("nope", "/ck").ok());
-  EXPECT_EQ(LocalCheckpointDir("file:///a/b"), "/a/b");
-  EXPECT_EQ(LocalCheckpointDir("/a"), "/a");
-  EXPECT_EQ(LocalCheckpointDir("s3://a"), std::nullopt);
-  EXPECT_EQ(LocalCheckpointDir(""), std::nullopt);
-}
-
 TEST(SlurmApiTest, CommentsRoundTripAndForeignOnesAreIgnored) {
   JobComment c{.tenant = "t", .job_id = 5, .attempt = 2, .checkpoint_dir = ""};
   std::optional<JobComment> back = ParseComment(FormatComment(c));
