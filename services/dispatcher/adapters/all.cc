@@ -1,6 +1,7 @@
 #include "services/dispatcher/adapters/all.h"
 
 #include "absl/base/call_once.h"
+#include "services/dispatcher/adapters/kubernetes/kube_registration.h"
 #include "services/dispatcher/adapters/sim/sim_registration.h"
 #include "services/dispatcher/adapters/slurm/slurm_registration.h"
 
@@ -12,7 +13,8 @@ absl::Status RegisterBuiltinAdapters() {
   absl::call_once(once, [] {
     // One line per backend; a new backend adds its own here.
     for (absl::Status s :
-         {sim::RegisterSimAdapter(), slurm::RegisterSlurmAdapter()}) {
+         {sim::RegisterSimAdapter(), slurm::RegisterSlurmAdapter(),
+          kubernetes::RegisterKubernetesAdapter()}) {
       if (result->ok()) *result = s;
     }
   });

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/lib/domain/errors.h"
+#include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher {
 namespace {
@@ -30,8 +31,8 @@ std::optional<int64_t> IntOf(const Json& v) {
   }
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d >= -9.2e18 && d <= 9.2e18 && d == static_cast<double>(
-                                                static_cast<int64_t>(d))) {
+    if (d >= -9.2e18 && d <= 9.2e18 &&
+        d == static_cast<double>(static_cast<int64_t>(d))) {
       return static_cast<int64_t>(d);
     }
   }
@@ -62,7 +63,7 @@ absl::StatusOr<CheckpointInfo> ParseCheckpointManifest(std::string_view body,
     return domain::FieldError("uri", reason::kRequired, "required");
   }
   if (c.uri[0] != '/' && !absl::StrContains(c.uri, "://")) {
-    c.uri = absl::StrCat(dir, "/", c.uri);
+    c.uri = domain::Cat(dir, "/", c.uri);
   }
   c.time = absl::InfinitePast();
   if (auto t = j.find("time"); t != j.end()) {
@@ -95,7 +96,7 @@ std::optional<std::string> LocalCheckpointDir(std::string_view directory) {
 
 std::optional<CheckpointInfo> ReadCheckpointManifest(
     const std::string& dir, std::optional<absl::Time> not_before) {
-  const std::string path = absl::StrCat(dir, "/", kCheckpointManifest);
+  const std::string path = domain::Cat(dir, "/", kCheckpointManifest);
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<size_t>(st.st_size) > kMaxManifestBytes) {

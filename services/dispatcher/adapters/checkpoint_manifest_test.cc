@@ -1,5 +1,6 @@
 #include "services/dispatcher/adapters/checkpoint_manifest.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,9 +48,7 @@ TEST(CheckpointManifestTest, ReadsTheManifestOfThisAttempt) {
   const std::string dir = tmpl;
   EXPECT_EQ(ReadCheckpointManifest(dir, std::nullopt), std::nullopt);
   const std::string path = dir + "/trainyard-checkpoint.json";
-  {
-    std::ofstream(path) << R"({"step": 7, "uri": "step-7"})";
-  }
+  { std::ofstream(path) << R"({"step": 7, "uri": "step-7"})"; }
   // No time: the file's modification time, set here to a known second.
   struct timespec times[2] = {{1700000100, 0}, {1700000100, 0}};
   ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
@@ -61,12 +60,10 @@ TEST(CheckpointManifestTest, ReadsTheManifestOfThisAttempt) {
   // An attempt that started later does not take it; one a second late does.
   EXPECT_EQ(ReadCheckpointManifest(dir, absl::FromUnixSeconds(1700000102)),
             std::nullopt);
-  EXPECT_TRUE(
-      ReadCheckpointManifest(dir, absl::FromUnixSeconds(1700000101)).has_value());
+  EXPECT_TRUE(ReadCheckpointManifest(dir, absl::FromUnixSeconds(1700000101))
+                  .has_value());
   // Garbage is no checkpoint.
-  {
-    std::ofstream(path) << "{";
-  }
+  { std::ofstream(path) << "{"; }
   EXPECT_EQ(ReadCheckpointManifest(dir, std::nullopt), std::nullopt);
   unlink(path.c_str());
   rmdir(dir.c_str());

@@ -1,0 +1,393 @@
+#include "services/dispatcher/adapters/kubernetes/kube_adapter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/dispatcher/adapters/checkpoint_manifest.h"
+#include "services/lib/domain/string_view.h"
+
+namespace trainyard::dispatcher::kubernetes {
+namespace {
+
+using Json = nlohmann::json;
+
+// Checkpoints are read while an attempt runs and this long after it ended
+// (a manifest written in the grace period lands late).
+constexpr absl::Duration kCheckpointReadAfterEnd = absl::Minutes(10);
+constexpr size_t kMaxCheckpointsPerAttempt = 64;
+
+std::string StringAt(const Json& object,
+                     std::initializer_list<const char*> path) {
+  const Json* at = &object;
+  for (const char* key : path) {
+    if (!at->is_object()) return "";
+    auto it = at->find(key);
+    if (it == at->end()) return "";
+    at = &*it;
+  }
+  return at->is_string() ? at->get<std::string>() : "";
+}
+
+bool Terminal(const Json& pod) {
+  const std::string phase = StringAt(pod, {"status", "phase"});
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+void AddRequests(PodRequests& to, const PodRequests& r, int sign) {
+  to.gpus += sign * r.gpus;
+  to.cpu_millis += sign * r.cpu_millis;
+  to.memory_bytes += sign * r.memory_bytes;
+}
+
+}  // namespace
+
+KubernetesAdapter::KubernetesAdapter(KubernetesAdapterOptions options)
+    : options_(std::move(options)),
+      client_(std::make_unique<KubeClient>(options_.config, options_.client)) {}
+
+KubernetesAdapter::~KubernetesAdapter() {
+  for (Informer* i : {jobs_.get(), pods_.get(), node_informer_.get()}) {
+    if (i != nullptr) i->Stop();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<KubernetesAdapter>> KubernetesAdapter::Create(
+    KubernetesAdapterOptions options) {
+  if (absl::Status s = ValidateKubernetesSettings(options.settings); !s.ok()) {
+    return s;
+  }
+  std::unique_ptr<KubernetesAdapter> a(
+      new KubernetesAdapter(std::move(options)));
+  const std::string& ns = a->options_.settings.namespace_;
+  InformerOptions jobs_options = a->options_.informer;
+  jobs_options.label_selector = std::string(kOwnedSelector);
+  a->jobs_ = std::make_unique<Informer>(
+      a->client_.get(), domain::Cat("/apis/batch/v1/namespaces/", ns, "/jobs"),
+      jobs_options, [](EventType, const Json&) {});
+  KubernetesAdapter* self = a.get();
+  a->pods_ = std::make_unique<Informer>(
+      a->client_.get(), "/api/v1/pods", a->options_.informer,
+      [self](EventType type, const Json& pod) { self->OnPod(type, pod); });
+  a->node_informer_ = std::make_unique<Informer>(
+      a->client_.get(), "/api/v1/nodes", a->options_.informer,
+      [](EventType, const Json&) {});
+  for (Informer* i :
+       {a->jobs_.get(), a->pods_.get(), a->node_informer_.get()}) {
+    i->Start();
+  }
+  const absl::Time deadline = absl::Now() + a->options_.sync_timeout;
+  for (auto [informer, what] :
+       {std::pair{a->jobs_.get(), "jobs"}, std::pair{a->pods_.get(), "pods"},
+        std::pair{a->node_informer_.get(), "nodes"}}) {
+    if (!informer->WaitForSync(
+            std::max(absl::ZeroDuration(), deadline - absl::Now()))) {
+      return absl::UnavailableError(domain::Cat(
+          "kubernetes cluster ", a->cluster(), ": could not list ", what,
+          " within ", absl::FormatDuration(a->options_.sync_timeout), ": ",
+          informer->last_error().ToString()));
+    }
+  }
+  return a;
+}
+
+void KubernetesAdapter::OnPod(EventType type, const Json& pod) {
+  const std::string key = ObjectKey(pod);
+  const std::string owner =
+      StringAt(pod, {"metadata", "labels", kLabelName.data()});
+  const bool ours =
+      !owner.empty() &&
+      StringAt(pod, {"metadata", "namespace"}) == options_.settings.namespace_;
+  absl::MutexLock l(&mu_);
+  if (ours) {
+    if (type == EventType::kDeleted) {
+      auto it = attempt_pods_.find(owner);
+      if (it != attempt_pods_.end()) {
+        it->second.erase(key);
+        if (it->second.empty()) attempt_pods_.erase(it);
+      }
+    } else {
+      attempt_pods_[owner][key] = pod;
+    }
+  }
+  if (auto it = bound_.find(key); it != bound_.end()) {
+    AddRequests(node_used_[it->second.node], it->second.requests, -1);
+    bound_.erase(it);
+  }
+  const std::string node = StringAt(pod, {"spec", "nodeName"});
+  if (type != EventType::kDeleted && !node.empty() && !Terminal(pod)) {
+    BoundPod b{node, PodEffectiveRequests(pod, options_.settings.gpu_resource)};
+    AddRequests(node_used_[node], b.requests, +1);
+    bound_.emplace(key, std::move(b));
+  }
+}
+
+std::string KubernetesAdapter::JobPath(std::string_view name) const {
+  return domain::Cat("/apis/batch/v1/namespaces/", options_.settings.namespace_,
+                     "/jobs/", name);
+}
+std::string KubernetesAdapter::ServicePath(std::string_view name) const {
+  return domain::Cat("/api/v1/namespaces/", options_.settings.namespace_,
+                     "/services/", name);
+}
+std::string KubernetesAdapter::PodPath(std::string_view name) const {
+  return domain::Cat("/api/v1/namespaces/", options_.settings.namespace_,
+                     "/pods/", name);
+}
+
+absl::StatusOr<Json> KubernetesAdapter::FindJob(std::string_view name) {
+  Json cached =
+      jobs_->Get(domain::Cat(options_.settings.namespace_, "/", name));
+  if (!cached.is_null()) return cached;
+  // Not seen by the watch (yet): ask.
+  return client_->Get(JobPath(name));
+}
+
+AttemptStatus KubernetesAdapter::StatusOf(const Json& job) {
+  const std::string name = StringAt(job, {"metadata", "name"});
+  std::vector<Json> pods;
+  std::vector<NodeInventory> nodes;
+  {
+    absl::MutexLock l(&mu_);
+    if (auto it = attempt_pods_.find(name); it != attempt_pods_.end()) {
+      for (const auto& [key, pod] : it->second) pods.push_back(pod);
+    }
+    nodes = nodes_;
+  }
+  AttemptStatus s = AttemptFromObjects(job, pods, absl::Now(),
+                                       nodes.empty() ? nullptr : &nodes);
+  ReadCheckpoints(name, job, s);
+  absl::MutexLock l(&mu_);
+  if (auto it = checkpoints_.find(name); it != checkpoints_.end()) {
+    s.checkpoints = it->second;
+  }
+  return s;
+}
+
+void KubernetesAdapter::ReadCheckpoints(std::string_view name, const Json& job,
+                                        const AttemptStatus& s) {
+  if (!s.start_time.has_value()) return;  // never ran
+  if (s.end_time.has_value() &&
+      absl::Now() - *s.end_time > kCheckpointReadAfterEnd) {
+    return;
+  }
+  const std::optional<std::string> dir = LocalCheckpointDir(StringAt(
+      job, {"metadata", "annotations", kAnnotationCheckpointDir.data()}));
+  if (!dir.has_value()) return;
+  std::optional<CheckpointInfo> c = ReadCheckpointManifest(*dir, s.start_time);
+  if (!c.has_value()) return;
+  absl::MutexLock l(&mu_);
+  std::vector<CheckpointInfo>& list = checkpoints_[std::string(name)];
+  if (!list.empty() && list.back().step >= c->step) return;
+  list.push_back(*std::move(c));
+  if (list.size() > kMaxCheckpointsPerAttempt) list.erase(list.begin());
+}
+
+absl::StatusOr<AttemptStatus> KubernetesAdapter::Launch(
+    const LaunchRequest& request) {
+  // Look before creating: an attempt of that name in any phase is returned.
+  if (absl::StatusOr<Json> existing = FindJob(request.name); existing.ok()) {
+    return StatusOf(*existing);
+  } else if (!absl::IsNotFound(existing.status())) {
+    return existing.status();
+  }
+  absl::StatusOr<Json> job = BuildJob(request, options_.settings);
+  if (!job.ok()) return job.status();
+  absl::StatusOr<Json> service = BuildService(request, options_.settings);
+  if (!service.ok()) return service.status();
+  const std::string services = domain::Cat(
+      "/api/v1/namespaces/", options_.settings.namespace_, "/services");
+  if (absl::StatusOr<Json> s = client_->Create(services, *service);
+      !s.ok() && !absl::IsAlreadyExists(s.status())) {
+    return s.status();
+  }
+  absl::StatusOr<Json> created =
+      client_->Create(domain::Cat("/apis/batch/v1/namespaces/",
+                                  options_.settings.namespace_, "/jobs"),
+                      *job);
+  if (absl::IsAlreadyExists(created.status())) {
+    created = client_->Get(JobPath(request.name));
+  }
+  if (!created.ok()) return created.status();
+  return StatusOf(*created);
+}
+
+absl::Status KubernetesAdapter::Signal(std::string_view name, int signal) {
+  return absl::UnimplementedError(domain::Cat(
+      "kubernetes cluster ", cluster(), ": cannot send signal ", signal, " to ",
+      name,
+      ": Kubernetes has no API that signals a container (a stop sends SIGTERM "
+      "through graceful deletion)"));
+}
+
+absl::Status KubernetesAdapter::Stop(std::string_view name,
+                                     absl::Duration grace, StopReason reason) {
+  if (grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("grace: must not be negative");
+  }
+  absl::StatusOr<Json> job = FindJob(name);
+  if (!job.ok()) return job.status();
+  const AttemptStatus now = StatusOf(*job);
+  if (IsTerminal(now.phase)) return absl::OkStatus();
+  absl::Time deadline = absl::Now() + grace;
+  StopReason effective = reason;
+  if (now.stop_requested) {
+    if (now.stop_deadline.has_value()) {
+      deadline = std::min(deadline, *now.stop_deadline);
+    }
+    const std::optional<StopReason> earlier = ParseStopReasonValue(StringAt(
+        *job, {"metadata", "annotations", kAnnotationStopReason.data()}));
+    if (earlier == StopReason::kCancel) effective = StopReason::kCancel;
+  }
+  Json patch = {{"metadata",
+                 {{"annotations",
+                   {{std::string(kAnnotationStopReason),
+                     std::string(StopReasonValue(effective))},
+                    {std::string(kAnnotationStopDeadline),
+                     absl::FormatTime(absl::RFC3339_sec, deadline,
+                                      absl::UTCTimeZone())}}}}},
+                {"spec", {{"suspend", true}}}};
+  if (absl::StatusOr<Json> p = client_->Patch(JobPath(name), patch); !p.ok()) {
+    return p.status();
+  }
+  // SIGTERM now, SIGKILL when the grace period ends.
+  const int64_t seconds = static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(
+      std::max(absl::ZeroDuration(), deadline - absl::Now()))));
+  std::vector<std::string> pods;
+  {
+    absl::MutexLock l(&mu_);
+    if (auto it = attempt_pods_.find(std::string(name));
+        it != attempt_pods_.end()) {
+      for (const auto& [key, pod] : it->second) {
+        if (!Terminal(pod)) pods.push_back(StringAt(pod, {"metadata", "name"}));
+      }
+    }
+  }
+  for (const std::string& pod : pods) {
+    absl::StatusOr<Json> d = client_->Delete(PodPath(pod), seconds);
+    if (!d.ok() && !absl::IsNotFound(d.status())) return d.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttemptStatus> KubernetesAdapter::Status(std::string_view name) {
+  absl::StatusOr<Json> job = FindJob(name);
+  if (!job.ok()) return job.status();
+  return StatusOf(*job);
+}
+
+absl::StatusOr<std::vector<AttemptStatus>> KubernetesAdapter::List() {
+  // The node check of AttemptFromObjects uses the inventory of this pass.
+  if (absl::StatusOr<std::vector<NodeInventory>> nodes = Inventory();
+      !nodes.ok()) {
+    return nodes.status();
+  }
+  std::vector<AttemptStatus> out;
+  for (const Json& job : jobs_->Snapshot()) {
+    const std::string name = StringAt(job, {"metadata", "name"});
+    if (!ParseBackendJobName(name).ok()) continue;
+    out.push_back(StatusOf(job));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const AttemptStatus& a, const AttemptStatus& b) {
+              return a.name < b.name;
+            });
+  return out;
+}
+
+absl::Status KubernetesAdapter::Delete(std::string_view name) {
+  absl::StatusOr<Json> job = FindJob(name);
+  if (absl::IsNotFound(job.status())) {
+    // The Service may outlive a Job that was never created.
+    absl::StatusOr<Json> s = client_->Delete(ServicePath(name));
+    if (!s.ok() && !absl::IsNotFound(s.status())) return s.status();
+    return absl::OkStatus();
+  }
+  if (!job.ok()) return job.status();
+  if (!IsTerminal(StatusOf(*job).phase)) {
+    return absl::FailedPreconditionError(
+        domain::Cat(name, ": has not ended; Stop it first"));
+  }
+  for (const std::string& path : {JobPath(name), ServicePath(name)}) {
+    absl::StatusOr<Json> d = client_->Delete(path);
+    if (!d.ok() && !absl::IsNotFound(d.status())) return d.status();
+  }
+  absl::MutexLock l(&mu_);
+  checkpoints_.erase(std::string(name));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<NodeInventory>> KubernetesAdapter::Inventory() {
+  std::vector<NodeInventory> out;
+  const std::vector<Json> nodes = node_informer_->Snapshot();
+  out.reserve(nodes.size());
+  {
+    absl::MutexLock l(&mu_);
+    for (const Json& node : nodes) {
+      NodeInventory n = NodeFromObject(node, {}, options_.settings);
+      if (auto it = node_used_.find(n.name); it != node_used_.end()) {
+        n.used_gpus = it->second.gpus;
+        n.used_cpu_millis = it->second.cpu_millis;
+        n.used_memory_bytes = it->second.memory_bytes;
+      }
+      out.push_back(std::move(n));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NodeInventory& a, const NodeInventory& b) {
+              return a.name < b.name;
+            });
+  absl::MutexLock l(&mu_);
+  nodes_ = out;
+  return out;
+}
+
+absl::StatusOr<LogChunk> KubernetesAdapter::ReadLog(std::string_view name,
+                                                    int64_t offset,
+                                                    int64_t max_bytes) {
+  if (offset < 0) return absl::InvalidArgumentError("offset: must be >= 0");
+  if (max_bytes <= 0)
+    return absl::InvalidArgumentError("max_bytes: must be > 0");
+  absl::StatusOr<Json> job = FindJob(name);
+  if (!job.ok()) return job.status();
+  // Worker 0's pod: the newest of index 0 that has started.
+  std::string pod;
+  std::string created;
+  {
+    absl::MutexLock l(&mu_);
+    if (auto it = attempt_pods_.find(std::string(name));
+        it != attempt_pods_.end()) {
+      for (const auto& [key, p] : it->second) {
+        if (StringAt(p, {"metadata", "annotations",
+                         kCompletionIndexAnnotation.data()}) != "0") {
+          continue;
+        }
+        const std::string t = StringAt(p, {"metadata", "creationTimestamp"});
+        if (pod.empty() || t > created) {
+          pod = StringAt(p, {"metadata", "name"});
+          created = t;
+        }
+      }
+    }
+  }
+  if (pod.empty()) return LogChunk{.offset = offset};
+  // The kubelet serves a log from its start only: read up to the end asked
+  // for and keep what lies past `offset`.
+  absl::StatusOr<std::string> text =
+      client_->GetText(domain::Cat(PodPath(pod), "/log"),
+                       {{"container", std::string(kWorkerContainer)},
+                        {"limitBytes", domain::Cat(offset + max_bytes)}});
+  if (absl::IsInvalidArgument(text.status())) {
+    // A container that has not started has no log yet.
+    return LogChunk{.offset = offset};
+  }
+  if (!text.ok()) return text.status();
+  LogChunk chunk;
+  chunk.offset = offset;
+  chunk.size = static_cast<int64_t>(text->size());
+  if (offset < chunk.size) chunk.data = text->substr(offset);
+  return chunk;
+}
+
+}  // namespace trainyard::dispatcher::kubernetes
