@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/lib/domain/job_state.h"
@@ -173,6 +174,31 @@ absl::Status Dispatcher::ReportInventory(
     absl::flat_hash_map<std::string, NodeCapacity>& capacity) {
   absl::StatusOr<std::vector<NodeInventory>> inventory = adapter_->Inventory();
   if (!inventory.ok()) return inventory.status();
+  // A node reported before that the backend no longer lists (a Kubernetes
+  // Node deleted, a spot VM gone) is reported down, so that nothing is placed
+  // on it.
+  {
+    absl::flat_hash_set<std::string> listed;
+    for (const NodeInventory& n : *inventory) listed.insert(n.name);
+    std::vector<NodeInventory> gone;
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& [name, body] : reported_nodes_) {
+        if (listed.contains(name)) continue;
+        v1::Node last;
+        if (!last.ParseFromString(body) ||
+            last.state() == v1::NODE_STATE_DOWN) {
+          continue;
+        }
+        gone.push_back({.name = name,
+                        .pool = last.pool(),
+                        .schedulable = false,
+                        .failed = true,
+                        .state_message = "no longer in the cluster"});
+      }
+    }
+    inventory->insert(inventory->end(), gone.begin(), gone.end());
+  }
   for (const NodeInventory& n : *inventory) {
     capacity[absl::StrCat("clusters/", options_.cluster, "/nodes/", n.name)] = {
         .gpus = n.gpus,

@@ -180,27 +180,28 @@ absl::Status ApiHarness::ReportSimNodes(trainyard::v1::NodeState state) {
       clusters()->ReportNodes(Context(admin_token_).get(), req, &out), "nodes");
 }
 
-absl::Status ApiHarness::SeedSlurmCluster(
+absl::Status ApiHarness::SeedCluster(
+    const std::string& id, trainyard::v1::BackendKind backend,
     const std::vector<std::pair<std::string, std::string>>& pools) {
   auto c = clusters();
   trainyard::v1::CreateClusterRequest cluster;
-  cluster.set_cluster_id("slurm");
-  cluster.mutable_cluster()->set_backend(trainyard::v1::BACKEND_KIND_SLURM);
+  cluster.set_cluster_id(id);
+  cluster.mutable_cluster()->set_backend(backend);
   trainyard::v1::Cluster created;
   if (auto s = FromGrpc(
           c->CreateCluster(Context(admin_token_).get(), cluster, &created),
-          "slurm cluster");
+          id + " cluster");
       !s.ok()) {
     return s;
   }
   for (const auto& [pool, flavor] : pools) {
     trainyard::v1::CreatePoolRequest req;
-    req.set_parent("clusters/slurm");
+    req.set_parent("clusters/" + id);
     req.set_pool_id(pool);
     req.mutable_pool()->set_flavor(flavor);
     trainyard::v1::Pool out;
     if (auto s = FromGrpc(c->CreatePool(Context(admin_token_).get(), req, &out),
-                          "slurm pool");
+                          id + " pool");
         !s.ok()) {
       return s;
     }

@@ -64,9 +64,10 @@ class ApiHarness {
   // r0 and r1 of block b0) in `state`: SeedTenant reports them READY; tests
   // that send work elsewhere report them DOWN.
   absl::Status ReportSimNodes(trainyard::v1::NodeState state);
-  // Creates cluster "slurm" (a Slurm backend) with `pools` (pool id, flavor)
-  // and reports the sim cluster's nodes DOWN, so that work goes to Slurm.
-  absl::Status SeedSlurmCluster(
+  // Creates cluster `id` of `backend` with `pools` (pool id, flavor) and
+  // reports the sim cluster's nodes DOWN, so that work goes to it.
+  absl::Status SeedCluster(
+      const std::string& id, trainyard::v1::BackendKind backend,
       const std::vector<std::pair<std::string, std::string>>& pools);
   // Creates priority classes "low" (10) and "high" (100), both preemptible,
   // and makes `tenant`'s default queue preempt lower priority within itself.

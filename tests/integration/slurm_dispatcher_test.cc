@@ -168,7 +168,8 @@ class SlurmDispatcherTest : public SlurmSuite {
       ASSERT_TRUE(s.ok()) << s.error_message();
     }
     absl::Status slurm =
-        harness_->SeedSlurmCluster({{"ondemand", "gpu"}, {"spot", "spot"}});
+        harness_->SeedCluster("slurm", v1::BACKEND_KIND_SLURM,
+                              {{"ondemand", "gpu"}, {"spot", "spot"}});
     ASSERT_TRUE(slurm.ok()) << slurm;
   }
 

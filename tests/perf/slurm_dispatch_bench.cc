@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<SlurmAdapter>> NewAdapter(
 // and its sim cluster reported down.
 absl::Status DefineCluster(ApiHarness& h) {
   if (absl::Status s = h.SeedTenant("bench"); !s.ok()) return s;
-  return h.SeedSlurmCluster({{"ondemand", "gpu"}});
+  return h.SeedCluster("slurm", trainyard::v1::BACKEND_KIND_SLURM,
+                       {{"ondemand", "gpu"}});
 }
 
 }  // namespace
