@@ -5,11 +5,11 @@
 //               attempt (ty-<job>-<attempt>), stopped by a signal and then a
 //               kill once the grace period ends (adapters/slurm,
 //               docs/slurm.md);
+//   kubernetes  the API server: an Indexed Job named after the attempt, its
+//               pods pinned to the placed nodes, inventory from Node objects
+//               (adapters/kubernetes, docs/kubernetes.md);
 //   sim         a virtual cluster running jobs on a clock (adapters/sim,
 //               docs/sim.md).
-//
-// A Kubernetes backend (an Indexed Job named after the attempt, pods pinned
-// to the placed nodes, inventory from Node objects) is planned, not built.
 //
 // Names. An attempt is addressed by its deterministic backend name
 // "ty-<job id>-<attempt>" (BackendJobName), never by the backend's own id, so
