@@ -438,5 +438,26 @@ TEST(InformerTest, AGarbageLineReconnectsAndStopEndsAnIdleWatchAtOnce) {
   EXPECT_THAT(rec.Take(), ElementsAre("ADDED a Pending", "MODIFIED a Running"));
 }
 
+TEST(InformerTest, StopEndsAListWaitingToRetryAtOnce) {
+  FakeApiServer server;
+  for (int i = 0; i < 10; ++i) server.Enqueue({503, "", "text/plain"});
+  KubeClient client(KubeConfig{.server = server.url()},
+                    {.cluster = "c",
+                     .qps = 0,
+                     .initial_backoff = absl::Seconds(30),
+                     .max_backoff = absl::Seconds(30)});
+  Recorder rec;
+  Informer informer(&client, kPods, FastOptions(), rec.Handler());
+  informer.Start();
+  ASSERT_TRUE(server.WaitFor([&] { return server.seen().size() == 1; }));
+  absl::SleepFor(absl::Milliseconds(50));  // into the 15 to 30 s backoff
+  const absl::Time start = absl::Now();
+  informer.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_FALSE(informer.Synced());
+  EXPECT_EQ(server.seen().size(), 1u);
+  EXPECT_EQ(rec.size(), 0u);
+}
+
 }  // namespace
 }  // namespace trainyard::dispatcher::kubernetes

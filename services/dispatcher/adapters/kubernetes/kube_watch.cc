@@ -202,10 +202,12 @@ absl::Status Informer::List() {
   std::string resource_version;
   for (int restarts = 0;;) {
     absl::StatusOr<nlohmann::json> page =
-        client_->List(path_, {.label_selector = options_.label_selector,
-                              .field_selector = options_.field_selector,
-                              .limit = options_.page_size,
-                              .continue_token = continue_token});
+        client_->List(path_,
+                      {.label_selector = options_.label_selector,
+                       .field_selector = options_.field_selector,
+                       .limit = options_.page_size,
+                       .continue_token = continue_token},
+                      &canceller_);
     if (!page.ok()) {
       // An expired continue token: start the list again from its first page.
       if (IsExpired(page.status()) && !continue_token.empty() &&
