@@ -149,9 +149,6 @@ absl::Status StatusFromAnswer(std::string_view cluster,
     default:
       break;
   }
-  if (http_code == 504 || (http_code >= 500 && reason == "Timeout")) {
-    return absl::DeadlineExceededError(message);
-  }
   if (http_code >= 500) return absl::UnavailableError(message);
   return absl::UnknownError(message);
 }

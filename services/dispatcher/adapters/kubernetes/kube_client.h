@@ -105,7 +105,7 @@ struct KubeClientOptions {
 //             (Conflict: a stale resourceVersion)
 //   410       OUT_OF_RANGE "resourceVersion expired" (IsExpired)
 //   429       RESOURCE_EXHAUSTED
-//   5xx, 408  UNAVAILABLE (504 and a Timeout reason: DEADLINE_EXCEEDED)
+//   5xx, 408  UNAVAILABLE (504 Timeout included: the caller retries later)
 //   other     UNKNOWN
 absl::Status StatusFromAnswer(std::string_view cluster,
                               std::string_view request, int http_code,

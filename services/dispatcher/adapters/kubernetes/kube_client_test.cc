@@ -117,8 +117,8 @@ TEST(StatusFromAnswerTest, MapsKubernetesStatusesByCodeAndReason) {
        {"etcdserver: leader changed"}},
       {504,
        R"j({"kind":"Status","message":"request timed out","reason":"Timeout","code":504})j",
-       absl::StatusCode::kDeadlineExceeded,
-       {"request timed out"}},
+       absl::StatusCode::kUnavailable,
+       {"HTTP 504 Timeout: request timed out"}},
       {503, "", absl::StatusCode::kUnavailable, {"HTTP 503: empty answer"}},
       // A proxy in front of the API server answering with HTML.
       {502,
