@@ -3,8 +3,11 @@
 // pod collection and injects the faults a real server or a proxy in front of
 // it produce: Retry-After, 5xx, HTML pages, garbage lines, a watch cut in the
 // middle of a line, an expired resourceVersion (HTTP 410 and ERROR events).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -106,6 +109,22 @@ TEST(KubeClientHttpTest, VerbsSendWhatTheApiServerExpects) {
                   {"gracePeriodSeconds", 0}}));
   EXPECT_EQ(seen[3].Param("tailLines"), "10");
   EXPECT_TRUE(t.Waits().empty());
+}
+
+TEST(KubeClientHttpTest, ARotatedTokenFileIsSentFromTheNextRequest) {
+  FakeApiServer server;
+  const std::string file =
+      ::testing::TempDir() + "/kube_token_" + std::to_string(::getpid());
+  std::ofstream(file) << "first-token\n";
+  TestClient t(server.url(), KubeConfig{.token = "inline", .token_file = file});
+  ASSERT_TRUE(t.client->List(kPods).ok());
+  std::ofstream(file) << "the-rotated-token\n";
+  ASSERT_TRUE(t.client->List(kPods).ok());
+  std::remove(file.c_str());
+  const std::vector<Seen> seen = server.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].authorization, "Bearer first-token");
+  EXPECT_EQ(seen[1].authorization, "Bearer the-rotated-token");
 }
 
 TEST(KubeClientHttpTest, ListPassesSelectorsAndPages) {
