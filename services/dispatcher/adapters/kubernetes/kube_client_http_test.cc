@@ -436,7 +436,7 @@ TEST(InformerTest, ExpiredResourceVersionRelistsAndDeliversTheDifference) {
   }
 }
 
-TEST(InformerTest, AGarbageLineReconnectsAndStopEndsAnIdleWatchAtOnce) {
+TEST(InformerTest, GarbageAndErrorEventsReconnectAndStopEndsAnIdleWatchAtOnce) {
   FakeApiServer server;
   server.Put("a", "Pending");
   TestClient t(server.url());
@@ -451,6 +451,14 @@ TEST(InformerTest, AGarbageLineReconnectsAndStopEndsAnIdleWatchAtOnce) {
               HasSubstr("not a watch event: \"<html>proxy error</html>\""));
   server.Put("a", "Running");
   ASSERT_TRUE(rec.WaitFor(2));
+  // An ERROR event other than 410: watch again from the resourceVersion.
+  server.Line(
+      R"j({"type":"ERROR","object":{"kind":"Status","code":500,"message":"etcd unavailable"}})j");
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 3; }));
+  EXPECT_THAT(Msg(informer.last_error()),
+              HasSubstr("ERROR event 500: etcd unavailable"));
+  EXPECT_EQ(server.watches()[2].Param("resourceVersion"), "102");
+  EXPECT_EQ(informer.counters().lists, 1);
   const absl::Time start = absl::Now();
   informer.Stop();
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
