@@ -131,6 +131,12 @@ bool Canceller::cancelled() const {
   return cancelled_;
 }
 
+bool Canceller::SleepFor(absl::Duration d) const {
+  absl::MutexLock l(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&cancelled_), d);
+  return !cancelled_;
+}
+
 RestClient::RestClient(RestClientOptions options)
     : options_(std::move(options)) {
   GlobalInit();

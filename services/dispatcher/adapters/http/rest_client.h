@@ -63,6 +63,8 @@ class Canceller {
   Canceller& operator=(const Canceller&) = delete;
   void Cancel();
   bool cancelled() const;
+  // Sleeps for `d` or until Cancel(); returns false when cancelled.
+  bool SleepFor(absl::Duration d) const;
 
  private:
   friend class RestClient;

@@ -149,9 +149,6 @@ absl::Status StatusFromAnswer(std::string_view cluster,
     default:
       break;
   }
-  if (http_code == 504 || (http_code >= 500 && reason == "Timeout")) {
-    return absl::DeadlineExceededError(message);
-  }
   if (http_code >= 500) return absl::UnavailableError(message);
   return absl::UnknownError(message);
 }
@@ -216,13 +213,17 @@ absl::Duration KubeClient::Backoff(int attempt) const {
   return d * (1.0 - jitter / 2);
 }
 
-void KubeClient::Wait(absl::Duration d) {
-  if (d <= absl::ZeroDuration()) return;
-  if (options_.sleeper) {
-    options_.sleeper(d);
-  } else {
-    absl::SleepFor(d);
+bool KubeClient::Wait(absl::Duration d, http::Canceller* canceller) {
+  if (d > absl::ZeroDuration()) {
+    if (options_.sleeper) {
+      options_.sleeper(d);
+    } else if (canceller != nullptr) {
+      return canceller->SleepFor(d);
+    } else {
+      absl::SleepFor(d);
+    }
   }
+  return canceller == nullptr || !canceller->cancelled();
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
@@ -243,11 +244,13 @@ KubeClient::Headers(std::string_view accept) {
 absl::StatusOr<KubeClient::Raw> KubeClient::Exchange(
     std::string_view method, std::string_view path, const Query& query,
     std::string_view body, std::string_view content_type,
-    std::string_view accept) {
+    std::string_view accept, http::Canceller* canceller) {
   const std::string url = Url(path, query);
   const std::string request = Cat(method, " ", url);
+  const absl::Status cancelled = absl::CancelledError(Cat(
+      "kubernetes cluster ", options_.cluster, ": ", request, ": cancelled"));
   for (int attempt = 0;; ++attempt) {
-    Wait(limiter_.Reserve());
+    if (!Wait(limiter_.Reserve(), canceller)) return cancelled;
     TY_ASSIGN_OR_RETURN(auto headers, Headers(accept));
     {
       absl::MutexLock l(&mu_);
@@ -260,12 +263,14 @@ absl::StatusOr<KubeClient::Raw> KubeClient::Exchange(
                     .headers = std::move(headers),
                     .body = body,
                     .content_type = content_type,
-                    .want_headers = true},
+                    .want_headers = true,
+                    .canceller = canceller},
                    &info);
     absl::Status error;
     bool retryable = false;
     std::optional<absl::Duration> wait;
     if (!r.ok()) {
+      if (absl::IsCancelled(r.status())) return r.status();
       if (info.tls_failure || absl::IsInvalidArgument(r.status())) {
         return absl::UnavailableError(r.status().message());
       }
@@ -292,18 +297,22 @@ absl::StatusOr<KubeClient::Raw> KubeClient::Exchange(
       return absl::Status(error.code(), Cat(error.message(), " (after ",
                                             attempt + 1, " tries)"));
     }
-    Wait(wait.value_or(Backoff(attempt)));
+    if (!Wait(wait.value_or(Backoff(attempt)), canceller)) return cancelled;
     absl::MutexLock l(&mu_);
     ++retries_;
   }
 }
 
-absl::StatusOr<KubeResponse> KubeClient::Request(
-    std::string_view method, std::string_view path, const Query& query,
-    const nlohmann::json* body, std::string_view content_type) {
+absl::StatusOr<KubeResponse> KubeClient::Request(std::string_view method,
+                                                 std::string_view path,
+                                                 const Query& query,
+                                                 const nlohmann::json* body,
+                                                 std::string_view content_type,
+                                                 http::Canceller* canceller) {
   const std::string payload = body != nullptr ? body->dump() : "";
-  TY_ASSIGN_OR_RETURN(Raw raw, Exchange(method, path, query, payload,
-                                        content_type, "application/json"));
+  TY_ASSIGN_OR_RETURN(Raw raw,
+                      Exchange(method, path, query, payload, content_type,
+                               "application/json", canceller));
   KubeResponse response{.http_code = raw.code,
                         .headers = std::move(raw.headers)};
   if (raw.body.empty()) return response;
@@ -325,7 +334,8 @@ absl::StatusOr<nlohmann::json> KubeClient::Get(std::string_view path,
 }
 
 absl::StatusOr<nlohmann::json> KubeClient::List(std::string_view path,
-                                                const ListOptions& options) {
+                                                const ListOptions& options,
+                                                http::Canceller* canceller) {
   Query query;
   if (!options.label_selector.empty()) {
     query.emplace_back("labelSelector", options.label_selector);
@@ -340,7 +350,9 @@ absl::StatusOr<nlohmann::json> KubeClient::List(std::string_view path,
   if (!options.resource_version.empty()) {
     query.emplace_back("resourceVersion", options.resource_version);
   }
-  return Get(path, query);
+  TY_ASSIGN_OR_RETURN(KubeResponse r, Request("GET", path, query, nullptr,
+                                              "application/json", canceller));
+  return std::move(r.body);
 }
 
 absl::StatusOr<nlohmann::json> KubeClient::Create(
@@ -373,8 +385,8 @@ absl::StatusOr<nlohmann::json> KubeClient::Delete(
 
 absl::StatusOr<std::string> KubeClient::GetText(std::string_view path,
                                                 const Query& query) {
-  TY_ASSIGN_OR_RETURN(Raw raw,
-                      Exchange("GET", path, query, "", "", "text/plain, */*"));
+  TY_ASSIGN_OR_RETURN(Raw raw, Exchange("GET", path, query, "", "",
+                                        "text/plain, */*", nullptr));
   return std::move(raw.body);
 }
 
@@ -383,7 +395,10 @@ absl::Status KubeClient::Stream(
     const std::function<bool(std::string_view)>& on_line,
     http::Canceller* canceller) {
   const std::string url = Url(path, query);
-  Wait(limiter_.Reserve());
+  if (!Wait(limiter_.Reserve(), canceller)) {
+    return absl::CancelledError(Cat("kubernetes cluster ", options_.cluster,
+                                    ": GET ", url, ": cancelled"));
+  }
   TY_ASSIGN_OR_RETURN(auto headers, Headers("application/json"));
   {
     absl::MutexLock l(&mu_);

@@ -105,7 +105,7 @@ struct KubeClientOptions {
 //             (Conflict: a stale resourceVersion)
 //   410       OUT_OF_RANGE "resourceVersion expired" (IsExpired)
 //   429       RESOURCE_EXHAUSTED
-//   5xx, 408  UNAVAILABLE (504 and a Timeout reason: DEADLINE_EXCEEDED)
+//   5xx, 408  UNAVAILABLE (504 Timeout included: the caller retries later)
 //   other     UNKNOWN
 absl::Status StatusFromAnswer(std::string_view cluster,
                               std::string_view request, int http_code,
@@ -137,16 +137,20 @@ class KubeClient {
   //   409 and every other 4xx: never.
   // A TLS failure (certificate not verified) is not retried: UNAVAILABLE
   // naming the cluster and curl's reason.
+  // `canceller` (optional) ends the request and its retry waits from another
+  // thread: CANCELLED.
   absl::StatusOr<KubeResponse> Request(
       std::string_view method, std::string_view path, const Query& query = {},
       const nlohmann::json* body = nullptr,
-      std::string_view content_type = "application/json");
+      std::string_view content_type = "application/json",
+      http::Canceller* canceller = nullptr);
 
   absl::StatusOr<nlohmann::json> Get(std::string_view path,
                                      const Query& query = {});
   // One page of a list (pass its metadata.continue back for the next).
   absl::StatusOr<nlohmann::json> List(std::string_view path,
-                                      const ListOptions& options = {});
+                                      const ListOptions& options = {},
+                                      http::Canceller* canceller = nullptr);
   // POST with fieldValidation=Strict (an unknown or duplicate field is an
   // error, not silently dropped).
   absl::StatusOr<nlohmann::json> Create(std::string_view path,
@@ -199,10 +203,12 @@ class KubeClient {
   absl::StatusOr<Raw> Exchange(std::string_view method, std::string_view path,
                                const Query& query, std::string_view body,
                                std::string_view content_type,
-                               std::string_view accept);
+                               std::string_view accept,
+                               http::Canceller* canceller);
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Headers(
       std::string_view accept);
-  void Wait(absl::Duration d);
+  // Waits (the sleeper, or until `canceller` fires); false when cancelled.
+  bool Wait(absl::Duration d, http::Canceller* canceller);
 
   const KubeConfig config_;
   const KubeClientOptions options_;

@@ -1,13 +1,16 @@
 // The Kubernetes client and informer against an HTTP server in the test
-// process (cpp-httplib) that speaks the API server's protocol for one pod
-// collection and injects the faults a real server or a proxy in front of it
-// produce: Retry-After, 5xx, HTML pages, garbage lines, a watch cut in the
+// process (kube_test_server.h) that speaks the API server's protocol for one
+// pod collection and injects the faults a real server or a proxy in front of
+// it produce: Retry-After, 5xx, HTML pages, garbage lines, a watch cut in the
 // middle of a line, an expired resourceVersion (HTTP 410 and ERROR events).
-#include <httplib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/dispatcher/adapters/kubernetes/kube_client.h"
+#include "services/dispatcher/adapters/kubernetes/kube_test_server.h"
 #include "services/dispatcher/adapters/kubernetes/kube_watch.h"
 
 namespace trainyard::dispatcher::kubernetes {
@@ -33,297 +37,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
-
-constexpr char kPods[] = "/api/v1/namespaces/ns/pods";
-
-// A request as the server saw it.
-struct Seen {
-  std::string method;
-  std::string path;
-  std::multimap<std::string, std::string> params;
-  std::string authorization;
-  std::string content_type;
-  std::string body;
-
-  std::string Param(const std::string& k) const {
-    auto it = params.find(k);
-    return it == params.end() ? "" : it->second;
-  }
-};
-
-// One pod collection with resourceVersions, lists in pages, and watches
-// replaying the change log after the watcher's resourceVersion.
-class FakeApiServer {
- public:
-  // Answers the test queues up for the next plain requests (not watches),
-  // taken first-in first-out before the collection's own behaviour.
-  struct Canned {
-    int status;
-    std::string body;
-    std::string content_type = "application/json";
-    std::map<std::string, std::string> headers;
-  };
-
-  FakeApiServer() {
-    auto handle = [this](const httplib::Request& req, httplib::Response& res) {
-      Handle(req, res);
-    };
-    server_.Get(".*", handle);
-    server_.Post(".*", handle);
-    server_.Patch(".*", handle);
-    server_.Delete(".*", handle);
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // stop() before the loop runs would be lost.
-    while (!server_.is_running()) absl::SleepFor(absl::Milliseconds(1));
-  }
-  ~FakeApiServer() {
-    {
-      absl::MutexLock l(&mu_);
-      shutdown_ = true;
-    }
-    server_.stop();
-    thread_.join();
-  }
-
-  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
-
-  void Enqueue(Canned c) {
-    absl::MutexLock l(&mu_);
-    canned_.push_back(std::move(c));
-  }
-
-  // Creates or changes pod `name` (phase), logged for watchers unless
-  // silent (a change that happened while the log was compacted away).
-  void Put(const std::string& name, const std::string& phase,
-           bool silent = false) {
-    absl::MutexLock l(&mu_);
-    ++rv_;
-    const bool existed = pods_.contains(name);
-    json pod = {{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata",
-                 {{"name", name},
-                  {"namespace", "ns"},
-                  {"resourceVersion", std::to_string(rv_)}}},
-                {"status", {{"phase", phase}}}};
-    pods_[name] = pod;
-    if (!silent) {
-      Log(existed ? "MODIFIED" : "ADDED", pod);
-    }
-  }
-  void Remove(const std::string& name, bool silent = false) {
-    absl::MutexLock l(&mu_);
-    ++rv_;
-    json pod = pods_[name];
-    pod["metadata"]["resourceVersion"] = std::to_string(rv_);
-    pods_.erase(name);
-    if (!silent) Log("DELETED", pod);
-  }
-  // Changes elsewhere advance the resourceVersion; a bookmark says so.
-  void Bookmark() {
-    absl::MutexLock l(&mu_);
-    ++rv_;
-    log_.push_back(
-        {rv_,
-         json({{"type", "BOOKMARK"},
-               {"object",
-                {{"kind", "Pod"},
-                 {"apiVersion", "v1"},
-                 {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}})
-             .dump()});
-  }
-  // A raw line for the live watch (garbage, an ERROR event).
-  void Line(std::string line) {
-    absl::MutexLock l(&mu_);
-    log_.push_back({rv_, std::move(line), /*live_only=*/true});
-  }
-  // Forgets the log up to now: a watch from an older resourceVersion gets
-  // 410, as an ERROR event on the live watch (if any) or an HTTP 410.
-  void Compact(bool error_event_on_live_watch) {
-    absl::MutexLock l(&mu_);
-    compacted_ = rv_;
-    if (error_event_on_live_watch) {
-      log_.push_back({rv_,
-                      json({{"type", "ERROR"},
-                            {"object",
-                             {{"kind", "Status"},
-                              {"apiVersion", "v1"},
-                              {"status", "Failure"},
-                              {"message", "too old resource version"},
-                              {"reason", "Expired"},
-                              {"code", 410}}}})
-                          .dump(),
-                      /*live_only=*/true});
-    }
-  }
-  // The live watch writes `partial` (half a line) and drops the connection.
-  void CutWatch(std::string partial) {
-    absl::MutexLock l(&mu_);
-    cut_ = std::move(partial);
-  }
-  // The live watch ends normally (as at timeoutSeconds).
-  void EndWatch() {
-    absl::MutexLock l(&mu_);
-    end_ = true;
-  }
-
-  std::vector<Seen> seen() const {
-    absl::MutexLock l(&mu_);
-    return seen_;
-  }
-  std::vector<Seen> watches() const {
-    std::vector<Seen> out;
-    for (const Seen& s : seen()) {
-      if (s.Param("watch") == "true") out.push_back(s);
-    }
-    return out;
-  }
-  bool WaitFor(std::function<bool()> pred,
-               absl::Duration timeout = absl::Seconds(10)) const {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (pred()) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return pred();
-  }
-
- private:
-  struct Entry {
-    int64_t rv;
-    std::string line;
-    bool live_only = false;
-  };
-
-  void Log(const char* type, const json& pod)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    log_.push_back({rv_, json({{"type", type}, {"object", pod}}).dump()});
-  }
-
-  void Handle(const httplib::Request& req, httplib::Response& res) {
-    Seen s{.method = req.method,
-           .path = req.path,
-           .authorization = req.get_header_value("Authorization"),
-           .content_type = req.get_header_value("Content-Type"),
-           .body = req.body};
-    for (const auto& [k, v] : req.params) s.params.emplace(k, v);
-    absl::MutexLock l(&mu_);
-    seen_.push_back(s);
-    if (s.Param("watch") == "true") return Watch(s, res);
-    if (!canned_.empty()) {
-      Canned c = canned_.front();
-      canned_.erase(canned_.begin());
-      res.status = c.status;
-      for (const auto& [k, v] : c.headers) res.set_header(k, v);
-      res.set_content(c.body, c.content_type.c_str());
-      return;
-    }
-    if (req.method == "GET" && req.path == kPods) return List(s, res);
-    res.status = 404;
-    res.set_content(json({{"kind", "Status"},
-                          {"reason", "NotFound"},
-                          {"code", 404},
-                          {"message", "no such path"}})
-                        .dump(),
-                    "application/json");
-  }
-
-  void List(const Seen& s, httplib::Response& res)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    int64_t limit = 0;
-    int64_t start = 0;
-    (void)absl::SimpleAtoi(s.Param("limit"), &limit);
-    (void)absl::SimpleAtoi(s.Param("continue"), &start);
-    json items = json::array();
-    int64_t i = 0;
-    int64_t next = 0;
-    for (const auto& [name, pod] : pods_) {
-      if (i++ < start) continue;
-      if (limit > 0 && static_cast<int64_t>(items.size()) == limit) {
-        next = i - 1;
-        break;
-      }
-      json item = pod;
-      item.erase("kind");  // items of a list carry no kind
-      item.erase("apiVersion");
-      items.push_back(item);
-    }
-    json list = {{"kind", "PodList"},
-                 {"apiVersion", "v1"},
-                 {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
-                 {"items", items}};
-    if (next > 0) list["metadata"]["continue"] = std::to_string(next);
-    res.set_content(list.dump(), "application/json");
-  }
-
-  void Watch(const Seen& s, httplib::Response& res)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    int64_t from = 0;
-    (void)absl::SimpleAtoi(s.Param("resourceVersion"), &from);
-    if (from < compacted_) {
-      res.status = 410;
-      res.set_content(json({{"kind", "Status"},
-                            {"status", "Failure"},
-                            {"reason", "Expired"},
-                            {"code", 410},
-                            {"message", "too old resource version"}})
-                          .dump(),
-                      "application/json");
-      return;
-    }
-    // Replays the log after `from` (live-only lines are for watches already
-    // open when they were logged), then follows it.
-    size_t pos = 0;
-    while (pos < log_.size() && (log_[pos].rv <= from || log_[pos].live_only)) {
-      ++pos;
-    }
-    // CutWatch and EndWatch act on the newest watch only (an older one
-    // whose client went away lingers until its next write fails).
-    cut_.reset();
-    end_ = false;
-    const int64_t gen = ++watch_gen_;
-    res.set_chunked_content_provider(
-        "application/json",
-        [this, pos, gen](size_t, httplib::DataSink& sink) mutable {
-          absl::MutexLock l(&mu_);
-          while (true) {
-            while (pos < log_.size()) {
-              const std::string line = log_[pos++].line + "\n";
-              if (!sink.write(line.data(), line.size())) return false;
-            }
-            if (gen == watch_gen_ && cut_.has_value()) {
-              sink.write(cut_->data(), cut_->size());
-              cut_.reset();
-              return false;  // drops the connection mid-stream
-            }
-            if (gen == watch_gen_ && end_) {
-              end_ = false;
-              sink.done();
-              return true;
-            }
-            if (shutdown_) return false;
-            mu_.AwaitWithTimeout(absl::Condition(&shutdown_),
-                                 absl::Milliseconds(20));
-          }
-        });
-  }
-
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
-  mutable absl::Mutex mu_;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Canned> canned_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, json> pods_ ABSL_GUARDED_BY(mu_);
-  int64_t rv_ ABSL_GUARDED_BY(mu_) = 100;
-  int64_t compacted_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Entry> log_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::string> cut_ ABSL_GUARDED_BY(mu_);
-  bool end_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t watch_gen_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Seen> seen_ ABSL_GUARDED_BY(mu_);
-};
+using kubetest::FakeApiServer;
+using kubetest::kPods;
+using kubetest::Seen;
 
 // A client whose waits are recorded, not slept.
 struct TestClient {
@@ -393,6 +109,22 @@ TEST(KubeClientHttpTest, VerbsSendWhatTheApiServerExpects) {
                   {"gracePeriodSeconds", 0}}));
   EXPECT_EQ(seen[3].Param("tailLines"), "10");
   EXPECT_TRUE(t.Waits().empty());
+}
+
+TEST(KubeClientHttpTest, ARotatedTokenFileIsSentFromTheNextRequest) {
+  FakeApiServer server;
+  const std::string file =
+      ::testing::TempDir() + "/kube_token_" + std::to_string(::getpid());
+  std::ofstream(file) << "first-token\n";
+  TestClient t(server.url(), KubeConfig{.token = "inline", .token_file = file});
+  ASSERT_TRUE(t.client->List(kPods).ok());
+  std::ofstream(file) << "the-rotated-token\n";
+  ASSERT_TRUE(t.client->List(kPods).ok());
+  std::remove(file.c_str());
+  const std::vector<Seen> seen = server.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].authorization, "Bearer first-token");
+  EXPECT_EQ(seen[1].authorization, "Bearer the-rotated-token");
 }
 
 TEST(KubeClientHttpTest, ListPassesSelectorsAndPages) {
@@ -606,8 +338,9 @@ TEST(InformerTest, ListsInPagesThenWatchesWithBookmarks) {
       server.WaitFor([&] { return informer.counters().bookmarks == 1; }));
   EXPECT_EQ(informer.LastResourceVersion(), "107");
   EXPECT_EQ(informer.size(), 3u);
-  EXPECT_EQ(informer.Get("ns/a")["status"]["phase"], "Running");
-  EXPECT_TRUE(informer.Get("ns/b").is_null());
+  ASSERT_NE(informer.Get("ns/a"), nullptr);
+  EXPECT_EQ((*informer.Get("ns/a"))["status"]["phase"], "Running");
+  EXPECT_EQ(informer.Get("ns/b"), nullptr);
 
   // The list came in 2 pages, the watch from the list's resourceVersion.
   const std::vector<Seen> seen = server.seen();
@@ -703,7 +436,7 @@ TEST(InformerTest, ExpiredResourceVersionRelistsAndDeliversTheDifference) {
   }
 }
 
-TEST(InformerTest, AGarbageLineReconnectsAndStopEndsAnIdleWatchAtOnce) {
+TEST(InformerTest, GarbageAndErrorEventsReconnectAndStopEndsAnIdleWatchAtOnce) {
   FakeApiServer server;
   server.Put("a", "Pending");
   TestClient t(server.url());
@@ -718,10 +451,39 @@ TEST(InformerTest, AGarbageLineReconnectsAndStopEndsAnIdleWatchAtOnce) {
               HasSubstr("not a watch event: \"<html>proxy error</html>\""));
   server.Put("a", "Running");
   ASSERT_TRUE(rec.WaitFor(2));
+  // An ERROR event other than 410: watch again from the resourceVersion.
+  server.Line(
+      R"j({"type":"ERROR","object":{"kind":"Status","code":500,"message":"etcd unavailable"}})j");
+  ASSERT_TRUE(server.WaitFor([&] { return server.watches().size() == 3; }));
+  EXPECT_THAT(Msg(informer.last_error()),
+              HasSubstr("ERROR event 500: etcd unavailable"));
+  EXPECT_EQ(server.watches()[2].Param("resourceVersion"), "102");
+  EXPECT_EQ(informer.counters().lists, 1);
   const absl::Time start = absl::Now();
   informer.Stop();
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_THAT(rec.Take(), ElementsAre("ADDED a Pending", "MODIFIED a Running"));
+}
+
+TEST(InformerTest, StopEndsAListWaitingToRetryAtOnce) {
+  FakeApiServer server;
+  for (int i = 0; i < 10; ++i) server.Enqueue({503, "", "text/plain"});
+  KubeClient client(KubeConfig{.server = server.url()},
+                    {.cluster = "c",
+                     .qps = 0,
+                     .initial_backoff = absl::Seconds(30),
+                     .max_backoff = absl::Seconds(30)});
+  Recorder rec;
+  Informer informer(&client, kPods, FastOptions(), rec.Handler());
+  informer.Start();
+  ASSERT_TRUE(server.WaitFor([&] { return server.seen().size() == 1; }));
+  absl::SleepFor(absl::Milliseconds(50));  // into the 15 to 30 s backoff
+  const absl::Time start = absl::Now();
+  informer.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_FALSE(informer.Synced());
+  EXPECT_EQ(server.seen().size(), 1u);
+  EXPECT_EQ(rec.size(), 0u);
 }
 
 }  // namespace

@@ -279,8 +279,8 @@ TEST_F(KubeIntegrationTest, InformerWatchesWithBookmarksAndSurvivesACutWatch) {
   EXPECT_EQ(informer.counters().lists, 1);
   EXPECT_GE(informer.counters().reconnects, 1);
   std::vector<std::string> cached;
-  for (const json& p : informer.Snapshot())
-    cached.push_back(p["metadata"]["name"]);
+  for (const ObjectPtr& p : informer.Snapshot())
+    cached.push_back((*p)["metadata"]["name"]);
   std::sort(cached.begin(), cached.end());
   EXPECT_THAT(cached, ElementsAre("b", "c", "d"));
 }
@@ -326,7 +326,8 @@ TEST_F(KubeIntegrationTest, ExpiredWatchRelistsAndDeliversOnlyTheDifference) {
   informer.Stop();
   EXPECT_THAT(rec.Sorted(), ElementsAre("ADDED c", "DELETED b", "MODIFIED a"));
   EXPECT_TRUE(rec.NoDuplicates());
-  EXPECT_EQ(informer.Get("trainyard/a")["metadata"]["labels"]["changed"],
+  ASSERT_NE(informer.Get("trainyard/a"), nullptr);
+  EXPECT_EQ((*informer.Get("trainyard/a"))["metadata"]["labels"]["changed"],
             "yes");
   EXPECT_EQ(informer.size(), 3u);
 }

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/dispatcher/adapters/clock.h"
+#include "services/dispatcher/adapters/kubernetes/kube_watch.h"
 
 namespace trainyard::dispatcher::kubernetes {
 namespace {
@@ -116,8 +117,8 @@ TEST(StatusFromAnswerTest, MapsKubernetesStatusesByCodeAndReason) {
        {"etcdserver: leader changed"}},
       {504,
        R"j({"kind":"Status","message":"request timed out","reason":"Timeout","code":504})j",
-       absl::StatusCode::kDeadlineExceeded,
-       {"request timed out"}},
+       absl::StatusCode::kUnavailable,
+       {"HTTP 504 Timeout: request timed out"}},
       {503, "", absl::StatusCode::kUnavailable, {"HTTP 503: empty answer"}},
       // A proxy in front of the API server answering with HTML.
       {502,
@@ -183,6 +184,25 @@ TEST(KubeClientBackoffTest, DoublesUpToTheCapWithJitterHalvingAtMost) {
   jitter = 0.5;  // a quarter off
   EXPECT_EQ(client.Backoff(0), absl::Milliseconds(150));
   EXPECT_EQ(client.Backoff(10), absl::Milliseconds(1500));
+}
+
+TEST(InformerTransformTest, StripsManagedFieldsAndLastAppliedOnly) {
+  nlohmann::json pod = nlohmann::json::parse(R"j({
+    "metadata": {"name": "p", "namespace": "t", "resourceVersion": "7",
+      "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}",
+                      "keep": "yes"},
+      "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+    "status": {"phase": "Running"}})j");
+  StripManagedFields(pod);
+  EXPECT_EQ(pod, nlohmann::json::parse(R"j({
+    "metadata": {"name": "p", "namespace": "t", "resourceVersion": "7",
+      "annotations": {"keep": "yes"}},
+    "status": {"phase": "Running"}})j"));
+  EXPECT_EQ(ObjectKey(pod), "t/p");
+  EXPECT_EQ(ObjectKey({{"metadata", {{"name", "node-1"}}}}), "node-1");
+  nlohmann::json odd = {{"metadata", 3}};
+  StripManagedFields(odd);  // not an object's metadata: left alone
+  EXPECT_EQ(odd, nlohmann::json({{"metadata", 3}}));
 }
 
 }  // namespace

@@ -89,6 +89,11 @@ class KubeconfigReader {
       config.server.pop_back();
     }
     if (config.server.empty()) return Invalid(Cat(cwhat, " has no server"));
+    if (!config.server.starts_with("https://") &&
+        !config.server.starts_with("http://")) {
+      return Invalid(Cat(cwhat, ": server \"", config.server,
+                         "\" is not an https:// or http:// URL"));
+    }
     TY_ASSIGN_OR_RETURN(config.ca_pem,
                         DataOrFile(cluster, "certificate-authority", cwhat));
     TY_ASSIGN_OR_RETURN(config.tls_server_name,

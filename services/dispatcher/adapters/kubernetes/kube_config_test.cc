@@ -193,6 +193,12 @@ TEST_F(KubeconfigTest, ErrorsNameTheFileAndWhatIsWrong) {
            ok_user + ok_context,
        absl::StatusCode::kInvalidArgument,
        {"cluster \"k\" has no server"}},
+      {"server_without_scheme",
+       "clusters:\n- name: k\n  cluster: {server: '10.0.0.1:6443'}\n" +
+           ok_user + ok_context,
+       absl::StatusCode::kInvalidArgument,
+       {"cluster \"k\": server \"10.0.0.1:6443\" is not an https:// or "
+        "http:// URL"}},
       {"exec",
        ok_cluster +
            "users:\n- name: u\n  user:\n    exec: {command: aws, apiVersion: "

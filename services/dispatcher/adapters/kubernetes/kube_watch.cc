@@ -29,6 +29,17 @@ std::string MetaString(const nlohmann::json& object, const char* key) {
 
 }  // namespace
 
+void StripManagedFields(nlohmann::json& object) {
+  if (!object.is_object()) return;
+  auto metadata = object.find("metadata");
+  if (metadata == object.end() || !metadata->is_object()) return;
+  metadata->erase("managedFields");
+  auto annotations = metadata->find("annotations");
+  if (annotations != metadata->end() && annotations->is_object()) {
+    annotations->erase("kubectl.kubernetes.io/last-applied-configuration");
+  }
+}
+
 std::string_view EventTypeName(EventType type) {
   switch (type) {
     case EventType::kAdded:
@@ -83,18 +94,18 @@ bool Informer::WaitForSync(absl::Duration timeout) const {
   return synced_;
 }
 
-std::vector<nlohmann::json> Informer::Snapshot() const {
+std::vector<ObjectPtr> Informer::Snapshot() const {
   absl::MutexLock l(&mu_);
-  std::vector<nlohmann::json> out;
+  std::vector<ObjectPtr> out;
   out.reserve(cache_.size());
   for (const auto& [key, object] : cache_) out.push_back(object);
   return out;
 }
 
-nlohmann::json Informer::Get(std::string_view key) const {
+ObjectPtr Informer::Get(std::string_view key) const {
   absl::MutexLock l(&mu_);
   auto it = cache_.find(std::string(key));
-  return it == cache_.end() ? nlohmann::json() : it->second;
+  return it == cache_.end() ? nullptr : it->second;
 }
 
 size_t Informer::size() const {
@@ -131,8 +142,12 @@ absl::Duration Informer::Backoff(int failures) const {
   return d * absl::Uniform(gen, 0.5, 1.0);
 }
 
+void Informer::Trim(nlohmann::json& object) const {
+  if (options_.transform) options_.transform(object);
+}
+
 void Informer::Deliver(std::vector<Delivery>& deliveries) {
-  for (Delivery& d : deliveries) handler_(d.type, d.object);
+  for (const Delivery& d : deliveries) handler_(d.type, *d.object);
   absl::MutexLock l(&mu_);
   counters_.events += static_cast<int64_t>(deliveries.size());
 }
@@ -182,15 +197,17 @@ void Informer::Run() {
 }
 
 absl::Status Informer::List() {
-  absl::flat_hash_map<std::string, nlohmann::json> fresh;
+  absl::flat_hash_map<std::string, ObjectPtr> fresh;
   std::string continue_token;
   std::string resource_version;
   for (int restarts = 0;;) {
     absl::StatusOr<nlohmann::json> page =
-        client_->List(path_, {.label_selector = options_.label_selector,
-                              .field_selector = options_.field_selector,
-                              .limit = options_.page_size,
-                              .continue_token = continue_token});
+        client_->List(path_,
+                      {.label_selector = options_.label_selector,
+                       .field_selector = options_.field_selector,
+                       .limit = options_.page_size,
+                       .continue_token = continue_token},
+                      &canceller_);
     if (!page.ok()) {
       // An expired continue token: start the list again from its first page.
       if (IsExpired(page.status()) && !continue_token.empty() &&
@@ -211,7 +228,10 @@ absl::Status Informer::List() {
       for (nlohmann::json& item : *items) {
         std::string key = ObjectKey(item);
         if (key.empty()) continue;
-        fresh.insert_or_assign(std::move(key), std::move(item));
+        Trim(item);
+        fresh.insert_or_assign(
+            std::move(key),
+            std::make_shared<const nlohmann::json>(std::move(item)));
       }
     } else if (items != page->end() && !items->is_null()) {
       return absl::InternalError(Cat("kubernetes cluster ", client_->cluster(),
@@ -226,13 +246,14 @@ absl::Status Informer::List() {
   std::vector<Delivery> deliveries;
   {
     absl::MutexLock l(&mu_);
+    // Every write changes an object's resourceVersion: equal versions are
+    // the same object.
     for (const auto& [key, object] : fresh) {
       auto it = cache_.find(key);
       if (it == cache_.end()) {
         deliveries.push_back({EventType::kAdded, object});
-      } else if (MetaString(it->second, "resourceVersion") !=
-                     MetaString(object, "resourceVersion") ||
-                 it->second != object) {
+      } else if (MetaString(*it->second, "resourceVersion") !=
+                 MetaString(*object, "resourceVersion")) {
         deliveries.push_back({EventType::kModified, object});
       }
     }
@@ -245,9 +266,11 @@ absl::Status Informer::List() {
     resource_version_ = resource_version;
     if (counters_.lists > 0) ++counters_.relists;
     ++counters_.lists;
-    synced_ = true;
   }
   Deliver(deliveries);
+  // Synced once the first list's objects have reached the handler.
+  absl::MutexLock l(&mu_);
+  synced_ = true;
   return absl::OkStatus();
 }
 
@@ -312,6 +335,7 @@ absl::Status Informer::Watch(bool* progressed) {
           Cat(where, ": unexpected watch event: \"", Snippet(line), "\""));
       return false;
     }
+    Trim(object);
     std::vector<Delivery> deliveries;
     {
       absl::MutexLock l(&mu_);
@@ -324,20 +348,20 @@ absl::Status Informer::Watch(bool* progressed) {
           return true;
         }
         cache_.erase(it);
-        deliveries.push_back({EventType::kDeleted, std::move(object)});
+        deliveries.push_back(
+            {EventType::kDeleted,
+             std::make_shared<const nlohmann::json>(std::move(object))});
       } else if (it != cache_.end() &&
-                 MetaString(it->second, "resourceVersion") == rv) {
+                 MetaString(*it->second, "resourceVersion") == rv) {
         ++counters_.duplicates;
         return true;
       } else {
         const EventType t =
             it == cache_.end() ? EventType::kAdded : EventType::kModified;
-        if (it == cache_.end()) {
-          it = cache_.emplace(std::move(key), std::move(object)).first;
-        } else {
-          it->second = std::move(object);
-        }
-        deliveries.push_back({t, it->second});
+        ObjectPtr stored =
+            std::make_shared<const nlohmann::json>(std::move(object));
+        cache_.insert_or_assign(std::move(key), stored);
+        deliveries.push_back({t, std::move(stored)});
       }
     }
     Deliver(deliveries);

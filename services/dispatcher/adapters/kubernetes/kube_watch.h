@@ -34,6 +34,13 @@ enum class EventType { kAdded, kModified, kDeleted };
 
 std::string_view EventTypeName(EventType type);
 
+// An object as the informer holds it: parsed once, shared, never changed.
+using ObjectPtr = std::shared_ptr<const nlohmann::json>;
+
+// Removes metadata.managedFields and the
+// kubectl.kubernetes.io/last-applied-configuration annotation.
+void StripManagedFields(nlohmann::json& object);
+
 // "namespace/name", or "name" for a cluster-scoped object.
 std::string ObjectKey(const nlohmann::json& object);
 
@@ -49,6 +56,13 @@ struct InformerOptions {
   // to max, with jitter (each drawn from [d/2, d]).
   absl::Duration initial_backoff = absl::Milliseconds(500);
   absl::Duration max_backoff = absl::Seconds(30);
+  // Applied to every object before it is stored and delivered (client-go's
+  // SetTransform): drop what the consumer never reads to keep the copy
+  // small. The default drops metadata.managedFields and kubectl's
+  // last-applied-configuration annotation, the largest parts of most
+  // objects; nullptr keeps objects whole. It must keep metadata.name,
+  // namespace and resourceVersion.
+  std::function<void(nlohmann::json&)> transform = StripManagedFields;
 };
 
 // Called on the informer's thread, one event at a time, after the informer's
@@ -75,10 +89,12 @@ class Informer {
   bool Synced() const;
   // Waits until Synced() or the timeout; returns Synced().
   bool WaitForSync(absl::Duration timeout) const;
-  // A copy of the cached objects.
-  std::vector<nlohmann::json> Snapshot() const;
-  // One cached object, or null.
-  nlohmann::json Get(std::string_view key) const;
+  // The cached objects (shared, immutable: a snapshot costs a pointer per
+  // object, and a later change replaces the informer's pointer, not the
+  // object).
+  std::vector<ObjectPtr> Snapshot() const;
+  // One cached object ("namespace/name"), or nullptr.
+  ObjectPtr Get(std::string_view key) const;
   size_t size() const;
   std::string LastResourceVersion() const;
 
@@ -97,7 +113,7 @@ class Informer {
  private:
   struct Delivery {
     EventType type;
-    nlohmann::json object;
+    ObjectPtr object;
   };
   void Run();
   absl::Status List();
@@ -106,6 +122,7 @@ class Informer {
   bool Sleep(absl::Duration d);
   absl::Duration Backoff(int failures) const;
   void Deliver(std::vector<Delivery>& deliveries);
+  void Trim(nlohmann::json& object) const;
 
   KubeClient* const client_;
   const std::string path_;
@@ -118,7 +135,7 @@ class Informer {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<std::string, nlohmann::json> cache_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, ObjectPtr> cache_ ABSL_GUARDED_BY(mu_);
   std::string resource_version_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
