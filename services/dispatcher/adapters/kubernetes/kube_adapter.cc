@@ -137,9 +137,9 @@ std::string KubernetesAdapter::PodPath(std::string_view name) const {
 }
 
 absl::StatusOr<Json> KubernetesAdapter::FindJob(std::string_view name) {
-  Json cached =
+  ObjectPtr cached =
       jobs_->Get(domain::Cat(options_.settings.namespace_, "/", name));
-  if (!cached.is_null()) return cached;
+  if (cached != nullptr) return *cached;
   // Not seen by the watch (yet): ask.
   return client_->Get(JobPath(name));
 }
@@ -284,10 +284,10 @@ absl::StatusOr<std::vector<AttemptStatus>> KubernetesAdapter::List() {
     return nodes.status();
   }
   std::vector<AttemptStatus> out;
-  for (const Json& job : jobs_->Snapshot()) {
-    const std::string name = StringAt(job, {"metadata", "name"});
+  for (const ObjectPtr& job : jobs_->Snapshot()) {
+    const std::string name = StringAt(*job, {"metadata", "name"});
     if (!ParseBackendJobName(name).ok()) continue;
-    out.push_back(StatusOf(job));
+    out.push_back(StatusOf(*job));
   }
   std::sort(out.begin(), out.end(),
             [](const AttemptStatus& a, const AttemptStatus& b) {
@@ -320,12 +320,12 @@ absl::Status KubernetesAdapter::Delete(std::string_view name) {
 
 absl::StatusOr<std::vector<NodeInventory>> KubernetesAdapter::Inventory() {
   std::vector<NodeInventory> out;
-  const std::vector<Json> nodes = node_informer_->Snapshot();
+  const std::vector<ObjectPtr> nodes = node_informer_->Snapshot();
   out.reserve(nodes.size());
   {
     absl::MutexLock l(&mu_);
-    for (const Json& node : nodes) {
-      NodeInventory n = NodeFromObject(node, {}, options_.settings);
+    for (const ObjectPtr& node : nodes) {
+      NodeInventory n = NodeFromObject(*node, {}, options_.settings);
       if (auto it = node_used_.find(n.name); it != node_used_.end()) {
         n.used_gpus = it->second.gpus;
         n.used_cpu_millis = it->second.cpu_millis;
