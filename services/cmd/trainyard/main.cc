@@ -2,7 +2,8 @@
 //
 //   trainyard api         the api service (gRPC; /metrics, /healthz, /readyz)
 //   trainyard scheduler   the scheduler (one leader; others stand by)
-//   trainyard dispatcher  one cluster's dispatcher (--backend: sim, slurm)
+//   trainyard dispatcher  one cluster's dispatcher (--backend: sim, slurm,
+//                         kubernetes)
 //   trainyard sim-cluster a simulated cluster served over gRPC
 //   trainyard accounting  AccountingService and the meter (one leader)
 //   trainyard accounting import-spot-prices -f FILE
@@ -180,7 +181,8 @@ ABSL_FLAG(absl::Duration, log_interval, absl::Seconds(5),
           "often (and all of it when the attempt ends)");
 ABSL_FLAG(std::string, backend, "",
           "dispatcher/all: the cluster's backend: sim (--sim_config or "
-          "--sim_target; the default) or slurm (--slurm_config)");
+          "--sim_target; the default), slurm (--slurm_config) or kubernetes "
+          "(--kubeconfig)");
 ABSL_FLAG(std::string, slurm_config, "",
           "dispatcher/all with --backend=slurm: Slurm adapter settings, "
           "`key = value` lines (docs/slurm.md; deploy/slurm/start.sh writes "
