@@ -82,19 +82,21 @@ TEST(AdapterRegistryTest, RegistersFindsAndCreates) {
 
 TEST(AdapterRegistryTest, UnknownNameListsTheKnownOnes) {
   ASSERT_TRUE(RegisterBuiltinAdapters().ok());
-  absl::StatusOr<AdapterFactory> factory = FindAdapterFactory("kubernetes");
+  absl::StatusOr<AdapterFactory> factory = FindAdapterFactory("nomad");
   EXPECT_EQ(factory.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(factory.status().message(),
-              HasSubstr("unknown backend \"kubernetes\""));
+              HasSubstr("unknown backend \"nomad\""));
   EXPECT_THAT(factory.status().message(), HasSubstr("sim"));
   EXPECT_THAT(factory.status().message(), HasSubstr("slurm"));
-  EXPECT_FALSE(CreateAdapter("kubernetes", {}).ok());
+  EXPECT_THAT(factory.status().message(), HasSubstr("kubernetes"));
+  EXPECT_FALSE(CreateAdapter("nomad", {}).ok());
 }
 
 TEST(AdapterRegistryTest, BuiltinBackends) {
   ASSERT_TRUE(RegisterBuiltinAdapters().ok());
   ASSERT_TRUE(RegisterBuiltinAdapters().ok());  // Once only.
-  EXPECT_THAT(AdapterNames(), ::testing::IsSupersetOf({"sim", "slurm"}));
+  EXPECT_THAT(AdapterNames(),
+              ::testing::IsSupersetOf({"kubernetes", "sim", "slurm"}));
   EXPECT_THAT(AdapterNames(), ::testing::Contains(kDefaultAdapter));
 
   // sim: exactly one of --sim_config and --sim_target.
@@ -131,6 +133,27 @@ TEST(AdapterRegistryTest, BuiltinBackends) {
   EXPECT_THAT(CreateAdapter("slurm", {}).status().message(),
               HasSubstr("--slurm_config"));
   EXPECT_EQ(slurm->runs_in_all, nullptr);
+
+  // kubernetes: --kubeconfig outside a pod; a kubeconfig that cannot be read
+  // is named; a bad rate limit is refused before anything starts.
+  absl::StatusOr<AdapterFactory> kube = FindAdapterFactory("kubernetes");
+  ASSERT_TRUE(kube.ok()) << kube.status();
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_THAT(
+      kube->check({.values = {{"kube_qps", "50"}, {"kube_burst", "100"}}})
+          .message(),
+      HasSubstr("--kubeconfig"));
+  EXPECT_THAT(kube->check({.values = {{"kubeconfig", "k"},
+                                      {"kube_qps", "-1"},
+                                      {"kube_burst", "100"}}})
+                  .message(),
+              HasSubstr("--kube_qps"));
+  absl::StatusOr<BackendAdapter> missing = CreateAdapter(
+      "kubernetes", {.values = {{"kubeconfig", "/nonexistent/kubeconfig"},
+                                {"kube_qps", "50"},
+                                {"kube_burst", "100"}}});
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/kubeconfig"));
 }
 
 }  // namespace
