@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "services/dispatcher/adapters/settings_file.h"
 #include "services/lib/domain/names.h"
 #include "services/lib/domain/string_view.h"
 
@@ -23,7 +24,7 @@ using ::trainyard::domain::Cat;
 namespace {
 
 absl::Status Bad(std::string_view key, std::string_view message) {
-  return absl::InvalidArgumentError(Cat(key, ": ", message));
+  return BadSetting(key, message);
 }
 
 bool IsAlnum(char c) {
@@ -385,7 +386,6 @@ absl::StatusOr<KubernetesSettings> ParseKubernetesSettings(
     std::string_view text) {
   KubernetesSettings s;
   bool pool_labels_seen = false;
-  int line_no = 0;
   auto flavor = [&s](const std::string& id) -> FlavorPlacement& {
     for (FlavorPlacement& f : s.flavors) {
       if (f.flavor == id) return f;
@@ -393,20 +393,12 @@ absl::StatusOr<KubernetesSettings> ParseKubernetesSettings(
     s.flavors.push_back({.flavor = id});
     return s.flavors.back();
   };
-  for (absl::string_view line : absl::StrSplit(AbslView(text), '\n')) {
-    ++line_no;
-    if (size_t hash = line.find('#'); hash != absl::string_view::npos) {
-      line = line.substr(0, hash);
-    }
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
-    const size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(
-          Cat("line ", line_no, ": expected `key = value`"));
-    }
-    const std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
-    const std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
+  absl::StatusOr<std::vector<SettingLine>> lines = ParseSettingLines(text);
+  if (!lines.ok()) return lines.status();
+  for (const SettingLine& setting : *lines) {
+    const std::string& key = setting.key;
+    const std::string& value = setting.value;
+    const int line_no = setting.line;
     if (absl::StartsWith(key, "flavor.")) {
       // flavor.<id>.<setting>
       const size_t dot = key.rfind('.');
@@ -534,19 +526,8 @@ absl::StatusOr<KubernetesSettings> ParseKubernetesSettings(
 
 absl::StatusOr<KubernetesSettings> LoadKubernetesSettings(
     const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(
-        Cat("kubernetes settings file ", path, " cannot be read"));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<KubernetesSettings> s = ParseKubernetesSettings(ss.str());
-  if (!s.ok()) {
-    return absl::Status(s.status().code(),
-                        absl::StrCat(path, ": ", s.status().message()));
-  }
-  return s;
+  return LoadSettingsFile<KubernetesSettings>(path, "kubernetes",
+                                              ParseKubernetesSettings);
 }
 
 }  // namespace trainyard::dispatcher::kubernetes

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "services/dispatcher/adapters/settings_file.h"
 #include "services/lib/domain/string_view.h"
 
 namespace trainyard::dispatcher::slurm {
@@ -19,7 +20,7 @@ using ::trainyard::domain::Cat;
 namespace {
 
 absl::Status Bad(std::string_view key, std::string_view message) {
-  return absl::InvalidArgumentError(Cat(key, ": ", message));
+  return BadSetting(key, message);
 }
 
 absl::StatusOr<bool> ParseBool(std::string_view key, std::string_view v) {
@@ -149,21 +150,12 @@ absl::Status ValidateSlurmSettings(const SlurmSettings& s) {
 absl::StatusOr<SlurmSettings> ParseSlurmSettings(std::string_view text) {
   SlurmSettings s;
   bool partitions_seen = false;
-  int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(AbslView(text), '\n')) {
-    ++line_no;
-    if (size_t hash = line.find('#'); hash != absl::string_view::npos) {
-      line = line.substr(0, hash);
-    }
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
-    const size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(
-          Cat("line ", line_no, ": expected `key = value`"));
-    }
-    const std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
-    const std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
+  absl::StatusOr<std::vector<SettingLine>> lines = ParseSettingLines(text);
+  if (!lines.ok()) return lines.status();
+  for (const SettingLine& setting : *lines) {
+    const std::string& key = setting.key;
+    const std::string& value = setting.value;
+    const int line_no = setting.line;
     if (key == "rest_url") {
       s.rest_url = value;
     } else if (key == "api_version") {
@@ -245,19 +237,7 @@ absl::StatusOr<SlurmSettings> ParseSlurmSettings(std::string_view text) {
 }
 
 absl::StatusOr<SlurmSettings> LoadSlurmSettings(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(
-        Cat("slurm settings file ", path, " cannot be read"));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<SlurmSettings> s = ParseSlurmSettings(ss.str());
-  if (!s.ok()) {
-    return absl::Status(s.status().code(),
-                        absl::StrCat(path, ": ", s.status().message()));
-  }
-  return s;
+  return LoadSettingsFile<SlurmSettings>(path, "slurm", ParseSlurmSettings);
 }
 
 }  // namespace trainyard::dispatcher::slurm
