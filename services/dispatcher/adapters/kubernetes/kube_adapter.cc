@@ -67,8 +67,15 @@ absl::StatusOr<std::unique_ptr<KubernetesAdapter>> KubernetesAdapter::Create(
       a->client_.get(), domain::Cat("/apis/batch/v1/namespaces/", ns, "/jobs"),
       jobs_options, [](EventType, const Json&) {});
   KubernetesAdapter* self = a.get();
+  // Every pod of the cluster: Trainyard's whole, the others only as much as
+  // their node's allocation needs.
+  InformerOptions pods_options = a->options_.informer;
+  pods_options.transform = [](Json& pod) {
+    StripManagedFields(pod);
+    CompactForeignPod(pod);
+  };
   a->pods_ = std::make_unique<Informer>(
-      a->client_.get(), "/api/v1/pods", a->options_.informer,
+      a->client_.get(), "/api/v1/pods", pods_options,
       [self](EventType type, const Json& pod) { self->OnPod(type, pod); });
   a->node_informer_ = std::make_unique<Informer>(
       a->client_.get(), "/api/v1/nodes", a->options_.informer,

@@ -401,7 +401,8 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
   // shared checkpoint filesystem, mounted (only it) at the same path.
   std::optional<std::string> mount_dir;
   std::string sub_path;
-  if (std::optional<std::string> local = LocalCheckpointDir(checkpoint.directory());
+  if (std::optional<std::string> local =
+          LocalCheckpointDir(checkpoint.directory());
       local.has_value()) {
     if (settings.checkpoint_volume.kind == CheckpointVolume::Kind::kNone) {
       return domain::FieldError(
@@ -423,7 +424,8 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
     mount_dir = *local;
     sub_path = *rel;
   }
-  if (std::optional<std::string> resume = LocalCheckpointDir(request.resume_from);
+  if (std::optional<std::string> resume =
+          LocalCheckpointDir(request.resume_from);
       resume.has_value() &&
       (!mount_dir.has_value() ||
        (*resume != *mount_dir && !RelativeUnder(*resume, *mount_dir)))) {
@@ -1254,6 +1256,46 @@ PodRequests PodEffectiveRequests(const Json& pod,
                   .memory_bytes = QuantityOr0(Field(*overhead, "memory"), 0)});
   }
   return out;
+}
+
+void CompactForeignPod(Json& pod) {
+  if (!pod.is_object()) return;
+  if (const Json* labels = Path(pod, {"metadata", "labels"});
+      labels != nullptr && labels->is_object() &&
+      labels->contains(std::string(kLabelName))) {
+    return;
+  }
+  auto keep = [](const Json& from, std::initializer_list<const char*> keys) {
+    Json out = Json::object();
+    if (!from.is_object()) return out;
+    for (const char* k : keys) {
+      if (auto it = from.find(k); it != from.end()) out[k] = *it;
+    }
+    return out;
+  };
+  Json compact = Json::object();
+  if (auto it = pod.find("metadata"); it != pod.end()) {
+    compact["metadata"] =
+        keep(*it, {"name", "namespace", "uid", "resourceVersion",
+                   "creationTimestamp", "deletionTimestamp"});
+  }
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    Json s = keep(*spec, {"nodeName", "overhead"});
+    for (const char* list : {"containers", "initContainers"}) {
+      auto cs = spec->find(list);
+      if (cs == spec->end() || !cs->is_array()) continue;
+      Json out = Json::array();
+      for (const Json& c : *cs) {
+        out.push_back(keep(c, {"name", "resources", "restartPolicy"}));
+      }
+      s[list] = std::move(out);
+    }
+    compact["spec"] = std::move(s);
+  }
+  if (auto it = pod.find("status"); it != pod.end()) {
+    compact["status"] = keep(*it, {"phase"});
+  }
+  pod = std::move(compact);
 }
 
 NodeInventory NodeFromObject(const Json& node,

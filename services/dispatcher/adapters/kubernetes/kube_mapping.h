@@ -208,6 +208,15 @@ struct PodRequests {
 PodRequests PodEffectiveRequests(const nlohmann::json& pod,
                                  std::string_view gpu_resource);
 
+// Shrinks a pod that is not Trainyard's (no trainyard.dev/name label) to what
+// the adapter reads of it, so that watching a large cluster's pods costs
+// little memory: metadata name, namespace, uid, resourceVersion, creation and
+// deletion timestamps; spec nodeName, overhead, and each container's and init
+// container's name, resources and restartPolicy; status phase.
+// PodEffectiveRequests gives the same answer before and after. Trainyard's
+// own pods are left whole.
+void CompactForeignPod(nlohmann::json& pod);
+
 }  // namespace trainyard::dispatcher::kubernetes
 
 #endif  // TRAINYARD_SERVICES_DISPATCHER_ADAPTERS_KUBERNETES_KUBE_MAPPING_H_

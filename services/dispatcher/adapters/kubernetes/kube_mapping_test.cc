@@ -1613,6 +1613,39 @@ TEST(PodEffectiveRequests, InitContainersSidecarsAndOverhead) {
           .gpus = 0, .cpu_millis = 2250, .memory_bytes = int64_t{2232} << 20}));
 }
 
+TEST(CompactForeignPod, KeepsWhatTheAllocationNeedsOfOthersPodsOnly) {
+  Json pod = RequestingPod("n", "Running", "1", "1Gi", nullptr);
+  pod["spec"]["initContainers"] = Json::array(
+      {{{"name", "sidecar"},
+        {"image", "x"},
+        {"restartPolicy", "Always"},
+        {"env", Json::array({{{"name", "A"}, {"value", "1"}}})},
+        {"resources", {{"requests", {{"cpu", "100m"}, {"memory", "64Mi"}}}}}}});
+  pod["spec"]["overhead"] = {{"cpu", "250m"}};
+  pod["spec"]["tolerations"] = Json::array({{{"operator", "Exists"}}});
+  pod["metadata"]["annotations"] = {{"big", std::string(4096, 'x')}};
+  pod["metadata"].erase("labels");
+  const PodRequests before = PodEffectiveRequests(pod, "nvidia.com/gpu");
+  Json compact = pod;
+  CompactForeignPod(compact);
+  EXPECT_EQ(PodEffectiveRequests(compact, "nvidia.com/gpu"), before);
+  // 1000m + 100m sidecar + 250m overhead.
+  EXPECT_EQ(before.cpu_millis, 1350);
+  EXPECT_EQ(compact["spec"]["nodeName"], pod["spec"]["nodeName"]);
+  EXPECT_EQ(compact["status"], Json({{"phase", "Running"}}));
+  EXPECT_FALSE(compact["metadata"].contains("annotations"));
+  EXPECT_FALSE(compact["spec"].contains("tolerations"));
+  EXPECT_FALSE(compact["spec"]["initContainers"][0].contains("env"));
+  EXPECT_EQ(compact["metadata"]["name"], pod["metadata"]["name"]);
+  EXPECT_LT(compact.dump().size(), pod.dump().size() / 4);
+  // Trainyard's own pods stay whole.
+  Json ours = pod;
+  ours["metadata"]["labels"] = {{"trainyard.dev/name", "ty-1-1"}};
+  Json kept = ours;
+  CompactForeignPod(kept);
+  EXPECT_EQ(kept, ours);
+}
+
 // --- Schema check ------------------------------------------------------------
 
 // Writes the objects BuildJob and BuildService make, and the objects these
