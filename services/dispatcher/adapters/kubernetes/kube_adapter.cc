@@ -163,7 +163,8 @@ AttemptStatus KubernetesAdapter::StatusOf(const Json& job) {
     nodes = nodes_;
   }
   AttemptStatus s = AttemptFromObjects(job, pods, absl::Now(),
-                                       nodes.empty() ? nullptr : &nodes);
+                                       nodes.empty() ? nullptr : &nodes,
+                                       options_.settings.image_pull_patience);
   ReadCheckpoints(name, job, s);
   absl::MutexLock l(&mu_);
   if (auto it = checkpoints_.find(name); it != checkpoints_.end()) {

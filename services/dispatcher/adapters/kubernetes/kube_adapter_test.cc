@@ -58,8 +58,10 @@ class KubeAdapterTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status();
   }
 
-  std::unique_ptr<KubernetesAdapter> Adapter() {
+  std::unique_ptr<KubernetesAdapter> Adapter(
+      absl::Duration image_pull_patience = absl::Minutes(5)) {
     KubernetesAdapterOptions o;
+    o.settings.image_pull_patience = image_pull_patience;
     absl::StatusOr<KubeConfig> config =
         LoadKubeconfig(kube_->kubeconfig_path());
     EXPECT_TRUE(config.ok()) << config.status();
@@ -205,6 +207,28 @@ TEST_F(KubeAdapterTest, AnOomKilledWorkerIsTheUsersError) {
   EXPECT_EQ(s.failure, FailureKind::kUserError);
   EXPECT_EQ(s.exit_code, 137);
   EXPECT_THAT(s.message, HasSubstr("OOMKilled"));
+}
+
+TEST_F(KubeAdapterTest, AnImageThatCannotBePulledIsTheUsersErrorInTime) {
+  AddNodes(1);
+  std::unique_ptr<KubernetesAdapter> a = Adapter(absl::Seconds(2));
+  ASSERT_NE(a, nullptr);
+  LaunchRequest req = Request(12, 1, {"node-0"});
+  req.spec.set_image("registry.example/does-not-exist:1");
+  ASSERT_TRUE(a->Launch(req).ok());
+  // Still waiting on the pull within the patience: not ended.
+  const AttemptStatus waiting = WaitFor(
+      *a, "ty-12-1", [](const AttemptStatus&) { return true; }, "listed");
+  EXPECT_FALSE(IsTerminal(waiting.phase)) << waiting.message;
+  const AttemptStatus s = WaitFor(
+      *a, "ty-12-1", [](const AttemptStatus& s) { return IsTerminal(s.phase); },
+      "ended");
+  EXPECT_EQ(s.phase, AttemptPhase::kFailed);
+  EXPECT_EQ(s.failure, FailureKind::kUserError);
+  EXPECT_THAT(s.message, HasSubstr("worker 0 cannot start"));
+  EXPECT_THAT(s.message, ::testing::AnyOf(HasSubstr("ErrImagePull"),
+                                          HasSubstr("ImagePullBackOff")));
+  EXPECT_THAT(s.message, HasSubstr("does-not-exist"));
 }
 
 TEST_F(KubeAdapterTest, APreemptionCheckpointsInItsGracePeriod) {

@@ -778,8 +778,8 @@ struct Verdict {
   std::string message;
 };
 
-// Waiting reasons that mean the worker cannot start: at once, or after
-// kImagePullPatience.
+// Waiting reasons that mean the worker cannot start: at once, or after the
+// image pull patience.
 bool IsFatalWaiting(std::string_view r) {
   return r == "InvalidImageName" || r == "CreateContainerConfigError";
 }
@@ -906,7 +906,8 @@ std::optional<Verdict> UserCause(const PodView& p) {
 
 AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
                                  absl::Time now,
-                                 const std::vector<NodeInventory>* nodes) {
+                                 const std::vector<NodeInventory>* nodes,
+                                 absl::Duration image_pull_patience) {
   AttemptStatus s;
   s.name = Str(job, {"metadata", "name"});
   s.backend_id = Str(job, {"metadata", "uid"});
@@ -1137,7 +1138,7 @@ AttemptStatus AttemptFromObjects(const Json& job, const std::vector<Json>& pods,
           p->scheduled.value_or(p->created.value_or(s.submit_time));
       if (IsFatalWaiting(p->waiting_reason) ||
           (IsRetriedWaiting(p->waiting_reason) &&
-           now - since >= kImagePullPatience)) {
+           now - since >= image_pull_patience)) {
         return finish(AttemptPhase::kFailed, FailureKind::kUserError,
                       std::nullopt,
                       Cat(WorkerName(*p), " cannot start: ",

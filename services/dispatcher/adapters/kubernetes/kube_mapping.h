@@ -129,7 +129,8 @@ absl::StatusOr<nlohmann::json> BuildService(
 // --- Attempt state -----------------------------------------------------------
 
 // Images that fail to pull are retried by the kubelet (ImagePullBackOff);
-// an attempt whose worker has been failing to pull this long is failed.
+// an attempt whose worker has been failing to pull this long is failed
+// (KubernetesSettings::image_pull_patience's default).
 inline constexpr absl::Duration kImagePullPatience = absl::Minutes(5);
 
 // The attempt a Job and its pods stand for (checkpoints are the adapter's:
@@ -145,7 +146,7 @@ inline constexpr absl::Duration kImagePullPatience = absl::Minutes(5);
 // FailureTarget, likewise), or
 // when a worker can never start (InvalidImageName or
 // CreateContainerConfigError at once; ErrImagePull, ImagePullBackOff,
-// CreateContainerError after kImagePullPatience from its scheduling);
+// CreateContainerError after image_pull_patience from its scheduling);
 // Cancelled when a stop was requested (stop-reason annotation) and the Job
 // failed, or no pod is left and the Job is suspended or the stop deadline
 // has passed; Running once every worker's container has started; else
@@ -177,7 +178,8 @@ inline constexpr absl::Duration kImagePullPatience = absl::Minutes(5);
 // terminal condition (else the last worker's end, else `now`).
 AttemptStatus AttemptFromObjects(
     const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
-    absl::Time now, const std::vector<NodeInventory>* nodes = nullptr);
+    absl::Time now, const std::vector<NodeInventory>* nodes = nullptr,
+    absl::Duration image_pull_patience = kImagePullPatience);
 
 // --- Nodes -------------------------------------------------------------------
 

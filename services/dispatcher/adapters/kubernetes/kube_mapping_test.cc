@@ -181,6 +181,7 @@ TEST(KubernetesSettings, ParsesEveryKey) {
     priority_class = trainyard-batch
     default_image = busybox:1.36
     node_lost_after = 90s
+    image_pull_patience = 45s
     checkpoint_volume = hostPath:/mnt/checkpoints
   )");
   ASSERT_TRUE(s.ok()) << s.status();
@@ -217,6 +218,7 @@ TEST(KubernetesSettings, ParsesEveryKey) {
   EXPECT_EQ(s->priority_class, "trainyard-batch");
   EXPECT_EQ(s->default_image, "busybox:1.36");
   EXPECT_EQ(s->node_lost_after, absl::Seconds(90));
+  EXPECT_EQ(s->image_pull_patience, absl::Seconds(45));
   EXPECT_EQ(s->checkpoint_volume.kind, CheckpointVolume::Kind::kHostPath);
   // A hostPath volume is mounted where it lies.
   EXPECT_EQ(s->checkpoint_mount_path, "/mnt/checkpoints");
@@ -290,6 +292,8 @@ TEST(KubernetesSettings, ErrorsNameTheField) {
       {"default_grace_period = -1s", "default_grace_period: "},
       {"priority_class = UPPER", "priority_class: "},
       {"node_lost_after = -5s", "node_lost_after: "},
+      {"image_pull_patience = -1s", "image_pull_patience: "},
+      {"image_pull_patience = soon", "image_pull_patience: "},
       {"default_image = my image", "default_image: "},
       {"gpu_model_map = NVIDIA H100=H100", "gpu_model_map: "},
       {"gpu_model_map = NVIDIA-H100=", "gpu_model_map: "},

@@ -335,6 +335,10 @@ absl::Status ValidateKubernetesSettings(const KubernetesSettings& s) {
                                       value, "=", model, "\""));
     }
   }
+  if (s.image_pull_patience < absl::ZeroDuration() ||
+      s.image_pull_patience > absl::Hours(24)) {
+    return Bad("image_pull_patience", "must be between 0s and 24h");
+  }
   if (s.node_lost_after.has_value() &&
       (*s.node_lost_after < absl::ZeroDuration() ||
        *s.node_lost_after > absl::Hours(24))) {
@@ -482,6 +486,13 @@ absl::StatusOr<KubernetesSettings> ParseKubernetesSettings(
       s.priority_class = value;
     } else if (key == "default_image") {
       s.default_image = value;
+    } else if (key == "image_pull_patience") {
+      absl::Duration d;
+      if (!absl::ParseDuration(value, &d) || d == absl::InfiniteDuration()) {
+        return Bad(key,
+                   Cat("expected a duration like \"5m\", got \"", value, "\""));
+      }
+      s.image_pull_patience = d;
     } else if (key == "node_lost_after") {
       absl::Duration d;
       if (!absl::ParseDuration(value, &d) || d == absl::InfiniteDuration()) {

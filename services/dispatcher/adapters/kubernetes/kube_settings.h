@@ -158,6 +158,10 @@ struct KubernetesSettings {
   // DefaultTolerationSeconds admission plugin's, 300s unless the cluster
   // changed it).
   std::optional<absl::Duration> node_lost_after;
+  // How long a worker may fail to pull its image (ErrImagePull,
+  // ImagePullBackOff: the kubelet keeps retrying) before the attempt fails as
+  // the user's error. 0s..24h.
+  absl::Duration image_pull_patience = absl::Minutes(5);
   // The shared checkpoint filesystem: a job whose checkpoint directory is a
   // local path under checkpoint_mount_path gets that directory (and only it,
   // as a subPath) mounted at the same path. The dispatcher sees the same
@@ -172,6 +176,7 @@ struct KubernetesSettings {
 // defaults; "none" clears them), flavor_label, pool_flavor = pool:flavor,
 // zone_label, block_label, rack_label, gpu_resource, gpu_model_label,
 // gpu_model, gpu_model_map = value=model, rendezvous_port,
+// image_pull_patience (a duration),
 // image_pull_secret (repeatable), service_account, default_grace_period (a
 // duration, "30s"), priority_class, default_image, node_lost_after (a
 // duration), checkpoint_volume
