@@ -502,3 +502,217 @@ def test_overlay_bundle_defines_the_cluster_and_pools_the_settings_name(overlay)
     assert placed <= set(flavors), sorted(placed - set(flavors))
     spot = [k.split('.')[1] for k in s if k.startswith('flavor.') and k.endswith('.spot')]
     assert [flavors[f].kind for f in spot] == [cp.FLAVOR_KIND_SPOT] * len(spot)
+
+
+# ---------------------------------------------------------------- the dispatcher as deployed
+
+def load_module(name, path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def live(tmp_path_factory):
+    """PostgreSQL, Redis and `trainyard all` without a dispatcher (clients/python/tests/
+    stack.py), an admin token, and the Kubernetes API test server (its kubeconfig stands in for
+    the pod's service account). Skipped without the binary or the schemas."""
+    stack = load_module('trainyard_deploy_stack',
+                        os.path.join(REPO, 'clients', 'python', 'tests', 'stack.py'))
+    try:
+        stack.trainyard_bin()
+    except RuntimeError as e:
+        pytest.skip('the dispatcher as deployed: %s' % e)
+    if not os.path.isdir(SCHEMAS):
+        pytest.skip('the Kubernetes API test server needs the schemas at %s' % SCHEMAS)
+    server = load_module('trainyard_deploy_kube_server',
+                         os.path.join(REPO, 'tests', 'fixtures', 'kube_apiserver', 'conftest.py'))
+    s = stack.Stack()
+    kube_server = None
+    try:
+        s.start_postgres()
+        s.start_redis()
+        s.start_trainyard(None)
+        s.tokens['admin'] = s.create_token('users/admin', 'platform-admin')
+        s.apply(os.path.join(REPO, 'deploy', 'local', 'demo.textproto'))
+        kube_server = server.KubeServer(str(tmp_path_factory.mktemp('kube')))
+        yield s, kube_server, stack
+    finally:
+        if kube_server is not None:
+            kube_server.stop()
+        s.stop()
+
+
+def run_dispatcher(docs, live, workdir, settings_text=None):
+    """Starts the dispatcher container's command line as rendered, with its mounted files in
+    `workdir` (the ConfigMap's from the rendering, the Secret's as an operator writes them) and
+    --kubeconfig of the test server in place of the in-cluster service account. Returns the
+    process, its HTTP port and its log file."""
+    s, kube_server, stack = live
+    _, spec, c = dispatcher(docs)
+    volumes = {v['name']: v for v in spec['volumes']}
+    paths = {}
+    for m in c['volumeMounts']:
+        v = volumes[m['name']]
+        if 'configMap' not in v and 'secret' not in v:
+            continue
+        local = os.path.join(workdir, m['name'])
+        os.makedirs(local, exist_ok=True)
+        paths[m['mountPath']] = local
+        if 'configMap' in v:
+            data = one(docs, 'ConfigMap', v['configMap']['name'])['data']
+            for item in v['configMap'].get('items') or [{'key': k, 'path': k} for k in data]:
+                text = data[item['key']]
+                if settings_text is not None and item['key'] == 'settings.conf':
+                    text = settings_text
+                with open(os.path.join(local, item['path']), 'w') as f:
+                    f.write(text)
+        elif 'secret' in v:
+            # The Secret `trainyard` an operator creates (docs/kubernetes.md).
+            files = {'database.conf': 'postgres_url = %s\nredis_addr = 127.0.0.1:%d\n' % (
+                s.postgres_url, s.redis_port), 'job-token.key': '%s\n' % ('5a' * 32)}
+            for item in v['secret']['items']:
+                with open(os.path.join(local, item['path']), 'w') as f:
+                    f.write(files[item['key']])
+    env = {}
+    for e in c.get('env') or []:
+        ref = e['valueFrom']['configMapKeyRef']
+        env[e['name']] = one(docs, 'ConfigMap', ref['name'])['data'][ref['key']]
+    port = stack.free_port()
+    args = []
+    for a in c['args']:
+        a = re.sub(r'\$\((\w+)\)', lambda m: env[m.group(1)], a)
+        if a.startswith('--http_listen='):
+            a = '--http_listen=127.0.0.1:%d' % port
+        if a.startswith('--') and '=' in a:
+            name, value = a.split('=', 1)
+            mount = posixpath.dirname(value)
+            if mount in paths:
+                a = '%s=%s' % (name, os.path.join(paths[mount], posixpath.basename(value)))
+        args.append(a)
+    args.append('--kubeconfig=' + kube_server.kubeconfig)
+    log = os.path.join(workdir, 'dispatcher.log')
+    with open(log, 'w') as out:
+        p = subprocess.Popen([s.bin] + args, stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    return p, port, log
+
+
+def wait_for(what, fn, log, timeout=30):
+    import time
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.1)
+    with open(log) as f:
+        raise AssertionError('timed out waiting for %s (last: %r)\n%s' % (what, last,
+                                                                           f.read()[-3000:]))
+
+
+def ready(port):
+    import urllib.request
+    try:
+        with urllib.request.urlopen('http://127.0.0.1:%d/readyz' % port, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        p.wait(20)
+
+
+# The labels each overlay's cloud puts on its GPU nodes, written out from the clouds' own
+# documentation: the node pool (GKE node pool, EKS managed node group), the GPU model (GKE's
+# accelerator label; on EKS NVIDIA's GPU feature discovery) and Spot capacity.
+CLOUD_NODE_LABELS = {
+    'overlays/gke': {'pool': 'cloud.google.com/gke-nodepool',
+                     'gpu': ('cloud.google.com/gke-accelerator', 'nvidia-h100-80gb'),
+                     'spot': ('cloud.google.com/gke-spot', 'true')},
+    'overlays/eks': {'pool': 'eks.amazonaws.com/nodegroup',
+                     'gpu': ('nvidia.com/gpu.product', 'NVIDIA-H100-80GB-HBM3'),
+                     'spot': ('eks.amazonaws.com/capacityType', 'SPOT')},
+}
+
+
+@pytest.mark.parametrize('overlay', OVERLAYS)
+def test_dispatcher_as_deployed_reports_the_overlay_nodes_in_their_pools(overlay, live,
+                                                                          tmp_path):
+    """The overlay's cluster.textproto applied through the api; two 8-GPU H100 nodes per pool of
+    it, labelled as the cloud labels them; the dispatcher started with the rendered command line
+    and settings: the api lists the nodes in those pools, with the model H100."""
+    s, kube_server, _ = live
+    assert overlay in CLOUD_NODE_LABELS, 'write the labels of %s\'s cloud here' % overlay
+    cloud = CLOUD_NODE_LABELS[overlay]
+    docs = render(overlay)
+    bundle_path = os.path.join(DEPLOY, overlay, 'cluster.textproto')
+    bundle = parse_bundle(bundle_path)
+    from trainyard.v1 import common_pb2
+    s.apply(bundle_path)
+    demo = parse_bundle(os.path.join(REPO, 'deploy', 'local', 'demo.textproto'))
+    spot = {f.name.split('/', 1)[1] for f in demo.flavors
+            if f.kind == common_pb2.FLAVOR_KIND_SPOT}
+    cluster = bundle.clusters[0].name.split('/', 1)[1]
+    expected = {}
+    for p in bundle.pools:
+        pool = p.name.rsplit('/', 1)[1]
+        labels = {cloud['pool']: pool, cloud['gpu'][0]: cloud['gpu'][1]}
+        if p.flavor in spot:
+            labels[cloud['spot'][0]] = cloud['spot'][1]
+        names = ['%s-%s-%d' % (cluster, pool, i) for i in range(2)]
+        kube_server.admin('POST', '/nodes', {'names': names, 'gpus': 8, 'labels': labels})
+        expected.update({'clusters/%s/nodes/%s' % (cluster, n): pool for n in names})
+    assert len(expected) == 4, expected
+
+    p, port, log = run_dispatcher(docs, live, str(tmp_path))
+    try:
+        wait_for('the dispatcher to be ready', lambda: p.poll() is None and ready(port), log)
+        sys.path.insert(0, os.path.join(REPO, 'clients', 'python'))
+        import grpc
+        from trainyard import _stubs
+        _stubs.ensure_stubs()
+        from trainyard.v1 import cluster_pb2, cluster_pb2_grpc
+        with grpc.insecure_channel(s.target) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+
+            def nodes():
+                r = stub.ListNodes(cluster_pb2.ListNodesRequest(parent='clusters/' + cluster),
+                                   metadata=[('authorization', 'Bearer ' + s.tokens['admin'])])
+                return list(r.nodes) if len(r.nodes) == len(expected) else None
+            listed = wait_for('the nodes in the api', nodes, log)
+        assert {n.name: n.pool for n in listed} == expected
+        for n in listed:
+            assert (n.capacity.gpus, n.capacity.gpu_model) == (8, 'H100'), n
+    finally:
+        stop(p)
+        for node in expected:
+            kube_server.request('DELETE', '/api/v1/nodes/' + node.rsplit('/', 1)[1])
+
+
+def test_dispatcher_as_deployed_starts_from_the_base(live, tmp_path):
+    p, port, log = run_dispatcher(render('base'), live, str(tmp_path))
+    try:
+        wait_for('the dispatcher to be ready', lambda: p.poll() is None and ready(port), log)
+    finally:
+        stop(p)
+
+
+def test_dispatcher_as_deployed_refuses_a_setting_it_does_not_know(live, tmp_path):
+    """The check above is the binary's own parser: an unknown key stops the dispatcher."""
+    docs = render('base')
+    p, _, log = run_dispatcher(docs, live, str(tmp_path),
+                               settings_text=dispatcher_settings(docs)[1] + 'colour = red\n')
+    try:
+        assert p.wait(60) != 0
+    finally:
+        stop(p)
+    with open(log) as f:
+        text = f.read()
+    assert 'colour: unknown setting' in text, text[-2000:]
