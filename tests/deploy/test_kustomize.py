@@ -133,10 +133,11 @@ def load_schemas():
 
 def validator(schemas, api_version, kind):
     import jsonschema
-    if (api_version, kind) == ('v1', 'PersistentVolumeClaim'):
+    v = schemas.validator(api_version, kind)
+    if v is None and (api_version, kind) == ('v1', 'PersistentVolumeClaim'):
         assert schemas.has('v1', 'Pod'), 'pod-v1.json is missing from %s' % SCHEMAS
         return jsonschema.Draft4Validator(pvc_schema(schemas))
-    return schemas.validator(api_version, kind)
+    return v
 
 
 @pytest.mark.parametrize('kustomization', KUSTOMIZATIONS)
@@ -463,11 +464,18 @@ def test_settings_file_is_consistent_with_the_manifests(kustomization):
 
 # ---------------------------------------------------------------- the overlays' ApplyBundles
 
-def parse_bundle(path):
-    sys.path.insert(0, os.path.join(REPO, 'clients', 'python'))
-    from google.protobuf import text_format
+def import_stubs():
+    """The API's generated protobuf modules, through the Python client (trainyard.v1)."""
+    client = os.path.join(REPO, 'clients', 'python')
+    if client not in sys.path:
+        sys.path.insert(0, client)
     from trainyard import _stubs
     _stubs.ensure_stubs()
+
+
+def parse_bundle(path):
+    import_stubs()
+    from google.protobuf import text_format
     from trainyard.v1 import admin_pb2
     with open(path) as f:
         return text_format.Parse(f.read(), admin_pb2.ApplyBundle())
@@ -674,10 +682,8 @@ def test_dispatcher_as_deployed_reports_the_overlay_nodes_in_their_pools(overlay
     p, port, log = run_dispatcher(docs, live, str(tmp_path))
     try:
         wait_for('the dispatcher to be ready', lambda: p.poll() is None and ready(port), log)
-        sys.path.insert(0, os.path.join(REPO, 'clients', 'python'))
         import grpc
-        from trainyard import _stubs
-        _stubs.ensure_stubs()
+        import_stubs()
         from trainyard.v1 import cluster_pb2, cluster_pb2_grpc
         with grpc.insecure_channel(s.target) as channel:
             stub = cluster_pb2_grpc.ClusterServiceStub(channel)
