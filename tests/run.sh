@@ -13,8 +13,9 @@
 #        (only if the release preset was built, build/release/bin/submit_bench exists and
 #         the script exists)
 #   4. Python tests: /usr/bin/python3 -m pytest -q clients/python/tests (if present), and the
-#      Kubernetes API test server's own tests, tests/fixtures/kube_apiserver (kubectl and
-#      python3-kubernetes against it; needs ../shared/k8s-schema/v1.30)
+#      Kubernetes tests: the API test server's own, tests/fixtures/kube_apiserver (kubectl and
+#      python3-kubernetes against it), and the deploy manifests', tests/deploy (deploy/kubernetes
+#      rendered with kubectl kustomize and validated); they need ../shared/k8s-schema/v1.30
 #   5. the web console: tests/web.sh (npm ci, lint, typecheck, unit tests, build, bundle size)
 #   6. the console in the browser: tests/e2e (playwright-core driving Debian's chromium against
 #      a private stack with the gateway; if present)
@@ -129,9 +130,10 @@ release_checks() {
     skip "python client tests" "no clients/python/tests"
   fi
   if [[ -f ../shared/k8s-schema/v1.30/pod-v1.json || -n "${TRAINYARD_K8S_SCHEMAS:-}" ]]; then
-    stage "kubernetes test server tests" /usr/bin/python3 -m pytest -q tests/fixtures/kube_apiserver
+    stage "kubernetes tests (test server, deploy)" \
+      /usr/bin/python3 -m pytest -q tests/fixtures/kube_apiserver tests/deploy
   else
-    skip "kubernetes test server tests" "no ../shared/k8s-schema/v1.30"
+    skip "kubernetes tests (test server, deploy)" "no ../shared/k8s-schema/v1.30"
   fi
   if [[ -f web/package.json ]]; then
     stage "web console (lint, tests, build)" bash tests/web.sh
@@ -220,7 +222,7 @@ fi
 if ((!both)) && [[ " ${PRESETS} " != *" release "* ]]; then
   skip "benchmark smoke" "release preset not selected"
   skip "python client tests" "release preset not selected"
-  skip "kubernetes test server tests" "release preset not selected"
+  skip "kubernetes tests (test server, deploy)" "release preset not selected"
 fi
 
 summary
