@@ -138,6 +138,7 @@ for f in settings.conf job.yaml; do
 done
 
 if [[ -n "${WATCH_PID}" ]]; then
+  # shellcheck disable=SC2016  # expanded by the inner bash
   setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec bash "$2" --state-dir "$3"' \
     watchdog "${WATCH_PID}" "${HERE}/stop.sh" "${STATE_DIR}" >>"${STATE_DIR}/server.log" 2>&1 </dev/null &
   echo $! >"${RUN}/watchdog.pid"
