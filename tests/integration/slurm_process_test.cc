@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,7 +59,6 @@
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/local_slurm.h"
-#include "tests/fixtures/ports.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/fixtures/trainyard_process.h"
 #include "tests/integration/process_stack.h"
