@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,9 +59,9 @@
 #include "tests/fixtures/local_postgres.h"
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/local_slurm.h"
-#include "tests/fixtures/ports.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/fixtures/trainyard_process.h"
+#include "tests/integration/process_stack.h"
 #include "tests/support/slurm/slurm_suite.h"
 #include "trainyard/v1/job.grpc.pb.h"
 #include "trainyard/v1/job.pb.h"
@@ -80,23 +79,6 @@ constexpr absl::Duration kChaos = absl::Seconds(25);
 constexpr int kDefaultJobs = 48;
 constexpr absl::Duration kChaos = absl::Seconds(30);
 #endif
-
-int EnvInt(const char* name, int fallback) {
-  const char* env = std::getenv(name);
-  int n = fallback;
-  if (env == nullptr || !absl::SimpleAtoi(env, &n)) return fallback;
-  return n;
-}
-
-std::string SourceDir() {
-  const char* env = std::getenv("TRAINYARD_SOURCE_DIR");
-  return env == nullptr ? "." : env;
-}
-
-bool Terminal(int state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
-}
 
 // One job of Slurm's, from squeue.
 struct SlurmJobRow {
@@ -136,90 +118,7 @@ class SlurmProcessTest : public SlurmSuite {
   void SetUp() override {
     if (skip_reason_ != nullptr) GTEST_SKIP() << *skip_reason_;
     ASSERT_EQ(start_error_, nullptr) << *start_error_;
-    ASSERT_FALSE(TrainyardBinary().empty())
-        << "TRAINYARD_BIN is not set (run through ctest)";
-    absl::StatusOr<std::string> dir = fx::MakeTempDir("trainyard-slurmproc-");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_ = *dir;
-    absl::StatusOr<std::string> url = pg_->CreateDatabase();
-    ASSERT_TRUE(url.ok()) << url.status();
-    db_url_ = *url;
-    absl::StatusOr<int> api_port = PickUnusedPort();
-    ASSERT_TRUE(api_port.ok()) << api_port.status();
-    api_addr_ = absl::StrCat("127.0.0.1:", *api_port);
-    // docs/slurm.md: `trainyard migrate`, then the services.
-    CommandResult migrated = Run({"migrate", "--postgres_url=" + db_url_});
-    ASSERT_EQ(migrated.exit_code, 0) << migrated.output;
-    admin_ = Token("users/admin", "platform-admin");
-    ASSERT_FALSE(admin_.empty());
-  }
-
-  void TearDown() override {
-    for (auto& s : services_) s->Kill();
-    if (!dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
-    }
-  }
-
-  CommandResult Run(const std::vector<std::string>& args) {
-    return RunTrainyard(args, absl::StrCat(dir_, "/run-", ++runs_, ".log"));
-  }
-
-  std::string Token(const std::string& principal, const std::string& role,
-                    const std::string& tenant = "") {
-    absl::StatusOr<std::string> token =
-        CreateToken(db_url_, absl::StrCat(dir_, "/token-", ++runs_, ".log"),
-                    principal, role, tenant);
-    EXPECT_TRUE(token.ok()) << token.status();
-    return token.value_or("");
-  }
-
-  // The flags every service of this test gets: its database, Redis, no HTTP
-  // port, quiet logs.
-  std::vector<std::string> Argv(std::vector<std::string> head) {
-    head.insert(head.begin(), TrainyardBinary());
-    for (const std::string& flag :
-         {"--postgres_url=" + db_url_, "--redis_addr=" + redis_->Address(),
-          std::string("--http_listen="), std::string("--log_level=warning")}) {
-      head.push_back(flag);
-    }
-    return head;
-  }
-
-  TrainyardService* AddService(const std::string& name,
-                               std::vector<std::string> argv) {
-    services_.push_back(std::make_unique<TrainyardService>(
-        name, std::move(argv), absl::StrCat(dir_, "/", name, ".log")));
-    return services_.back().get();
-  }
-
-  // `trainyard apply -f FILE` against the api, retried while the api starts.
-  void Apply(const std::string& file, TrainyardService* api) {
-    CommandResult applied;
-    for (absl::Time deadline = absl::Now() + absl::Seconds(60);
-         absl::Now() < deadline;) {
-      applied = Run(
-          {"apply", "-f", file, "--target=" + api_addr_, "--token=" + admin_});
-      if (applied.exit_code == 0) return;
-      std::optional<std::string> died = api->Died();
-      ASSERT_FALSE(died.has_value()) << *died;
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-    FAIL() << "apply -f " << file << ": " << applied.output;
-  }
-
-  std::unique_ptr<v1::JobService::Stub> Jobs() {
-    return v1::JobService::NewStub(
-        grpc::CreateChannel(api_addr_, grpc::InsecureChannelCredentials()));
-  }
-
-  static std::unique_ptr<grpc::ClientContext> Context(
-      const std::string& token) {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->AddMetadata("authorization", "Bearer " + token);
-    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    return ctx;
+    ASSERT_NO_FATAL_FAILURE(stack_.SetUp(pg_, redis_, "trainyard-slurmproc-"));
   }
 
   // Every job Slurm holds (pending, running and ended: the cluster keeps
@@ -246,12 +145,7 @@ class SlurmProcessTest : public SlurmSuite {
 
   static LocalPostgres* pg_;
   static LocalRedis* redis_;
-  std::string dir_;
-  std::string db_url_;
-  std::string api_addr_;
-  std::string admin_;
-  int runs_ = 0;
-  std::vector<std::unique_ptr<TrainyardService>> services_;
+  ProcessStack stack_;
 };
 
 LocalPostgres* SlurmProcessTest::pg_ = nullptr;
@@ -261,16 +155,16 @@ TEST_F(SlurmProcessTest, QuickStartRunsAJobOnSlurm) {
   // docs/slurm.md, "The quick start on Slurm instead of the sim": one
   // process, the adapter settings start.sh wrote (the test's own database,
   // Redis and port instead of the stack's defaults).
-  TrainyardService* all =
-      AddService("all", Argv({"all", "--backend=slurm",
-                              "--slurm_config=" + slurm_->adapter_config(),
-                              "--grpc_listen=" + api_addr_}));
+  TrainyardService* all = stack_.AddService(
+      "all", stack_.Argv({"all", "--backend=slurm",
+                          "--slurm_config=" + slurm_->adapter_config(),
+                          "--grpc_listen=" + stack_.api_addr()}));
   ASSERT_TRUE(all->Start().ok());
   ASSERT_NO_FATAL_FAILURE(
-      Apply(SourceDir() + "/deploy/slurm/demo.textproto", all));
+      stack_.Apply(SourceDir() + "/deploy/slurm/demo.textproto", all));
   ASSERT_NO_FATAL_FAILURE(
-      Apply(SourceDir() + "/deploy/slurm/cluster.textproto", all));
-  const std::string token = Token("users/demo", "member", "demo");
+      stack_.Apply(SourceDir() + "/deploy/slurm/cluster.textproto", all));
+  const std::string token = stack_.Token("users/demo", "member", "demo");
   ASSERT_FALSE(token.empty());
 
   // The docs' job: 2 workers of 2 GPUs, 1 CPU and 100 MiB each; each worker
@@ -295,25 +189,15 @@ TEST_F(SlurmProcessTest, QuickStartRunsAJobOnSlurm) {
       absl::StrCat("echo \"$SLURM_JOB_ID $SLURMD_NODENAME $TRAINYARD_JOB_ID "
                    "$CUDA_VISIBLE_DEVICES\" > ",
                    out, "/worker-$TRAINYARD_WORKER_INDEX; sleep 1"));
-  auto jobs = Jobs();
+  auto jobs = stack_.Jobs();
   v1::SubmitJobResponse submitted;
-  grpc::Status s = jobs->Submit(Context(token).get(), req, &submitted);
+  grpc::Status s =
+      jobs->Submit(ProcessStack::Context(token).get(), req, &submitted);
   ASSERT_TRUE(s.ok()) << s.error_message();
   const std::string name = submitted.job().name();
   const std::string id = name.substr(name.rfind('/') + 1);
 
-  v1::Job job;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(120);
-       absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(300))) {
-    std::optional<std::string> died = all->Died();
-    ASSERT_FALSE(died.has_value()) << *died;
-    v1::GetJobRequest get;
-    get.set_name(name);
-    get.set_view(v1::JOB_VIEW_FULL);
-    s = jobs->Get(Context(token).get(), get, &job);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    if (Terminal(job.state())) break;
-  }
+  const v1::Job job = stack_.AwaitEnd(name, token, absl::Seconds(120));
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED)
       << job.DebugString() << fx::ReadFileTail(all->log(), 3000);
 
@@ -349,7 +233,7 @@ TEST_F(SlurmProcessTest, QuickStartRunsAJobOnSlurm) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(absl::StrCat(rows[0].id), attempt.backend_job_id());
   EXPECT_EQ(rows[0].state, "COMPLETED");
-  const JobHistoryCheck histories = CheckJobHistories(db_url_);
+  const JobHistoryCheck histories = CheckJobHistories(stack_.db_url());
   EXPECT_TRUE(histories.problems.empty())
       << absl::StrJoin(histories.problems, "\n");
 }
@@ -365,27 +249,27 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
   // start test shares the cluster, and job ids restart with each database);
   // their scripts and output in the cluster's work directory.
   const std::string prefix = "crash-";
-  const std::string adapter_conf = dir_ + "/adapter.conf";
+  const std::string adapter_conf = stack_.dir() + "/adapter.conf";
   std::ofstream(adapter_conf)
       << internal::ReadFileOrEmpty(slurm_->adapter_config())
       << "\njob_name_prefix = " << prefix
       << "\nworking_dir = " << slurm_->work_dir() << "\n";
 
-  TrainyardService* api =
-      AddService("api", Argv({"api", "--grpc_listen=" + api_addr_}));
-  TrainyardService* scheduler =
-      AddService("scheduler", Argv({"scheduler", "--schedule_interval=200ms"}));
-  TrainyardService* dispatcher = AddService(
-      "dispatcher",
-      Argv({"dispatcher", "--backend=slurm", "--slurm_config=" + adapter_conf,
-            "--dispatch_interval=100ms"}));
+  TrainyardService* api = stack_.AddService(
+      "api", stack_.Argv({"api", "--grpc_listen=" + stack_.api_addr()}));
+  TrainyardService* scheduler = stack_.AddService(
+      "scheduler", stack_.Argv({"scheduler", "--schedule_interval=200ms"}));
+  TrainyardService* dispatcher = stack_.AddService(
+      "dispatcher", stack_.Argv({"dispatcher", "--backend=slurm",
+                                 "--slurm_config=" + adapter_conf,
+                                 "--dispatch_interval=100ms"}));
   ASSERT_TRUE(api->Start().ok());
   // The quick start's tenant, queue and Slurm cluster (docs/slurm.md).
   ASSERT_NO_FATAL_FAILURE(
-      Apply(SourceDir() + "/deploy/slurm/demo.textproto", api));
+      stack_.Apply(SourceDir() + "/deploy/slurm/demo.textproto", api));
   ASSERT_NO_FATAL_FAILURE(
-      Apply(SourceDir() + "/deploy/slurm/cluster.textproto", api));
-  const std::string token = Token("users/demo", "member", "demo");
+      stack_.Apply(SourceDir() + "/deploy/slurm/cluster.textproto", api));
+  const std::string token = stack_.Token("users/demo", "member", "demo");
   ASSERT_FALSE(token.empty());
   ASSERT_TRUE(scheduler->Start().ok());
   // The dispatcher's fault-injection point (docs/dispatcher.md, "Crash
@@ -422,7 +306,7 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
 
   // Submitter: bursts of 1-6 jobs every 0.2-1.2 s, so that the dispatcher
   // keeps submitting to Slurm while it is killed.
-  auto jobs = Jobs();
+  auto jobs = stack_.Jobs();
   std::atomic<int> submitted{0};
   std::atomic<bool> stop{false};
   std::string submit_error;
@@ -434,8 +318,8 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
       for (int k = 0; k < burst && i < job_count && !stop; ++k, ++i) {
         for (int tries = 0;; ++tries) {
           v1::SubmitJobResponse response;
-          grpc::Status s =
-              jobs->Submit(Context(token).get(), requests[i], &response);
+          grpc::Status s = jobs->Submit(ProcessStack::Context(token).get(),
+                                        requests[i], &response);
           if (s.ok()) break;
           if (tries >= 20 ||
               (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -461,18 +345,8 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
       claimed_unsubmitted = 0, injected = 0, fired = 0;
   std::vector<std::string> duplicates;
   auto dispatching = [&]() -> std::vector<std::string> {
-    std::vector<std::string> names;
-    try {
-      pqxx::connection conn(db_url_);
-      pqxx::read_transaction txn(conn);
-      for (const auto& row :
-           txn.exec("SELECT id, attempt_count FROM jobs WHERE state = 3")) {
-        names.push_back(absl::StrCat(prefix, "ty-", row[0].as<int64_t>(), "-",
-                                     row[1].as<int>()));
-      }
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what();
-    }
+    std::vector<std::string> names = stack_.Dispatching();
+    for (std::string& name : names) name = prefix + name;
     return names;
   };
   auto check_duplicates =
@@ -489,7 +363,7 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
       };
   auto all_ended = [&] {
     if (submitted.load() != job_count) return false;
-    const JobHistoryCheck now = CheckJobHistories(db_url_);
+    const JobHistoryCheck now = CheckJobHistories(stack_.db_url());
     return static_cast<int>(now.jobs.size()) == job_count &&
            std::all_of(now.jobs.begin(), now.jobs.end(),
                        [](const auto& e) { return Terminal(e.second.first); });
@@ -512,16 +386,9 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
   // The attempt the fault point killed the dispatcher after (its last
   // words, in its log): its Slurm job name, or "" when the log lacks it.
   auto fault_attempt = [&]() -> std::string {
-    const std::string tail = fx::ReadFileTail(dispatcher->log(), 4096);
-    const std::string kKey =
-        "\"msg\":\"dispatcher: fault injection, killing self\","
-        "\"attempt\":\"";
-    const size_t at = tail.rfind(kKey);
-    if (at == std::string::npos) return "";
-    const size_t begin = at + kKey.size();
-    const size_t end = tail.find('"', begin);
-    if (end == std::string::npos) return "";
-    return prefix + tail.substr(begin, end - begin);
+    const std::string name =
+        ProcessStack::FaultInjectedAttempt(dispatcher->log());
+    return name.empty() ? "" : prefix + name;
   };
   // kill -9 (a no-op when the fault point killed it), then what it left. A
   // `fault` kill came right after Slurm accepted the attempt it names in its
@@ -612,15 +479,10 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
   stop = true;
   submitter.join();
   ASSERT_TRUE(submit_error.empty()) << submit_error;
-  const JobHistoryCheck histories = CheckJobHistories(db_url_);
+  const JobHistoryCheck histories = CheckJobHistories(stack_.db_url());
   std::map<int, int> by_state;
   for (const auto& [id, job] : histories.jobs) ++by_state[job.first];
-  std::string histogram;
-  for (const auto& [state, n] : by_state) {
-    absl::StrAppend(&histogram, " ",
-                    v1::JobState_Name(static_cast<v1::JobState>(state)), "=",
-                    n);
-  }
+  const std::string histogram = ProcessStack::StateHistogram(histories);
   ASSERT_TRUE(done) << "not every job ended within " << limit << ":"
                     << histogram << "\ndispatcher log:\n"
                     << fx::ReadFileTail(dispatcher->log(), 3000)
@@ -644,7 +506,7 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
       << "):\n"
       << absl::StrJoin(duplicates, "\n");
   std::set<std::string> recorded;
-  pqxx::connection conn(db_url_);
+  pqxx::connection conn(stack_.db_url());
   pqxx::read_transaction txn(conn);
   for (const auto& row : txn.exec("SELECT job_id, idx, body FROM attempts")) {
     v1::Attempt attempt;
