@@ -273,7 +273,7 @@ TEST_F(KubeProcessTest, QuickStartRunsAJobOnKubernetes) {
                           "--grpc_listen=" + stack_.api_addr()}));
   ASSERT_TRUE(all->Start().ok());
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
-      SourceDir() + "/deploy/kubernetes/testserver/demo.textproto", all));
+      SourceDir() + "/deploy/local/demo-tenant.textproto", all));
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
       SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto", all));
   const std::string token = stack_.Token("users/demo", "member", "demo");
@@ -405,7 +405,7 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
                    "--dispatch_interval=100ms"}));
   ASSERT_TRUE(api->Start().ok());
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
-      SourceDir() + "/deploy/kubernetes/testserver/demo.textproto", api));
+      SourceDir() + "/deploy/local/demo-tenant.textproto", api));
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
       SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto", api));
   const std::string token = stack_.Token("users/demo", "member", "demo");

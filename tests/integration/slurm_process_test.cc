@@ -161,7 +161,7 @@ TEST_F(SlurmProcessTest, QuickStartRunsAJobOnSlurm) {
                           "--grpc_listen=" + stack_.api_addr()}));
   ASSERT_TRUE(all->Start().ok());
   ASSERT_NO_FATAL_FAILURE(
-      stack_.Apply(SourceDir() + "/deploy/slurm/demo.textproto", all));
+      stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", all));
   ASSERT_NO_FATAL_FAILURE(
       stack_.Apply(SourceDir() + "/deploy/slurm/cluster.textproto", all));
   const std::string token = stack_.Token("users/demo", "member", "demo");
@@ -266,7 +266,7 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
   ASSERT_TRUE(api->Start().ok());
   // The quick start's tenant, queue and Slurm cluster (docs/slurm.md).
   ASSERT_NO_FATAL_FAILURE(
-      stack_.Apply(SourceDir() + "/deploy/slurm/demo.textproto", api));
+      stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", api));
   ASSERT_NO_FATAL_FAILURE(
       stack_.Apply(SourceDir() + "/deploy/slurm/cluster.textproto", api));
   const std::string token = stack_.Token("users/demo", "member", "demo");
