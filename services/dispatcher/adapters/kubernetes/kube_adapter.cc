@@ -195,20 +195,26 @@ void KubernetesAdapter::ReadCheckpoints(std::string_view name, const Json& job,
 absl::StatusOr<AttemptStatus> KubernetesAdapter::Launch(
     const LaunchRequest& request) {
   // Look before creating: an attempt of that name in any phase is returned.
-  if (absl::StatusOr<Json> existing = FindJob(request.name); existing.ok()) {
-    return StatusOf(*existing);
-  } else if (!absl::IsNotFound(existing.status())) {
-    return existing.status();
+  // The Jobs informer listed every Job of ours before this process launched
+  // anything, so one it does not hold was never created, or only this instant
+  // (by an earlier Launch of this process, or a dispatcher killed as it
+  // created it): then the create's AlreadyExists reads it back.
+  if (ObjectPtr cached = jobs_->Get(
+          domain::Cat(options_.settings.namespace_, "/", request.name));
+      cached != nullptr) {
+    return StatusOf(*cached);
   }
   absl::StatusOr<Json> job = BuildJob(request, options_.settings);
   if (!job.ok()) return job.status();
-  absl::StatusOr<Json> service = BuildService(request, options_.settings);
-  if (!service.ok()) return service.status();
-  const std::string services = domain::Cat(
-      "/api/v1/namespaces/", options_.settings.namespace_, "/services");
-  if (absl::StatusOr<Json> s = client_->Create(services, *service);
-      !s.ok() && !absl::IsAlreadyExists(s.status())) {
-    return s.status();
+  if (NeedsService(request)) {
+    absl::StatusOr<Json> service = BuildService(request, options_.settings);
+    if (!service.ok()) return service.status();
+    const std::string services = domain::Cat(
+        "/api/v1/namespaces/", options_.settings.namespace_, "/services");
+    if (absl::StatusOr<Json> s = client_->Create(services, *service);
+        !s.ok() && !absl::IsAlreadyExists(s.status())) {
+      return s.status();
+    }
   }
   absl::StatusOr<Json> created =
       client_->Create(domain::Cat("/apis/batch/v1/namespaces/",

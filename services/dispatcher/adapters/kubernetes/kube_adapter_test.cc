@@ -157,6 +157,11 @@ TEST_F(KubeAdapterTest, AGangRunsOnItsNodesOnceAndIsForgotten) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->backend_id, first->backend_id);
   EXPECT_EQ(CountJobs(), 1);
+  // Two workers: the headless Service that names them.
+  absl::StatusOr<LocalKube::Response> service =
+      kube_->Request("GET", "/api/v1/namespaces/trainyard/services/ty-7-1");
+  ASSERT_TRUE(service.ok());
+  EXPECT_EQ(service->code, 200);
 
   const AttemptStatus running = WaitFor(
       *a, "ty-7-1",
@@ -207,6 +212,11 @@ TEST_F(KubeAdapterTest, AnOomKilledWorkerIsTheUsersError) {
   EXPECT_EQ(s.failure, FailureKind::kUserError);
   EXPECT_EQ(s.exit_code, 137);
   EXPECT_THAT(s.message, HasSubstr("OOMKilled"));
+  // One worker: its Job is the one object created, no Service.
+  absl::StatusOr<LocalKube::Response> service =
+      kube_->Request("GET", "/api/v1/namespaces/trainyard/services/ty-8-1");
+  ASSERT_TRUE(service.ok());
+  EXPECT_EQ(service->code, 404);
 }
 
 TEST_F(KubeAdapterTest, AnImageThatCannotBePulledIsTheUsersErrorInTime) {

@@ -469,7 +469,9 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
       {{"name", std::string(kWorkerIndexEnv)}, {"valueFrom", index_ref}});
   env.push_back({{"name", "RANK"}, {"valueFrom", index_ref}});
   env.push_back({{"name", "WORLD_SIZE"}, {"value", Cat(workers)}});
-  env.push_back({{"name", "MASTER_ADDR"}, {"value", Cat(name, "-0.", name)}});
+  env.push_back({{"name", "MASTER_ADDR"},
+                 {"value", NeedsService(request) ? Cat(name, "-0.", name)
+                                                 : std::string("127.0.0.1")}});
   env.push_back(
       {{"name", "MASTER_PORT"}, {"value", Cat(settings.rendezvous_port)}});
 
@@ -531,7 +533,6 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
 
   Json pod_spec = {
       {"restartPolicy", "Never"},
-      {"subdomain", name},
       {"enableServiceLinks", false},
       {"terminationGracePeriodSeconds",
        checkpoint.has_grace_period() &&
@@ -542,6 +543,7 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
                  absl::Ceil(settings.default_grace_period, absl::Seconds(1)))},
       {"affinity", std::move(affinity)},
   };
+  if (NeedsService(request)) pod_spec["subdomain"] = name;
   if (nodes.size() > 1 && max_per_node > 1 && max_per_node == min_per_node) {
     pod_spec["topologySpreadConstraints"] =
         Json::array({{{"maxSkew", 1},
@@ -637,6 +639,10 @@ absl::StatusOr<Json> BuildJob(const LaunchRequest& request,
                 {"labels", labels},
                 {"annotations", annotations}}},
               {"spec", std::move(job_spec)}};
+}
+
+bool NeedsService(const LaunchRequest& request) {
+  return request.spec.workers() > 1;
 }
 
 absl::StatusOr<Json> BuildService(const LaunchRequest& request,

@@ -118,6 +118,11 @@ std::string MemoryQuantity(int64_t bytes);
 absl::StatusOr<nlohmann::json> BuildJob(const LaunchRequest& request,
                                         const KubernetesSettings& settings);
 
+// Whether an attempt needs its headless Service: workers that find each other
+// by DNS name (more than one). A single worker rendezvouses with itself
+// (MASTER_ADDR 127.0.0.1) and its Job is the one object created.
+bool NeedsService(const LaunchRequest& request);
+
 // The headless Service (clusterIP None, selector trainyard.dev/name,
 // publishNotReadyAddresses, the rendezvous port) that gives the workers DNS
 // names. With `owner_job_uid`, it is owned by the Job (ownerReferences), so

@@ -557,8 +557,20 @@ TEST(BuildJob, MinimalJobOnASingleFlavorCluster) {
   EXPECT_FALSE(pod.contains("tolerations"));  // no GPUs, no flavor
   EXPECT_FALSE(pod.contains("volumes"));
   EXPECT_FALSE(pod["affinity"].contains("podAntiAffinity"));
+  // One worker needs no Service: no subdomain, and it rendezvouses with
+  // itself.
+  EXPECT_FALSE(NeedsService(r));
+  EXPECT_FALSE(pod.contains("subdomain"));
   const Json& c = pod["containers"][0];
   EXPECT_FALSE(c.contains("command"));  // the image's entrypoint
+  bool master_addr = false;
+  for (const Json& e : c["env"]) {
+    if (e["name"] == "MASTER_ADDR") {
+      EXPECT_EQ(e["value"], "127.0.0.1");
+      master_addr = true;
+    }
+  }
+  EXPECT_TRUE(master_addr);
   EXPECT_EQ(c["resources"]["requests"],
             Json::parse(R"({"cpu": "500m", "memory": "1000000000"})"));
   EXPECT_EQ(c["resources"]["limits"], c["resources"]["requests"]);
