@@ -1,12 +1,14 @@
 #include "services/dispatcher/dispatcher.h"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -384,6 +386,7 @@ absl::StatusOr<PassReport> Dispatcher::RunPass() {
       }
     }
   }
+  LaunchAtOnce(*attempts, by_name);
   for (const pg::ClusterAttempt& a : *attempts) {
     // Still ADMITTED: waiting for room on its nodes (its victims still run),
     // or its claim lost a race.
@@ -453,16 +456,7 @@ std::map<std::string, std::string> ApiEnv(const DispatcherOptions& options,
   return env;
 }
 
-absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
-                                PassReport& report) {
-  pg::ClusterAttempt current = a;
-  if (a.job.state() == v1::JOB_STATE_ADMITTED) {
-    absl::StatusOr<v1::Job> claimed =
-        jobs_->ChangeAttempt(ClaimForDispatch(a, options_.cluster));
-    if (!claimed.ok()) return claimed.status();
-    current.job = *claimed;
-    Transitions("DISPATCHING").Increment();
-  }
+LaunchRequest Dispatcher::RequestOf(const pg::ClusterAttempt& a) const {
   LaunchRequest request{
       .name = a.attempt.backend_job_name(),
       .job_id = JobIdOf(a.job),
@@ -475,7 +469,63 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
     request.worker_nodes.push_back(std::string(domain::NameId(p.node())));
   request.env = ApiEnv(options_, a.job.tenant(), JobIdOf(a.job), a.job.spec(),
                        absl::Now());
-  absl::StatusOr<AttemptStatus> launched = adapter_->Launch(request);
+  return request;
+}
+
+void Dispatcher::LaunchAtOnce(
+    const std::vector<pg::ClusterAttempt>& attempts,
+    const std::map<std::string, const AttemptStatus*>& listed) {
+  prelaunched_.clear();
+  const int concurrency = adapter_->LaunchConcurrency();
+  if (concurrency <= 1) return;
+  std::vector<LaunchRequest> requests;
+  for (const pg::ClusterAttempt& a : attempts) {
+    if (a.job.state() == v1::JOB_STATE_DISPATCHING &&
+        !listed.contains(a.attempt.backend_job_name())) {
+      requests.push_back(RequestOf(a));
+    }
+  }
+  if (requests.size() < 2) return;
+  // Each thread takes the next request; the results are recorded by the
+  // pass, in its order, as if launched one by one.
+  std::vector<absl::StatusOr<AttemptStatus>> results(
+      requests.size(), absl::UnknownError("not launched"));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  const size_t n =
+      std::min(requests.size(), static_cast<size_t>(concurrency));
+  threads.reserve(n);
+  for (size_t t = 0; t < n; ++t) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < requests.size(); i = next++) {
+        results[i] = adapter_->Launch(requests[i]);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    prelaunched_.emplace(requests[i].name, std::move(results[i]));
+  }
+}
+
+absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
+                                PassReport& report) {
+  pg::ClusterAttempt current = a;
+  if (a.job.state() == v1::JOB_STATE_ADMITTED) {
+    absl::StatusOr<v1::Job> claimed =
+        jobs_->ChangeAttempt(ClaimForDispatch(a, options_.cluster));
+    if (!claimed.ok()) return claimed.status();
+    current.job = *claimed;
+    Transitions("DISPATCHING").Increment();
+  }
+  const LaunchRequest request = RequestOf(a);
+  absl::StatusOr<AttemptStatus> launched = absl::UnknownError("not launched");
+  if (auto it = prelaunched_.find(request.name); it != prelaunched_.end()) {
+    launched = std::move(it->second);
+    prelaunched_.erase(it);
+  } else {
+    launched = adapter_->Launch(request);
+  }
   if (!launched.ok()) {
     if (absl::IsUnavailable(launched.status()) ||
         absl::IsDeadlineExceeded(launched.status())) {

@@ -151,6 +151,14 @@ class Dispatcher {
                       const AttemptStatus* status, PassReport& report);
   absl::Status Launch(const storage::postgres::ClusterAttempt& a,
                       PassReport& report);
+  // What Adapter::Launch gets for attempt `a`.
+  LaunchRequest RequestOf(const storage::postgres::ClusterAttempt& a) const;
+  // Launches the attempts of `attempts` that are DISPATCHING and that the
+  // backend does not list (`listed`), up to Adapter::LaunchConcurrency() at a
+  // time, into prelaunched_ (nothing when the adapter takes one at a time).
+  void LaunchAtOnce(
+      const std::vector<storage::postgres::ClusterAttempt>& attempts,
+      const std::map<std::string, const AttemptStatus*>& listed);
   absl::Status RecordCheckpoints(const storage::postgres::ClusterAttempt& a,
                                  const AttemptStatus& status,
                                  PassReport& report);
@@ -205,6 +213,10 @@ class Dispatcher {
   // When each followed attempt's output was last copied, by backend name
   // (only the pass touches it).
   absl::flat_hash_map<std::string, absl::Time> log_copied_;
+  // Launches LaunchAtOnce made for the running pass, by backend name, which
+  // Launch takes instead of launching (only the pass touches it).
+  absl::flat_hash_map<std::string, absl::StatusOr<AttemptStatus>>
+      prelaunched_;
   // Output read by the running pass.
   std::vector<storage::postgres::LogAppend> log_appends_;
   // Passes failed in a row while active (only the leader loop touches it).

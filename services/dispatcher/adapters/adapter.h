@@ -321,6 +321,11 @@ class Adapter {
   // (normally kPending or kRunning).
   virtual absl::StatusOr<AttemptStatus> Launch(
       const LaunchRequest& request) = 0;
+  // How many Launch calls the dispatcher may make at once, each from a thread
+  // of its own, when a pass has several attempts to launch. 1 (the default):
+  // one after another. Above 1, Launch must be thread-safe; worth it when a
+  // launch mostly waits on the backend's answer.
+  virtual int LaunchConcurrency() const { return 1; }
 
   // Sends POSIX signal `signal` (1..64, e.g. SIGUSR1 = 10 to ask for a
   // checkpoint) to every worker of a running attempt. NOT_FOUND if unknown,

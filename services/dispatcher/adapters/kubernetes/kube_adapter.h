@@ -68,6 +68,9 @@ class KubernetesAdapter final : public Adapter {
 
   std::string_view kind() const override { return "kubernetes"; }
   absl::StatusOr<AttemptStatus> Launch(const LaunchRequest& request) override;
+  // Launches wait on the API server (one request each for a single pod); the
+  // client's QPS limit, shared by all, still paces them.
+  int LaunchConcurrency() const override { return 8; }
   absl::Status Signal(std::string_view name, int signal) override;
   absl::Status Stop(std::string_view name, absl::Duration grace,
                     StopReason reason) override;
