@@ -400,8 +400,10 @@ absl::StatusOr<LogChunk> KubernetesAdapter::ReadLog(std::string_view name,
       client_->GetText(domain::Cat(PodPath(pod), "/log"),
                        {{"container", std::string(kWorkerContainer)},
                         {"limitBytes", domain::Cat(offset + max_bytes)}});
-  if (absl::IsInvalidArgument(text.status())) {
-    // A container that has not started has no log yet.
+  if (absl::IsInvalidArgument(text.status()) ||
+      absl::IsNotFound(text.status())) {
+    // A container that has not started has no log yet; a deleted pod (kept
+    // in its last state, OnPod) none any more.
     return LogChunk{.offset = offset};
   }
   if (!text.ok()) return text.status();
