@@ -26,6 +26,7 @@
 #include "tests/fixtures/local_slurm.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/integration/api_test_harness.h"
+#include "tests/integration/dispatch_loop.h"
 #include "tests/support/slurm/slurm_suite.h"
 
 namespace trainyard::testing {
@@ -199,16 +200,8 @@ class SlurmDispatcherTest : public SlurmSuite {
 
   // Scheduler cycles and dispatcher passes until `done` or `timeout`.
   bool RunUntil(const std::function<bool()>& done, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<scheduler::CycleReport> c = scheduler_->RunCycle();
-      EXPECT_TRUE(c.ok()) << c.status();
-      absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
-      EXPECT_TRUE(p.ok()) << p.status();
-      if (done()) return true;
-      absl::SleepFor(absl::Milliseconds(400));
-    }
-    return false;
+    return ::trainyard::testing::RunUntil(*scheduler_, *dispatcher_, done,
+                                          timeout, absl::Milliseconds(400));
   }
 
   std::unique_ptr<ApiHarness> harness_;

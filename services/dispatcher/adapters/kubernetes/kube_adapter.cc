@@ -61,12 +61,17 @@ absl::StatusOr<std::unique_ptr<KubernetesAdapter>> KubernetesAdapter::Create(
   std::unique_ptr<KubernetesAdapter> a(
       new KubernetesAdapter(std::move(options)));
   const std::string& ns = a->options_.settings.namespace_;
+  KubernetesAdapter* self = a.get();
   InformerOptions jobs_options = a->options_.informer;
   jobs_options.label_selector = std::string(kOwnedSelector);
   a->jobs_ = std::make_unique<Informer>(
       a->client_.get(), domain::Cat("/apis/batch/v1/namespaces/", ns, "/jobs"),
-      jobs_options, [](EventType, const Json&) {});
-  KubernetesAdapter* self = a.get();
+      jobs_options, [self](EventType type, const Json& job) {
+        if (type != EventType::kDeleted) return;
+        // The last states of its ended pods (OnPod) go with it.
+        absl::MutexLock l(&self->mu_);
+        self->attempt_pods_.erase(StringAt(job, {"metadata", "name"}));
+      });
   // Every pod of the cluster: Trainyard's whole, the others only as much as
   // their node's allocation needs.
   InformerOptions pods_options = a->options_.informer;
@@ -108,7 +113,16 @@ void KubernetesAdapter::OnPod(EventType type, const Json& pod) {
       StringAt(pod, {"metadata", "namespace"}) == options_.settings.namespace_;
   absl::MutexLock l(&mu_);
   if (ours) {
-    if (type == EventType::kDeleted) {
+    // A pod that ended is kept in its last state while its Job exists (the
+    // Job's deletion forgets it): how it ended (DisruptionTarget, OOMKilled
+    // ...) says why the attempt failed, and Kubernetes deletes such pods
+    // soon (the taint manager, PodGC) while the Job says only
+    // BackoffLimitExceeded. (Under mu_: the Job's deletion is in the jobs
+    // informer's copy before its handler takes mu_.)
+    const bool keep = type == EventType::kDeleted && Terminal(pod) &&
+                      jobs_->Get(domain::Cat(options_.settings.namespace_, "/",
+                                             owner)) != nullptr;
+    if (type == EventType::kDeleted && !keep) {
       auto it = attempt_pods_.find(owner);
       if (it != attempt_pods_.end()) {
         it->second.erase(key);
@@ -392,8 +406,10 @@ absl::StatusOr<LogChunk> KubernetesAdapter::ReadLog(std::string_view name,
       client_->GetText(domain::Cat(PodPath(pod), "/log"),
                        {{"container", std::string(kWorkerContainer)},
                         {"limitBytes", domain::Cat(offset + max_bytes)}});
-  if (absl::IsInvalidArgument(text.status())) {
-    // A container that has not started has no log yet.
+  if (absl::IsInvalidArgument(text.status()) ||
+      absl::IsNotFound(text.status())) {
+    // A container that has not started has no log yet; a deleted pod (kept
+    // in its last state, OnPod) none any more.
     return LogChunk{.offset = offset};
   }
   if (!text.ok()) return text.status();

@@ -1,0 +1,40 @@
+// The loop the dispatcher integration tests over a real backend share
+// (slurm_dispatcher_test, kube_dispatcher_test): the real scheduler and
+// dispatcher in the test process, driven round by round instead of by their
+// leader loops, so that a test can look at the state between rounds.
+#ifndef TRAINYARD_TESTS_INTEGRATION_DISPATCH_LOOP_H_
+#define TRAINYARD_TESTS_INTEGRATION_DISPATCH_LOOP_H_
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "services/dispatcher/dispatcher.h"
+#include "services/scheduler/scheduler_service.h"
+
+namespace trainyard::testing {
+
+// Rounds of one scheduler cycle and one dispatcher pass (each expected to
+// succeed), `pause` apart, until `done` returns true after a round (true) or
+// `timeout` has passed (false).
+inline bool RunUntil(scheduler::SchedulerService& scheduler,
+                     dispatcher::Dispatcher& dispatcher,
+                     const std::function<bool()>& done, absl::Duration timeout,
+                     absl::Duration pause) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<scheduler::CycleReport> c = scheduler.RunCycle();
+    EXPECT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<dispatcher::PassReport> p = dispatcher.RunPass();
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (done()) return true;
+    absl::SleepFor(pause);
+  }
+  return false;
+}
+
+}  // namespace trainyard::testing
+
+#endif  // TRAINYARD_TESTS_INTEGRATION_DISPATCH_LOOP_H_
