@@ -492,8 +492,7 @@ void Dispatcher::LaunchAtOnce(
       requests.size(), absl::UnknownError("not launched"));
   std::atomic<size_t> next{0};
   std::vector<std::thread> threads;
-  const size_t n =
-      std::min(requests.size(), static_cast<size_t>(concurrency));
+  const size_t n = std::min(requests.size(), static_cast<size_t>(concurrency));
   threads.reserve(n);
   for (size_t t = 0; t < n; ++t) {
     threads.emplace_back([&] {

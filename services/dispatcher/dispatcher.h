@@ -215,8 +215,7 @@ class Dispatcher {
   absl::flat_hash_map<std::string, absl::Time> log_copied_;
   // Launches LaunchAtOnce made for the running pass, by backend name, which
   // Launch takes instead of launching (only the pass touches it).
-  absl::flat_hash_map<std::string, absl::StatusOr<AttemptStatus>>
-      prelaunched_;
+  absl::flat_hash_map<std::string, absl::StatusOr<AttemptStatus>> prelaunched_;
   // Output read by the running pass.
   std::vector<storage::postgres::LogAppend> log_appends_;
   // Passes failed in a row while active (only the leader loop touches it).

@@ -737,12 +737,12 @@ TEST_F(KubeDispatcherTest,
 TEST_F(KubeDispatcherTest,
        ThrottlingFailingAndRestartingApiServerLosesAndRepeatsNothing) {
   Script({{"selector", "trainyard.dev/name"}, {"run_seconds", 4}});
-  // The first create of a Service is answered 503 (a create the client
-  // does not repeat: the next pass looks for the Job before creating it);
+  // The first create of a Job is answered 503 (a create the client does not
+  // repeat: the next pass looks for the Job before creating it again);
   // the other requests get twice 429 (Retry-After 1 s), then 500 and an
   // HTML 502 (retried by the client).
   for (const char* fault : {R"({"status": 503, "count": 1,
-            "path_prefix": "/api/v1/namespaces/trainyard/services"})",
+            "path_prefix": "/apis/batch/v1/namespaces/trainyard/jobs"})",
                             R"({"status": 429, "count": 2, "retry_after": 1})",
                             R"({"status": 500, "count": 1})",
                             R"({"html": true, "status": 502, "count": 1})"}) {
@@ -803,7 +803,7 @@ TEST_F(KubeDispatcherTest,
   // Every fault was served; each attempt was created once, as one pod.
   EXPECT_EQ(Requests("", 429, true), 2 + 1);
   EXPECT_EQ(Requests("", 503, true), 1);
-  EXPECT_EQ(Requests("POST /api/v1/namespaces/trainyard/services", 503), 1);
+  EXPECT_EQ(Requests("POST /apis/batch/v1/namespaces/trainyard/jobs?", 503), 1);
   EXPECT_EQ(Requests("", 500, true), 1);
   EXPECT_EQ(Requests("", 502, true), 1);
   EXPECT_EQ(Requests("", 504, true), 2);

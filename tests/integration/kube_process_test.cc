@@ -272,8 +272,8 @@ TEST_F(KubeProcessTest, QuickStartRunsAJobOnKubernetes) {
                           "--kube_settings=" + kube_dir_ + "/settings.conf",
                           "--grpc_listen=" + stack_.api_addr()}));
   ASSERT_TRUE(all->Start().ok());
-  ASSERT_NO_FATAL_FAILURE(stack_.Apply(
-      SourceDir() + "/deploy/local/demo-tenant.textproto", all));
+  ASSERT_NO_FATAL_FAILURE(
+      stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", all));
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
       SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto", all));
   const std::string token = stack_.Token("users/demo", "member", "demo");
@@ -404,8 +404,8 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
                    "--kube_settings=" + kube_dir_ + "/settings.conf",
                    "--dispatch_interval=100ms"}));
   ASSERT_TRUE(api->Start().ok());
-  ASSERT_NO_FATAL_FAILURE(stack_.Apply(
-      SourceDir() + "/deploy/local/demo-tenant.textproto", api));
+  ASSERT_NO_FATAL_FAILURE(
+      stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", api));
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
       SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto", api));
   const std::string token = stack_.Token("users/demo", "member", "demo");

@@ -71,7 +71,8 @@ using Json = nlohmann::json;
 using trainyard::testing::ApiHarness;
 using trainyard::testing::LocalKube;
 
-constexpr char kPool[] = R"("labels": {"cloud.google.com/gke-nodepool": "ondemand"})";
+constexpr char kPool[] =
+    R"("labels": {"cloud.google.com/gke-nodepool": "ondemand"})";
 
 int Fail(const std::string& what) {
   std::fprintf(stderr, "kube_dispatch_bench: %s\n", what.c_str());
@@ -92,9 +93,10 @@ int Emit(const std::string& json) {
 absl::Status CreateNodes(LocalKube& kube, int count) {
   return kube
       .Admin("POST", "/nodes",
-             absl::StrCat(R"({"count": )", count,
-                          R"(, "gpus": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3", )",
-                          kPool, "}"))
+             absl::StrCat(
+                 R"({"count": )", count,
+                 R"(, "gpus": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3", )",
+                 kPool, "}"))
       .status();
 }
 
@@ -173,8 +175,8 @@ int Dispatch() {
   if (auto p = (*dispatcher)->RunPass(); !p.ok()) {  // the nodes
     return Fail(p.status().ToString());
   } else if (p->nodes_reported != nodes) {
-    return Fail(absl::StrCat("reported ", p->nodes_reported, " nodes of ",
-                             nodes));
+    return Fail(
+        absl::StrCat("reported ", p->nodes_reported, " nodes of ", nodes));
   }
 
   const std::string token =
@@ -307,11 +309,11 @@ int Watch() {
            {{"spec",
              {{"restartPolicy", "Never"},
               {"containers",
-               Json::array(
-                   {{{"name", "c"},
-                     {"image", "other:1"},
-                     {"resources",
-                      {{"requests", {{"cpu", "1"}, {"memory", "1Gi"}}}}}}})}}}}}}}};
+               Json::array({{{"name", "c"},
+                             {"image", "other:1"},
+                             {"resources",
+                              {{"requests",
+                                {{"cpu", "1"}, {"memory", "1Gi"}}}}}}})}}}}}}}};
     absl::StatusOr<LocalKube::Response> r = (*kube)->Request(
         "POST", "/apis/batch/v1/namespaces/default/jobs", job.dump());
     if (!r.ok()) return Fail(r.status().ToString());
@@ -320,8 +322,7 @@ int Watch() {
   }
   for (;;) {
     absl::StatusOr<LocalKube::Response> r = (*kube)->Request(
-        "GET",
-        "/api/v1/pods?limit=1&fieldSelector=status.phase%3DRunning");
+        "GET", "/api/v1/pods?limit=1&fieldSelector=status.phase%3DRunning");
     if (!r.ok()) return Fail(r.status().ToString());
     Json body = Json::parse(r->body, nullptr, false);
     const int64_t running =
@@ -358,9 +359,9 @@ int Watch() {
   trainyard::testing::TrainyardService dispatcher(
       "dispatcher",
       {trainyard::testing::TrainyardBinary(), "dispatcher",
-       "--postgres_url=" + (*harness)->database_url(), "--redis_addr=",
-       "--http_listen=", "--log_level=warning", "--backend=kubernetes",
-       "--kubeconfig=" + (*kube)->kubeconfig_path(),
+       "--postgres_url=" + (*harness)->database_url(),
+       "--redis_addr=", "--http_listen=", "--log_level=warning",
+       "--backend=kubernetes", "--kubeconfig=" + (*kube)->kubeconfig_path(),
        "--kube_settings=" + settings},
       (*kube)->dir() + "/dispatcher.log");
   const absl::Time d0 = absl::Now();
