@@ -20,17 +20,16 @@
 //     DISPATCHING, and by the dispatcher itself through its fault-injection
 //     point TRAINYARD_FAULT_KILL_AFTER_LAUNCHES, right after the API server
 //     accepted the Job and before the dispatcher recorded it; the first
-//     dispatcher always has it) and restarted. Checked: every job ends
-//     exactly once, SUCCEEDED; the kills did land between "created" and
-//     "recorded"; and a watch on the server's Jobs from the start saw one Job
-//     (one uid) per attempt name, the one the attempt recorded.
+//     dispatcher always has it) and restarted (dispatcher_chaos.h). Checked:
+//     every job ends exactly once, SUCCEEDED; the kills did land between
+//     "created" and "recorded"; and a watch on the server's Jobs from the start
+//     saw one Job (one uid) per attempt name, the one the attempt recorded.
 //
 // Environment: TRAINYARD_BIN (set by CTest), TRAINYARD_KUBE_CRASH_SEED
 // (default 1), TRAINYARD_KUBE_CRASH_JOBS (default 16).
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -38,7 +37,6 @@
 #include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -47,9 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "pqxx/pqxx"
 #include "services/dispatcher/adapters/kubernetes/kube_client.h"
 #include "services/dispatcher/adapters/kubernetes/kube_config.h"
 #include "services/dispatcher/adapters/kubernetes/kube_watch.h"
@@ -58,6 +54,7 @@
 #include "tests/fixtures/local_redis.h"
 #include "tests/fixtures/subprocess.h"
 #include "tests/fixtures/trainyard_process.h"
+#include "tests/integration/dispatcher_chaos.h"
 #include "tests/integration/process_stack.h"
 #include "trainyard/v1/job.grpc.pb.h"
 #include "trainyard/v1/job.pb.h"
@@ -384,10 +381,12 @@ TEST_F(KubeProcessTest, QuickStartRunsAJobOnKubernetes) {
 }
 
 TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
-  const uint64_t seed = EnvInt("TRAINYARD_KUBE_CRASH_SEED", 1);
+  DispatcherChaos chaos;
+  DispatcherChaosOptions options;
+  options.label = "kube";
+  options.seed = EnvInt("TRAINYARD_KUBE_CRASH_SEED", 1);
   const int job_count = std::max(EnvInt("TRAINYARD_KUBE_CRASH_JOBS", 16), 4);
-  std::mt19937_64 rng(seed);
-  const absl::Time test_start = absl::Now();
+  std::mt19937_64 rng(options.seed);
 
   // The quick start's server, its pods training 1.5 s.
   ASSERT_NO_FATAL_FAILURE(
@@ -408,26 +407,19 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
       stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", api));
   ASSERT_NO_FATAL_FAILURE(stack_.Apply(
       SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto", api));
-  const std::string token = stack_.Token("users/demo", "member", "demo");
-  ASSERT_FALSE(token.empty());
+  options.token = stack_.Token("users/demo", "member", "demo");
+  ASSERT_FALSE(options.token.empty());
   ASSERT_TRUE(scheduler->Start().ok());
-  // The fault-injection point (docs/dispatcher.md, "Crash safety"): the
-  // dispatcher kills itself -9 right after its Nth launch the API server
-  // accepted, before recording it. The first dispatcher has it (N = 1), so
-  // do a third of the restarts (N = 1-3).
-  auto fault_env = [](int n) {
-    return std::vector<std::string>{
-        absl::StrCat("TRAINYARD_FAULT_KILL_AFTER_LAUNCHES=", n)};
-  };
-  bool armed = true;
-  ASSERT_TRUE(dispatcher->Start(fault_env(1)).ok());
 
-  // 1 worker of 1 GPU (every sixth a 2-worker gang), on-demand or spot.
-  std::vector<v1::SubmitJobRequest> requests(job_count);
+  // 1 worker of 1 GPU (every sixth a 2-worker gang), on-demand or spot;
+  // submitted in bursts of 1-4, so that the dispatcher keeps launching
+  // while it is killed.
+  options.requests.resize(job_count);
   for (int i = 0; i < job_count; ++i) {
-    v1::SubmitJobRequest& req = requests[i];
+    v1::SubmitJobRequest& req = options.requests[i];
     req.set_parent("tenants/demo");
-    req.set_client_request_id(absl::StrCat("kube-crash-", seed, "-", i));
+    req.set_client_request_id(
+        absl::StrCat("kube-crash-", options.seed, "-", i));
     v1::JobSpec* spec = req.mutable_job()->mutable_spec();
     spec->set_project("default");
     spec->set_queue("default");
@@ -438,162 +430,23 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
     spec->set_spot_policy(v1::SPOT_POLICY_ALLOWED);
     spec->add_command("train");
   }
+  options.max_burst = 4;
 
-  // Submitter: bursts of 1-4 jobs every 0.2-1.2 s, so that the dispatcher
-  // keeps launching while it is killed.
-  auto jobs = stack_.Jobs();
-  std::atomic<int> submitted{0};
-  std::atomic<bool> stop{false};
-  std::string submit_error;
-  std::thread submitter([&] {
-    std::mt19937_64 r(seed * 7 + 1);
-    int i = 0;
-    while (i < job_count && !stop) {
-      const int burst = 1 + r() % 4;
-      for (int k = 0; k < burst && i < job_count && !stop; ++k, ++i) {
-        for (int tries = 0;; ++tries) {
-          v1::SubmitJobResponse response;
-          grpc::Status s = jobs->Submit(ProcessStack::Context(token).get(),
-                                        requests[i], &response);
-          if (s.ok()) break;
-          if (tries >= 20 ||
-              (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-               s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
-            submit_error = absl::StrCat("Submit ", i, ": ", s.error_code(), " ",
-                                        s.error_message());
-            stop = true;
-            return;
-          }
-          absl::SleepFor(absl::Milliseconds(100));
-        }
-        submitted = i + 1;
-      }
-      absl::SleepFor(absl::Milliseconds(200 + r() % 1000));
-    }
-  });
-
-  int kills = 0, targeted = 0, created_unrecorded = 0, claimed_uncreated = 0,
-      injected = 0, fired = 0;
-  auto all_ended = [&] {
-    if (submitted.load() != job_count) return false;
-    const JobHistoryCheck now = CheckJobHistories(stack_.db_url());
-    return static_cast<int>(now.jobs.size()) == job_count &&
-           std::all_of(now.jobs.begin(), now.jobs.end(),
-                       [](const auto& e) { return Terminal(e.second.first); });
-  };
-  // The dispatcher with the fault point armed: waits until it killed itself
-  // (true), or up to `limit` (false; the caller kills it then).
-  auto await_fault = [&](absl::Duration limit) -> bool {
-    ++injected;
-    for (const absl::Time until = absl::Now() + limit; absl::Now() < until;
-         absl::SleepFor(absl::Milliseconds(5))) {
-      std::optional<std::string> died = dispatcher->Died();
-      if (!died.has_value()) continue;
-      EXPECT_TRUE(absl::StrContains(*died, "killed by signal 9")) << *died;
-      ++fired;
-      return true;
-    }
-    return false;
-  };
-  // kill -9, then what it left: jobs DISPATCHING whose Job the server holds
-  // (created, not recorded) or not (claimed, not created yet). A `fault`
-  // kill came right after the server accepted the Job of the attempt the
-  // dispatcher named in its log: DISPATCHING, and on the server.
-  auto kill_and_sample = [&](bool fault) {
-    dispatcher->Kill();
-    ++kills;
-    const std::vector<std::string> names = stack_.Dispatching();
-    std::optional<std::set<std::string>> on_server = ServerJobs();
-    ASSERT_TRUE(on_server.has_value());
-    for (const std::string& name : names) {
-      if (on_server->contains(name)) {
-        ++created_unrecorded;
-      } else {
-        ++claimed_uncreated;
-      }
-    }
-    if (fault) {
-      const std::string name =
-          ProcessStack::FaultInjectedAttempt(dispatcher->log());
-      ASSERT_FALSE(name.empty()) << "kill " << kills << ": the fault point "
-                                 << "fired without naming its attempt";
-      EXPECT_TRUE(std::find(names.begin(), names.end(), name) != names.end())
-          << "kill " << kills << ": " << name << " is not DISPATCHING";
-      EXPECT_TRUE(on_server->contains(name))
-          << "kill " << kills << ": " << name << " is not on the server";
-    }
-  };
-  // For kChaos, and at least kMinKills kills (a fault-armed dispatcher that
-  // finds no work waits 5 s for its launch before it is killed).
-  const absl::Time chaos_end = absl::Now() + kChaos;
-  while ((absl::Now() < chaos_end || kills < kMinKills) && !stop) {
-    for (TrainyardService* s : {api, scheduler, dispatcher}) {
-      if (s == dispatcher && armed) continue;  // await_fault looks.
-      std::optional<std::string> died = s->Died();
-      ASSERT_FALSE(died.has_value()) << *died;
-    }
-    bool fault = false;
-    if (armed) {
-      fault = await_fault(kills == 0 ? absl::Seconds(60) : absl::Seconds(5));
-    } else if (rng() % 2 == 0) {
-      // The moment a job is DISPATCHING, within 3 s.
-      ++targeted;
-      for (absl::Time until = absl::Now() + absl::Seconds(3);
-           absl::Now() < until && stack_.Dispatching().empty();) {
-        absl::SleepFor(absl::Milliseconds(5));
-      }
-    } else {
-      absl::SleepFor(absl::Milliseconds(100 + rng() % 1400));
-    }
-    ASSERT_NO_FATAL_FAILURE(kill_and_sample(fault));
-    absl::SleepFor(absl::Milliseconds(rng() % 500));
-    armed = rng() % 3 == 0;
-    ASSERT_TRUE(dispatcher
-                    ->Start(armed ? fault_env(1 + static_cast<int>(rng() % 3))
-                                  : std::vector<std::string>{})
-                    .ok());
-    if (rng() % 3 == 0) absl::SleepFor(absl::Seconds(1));
-  }
-  if (armed && !stop) {
-    ASSERT_NO_FATAL_FAILURE(kill_and_sample(await_fault(absl::Seconds(5))));
-    ASSERT_TRUE(dispatcher->Start().ok());
-  }
-  const absl::Duration chaos_took = absl::Now() - test_start;
-
-  // Then every job ends, with the dispatcher left alone.
-  const absl::Duration limit = absl::Seconds(90);
-  bool done = false;
-  for (const absl::Time deadline = absl::Now() + limit;
-       absl::Now() < deadline && !stop;
-       absl::SleepFor(absl::Milliseconds(300))) {
-    for (TrainyardService* s : {api, scheduler, dispatcher}) {
-      std::optional<std::string> died = s->Died();
-      ASSERT_FALSE(died.has_value()) << *died;
-    }
-    if (all_ended()) {
-      done = true;
-      break;
-    }
-  }
-  stop = true;
-  submitter.join();
-  ASSERT_TRUE(submit_error.empty()) << submit_error;
-  const JobHistoryCheck histories = CheckJobHistories(stack_.db_url());
-  const std::string histogram = ProcessStack::StateHistogram(histories);
-  ASSERT_TRUE(done) << "not every job ended within " << limit << ":"
-                    << histogram << "\ndispatcher log:\n"
-                    << fx::ReadFileTail(dispatcher->log(), 3000);
-
-  // --- Every job ended exactly once, and succeeded ---
-  EXPECT_TRUE(histories.problems.empty())
-      << histories.problems.size() << " problems:\n"
-      << absl::StrJoin(histories.problems, "\n");
-  EXPECT_EQ(static_cast<int>(histories.jobs.size()), job_count);
-  int succeeded = 0;
-  for (const auto& [id, job] : histories.jobs) {
-    if (job.first == v1::JOB_STATE_SUCCEEDED) ++succeeded;
-  }
-  EXPECT_EQ(succeeded, job_count) << histogram;
+  // The chaos (dispatcher_chaos.h) for kChaos and at least kMinKills kills,
+  // then every job ends within 90 s. After every kill: the jobs DISPATCHING
+  // whose Job the server holds (created, not recorded) or not (claimed, not
+  // created yet).
+  options.chaos = kChaos;
+  options.min_kills = kMinKills;
+  options.chaos_until_min_kills = true;
+  options.final_limit = absl::Seconds(90);
+  options.final_poll = absl::Milliseconds(300);
+  options.on_backend = "on the server";
+  options.launched = "created on the server";
+  options.unlaunched = "created";
+  options.backend_jobs = [this] { return ServerJobs(); };
+  ASSERT_NO_FATAL_FAILURE(RunDispatcherChaos(
+      &stack_, {api, scheduler, dispatcher}, options, rng, &chaos));
 
   // --- One Job per attempt name, ever: the one PostgreSQL recorded ---
   const std::map<std::string, std::set<std::string>> uids = history_->JobUids();
@@ -607,16 +460,9 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
       << "attempt names the server held more than one Job of ("
       << duplicates.size() << "):\n"
       << absl::StrJoin(duplicates, "\n");
-  std::set<std::string> recorded;
-  pqxx::connection conn(stack_.db_url());
-  pqxx::read_transaction txn(conn);
-  for (const auto& row : txn.exec("SELECT job_id, idx, body FROM attempts")) {
-    v1::Attempt attempt;
-    pqxx::binarystring body(row[2]);
-    ASSERT_TRUE(attempt.ParseFromString(body.str()));
-    const std::string name =
-        absl::StrCat("ty-", row[0].as<int64_t>(), "-", row[1].as<int>());
-    recorded.insert(name);
+  std::map<std::string, v1::Attempt> recorded;
+  ASSERT_NO_FATAL_FAILURE(stack_.Attempts("", &recorded));
+  for (const auto& [name, attempt] : recorded) {
     if (attempt.backend_job_id().empty()) continue;
     EXPECT_EQ(attempt.backend_job_name(), name);
     auto it = uids.find(name);
@@ -629,19 +475,8 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
         << "Job " << name << " belongs to no attempt";
   }
 
-  std::cout << "[kube crash seed " << seed << "] " << job_count << " jobs in "
-            << absl::FormatDuration(absl::Now() - test_start) << " (chaos "
-            << absl::FormatDuration(chaos_took) << "):" << histogram
-            << "; attempts " << histories.attempt_rows << ", Jobs "
-            << uids.size() << ", transitions " << histories.transitions
-            << "; dispatcher kills " << kills << " (" << targeted
-            << " targeted, " << injected << " fault-injected of which " << fired
-            << " fired), left DISPATCHING: " << created_unrecorded
-            << " created on the server but unrecorded, " << claimed_uncreated
-            << " claimed but not created\n";
-  EXPECT_GE(kills, kMinKills);
-  EXPECT_GT(fired, 0);
-  EXPECT_GT(created_unrecorded, 0);
+  ExpectDispatcherChaosCounters(options, chaos,
+                                absl::StrCat("Jobs ", uids.size()));
 }
 
 }  // namespace

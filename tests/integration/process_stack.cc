@@ -165,6 +165,20 @@ std::vector<std::string> ProcessStack::Dispatching() const {
   return names;
 }
 
+void ProcessStack::Attempts(
+    const std::string& prefix,
+    std::map<std::string, v1::Attempt>* attempts) const {
+  pqxx::connection conn(db_url_);
+  pqxx::read_transaction txn(conn);
+  for (const auto& row : txn.exec("SELECT job_id, idx, body FROM attempts")) {
+    v1::Attempt attempt;
+    pqxx::binarystring body(row[2]);
+    ASSERT_TRUE(attempt.ParseFromString(body.str()));
+    (*attempts)[absl::StrCat(prefix, "ty-", row[0].as<int64_t>(), "-",
+                             row[1].as<int>())] = std::move(attempt);
+  }
+}
+
 std::string ProcessStack::FaultInjectedAttempt(const std::string& log) {
   const std::string tail = fx::ReadFileTail(log, 4096);
   const std::string kKey =

@@ -18,6 +18,7 @@
 #ifndef TRAINYARD_TESTS_INTEGRATION_PROCESS_STACK_H_
 #define TRAINYARD_TESTS_INTEGRATION_PROCESS_STACK_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -78,6 +79,10 @@ class ProcessStack {
   // Attempt names ("ty-<job>-<attempt>") of the jobs DISPATCHING in the
   // database: claimed by a dispatcher, launch not recorded yet.
   std::vector<std::string> Dispatching() const;
+  // Every attempt of the database, by its backend job name: `prefix` +
+  // "ty-<job>-<attempt>" (fatal failures: ASSERT_NO_FATAL_FAILURE).
+  void Attempts(const std::string& prefix,
+                std::map<std::string, v1::Attempt>* attempts) const;
   // The attempt a dispatcher killed by its fault-injection point
   // (TRAINYARD_FAULT_KILL_AFTER_LAUNCHES) names in its log as its last
   // launch, "" when the log has none.
