@@ -236,6 +236,49 @@ class Chaos {
 
 }  // namespace
 
+void SetUpDispatcherChaos(ProcessStack* stack, const std::string& cluster_file,
+                          const std::vector<std::string>& dispatcher_flags,
+                          DispatcherChaosServices* services,
+                          DispatcherChaosOptions* options) {
+  services->api = stack->AddService(
+      "api", stack->Argv({"api", "--grpc_listen=" + stack->api_addr()}));
+  services->scheduler = stack->AddService(
+      "scheduler", stack->Argv({"scheduler", "--schedule_interval=200ms"}));
+  std::vector<std::string> dispatcher = {"dispatcher"};
+  dispatcher.insert(dispatcher.end(), dispatcher_flags.begin(),
+                    dispatcher_flags.end());
+  dispatcher.push_back("--dispatch_interval=100ms");
+  services->dispatcher =
+      stack->AddService("dispatcher", stack->Argv(std::move(dispatcher)));
+  ASSERT_TRUE(services->api->Start().ok());
+  ASSERT_NO_FATAL_FAILURE(stack->Apply(
+      SourceDir() + "/deploy/local/demo-tenant.textproto", services->api));
+  ASSERT_NO_FATAL_FAILURE(stack->Apply(cluster_file, services->api));
+  options->token = stack->Token("users/demo", "member", "demo");
+  ASSERT_FALSE(options->token.empty());
+  ASSERT_TRUE(services->scheduler->Start().ok());
+}
+
+void AddChaosRequests(int count, int64_t memory_bytes, std::mt19937_64& rng,
+                      const std::function<void(v1::JobSpec*)>& command,
+                      DispatcherChaosOptions* options) {
+  for (int i = 0; i < count; ++i) {
+    v1::SubmitJobRequest& req = options->requests.emplace_back();
+    req.set_parent("tenants/demo");
+    req.set_client_request_id(
+        absl::StrCat(options->label, "-crash-", options->seed, "-", i));
+    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
+    spec->set_project("default");
+    spec->set_queue("default");
+    spec->set_workers(rng() % 6 == 0 ? 2 : 1);
+    spec->mutable_resources()->set_gpus(1);
+    spec->mutable_resources()->set_cpu_millis(1000);
+    spec->mutable_resources()->set_memory_bytes(memory_bytes);
+    spec->set_spot_policy(v1::SPOT_POLICY_ALLOWED);
+    command(spec);
+  }
+}
+
 void RunDispatcherChaos(ProcessStack* stack,
                         const DispatcherChaosServices& services,
                         const DispatcherChaosOptions& options,

@@ -26,9 +26,12 @@
 // attempt launched but unrecorded.
 //
 //   DispatcherChaos chaos;  // chaos.start: now
-//   ... the stack, the backend, options.requests (drawn from rng) ...
-//   ASSERT_NO_FATAL_FAILURE(RunDispatcherChaos(
-//       &stack_, {api, scheduler, dispatcher}, options, rng, &chaos));
+//   ... the backend ...
+//   ASSERT_NO_FATAL_FAILURE(SetUpDispatcherChaos(
+//       &stack_, cluster_file, {"--backend=..."}, &services, &options));
+//   AddChaosRequests(job_count, memory_bytes, rng, add_command, &options);
+//   ASSERT_NO_FATAL_FAILURE(
+//       RunDispatcherChaos(&stack_, services, options, rng, &chaos));
 #ifndef TRAINYARD_TESTS_INTEGRATION_DISPATCHER_CHAOS_H_
 #define TRAINYARD_TESTS_INTEGRATION_DISPATCHER_CHAOS_H_
 
@@ -108,6 +111,26 @@ struct DispatcherChaos {
   // ProcessStack::StateHistogram(histories).
   std::string histogram;
 };
+
+// Adds `trainyard api` and `trainyard scheduler --schedule_interval=200ms`
+// to the stack and starts them, applies the quick start's tenant
+// (deploy/local/demo-tenant.textproto) and `cluster_file`, sets
+// options->token to a member of tenant demo's; adds `trainyard dispatcher
+// --dispatch_interval=100ms` with `dispatcher_flags`, not started. Fatal
+// failures: ASSERT_NO_FATAL_FAILURE.
+void SetUpDispatcherChaos(ProcessStack* stack, const std::string& cluster_file,
+                          const std::vector<std::string>& dispatcher_flags,
+                          DispatcherChaosServices* services,
+                          DispatcherChaosOptions* options);
+
+// options->requests: `count` jobs of tenant demo's default project and
+// queue, client request ids "<label>-crash-<seed>-<i>", each 1 worker of 1
+// GPU (every sixth, drawn from `rng`, a 2-worker gang), 1 CPU,
+// `memory_bytes`, spot allowed, its command added by `command` (which may
+// draw from `rng` too).
+void AddChaosRequests(int count, int64_t memory_bytes, std::mt19937_64& rng,
+                      const std::function<void(v1::JobSpec*)>& command,
+                      DispatcherChaosOptions* options);
 
 // The chaos (header comment); fatal failures: ASSERT_NO_FATAL_FAILURE.
 void RunDispatcherChaos(ProcessStack* stack,

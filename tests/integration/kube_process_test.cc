@@ -391,45 +391,19 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
   // The quick start's server, its pods training 1.5 s.
   ASSERT_NO_FATAL_FAILURE(
       StartKube({"--run-seconds", "1.5", "--checkpoint-every", "0.5"}));
-  const std::string kubeconfig = kube_dir_ + "/kubeconfig";
-  TrainyardService* api = stack_.AddService(
-      "api", stack_.Argv({"api", "--grpc_listen=" + stack_.api_addr()}));
-  TrainyardService* scheduler = stack_.AddService(
-      "scheduler", stack_.Argv({"scheduler", "--schedule_interval=200ms"}));
-  TrainyardService* dispatcher = stack_.AddService(
-      "dispatcher",
-      stack_.Argv({"dispatcher", "--backend=kubernetes",
-                   "--kubeconfig=" + kubeconfig,
-                   "--kube_settings=" + kube_dir_ + "/settings.conf",
-                   "--dispatch_interval=100ms"}));
-  ASSERT_TRUE(api->Start().ok());
-  ASSERT_NO_FATAL_FAILURE(
-      stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", api));
-  ASSERT_NO_FATAL_FAILURE(stack_.Apply(
-      SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto", api));
-  options.token = stack_.Token("users/demo", "member", "demo");
-  ASSERT_FALSE(options.token.empty());
-  ASSERT_TRUE(scheduler->Start().ok());
+  DispatcherChaosServices services;
+  ASSERT_NO_FATAL_FAILURE(SetUpDispatcherChaos(
+      &stack_, SourceDir() + "/deploy/kubernetes/testserver/cluster.textproto",
+      {"--backend=kubernetes", "--kubeconfig=" + kube_dir_ + "/kubeconfig",
+       "--kube_settings=" + kube_dir_ + "/settings.conf"},
+      &services, &options));
 
   // 1 worker of 1 GPU (every sixth a 2-worker gang), on-demand or spot;
   // submitted in bursts of 1-4, so that the dispatcher keeps launching
   // while it is killed.
-  options.requests.resize(job_count);
-  for (int i = 0; i < job_count; ++i) {
-    v1::SubmitJobRequest& req = options.requests[i];
-    req.set_parent("tenants/demo");
-    req.set_client_request_id(
-        absl::StrCat("kube-crash-", options.seed, "-", i));
-    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
-    spec->set_project("default");
-    spec->set_queue("default");
-    spec->set_workers(rng() % 6 == 0 ? 2 : 1);
-    spec->mutable_resources()->set_gpus(1);
-    spec->mutable_resources()->set_cpu_millis(1000);
-    spec->mutable_resources()->set_memory_bytes(int64_t{1} << 30);
-    spec->set_spot_policy(v1::SPOT_POLICY_ALLOWED);
-    spec->add_command("train");
-  }
+  AddChaosRequests(
+      job_count, int64_t{1} << 30, rng,
+      [](v1::JobSpec* spec) { spec->add_command("train"); }, &options);
   options.max_burst = 4;
 
   // The chaos (dispatcher_chaos.h) for kChaos and at least kMinKills kills,
@@ -445,8 +419,8 @@ TEST_F(KubeProcessTest, KilledDispatcherLeavesOneKubernetesJobPerAttempt) {
   options.launched = "created on the server";
   options.unlaunched = "created";
   options.backend_jobs = [this] { return ServerJobs(); };
-  ASSERT_NO_FATAL_FAILURE(RunDispatcherChaos(
-      &stack_, {api, scheduler, dispatcher}, options, rng, &chaos));
+  ASSERT_NO_FATAL_FAILURE(
+      RunDispatcherChaos(&stack_, services, options, rng, &chaos));
 
   // --- One Job per attempt name, ever: the one PostgreSQL recorded ---
   const std::map<std::string, std::set<std::string>> uids = history_->JobUids();

@@ -255,45 +255,24 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
       << "\njob_name_prefix = " << prefix
       << "\nworking_dir = " << slurm_->work_dir() << "\n";
 
-  TrainyardService* api = stack_.AddService(
-      "api", stack_.Argv({"api", "--grpc_listen=" + stack_.api_addr()}));
-  TrainyardService* scheduler = stack_.AddService(
-      "scheduler", stack_.Argv({"scheduler", "--schedule_interval=200ms"}));
-  TrainyardService* dispatcher = stack_.AddService(
-      "dispatcher", stack_.Argv({"dispatcher", "--backend=slurm",
-                                 "--slurm_config=" + adapter_conf,
-                                 "--dispatch_interval=100ms"}));
-  ASSERT_TRUE(api->Start().ok());
   // The quick start's tenant, queue and Slurm cluster (docs/slurm.md).
-  ASSERT_NO_FATAL_FAILURE(
-      stack_.Apply(SourceDir() + "/deploy/local/demo-tenant.textproto", api));
-  ASSERT_NO_FATAL_FAILURE(
-      stack_.Apply(SourceDir() + "/deploy/slurm/cluster.textproto", api));
-  options.token = stack_.Token("users/demo", "member", "demo");
-  ASSERT_FALSE(options.token.empty());
-  ASSERT_TRUE(scheduler->Start().ok());
+  DispatcherChaosServices services;
+  ASSERT_NO_FATAL_FAILURE(SetUpDispatcherChaos(
+      &stack_, SourceDir() + "/deploy/slurm/cluster.textproto",
+      {"--backend=slurm", "--slurm_config=" + adapter_conf}, &services,
+      &options));
 
   // The jobs: 1 worker of 1 GPU (every sixth a 2-worker gang), 1 CPU,
   // 100 MiB, sleeping 0.5-2.5 s; on-demand or spot. Submitted in bursts of
   // 1-6, so that the dispatcher keeps submitting to Slurm while it is
   // killed.
-  options.requests.resize(job_count);
-  for (int i = 0; i < job_count; ++i) {
-    v1::SubmitJobRequest& req = options.requests[i];
-    req.set_parent("tenants/demo");
-    req.set_client_request_id(
-        absl::StrCat("slurm-crash-", options.seed, "-", i));
-    v1::JobSpec* spec = req.mutable_job()->mutable_spec();
-    spec->set_project("default");
-    spec->set_queue("default");
-    spec->set_workers(rng() % 6 == 0 ? 2 : 1);
-    spec->mutable_resources()->set_gpus(1);
-    spec->mutable_resources()->set_cpu_millis(1000);
-    spec->mutable_resources()->set_memory_bytes(int64_t{100} << 20);
-    spec->set_spot_policy(v1::SPOT_POLICY_ALLOWED);
-    spec->add_command("sleep");
-    spec->add_command(absl::StrCat(0.5 + (rng() % 5) * 0.5));
-  }
+  AddChaosRequests(
+      job_count, int64_t{100} << 20, rng,
+      [&rng](v1::JobSpec* spec) {
+        spec->add_command("sleep");
+        spec->add_command(absl::StrCat(0.5 + (rng() % 5) * 0.5));
+      },
+      &options);
   options.max_burst = 6;
 
   // The chaos (dispatcher_chaos.h) for kChaos, then every job ends within
@@ -333,8 +312,8 @@ TEST_F(SlurmProcessTest, KilledDispatcherLeavesOneSlurmJobPerAttempt) {
     for (const auto& [name, rows] : *slurm_jobs) names.insert(name);
     return names;
   };
-  ASSERT_NO_FATAL_FAILURE(RunDispatcherChaos(
-      &stack_, {api, scheduler, dispatcher}, options, rng, &chaos));
+  ASSERT_NO_FATAL_FAILURE(
+      RunDispatcherChaos(&stack_, services, options, rng, &chaos));
 
   // --- Slurm: one job per attempt name, the one PostgreSQL recorded ---
   std::optional<std::map<std::string, std::vector<SlurmJobRow>>> slurm_jobs =
