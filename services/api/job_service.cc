@@ -12,8 +12,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "services/api/events.h"
 #include "services/api/handler.h"
 #include "services/api/resource_util.h"
@@ -26,6 +24,7 @@
 #include "services/lib/domain/status_macros.h"
 #include "services/lib/domain/validation.h"
 #include "services/lib/runtime/crypto.h"
+#include "services/lib/runtime/proto_bytes.h"
 #include "trainyard/v1/job.grpc.pb.h"
 
 namespace trainyard::api {
@@ -43,14 +42,7 @@ std::string RequestHash(const Job& job) {
   content.set_display_name(job.display_name());
   *content.mutable_labels() = job.labels();
   *content.mutable_spec() = job.spec();
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream out(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&out);
-    coded.SetSerializationDeterministic(true);
-    content.SerializeToCodedStream(&coded);
-  }
-  return runtime::Sha256Hex(bytes);
+  return runtime::Sha256Hex(runtime::DeterministicBytes(content));
 }
 
 bool Matches(const trainyard::v1::JobEvent& e,

@@ -19,6 +19,7 @@
 #include "services/lib/domain/names.h"
 #include "services/lib/runtime/logging.h"
 #include "services/lib/runtime/metrics.h"
+#include "services/lib/runtime/proto_bytes.h"
 #include "storage/redis/redis_options.h"
 #include "storage/redis/wakeup_subscriber.h"
 
@@ -185,15 +186,10 @@ absl::Status Dispatcher::ReportInventory(
     std::vector<NodeInventory> gone;
     {
       absl::MutexLock l(&mu_);
-      for (const auto& [name, body] : reported_nodes_) {
-        if (listed.contains(name)) continue;
-        v1::Node last;
-        if (!last.ParseFromString(body) ||
-            last.state() == v1::NODE_STATE_DOWN) {
-          continue;
-        }
+      for (const auto& [name, last] : reported_nodes_) {
+        if (listed.contains(name) || last.failed) continue;
         gone.push_back({.name = name,
-                        .pool = last.pool(),
+                        .pool = last.pool,
                         .schedulable = false,
                         .failed = true,
                         .state_message = "no longer in the cluster"});
@@ -206,13 +202,16 @@ absl::Status Dispatcher::ReportInventory(
         .gpus = n.gpus,
         .cpu_millis = n.cpu_millis,
         .memory_bytes = n.memory_bytes};
-    v1::Node node = ToNodeProto(n, options_.cluster);
-    std::string body = node.SerializeAsString();
     {
       absl::MutexLock l(&mu_);
       auto it = reported_nodes_.find(n.name);
-      if (it != reported_nodes_.end() && it->second == body) continue;
+      if (it != reported_nodes_.end() && SameNodeRecord(it->second, n)) {
+        continue;
+      }
     }
+    v1::Node node = ToNodeProto(n, options_.cluster);
+    // Its labels are a map: bytes that are the same for the same node.
+    std::string body = runtime::DeterministicBytes(node);
     absl::StatusOr<pg::StoredObject> row = objects_->Upsert(
         pg::NodeKind(), {options_.cluster, n.name},
         {node.pool(), absl::StrCat(static_cast<int>(node.state()))}, body,
@@ -230,7 +229,7 @@ absl::Status Dispatcher::ReportInventory(
       continue;
     }
     absl::MutexLock l(&mu_);
-    reported_nodes_[n.name] = std::move(body);
+    reported_nodes_[n.name] = n;
     ++report.nodes_reported;
   }
   return absl::OkStatus();

@@ -189,8 +189,8 @@ class Dispatcher {
   std::unique_ptr<storage::redis::RedisClient> redis_;
 
   absl::Mutex mu_;
-  // Serialized node protos last written, by node id.
-  absl::flat_hash_map<std::string, std::string> reported_nodes_
+  // The nodes as last written, by node id (compared with SameNodeRecord).
+  absl::flat_hash_map<std::string, NodeInventory> reported_nodes_
       ABSL_GUARDED_BY(mu_);
   std::string last_inventory_error_ ABSL_GUARDED_BY(mu_);
   // Highest checkpoint step recorded per job.

@@ -167,6 +167,11 @@ class KubeDispatcherTest : public ::testing::Test {
     absl::StatusOr<dispatcher::PassReport> p = dispatcher_->RunPass();
     ASSERT_TRUE(p.ok()) << p.status();
     ASSERT_EQ(p->nodes_reported, 2);
+    // Unchanged nodes are not written again (their labels, a map, compare
+    // equal).
+    p = dispatcher_->RunPass();
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->nodes_reported, 0);
   }
 
   void TearDown() override {
@@ -808,13 +813,16 @@ TEST_F(KubeDispatcherTest,
   EXPECT_EQ(Requests("", 502, true), 1);
   EXPECT_EQ(Requests("", 504, true), 2);
   // After the restart the watches behind its resourceVersion were refused
-  // (410) and each of those informers listed again, once.
+  // (410) and each of those informers listed again. (A watch that falls
+  // behind the server's window of events, as a slow one may on a loaded
+  // machine, is told so by an ERROR event in its stream and lists again
+  // too: the log shows no 410 for that one, so at least as many lists.)
   int gone = 0;
   for (const char* path : kInformerPaths) {
     gone += Requests(absl::StrCat("GET ", path, "?"), 410, /*watches=*/true);
   }
   EXPECT_GE(gone, 1);
-  EXPECT_EQ(Relists(), gone);
+  EXPECT_GE(Relists(), gone);
   EXPECT_EQ(Requests("POST /apis/batch/v1/namespaces/trainyard/jobs?", 201),
             kJobs);
   std::map<std::string, int> pods_created = KubeEvents("SuccessfulCreate");

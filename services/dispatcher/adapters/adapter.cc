@@ -305,6 +305,15 @@ trainyard::v1::Node ToNodeProto(const NodeInventory& node,
   return out;
 }
 
+bool SameNodeRecord(const NodeInventory& a, const NodeInventory& b) {
+  auto record = [](const NodeInventory& n) {
+    return std::tie(n.name, n.pool, n.gpu_model, n.gpus, n.cpu_millis,
+                    n.memory_bytes, n.rack, n.block, n.labels, n.schedulable,
+                    n.failed, n.state_message);
+  };
+  return record(a) == record(b);
+}
+
 absl::StatusOr<LogChunk> Adapter::ReadLog(std::string_view name,
                                           int64_t /*offset*/,
                                           int64_t /*max_bytes*/) {

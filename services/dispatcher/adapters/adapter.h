@@ -284,6 +284,9 @@ struct NodeInventory {
 // READY) and state_message; report_time is left unset.
 trainyard::v1::Node ToNodeProto(const NodeInventory& node,
                                 std::string_view cluster);
+// Whether two inventories of a node give the same API record (ToNodeProto):
+// usage and flavor aside, which the record does not hold.
+bool SameNodeRecord(const NodeInventory& a, const NodeInventory& b);
 
 // --- The adapter ------------------------------------------------------------
 

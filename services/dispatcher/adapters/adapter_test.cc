@@ -1,8 +1,10 @@
 #include "services/dispatcher/adapters/adapter.h"
 
 #include <gmock/gmock.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -234,6 +236,46 @@ TEST(ToNodeProtoTest, MapsFieldsAndState) {
   proto = ToNodeProto(n, "sim-a");
   EXPECT_EQ(proto.state(), v1::NODE_STATE_DOWN);
   EXPECT_EQ(proto.state_message(), "reclaimed");
+}
+
+// SameNodeRecord against its reference: the API records themselves.
+TEST(ToNodeProtoTest, SameNodeRecordIsWhetherTheRecordsAreEqual) {
+  NodeInventory n;
+  n.name = "a-0003";
+  n.pool = "spot";
+  n.gpu_model = "H100";
+  n.gpus = 8;
+  n.labels = {{"zone", "z1"}, {"rack", "r2"}};
+  std::vector<std::function<void(NodeInventory&)>> changes = {
+      [](NodeInventory& m) { m.used_gpus = 4; },
+      [](NodeInventory& m) { m.used_cpu_millis = 1000; },
+      [](NodeInventory& m) { m.flavor = "spot-h100"; },
+      [](NodeInventory& m) { m.pool = "ondemand"; },
+      [](NodeInventory& m) { m.gpu_model = "A100"; },
+      [](NodeInventory& m) { m.gpus = 4; },
+      [](NodeInventory& m) { m.cpu_millis = 1; },
+      [](NodeInventory& m) { m.memory_bytes = 1; },
+      [](NodeInventory& m) { m.rack = "r9"; },
+      [](NodeInventory& m) { m.block = "b9"; },
+      [](NodeInventory& m) { m.labels["gpu"] = "h100"; },
+      [](NodeInventory& m) { m.labels["zone"] = "z2"; },
+      [](NodeInventory& m) { m.schedulable = false; },
+      [](NodeInventory& m) { m.failed = true; },
+      [](NodeInventory& m) { m.state_message = "NotReady"; },
+      [](NodeInventory& m) { m.name = "a-0004"; },
+  };
+  int same = 0;
+  for (size_t i = 0; i < changes.size(); ++i) {
+    NodeInventory m = n;
+    changes[i](m);
+    const bool records_equal =
+        google::protobuf::util::MessageDifferencer::Equals(ToNodeProto(n, "k"),
+                                                           ToNodeProto(m, "k"));
+    EXPECT_EQ(SameNodeRecord(n, m), records_equal) << "change " << i;
+    same += records_equal;
+  }
+  EXPECT_EQ(same, 3);  // usage and flavor are not in the record
+  EXPECT_TRUE(SameNodeRecord(n, n));
 }
 
 TEST(ClockTest, VirtualClockMovesOnlyWhenTold) {

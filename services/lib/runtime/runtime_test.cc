@@ -27,7 +27,9 @@
 #include "services/lib/runtime/logging.h"
 #include "services/lib/runtime/malloc_tuning.h"
 #include "services/lib/runtime/metrics.h"
+#include "services/lib/runtime/proto_bytes.h"
 #include "tests/support/http/raw_http.h"
+#include "trainyard/v1/cluster.pb.h"
 
 namespace trainyard::runtime {
 namespace {
@@ -655,4 +657,38 @@ TEST(MallocTuningTest, AddsTheHugePageTunableUnlessOneIsChosen) {
             std::nullopt);
 }
 
+}  // namespace trainyard::runtime
+
+namespace trainyard::runtime {
+namespace {
+
+// A node's labels are a map: equal nodes must give equal bytes, whatever
+// order their labels were set in (the dispatcher compares reported nodes by
+// their bytes), with the entries in key order.
+TEST(ProtoBytesTest, EqualMessagesHaveEqualBytesWithMapsInKeyOrder) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 60; ++i) keys.push_back(absl::StrCat("label-", 100 + i));
+  trainyard::v1::Node forward, backward;
+  for (const std::string& k : keys) (*forward.mutable_labels())[k] = "v-" + k;
+  for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+    (*backward.mutable_labels())[*it] = "v-" + *it;
+  }
+  forward.set_name("clusters/k/nodes/n1");
+  backward.set_name("clusters/k/nodes/n1");
+  const std::string a = DeterministicBytes(forward);
+  EXPECT_EQ(a, DeterministicBytes(backward));
+  trainyard::v1::Node parsed;
+  ASSERT_TRUE(parsed.ParseFromString(a));
+  EXPECT_EQ(parsed.labels_size(), 60);
+  // Each key appears after the one before it in sort order.
+  size_t last = 0;
+  for (const std::string& k : keys) {  // already sorted: label-100 ...
+    const size_t at = a.find("\x0a" + std::string(1, char(k.size())) + k);
+    ASSERT_NE(at, std::string::npos) << k;
+    EXPECT_GT(at, last) << k;
+    last = at;
+  }
+}
+
+}  // namespace
 }  // namespace trainyard::runtime

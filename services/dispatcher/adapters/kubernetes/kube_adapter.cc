@@ -84,7 +84,10 @@ absl::StatusOr<std::unique_ptr<KubernetesAdapter>> KubernetesAdapter::Create(
       [self](EventType type, const Json& pod) { self->OnPod(type, pod); });
   a->node_informer_ = std::make_unique<Informer>(
       a->client_.get(), "/api/v1/nodes", a->options_.informer,
-      [](EventType, const Json&) {});
+      [self](EventType, const Json&) {
+        absl::MutexLock l(&self->mu_);
+        ++self->inventory_changes_;
+      });
   for (Informer* i :
        {a->jobs_.get(), a->pods_.get(), a->node_informer_.get()}) {
     i->Start();
@@ -135,12 +138,14 @@ void KubernetesAdapter::OnPod(EventType type, const Json& pod) {
   if (auto it = bound_.find(key); it != bound_.end()) {
     AddRequests(node_used_[it->second.node], it->second.requests, -1);
     bound_.erase(it);
+    ++inventory_changes_;
   }
   const std::string node = StringAt(pod, {"spec", "nodeName"});
   if (type != EventType::kDeleted && !node.empty() && !Terminal(pod)) {
     BoundPod b{node, PodEffectiveRequests(pod, options_.settings.gpu_resource)};
     AddRequests(node_used_[node], b.requests, +1);
     bound_.emplace(key, std::move(b));
+    ++inventory_changes_;
   }
 }
 
@@ -168,7 +173,7 @@ absl::StatusOr<Json> KubernetesAdapter::FindJob(std::string_view name) {
 AttemptStatus KubernetesAdapter::StatusOf(const Json& job) {
   const std::string name = StringAt(job, {"metadata", "name"});
   std::vector<Json> pods;
-  std::vector<NodeInventory> nodes;
+  std::shared_ptr<const std::vector<NodeInventory>> nodes;
   {
     absl::MutexLock l(&mu_);
     if (auto it = attempt_pods_.find(name); it != attempt_pods_.end()) {
@@ -176,9 +181,10 @@ AttemptStatus KubernetesAdapter::StatusOf(const Json& job) {
     }
     nodes = nodes_;
   }
-  AttemptStatus s = AttemptFromObjects(job, pods, absl::Now(),
-                                       nodes.empty() ? nullptr : &nodes,
-                                       options_.settings.image_pull_patience);
+  AttemptStatus s = AttemptFromObjects(
+      job, pods, absl::Now(),
+      nodes == nullptr || nodes->empty() ? nullptr : nodes.get(),
+      options_.settings.image_pull_patience);
   ReadCheckpoints(name, job, s);
   absl::MutexLock l(&mu_);
   if (auto it = checkpoints_.find(name); it != checkpoints_.end()) {
@@ -307,10 +313,7 @@ absl::StatusOr<AttemptStatus> KubernetesAdapter::Status(std::string_view name) {
 
 absl::StatusOr<std::vector<AttemptStatus>> KubernetesAdapter::List() {
   // The node check of AttemptFromObjects uses the inventory of this pass.
-  if (absl::StatusOr<std::vector<NodeInventory>> nodes = Inventory();
-      !nodes.ok()) {
-    return nodes.status();
-  }
+  RefreshNodes();
   std::vector<AttemptStatus> out;
   for (const ObjectPtr& job : jobs_->Snapshot()) {
     const std::string name = StringAt(*job, {"metadata", "name"});
@@ -347,6 +350,20 @@ absl::Status KubernetesAdapter::Delete(std::string_view name) {
 }
 
 absl::StatusOr<std::vector<NodeInventory>> KubernetesAdapter::Inventory() {
+  RefreshNodes();
+  absl::MutexLock l(&mu_);
+  return *nodes_;
+}
+
+void KubernetesAdapter::RefreshNodes() {
+  uint64_t changes = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (nodes_ != nullptr && nodes_computed_at_ == inventory_changes_) return;
+    // Read before the snapshot: a change after this point is computed again
+    // next time.
+    changes = inventory_changes_;
+  }
   std::vector<NodeInventory> out;
   const std::vector<ObjectPtr> nodes = node_informer_->Snapshot();
   out.reserve(nodes.size());
@@ -367,8 +384,8 @@ absl::StatusOr<std::vector<NodeInventory>> KubernetesAdapter::Inventory() {
               return a.name < b.name;
             });
   absl::MutexLock l(&mu_);
-  nodes_ = out;
-  return out;
+  nodes_ = std::make_shared<const std::vector<NodeInventory>>(std::move(out));
+  nodes_computed_at_ = changes;
 }
 
 absl::StatusOr<LogChunk> KubernetesAdapter::ReadLog(std::string_view name,

@@ -93,6 +93,8 @@ class KubernetesAdapter final : public Adapter {
   absl::StatusOr<nlohmann::json> FindJob(std::string_view name);
   // The attempt's state from its Job, its pods and the checkpoints read.
   AttemptStatus StatusOf(const nlohmann::json& job);
+  // Computes nodes_ again if a node or a pod's node changed since.
+  void RefreshNodes();
   void ReadCheckpoints(std::string_view name, const nlohmann::json& job,
                        const AttemptStatus& status);
   // Informer handlers.
@@ -117,8 +119,13 @@ class KubernetesAdapter final : public Adapter {
   // Checkpoints found per attempt, oldest first.
   absl::flat_hash_map<std::string, std::vector<CheckpointInfo>> checkpoints_
       ABSL_GUARDED_BY(mu_);
-  // The inventory as last computed (for AttemptFromObjects' node check).
-  std::vector<NodeInventory> nodes_ ABSL_GUARDED_BY(mu_);
+  // The inventory as last computed (for AttemptFromObjects' node check), and
+  // what it was computed from: inventory_changes_ counts the node events and
+  // the changes of node_used_; Inventory() computes again only when it moved
+  // (an idle cluster of thousands of nodes costs a dispatch pass nothing).
+  std::shared_ptr<const std::vector<NodeInventory>> nodes_ ABSL_GUARDED_BY(mu_);
+  uint64_t inventory_changes_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t nodes_computed_at_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Last: stopped (in the destructor) before the state above goes.
   std::unique_ptr<Informer> jobs_;
