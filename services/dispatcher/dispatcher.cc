@@ -516,13 +516,15 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
     current.job = *claimed;
     Transitions("DISPATCHING").Increment();
   }
-  const LaunchRequest request = RequestOf(a);
+  // Launched with the pass's others (LaunchAtOnce), or now: the request
+  // (and its job token) is built only for a launch.
+  const std::string& name = a.attempt.backend_job_name();
   absl::StatusOr<AttemptStatus> launched = absl::UnknownError("not launched");
-  if (auto it = prelaunched_.find(request.name); it != prelaunched_.end()) {
+  if (auto it = prelaunched_.find(name); it != prelaunched_.end()) {
     launched = std::move(it->second);
     prelaunched_.erase(it);
   } else {
-    launched = adapter_->Launch(request);
+    launched = adapter_->Launch(RequestOf(a));
   }
   if (!launched.ok()) {
     if (absl::IsUnavailable(launched.status()) ||
@@ -533,7 +535,7 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
     // Refused for good (bad request) or for now (node full or gone): the job
     // fails, or goes back to its queue for another placement.
     const bool invalid = absl::IsInvalidArgument(launched.status());
-    AttemptStatus refused{.name = request.name,
+    AttemptStatus refused{.name = name,
                           .phase = AttemptPhase::kFailed,
                           .failure = FailureKind::kBackendError,
                           .message = std::string(launched.status().message()),
@@ -559,7 +561,7 @@ absl::Status Dispatcher::Launch(const pg::ClusterAttempt& a,
     // Fault injection (DispatcherOptions): a crash between "the backend
     // accepted the attempt" and "recorded", as kill -9 would leave it.
     Log(LogLevel::kWarning, "dispatcher: fault injection, killing self",
-        {{"attempt", request.name}, {"launches", fault_launches_}});
+        {{"attempt", name}, {"launches", fault_launches_}});
     raise(SIGKILL);
   }
   ++report.launched;
@@ -718,10 +720,16 @@ void Dispatcher::CopyLog(const pg::ClusterAttempt& a,
   if (!ended && status.phase != AttemptPhase::kRunning) return;
   const std::string& name = a.attempt.backend_job_name();
   // A running attempt's output is read every log_interval from when this
-  // dispatcher first saw it (so a short attempt is read once, at its end).
+  // dispatcher first saw it (so a short attempt is read once, at its end),
+  // and every pass while it is being stopped: what a worker says in its
+  // grace period (its last checkpoint) matters most, and a backend may
+  // forget a stopped worker's output as soon as it exits (Kubernetes
+  // deletes the pod).
   const absl::Time now = absl::Now();
   absl::Time& last = log_copied_.try_emplace(name, now).first->second;
-  if (!ended && now - last < options_.log_interval) return;
+  const bool stopping =
+      a.job.state() == v1::JOB_STATE_PREEMPTING || a.job.cancel_requested();
+  if (!ended && !stopping && now - last < options_.log_interval) return;
   last = now;
   pg::LogAppend append{.job_id = JobIdOf(a.job),
                        .attempt = a.attempt.index(),

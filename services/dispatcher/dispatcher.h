@@ -75,8 +75,9 @@ struct DispatcherOptions {
 
   // Attempts' output (Adapter::ReadLog), copied to PostgreSQL for the api's
   // GetLogs: the newest log_tail_bytes of each attempt are kept (0: no
-  // copying), a running attempt's new output at most every log_interval,
-  // and all of it once when the attempt ends.
+  // copying), a running attempt's new output at most every log_interval
+  // (every pass while it is being preempted or cancelled), and all of it
+  // once when the attempt ends.
   int64_t log_tail_bytes = 1 << 20;
   absl::Duration log_interval = absl::Seconds(5);
 

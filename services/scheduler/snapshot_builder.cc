@@ -84,6 +84,32 @@ bool HoldsResources(v1::JobState s) {
 
 }  // namespace
 
+policy::Backend BackendOf(v1::BackendKind kind) {
+  switch (kind) {
+    case v1::BACKEND_KIND_SIM:
+      return policy::Backend::kSim;
+    case v1::BACKEND_KIND_SLURM:
+      return policy::Backend::kSlurm;
+    case v1::BACKEND_KIND_KUBERNETES:
+      return policy::Backend::kKubernetes;
+    default:
+      return policy::Backend::kUnknown;
+  }
+}
+
+policy::BackendSet BackendsOf(v1::BackendPreference preference) {
+  switch (preference) {
+    case v1::BACKEND_PREFERENCE_SLURM:
+      return policy::BackendBit(policy::Backend::kSlurm);
+    case v1::BACKEND_PREFERENCE_KUBERNETES:
+      return policy::BackendBit(policy::Backend::kKubernetes);
+    case v1::BACKEND_PREFERENCE_SIM:
+      return policy::BackendBit(policy::Backend::kSim);
+    default:
+      return policy::kAnyBackend;
+  }
+}
+
 bool DispatcherGone(const v1::Cluster& cluster,
                     const DispatcherLiveness& liveness) {
   if (!cluster.has_heartbeat_time() || liveness.timeout <= absl::ZeroDuration())
@@ -211,6 +237,9 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
     policy::Node n{
         .name = std::move(name),
         .cluster = intern(clusters_, cluster_id),
+        .backend = cluster == state.clusters.end()
+                       ? policy::Backend::kUnknown
+                       : BackendOf(cluster->second.backend()),
         .flavor = flavor->second,
         .gpu_model = ModelId(gpu_model),
         .capacity = ShapeOf(node.capacity()),
@@ -448,6 +477,7 @@ JobEntry SnapshotMapper::MapJob(int64_t id, const JobView& view,
   p.priority_class = JobClass(job, true);
   p.submit_time = Micros(job.create_time());
   p.worker.gpu_model = ModelId(spec.resources().gpu_model());
+  p.worker.backends = BackendsOf(spec.backend());
   if (!spec.project().empty())
     p.budget = BudgetOf(job.tenant(), spec.project());
   if (capped_.contains({job.tenant(), ""}))

@@ -270,6 +270,12 @@ class SnapshotMapper {
                            const std::string& project, const std::string& user);
 };
 
+// The policy's backend of a cluster of `kind`.
+policy::Backend BackendOf(trainyard::v1::BackendKind kind);
+// The backends a job of `preference` may run on: the same nodes as
+// domain::BackendMatches() (the check at submit) allows.
+policy::BackendSet BackendsOf(trainyard::v1::BackendPreference preference);
+
 // Whether the cluster's dispatcher counts as gone at liveness.wall_now.
 bool DispatcherGone(const trainyard::v1::Cluster& cluster,
                     const DispatcherLiveness& liveness);

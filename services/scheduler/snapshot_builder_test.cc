@@ -6,6 +6,7 @@
 
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "services/lib/domain/capacity.h"
 #include "services/scheduler/policy/policy.h"
 #include "services/scheduler/policy/quota.h"
 #include "tests/support/scheduler/platform.h"
@@ -441,6 +442,41 @@ TEST(SnapshotBuilderTest, ClustersKeepTheirOwnTopology) {
   EXPECT_NE(s.nodes[0].block, s.nodes[1].block);
   EXPECT_NE(s.nodes[0].rack, s.nodes[1].rack);
   EXPECT_EQ(s.nodes[1].cluster, s.nodes[2].cluster);
+}
+
+// A node carries its cluster's backend and a job its backend preference, and
+// the policy's NodeMatches() allows exactly the nodes the api's check at
+// submit (domain::BackendMatches) counts, for every preference and kind.
+TEST(SnapshotBuilderTest, NodesCarryTheirBackendAndJobsTheirPreference) {
+  PlatformState st = Platform();
+  st.clusters["sim"].set_backend(v1::BACKEND_KIND_SIM);
+  st.clusters["k8s"].set_backend(v1::BACKEND_KIND_KUBERNETES);
+  st.pools[{"k8s", "main"}] = st.pools[{"sim", "main"}];
+  st.nodes[{"k8s", "k1"}] = MakeNode("main", 8, "b1", "r1");
+  st.jobs[1] = MakeJob(1, "default", v1::JOB_STATE_QUEUED, 1);
+  st.jobs[1].job.mutable_spec()->set_backend(v1::BACKEND_PREFERENCE_KUBERNETES);
+  policy::Snapshot s;
+  SnapshotIndex index;
+  BuildSnapshot(st, kNow, &s, &index);
+  ASSERT_EQ(index.node_names[0], "clusters/k8s/nodes/k1");
+  EXPECT_EQ(s.nodes[0].backend, policy::Backend::kKubernetes);
+  EXPECT_EQ(s.nodes[1].backend, policy::Backend::kSim);
+  ASSERT_EQ(s.pending.size(), 1u);
+  EXPECT_TRUE(policy::NodeMatches(s.nodes[0], s.pending[0].worker));
+  EXPECT_FALSE(policy::NodeMatches(s.nodes[1], s.pending[0].worker));
+
+  for (int p = v1::BackendPreference_MIN; p <= v1::BackendPreference_MAX; ++p) {
+    for (int k = v1::BackendKind_MIN; k <= v1::BackendKind_MAX; ++k) {
+      const auto preference = static_cast<v1::BackendPreference>(p);
+      const auto kind = static_cast<v1::BackendKind>(k);
+      const policy::Node node{.backend = BackendOf(kind)};
+      const policy::WorkerShape shape{.backends = BackendsOf(preference)};
+      EXPECT_EQ(policy::NodeMatches(node, shape),
+                domain::BackendMatches(preference, kind))
+          << v1::BackendPreference_Name(preference) << " on "
+          << v1::BackendKind_Name(kind);
+    }
+  }
 }
 
 TEST(SnapshotBuilderTest, UserErrorsWaitOutTheirRetryBackoff) {

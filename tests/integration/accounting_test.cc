@@ -445,13 +445,15 @@ TEST_F(AccountingTest, CostEventsAccrueAtMostEveryIntervalAndEndFinal) {
 
   // The attempt ends at 2 h and the job succeeds: the next pass meters it for
   // the last time, whatever the interval, and the cost is final: $8.40.
-  RecordAttempt(job, start, start + 2 * 3600'000, v1::FAILURE_CLASS_UNSPECIFIED);
+  RecordAttempt(job, start, start + 2 * 3600'000,
+                v1::FAILURE_CLASS_UNSPECIFIED);
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
                    txn.exec_params("UPDATE jobs SET state = $2 WHERE id = $1",
                                    job,
                                    static_cast<int>(v1::JOB_STATE_SUCCEEDED));
                    return absl::OkStatus();
-                 }).ok());
+                 })
+                  .ok());
   pass(start + 125 * 60'000);
   events = cost_events();
   ASSERT_EQ(events.size(), 3u);
@@ -500,7 +502,8 @@ TEST_F(AccountingTest, KilledMidPassAndTwoAtOnceTheLedgerHoldsEachLineOnce) {
       v1::SubmitJobRequest req =
           MinimalSubmit("acme", absl::StrCat("crash-", b * 1000 + i));
       req.set_parent("");
-      req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(1 + i % 4);
+      req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(1 +
+                                                                       i % 4);
       *batch.add_requests() = req;
     }
     v1::SubmitJobBatchResponse resp;
@@ -546,7 +549,8 @@ TEST_F(AccountingTest, KilledMidPassAndTwoAtOnceTheLedgerHoldsEachLineOnce) {
                            ends[k]);
                      }
                      return absl::OkStatus();
-                   }).ok());
+                   })
+                    .ok());
   }
   auto finals = [&] {
     int64_t n = -1;
@@ -636,7 +640,8 @@ TEST_F(AccountingTest, KilledMidPassAndTwoAtOnceTheLedgerHoldsEachLineOnce) {
                          r[2].as<int64_t>(), r[3].as<int64_t>()};
                    }
                    return absl::OkStatus();
-                 }).ok());
+                 })
+                  .ok());
   ASSERT_EQ(got.size(), expected.size());
   int wrong = 0;
   for (const auto& [key, cost] : expected) {
@@ -645,10 +650,10 @@ TEST_F(AccountingTest, KilledMidPassAndTwoAtOnceTheLedgerHoldsEachLineOnce) {
       if (++wrong <= 5) {
         ADD_FAILURE() << "job " << key.first << " resource " << key.second
                       << ": want one line of " << cost << ", got "
-                      << (it == got.end() ? std::string("none")
-                                          : absl::StrCat(it->second.first,
-                                                         " lines of ",
-                                                         it->second.second));
+                      << (it == got.end()
+                              ? std::string("none")
+                              : absl::StrCat(it->second.first, " lines of ",
+                                             it->second.second));
       }
     }
   }

@@ -195,18 +195,66 @@ absl::Status ApiHarness::SeedCluster(
     return s;
   }
   for (const auto& [pool, flavor] : pools) {
-    trainyard::v1::CreatePoolRequest req;
-    req.set_parent("clusters/" + id);
-    req.set_pool_id(pool);
-    req.mutable_pool()->set_flavor(flavor);
-    trainyard::v1::Pool out;
-    if (auto s = FromGrpc(c->CreatePool(Context(admin_token_).get(), req, &out),
-                          id + " pool");
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = CreatePool(id, pool, flavor); !s.ok()) return s;
   }
   return ReportSimNodes(trainyard::v1::NODE_STATE_DOWN);
+}
+
+absl::Status ApiHarness::CreateFlavor(const std::string& id,
+                                      trainyard::v1::FlavorKind kind,
+                                      int64_t gpu_hour_micros,
+                                      double reclaim_rate_per_hour) {
+  trainyard::v1::CreateFlavorRequest req;
+  req.set_flavor_id(id);
+  req.mutable_flavor()->set_kind(kind);
+  req.mutable_flavor()->set_gpu_model("H100");
+  req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
+  req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(gpu_hour_micros);
+  req.mutable_flavor()->set_reclaim_rate_per_hour(reclaim_rate_per_hour);
+  trainyard::v1::Flavor out;
+  return FromGrpc(
+      clusters()->CreateFlavor(Context(admin_token_).get(), req, &out),
+      id + " flavor");
+}
+
+absl::Status ApiHarness::CreatePool(const std::string& cluster,
+                                    const std::string& pool,
+                                    const std::string& flavor) {
+  trainyard::v1::CreatePoolRequest req;
+  req.set_parent("clusters/" + cluster);
+  req.set_pool_id(pool);
+  req.mutable_pool()->set_flavor(flavor);
+  trainyard::v1::Pool out;
+  return FromGrpc(
+      clusters()->CreatePool(Context(admin_token_).get(), req, &out),
+      cluster + " pool");
+}
+
+absl::Status ApiHarness::AddQueueQuota(const std::string& tenant,
+                                       const std::string& queue,
+                                       const std::string& flavor) {
+  auto q = queues();
+  trainyard::v1::GetQueueRequest get;
+  get.set_name(absl::StrCat("tenants/", tenant, "/queues/", queue));
+  trainyard::v1::Queue current;
+  if (auto s = FromGrpc(q->GetQueue(Context(admin_token_).get(), get, &current),
+                        "queue");
+      !s.ok()) {
+    return s;
+  }
+  if (current.quotas().empty()) {
+    return absl::FailedPreconditionError(get.name() + " has no quota to copy");
+  }
+  trainyard::v1::UpdateQueueRequest update;
+  update.mutable_queue()->set_name(current.name());
+  *update.mutable_queue()->mutable_quotas() = current.quotas();
+  trainyard::v1::FlavorQuotas* added = update.mutable_queue()->add_quotas();
+  *added = current.quotas(0);
+  added->set_flavor(flavor);
+  update.mutable_update_mask()->add_paths("quotas");
+  trainyard::v1::Queue updated;
+  return FromGrpc(q->UpdateQueue(Context(admin_token_).get(), update, &updated),
+                  "queue");
 }
 
 absl::Status ApiHarness::SeedTenant(const std::string& tenant) {

@@ -69,6 +69,20 @@ class ApiHarness {
   absl::Status SeedCluster(
       const std::string& id, trainyard::v1::BackendKind backend,
       const std::vector<std::pair<std::string, std::string>>& pools);
+  // Creates flavor `id` of `kind` for H100s at `gpu_hour_micros` USD per
+  // GPU-hour, with `reclaim_rate_per_hour` (spot).
+  absl::Status CreateFlavor(const std::string& id,
+                            trainyard::v1::FlavorKind kind,
+                            int64_t gpu_hour_micros,
+                            double reclaim_rate_per_hour = 0);
+  // Creates pool `pool` of cluster `cluster` offering `flavor`.
+  absl::Status CreatePool(const std::string& cluster, const std::string& pool,
+                          const std::string& flavor);
+  // Gives `tenant`'s queue `queue` quota on `flavor`: as much as on its first
+  // flavor.
+  absl::Status AddQueueQuota(const std::string& tenant,
+                             const std::string& queue,
+                             const std::string& flavor);
   // Creates priority classes "low" (10) and "high" (100), both preemptible,
   // and makes `tenant`'s default queue preempt lower priority within itself.
   absl::Status SeedPriorityPreemption(const std::string& tenant);

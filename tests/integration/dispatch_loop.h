@@ -1,11 +1,13 @@
 // The loop the dispatcher integration tests over a real backend share
-// (slurm_dispatcher_test, kube_dispatcher_test): the real scheduler and
-// dispatcher in the test process, driven round by round instead of by their
-// leader loops, so that a test can look at the state between rounds.
+// (slurm_dispatcher_test, kube_dispatcher_test, cross_backend_test): the
+// real scheduler and dispatchers in the test process, driven round by round
+// instead of by their leader loops, so that a test can look at the state
+// between rounds.
 #ifndef TRAINYARD_TESTS_INTEGRATION_DISPATCH_LOOP_H_
 #define TRAINYARD_TESTS_INTEGRATION_DISPATCH_LOOP_H_
 
 #include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
@@ -16,23 +18,34 @@
 
 namespace trainyard::testing {
 
-// Rounds of one scheduler cycle and one dispatcher pass (each expected to
-// succeed), `pause` apart, until `done` returns true after a round (true) or
-// `timeout` has passed (false).
+// Rounds of one scheduler cycle and one pass of each dispatcher (each
+// expected to succeed), `pause` apart, until `done` returns true after a
+// round (true) or `timeout` has passed (false).
 inline bool RunUntil(scheduler::SchedulerService& scheduler,
-                     dispatcher::Dispatcher& dispatcher,
+                     const std::vector<dispatcher::Dispatcher*>& dispatchers,
                      const std::function<bool()>& done, absl::Duration timeout,
                      absl::Duration pause) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     absl::StatusOr<scheduler::CycleReport> c = scheduler.RunCycle();
     EXPECT_TRUE(c.ok()) << c.status();
-    absl::StatusOr<dispatcher::PassReport> p = dispatcher.RunPass();
-    EXPECT_TRUE(p.ok()) << p.status();
+    for (dispatcher::Dispatcher* d : dispatchers) {
+      absl::StatusOr<dispatcher::PassReport> p = d->RunPass();
+      EXPECT_TRUE(p.ok()) << p.status();
+    }
     if (done()) return true;
     absl::SleepFor(pause);
   }
   return false;
+}
+
+// The same with one dispatcher.
+inline bool RunUntil(scheduler::SchedulerService& scheduler,
+                     dispatcher::Dispatcher& dispatcher,
+                     const std::function<bool()>& done, absl::Duration timeout,
+                     absl::Duration pause) {
+  return RunUntil(scheduler, std::vector<dispatcher::Dispatcher*>{&dispatcher},
+                  done, timeout, pause);
 }
 
 }  // namespace trainyard::testing

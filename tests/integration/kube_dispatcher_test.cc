@@ -37,6 +37,7 @@
 #include "tests/fixtures/subprocess.h"
 #include "tests/integration/api_test_harness.h"
 #include "tests/integration/dispatch_loop.h"
+#include "tests/support/kube/kube_support.h"
 
 namespace trainyard::testing {
 namespace {
@@ -132,22 +133,14 @@ class KubeDispatcherTest : public ::testing::Test {
         "kubernetes", v1::BACKEND_KIND_KUBERNETES, {{"ondemand", "gpu"}});
     ASSERT_TRUE(seeded.ok()) << seeded;
 
-    kube::KubernetesAdapterOptions o;
-    absl::StatusOr<kube::KubeConfig> config =
-        kube::LoadKubeconfig(kube_->kubeconfig_path());
-    ASSERT_TRUE(config.ok()) << config.status();
-    o.config = *config;
-    o.client.cluster = "kubernetes";
-    o.client.qps = 0;
-    o.settings.checkpoint_volume = {kube::CheckpointVolume::Kind::kHostPath,
-                                    ck_root_};
-    o.settings.checkpoint_mount_path = ck_root_;
-    o.settings.gpu_models = {{"NVIDIA-H100-80GB-HBM3", "H100"}};
+    absl::StatusOr<kube::KubernetesAdapterOptions> o =
+        TestAdapterOptions(*kube_, "kubernetes", ck_root_);
+    ASSERT_TRUE(o.ok()) << o.status();
     // Pool "spot" exists only in the spot test (AddSpotPool).
-    o.settings.pool_flavors = {{"ondemand", "gpu"}, {"spot", "spot"}};
-    o.settings.node_lost_after = kNodeLostAfter;
+    o->settings.pool_flavors = {{"ondemand", "gpu"}, {"spot", "spot"}};
+    o->settings.node_lost_after = kNodeLostAfter;
     absl::StatusOr<std::unique_ptr<kube::KubernetesAdapter>> a =
-        kube::KubernetesAdapter::Create(std::move(o));
+        kube::KubernetesAdapter::Create(*std::move(o));
     ASSERT_TRUE(a.ok()) << a.status();
     adapter_ = *std::move(a);
 
@@ -206,11 +199,8 @@ class KubeDispatcherTest : public ::testing::Test {
   }
 
   void Script(const Json& script) {
-    Json body = script;
-    body["namespace"] = "trainyard";
-    absl::StatusOr<std::string> r =
-        kube_->Admin("POST", "/scripts", body.dump());
-    ASSERT_TRUE(r.ok()) << r.status();
+    absl::Status added = AddPodScript(*kube_, script);
+    ASSERT_TRUE(added.ok()) << added;
   }
 
   // The job's events from the api's Watch (from the start of its history),
@@ -282,31 +272,15 @@ class KubeDispatcherTest : public ::testing::Test {
 
   // The log of attempt `name`'s worker 0 as the fake kubelet wrote it.
   std::string PodLog(const std::string& name) {
-    const Json pods = Pods(name);
-    if (pods.size() != 1) {
-      ADD_FAILURE() << name << " has " << pods.size() << " pods";
-      return "";
-    }
-    absl::StatusOr<LocalKube::Response> r = kube_->Request(
-        "GET",
-        absl::StrCat("/api/v1/namespaces/trainyard/pods/",
-                     pods[0]["metadata"]["name"].get<std::string>(), "/log"));
-    EXPECT_TRUE(r.ok() && r->code == 200) << r.status();
-    return r.ok() ? r->body : "";
+    absl::StatusOr<std::string> log = WorkerLog(*kube_, name);
+    EXPECT_TRUE(log.ok()) << log.status();
+    return log.ok() ? *log : "";
   }
 
   // The step of the last checkpoint a pod's log says it wrote (-1: none).
   static int64_t LastCheckpointInLog(const std::string& log) {
-    int64_t last = -1;
-    for (absl::string_view line : absl::StrSplit(log, '\n')) {
-      // "trainyard-fake: step N: checkpoint step-N written to PATH"
-      const size_t at = line.find(": checkpoint step-");
-      if (at == absl::string_view::npos) continue;
-      const absl::string_view rest = line.substr(at + 18);
-      int64_t step = 0;
-      if (absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &step)) last = step;
-    }
-    return last;
+    const std::vector<int64_t> steps = FakeCheckpointSteps(log);
+    return steps.empty() ? -1 : steps.back();
   }
 
   // Requests the server answered with `code` whose request line starts with
@@ -358,46 +332,13 @@ class KubeDispatcherTest : public ::testing::Test {
   // Flavor "spot" (FLAVOR_KIND_SPOT), pool "spot" of the cluster and quota
   // for it in acme's default queue.
   void AddSpotPool() {
-    const std::string admin = harness_->admin_token();
-    {
-      v1::CreateFlavorRequest req;
-      req.set_flavor_id("spot");
-      req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_SPOT);
-      req.mutable_flavor()->set_gpu_model("H100");
-      req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
-      req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(700000);
-      v1::Flavor out;
-      grpc::Status s = harness_->clusters()->CreateFlavor(
-          ApiHarness::Context(admin).get(), req, &out);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-    }
-    {
-      v1::CreatePoolRequest req;
-      req.set_parent("clusters/kubernetes");
-      req.set_pool_id("spot");
-      req.mutable_pool()->set_flavor("spot");
-      v1::Pool out;
-      grpc::Status s = harness_->clusters()->CreatePool(
-          ApiHarness::Context(admin).get(), req, &out);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-    }
-    v1::GetQueueRequest get;
-    get.set_name("tenants/acme/queues/default");
-    v1::Queue queue;
-    grpc::Status s = harness_->queues()->GetQueue(
-        ApiHarness::Context(admin).get(), get, &queue);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    v1::FlavorQuotas spot = queue.quotas(0);
-    spot.set_flavor("spot");
-    v1::UpdateQueueRequest update;
-    *update.mutable_queue()->mutable_quotas() = queue.quotas();
-    *update.mutable_queue()->add_quotas() = spot;
-    update.mutable_queue()->set_name(queue.name());
-    update.mutable_update_mask()->add_paths("quotas");
-    v1::Queue updated;
-    s = harness_->queues()->UpdateQueue(ApiHarness::Context(admin).get(),
-                                        update, &updated);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    absl::Status s =
+        harness_->CreateFlavor("spot", v1::FLAVOR_KIND_SPOT, 700000);
+    ASSERT_TRUE(s.ok()) << s;
+    s = harness_->CreatePool("kubernetes", "spot", "spot");
+    ASSERT_TRUE(s.ok()) << s;
+    s = harness_->AddQueueQuota("acme", "default", "spot");
+    ASSERT_TRUE(s.ok()) << s;
   }
 
   std::unique_ptr<LocalKube> kube_;

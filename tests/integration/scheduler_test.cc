@@ -227,10 +227,9 @@ TEST_F(SchedulerTest, AConfigurationChangeReachesTheNextCycle) {
 TEST_F(SchedulerTest, JobsCarryTheSchedulersCostEstimate) {
   std::unique_ptr<v1::AccountingService::Stub> accounting =
       v1::AccountingService::NewStub(harness_->channel());
-  for (auto [resource, micros] :
-       {std::pair{v1::RESOURCE_NAME_GPU, 3'000'000},
-        std::pair{v1::RESOURCE_NAME_CPU, 40'000},
-        std::pair{v1::RESOURCE_NAME_MEMORY, 5'000}}) {
+  for (auto [resource, micros] : {std::pair{v1::RESOURCE_NAME_GPU, 3'000'000},
+                                  std::pair{v1::RESOURCE_NAME_CPU, 40'000},
+                                  std::pair{v1::RESOURCE_NAME_MEMORY, 5'000}}) {
     v1::AddRateRequest req;
     req.mutable_rate()->set_flavor("gpu");
     req.mutable_rate()->set_resource(resource);
@@ -249,7 +248,8 @@ TEST_F(SchedulerTest, JobsCarryTheSchedulersCostEstimate) {
   v1::SubmitJobRequest req = MinimalSubmit("acme", "a");
   req.mutable_job()->mutable_spec()->set_workers(3);
   req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(8);
-  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(3 * 3600);
+  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(3 *
+                                                                       3600);
   req.mutable_job()->mutable_spec()->mutable_expected_runtime()->set_seconds(
       90 * 60);
   const int64_t a = harness_->SubmitJob(token_, req);
@@ -257,7 +257,8 @@ TEST_F(SchedulerTest, JobsCarryTheSchedulersCostEstimate) {
   req = MinimalSubmit("acme", "b");
   req.mutable_job()->mutable_spec()->set_workers(2);
   req.mutable_job()->mutable_spec()->mutable_resources()->set_gpus(8);
-  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(2 * 3600);
+  req.mutable_job()->mutable_spec()->mutable_time_limit()->set_seconds(2 *
+                                                                       3600);
   const int64_t b = harness_->SubmitJob(token_, req);
   EXPECT_FALSE(Get(b).cost().has_estimate());  // the scheduler has not seen it
 
@@ -271,7 +272,8 @@ TEST_F(SchedulerTest, JobsCarryTheSchedulersCostEstimate) {
   EXPECT_EQ(got_a.cost().estimate().micros(), 3 * kWorkerHour * 3 / 2);
   EXPECT_EQ(got_a.cost().estimate().currency_code(), "USD");
   ASSERT_EQ(got_a.attempts_size(), 1);
-  EXPECT_EQ(got_a.attempts(0).estimated_cost().micros(), 3 * kWorkerHour * 3 / 2);
+  EXPECT_EQ(got_a.attempts(0).estimated_cost().micros(),
+            3 * kWorkerHour * 3 / 2);
   EXPECT_NE(got_a.state_message().find("expected cost 109.080000 USD"),
             std::string::npos)
       << got_a.state_message();

@@ -28,6 +28,7 @@
 #include "tests/integration/api_test_harness.h"
 #include "tests/integration/dispatch_loop.h"
 #include "tests/support/slurm/slurm_suite.h"
+#include "tests/support/slurm/train_script.h"
 
 namespace trainyard::testing {
 namespace {
@@ -35,41 +36,6 @@ namespace {
 namespace v1 = ::trainyard::v1;
 using dispatcher::Dispatcher;
 using dispatcher::slurm::SlurmAdapter;
-
-// A training job: steps 1..TOTAL of one second each, appended to
-// $TRAINYARD_CHECKPOINT_DIR/out as "<step> <attempt>"; what it says about its
-// start, checkpoints and end goes to its stdout and to log; a checkpoint every
-// EVERY steps and when signalled (USR1), then exits; resumes from the step
-// stored in $TRAINYARD_RESUME_FROM. Worker 0 trains; the others idle.
-constexpr char kTrainScript[] = R"sh(
-dir="$TRAINYARD_CHECKPOINT_DIR"
-done="$dir/done-$TRAINYARD_ATTEMPT"
-if [ "$TRAINYARD_WORKER_INDEX" != 0 ]; then
-  trap 'exit 0' USR1 TERM
-  while [ ! -e "$done" ]; do sleep 0.2; done
-  exit 0
-fi
-step=0
-if [ -n "$TRAINYARD_RESUME_FROM" ]; then step=$(cat "$TRAINYARD_RESUME_FROM"); fi
-echo "attempt $TRAINYARD_ATTEMPT starts after step $step" | tee -a "$dir/log"
-checkpoint() {
-  echo "$step" > "$dir/step-$step"
-  echo "{\"step\": $step, \"uri\": \"step-$step\", \"time\": $(date +%s)}" > "$dir/manifest.tmp"
-  mv "$dir/manifest.tmp" "$dir/trainyard-checkpoint.json"
-  echo "checkpoint $step attempt $TRAINYARD_ATTEMPT" | tee -a "$dir/log"
-}
-stop=0
-trap 'stop=1' USR1 TERM
-while [ "$step" -lt "$TOTAL" ]; do
-  if [ "$stop" = 1 ]; then checkpoint; touch "$done"; exit 0; fi
-  sleep 1
-  step=$((step + 1))
-  echo "$step $TRAINYARD_ATTEMPT" >> "$dir/out"
-  if [ $((step % EVERY)) = 0 ]; then checkpoint; fi
-done
-echo "finished" | tee -a "$dir/log"
-touch "$done"
-)sh";
 
 // Parses a training script's output, one "<step> <attempt>" line per step
 // done, into the attempts that did each step.
@@ -154,20 +120,9 @@ class SlurmDispatcherTest : public SlurmSuite {
   // on-demand H100 flavor) and pool "spot" of flavor "spot"; the harness's
   // sim cluster is reported down so that work goes to Slurm.
   void DefineSlurmCluster() {
-    auto c = harness_->clusters();
-    const std::string admin = harness_->admin_token();
-    {
-      v1::CreateFlavorRequest req;
-      req.set_flavor_id("spot");
-      req.mutable_flavor()->set_kind(v1::FLAVOR_KIND_SPOT);
-      req.mutable_flavor()->set_gpu_model("H100");
-      req.mutable_flavor()->mutable_gpu_hour_price()->set_currency_code("USD");
-      req.mutable_flavor()->mutable_gpu_hour_price()->set_micros(700000);
-      v1::Flavor out;
-      grpc::Status s =
-          c->CreateFlavor(ApiHarness::Context(admin).get(), req, &out);
-      ASSERT_TRUE(s.ok()) << s.error_message();
-    }
+    absl::Status spot =
+        harness_->CreateFlavor("spot", v1::FLAVOR_KIND_SPOT, 700000);
+    ASSERT_TRUE(spot.ok()) << spot;
     absl::Status slurm =
         harness_->SeedCluster("slurm", v1::BACKEND_KIND_SLURM,
                               {{"ondemand", "gpu"}, {"spot", "spot"}});

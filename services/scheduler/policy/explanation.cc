@@ -247,6 +247,17 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
       }
     }
   }
+  // Why it looks at some clusters only.
+  if (job.worker.backends != kAnyBackend && !details.empty()) {
+    text << "; counting";
+    const char* sep = " ";
+    for (Backend b : {Backend::kSim, Backend::kSlurm, Backend::kKubernetes}) {
+      if ((job.worker.backends & BackendBit(b)) == 0) continue;
+      text << sep << BackendName(b);
+      sep = " or ";
+    }
+    text << " nodes only (the job's backend)";
+  }
   // Why it waits for spot capacity alone.
   if (job.spot_policy == SpotPolicy::kRequiredByBudget && !details.empty()) {
     text << "; spot flavors only: a budget of the job's tenant or project is "

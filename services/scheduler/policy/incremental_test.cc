@@ -79,10 +79,29 @@ void RandomCpuAndMemoryPrices(Flavor& f, std::mt19937_64& rng) {
   f.price_micros_per_gib_hour = Uniform(rng, 0, 4) * 33333;
 }
 
-// A job of MakeSyntheticJob() that may spend a budget of its own.
+// Where the nodes run on two backends (Slurm and Kubernetes), some jobs may
+// run on one of them only.
+void GiveRandomBackends(const Snapshot& s, PendingJob& job,
+                        std::mt19937_64& rng) {
+  if (s.nodes.empty() || s.nodes[0].backend == Backend::kUnknown) return;
+  switch (Uniform(rng, 0, 3)) {
+    case 0:
+      job.worker.backends = BackendBit(Backend::kSlurm);
+      break;
+    case 1:
+      job.worker.backends = BackendBit(Backend::kKubernetes);
+      break;
+    default:
+      job.worker.backends = kAnyBackend;
+  }
+}
+
+// A job of MakeSyntheticJob() that may spend a budget of its own and may be
+// bound to a backend.
 PendingJob RandomJob(const Snapshot& s, JobId id, std::mt19937_64& rng) {
   PendingJob job = MakeSyntheticJob(s, id, rng);
   if (Uniform(rng, 0, 1) == 0) GiveRandomBudget(s, job, rng);
+  GiveRandomBackends(s, job, rng);
   return job;
 }
 
@@ -108,9 +127,16 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
       node.block = node.block + 1;
     }
   }
-  // Some have two clusters (by block, so racks and blocks stay inside one).
+  // Some have two clusters (by block, so racks and blocks stay inside one),
+  // of which some run different backends.
   if (Uniform(rng, 0, 2) == 0) {
     for (Node& node : s.nodes) node.cluster = node.block % 2;
+    if (Uniform(rng, 0, 1) == 0) {
+      for (Node& node : s.nodes) {
+        node.backend =
+            node.cluster == 0 ? Backend::kSlurm : Backend::kKubernetes;
+      }
+    }
   }
   for (Node& node : s.nodes) {
     if (Uniform(rng, 0, 9) == 0) {
@@ -187,6 +213,7 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
     if (Uniform(rng, 0, 19) == 0) {
       job.worker = {.gpus = 0, .cpu_millis = 500, .memory_bytes = 1 << 30};
     }
+    GiveRandomBackends(s, job, rng);
   }
   // Some flavors have a restart overhead of their own, and some price CPU
   // and memory too.
@@ -223,6 +250,7 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   int backfilled = 0;
   int held = 0;
   int capped = 0;  // held by a user's hourly spend cap first
+  int bound = 0;   // admitted jobs bound to one backend
   // Kept across cycles of different snapshots, so that Cycle(Decisions&)
   // writes over more and over fewer entries than it needs.
   Decisions reused;
@@ -245,6 +273,20 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
       preempted += static_cast<int>(got.preemptions.size());
       reserved += static_cast<int>(got.reservations.size());
       for (const Admission& a : got.admissions) backfilled += a.backfill;
+      // A job bound to a backend runs on that backend's nodes only.
+      for (const Admission& a : got.admissions) {
+        const Snapshot& now = scheduler.snapshot();
+        const auto job =
+            std::find_if(now.pending.begin(), now.pending.end(),
+                         [&](const PendingJob& j) { return j.id == a.job; });
+        ASSERT_NE(job, now.pending.end());
+        if (job->worker.backends == kAnyBackend) continue;
+        ++bound;
+        for (NodeId n : a.worker_nodes) {
+          ASSERT_NE(job->worker.backends & BackendBit(now.nodes[n].backend), 0)
+              << "job " << a.job << " on node " << n;
+        }
+      }
       for (const PendingDecision& p : got.pending) {
         held += p.reason == PendingReason::kBudgetHold;
         capped += p.message.str().starts_with("BUDGET_HOLD: user ");
@@ -281,10 +323,11 @@ TEST(SchedulerTest, SameDecisionsAsDecideOnRandomSnapshots) {
   EXPECT_GT(backfilled, 20);
   EXPECT_GT(held, 20);
   EXPECT_GT(capped, 20);
+  EXPECT_GT(bound, 100);
   std::printf(
       "admitted %d, preempted %d, reserved %d, backfilled %d, budget holds "
-      "%d (by hourly caps %d)\n",
-      admitted, preempted, reserved, backfilled, held, capped);
+      "%d (by hourly caps %d), bound to a backend %d\n",
+      admitted, preempted, reserved, backfilled, held, capped, bound);
 }
 
 // Every mutation the scheduler service applies between cycles — running

@@ -60,6 +60,7 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
       job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
       job.worker.cpu_millis,
       job.worker.memory_bytes,
+      job.worker.backends,
       job.required_topology,
       list,
       budget ? job.expected_runtime_micros : 0,
@@ -85,7 +86,7 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
     const WorkerKey shape = {
         job.worker.gpus,
         job.worker.gpus > 0 ? job.worker.gpu_model : kAnyGpuModel,
-        job.worker.cpu_millis, job.worker.memory_bytes};
+        job.worker.cpu_millis, job.worker.memory_bytes, job.worker.backends};
     info_.push_back({.flavors = list,
                      .shape = shape_ids_
                                   .try_emplace(shape, static_cast<int32_t>(

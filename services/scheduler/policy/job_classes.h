@@ -66,8 +66,8 @@ class ClassTable {
  private:
   using Key =
       std::tuple<QueueId, BudgetId, BudgetId, BudgetId, int32_t, int64_t,
-                 GpuModelId, int64_t, int64_t, TopologyLevel, int32_t, int64_t,
-                 int64_t, bool, int64_t, int64_t, TimeMicros>;
+                 GpuModelId, int64_t, int64_t, BackendSet, TopologyLevel,
+                 int32_t, int64_t, int64_t, bool, int64_t, int64_t, TimeMicros>;
   absl::flat_hash_map<Key, int32_t> ids_;
   using PricingKey = std::tuple<QueueId, SpotPolicy, int64_t, int64_t, int64_t,
                                 int64_t, int64_t, bool, int64_t>;
@@ -82,8 +82,9 @@ class ClassTable {
   };
   std::vector<Info> info_;
   std::vector<PendingJob> representatives_;
-  // GPUs, GPU model (kAnyGpuModel without GPUs), CPU, memory.
-  using WorkerKey = std::tuple<int64_t, GpuModelId, int64_t, int64_t>;
+  // GPUs, GPU model (kAnyGpuModel without GPUs), CPU, memory, backends.
+  using WorkerKey =
+      std::tuple<int64_t, GpuModelId, int64_t, int64_t, BackendSet>;
   absl::flat_hash_map<WorkerKey, int32_t> shape_ids_;
   absl::flat_hash_set<std::pair<BudgetId, QueueId>> job_budget_pairs_;
   std::vector<std::pair<BudgetId, QueueId>> job_budget_queues_;

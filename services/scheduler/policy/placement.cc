@@ -112,10 +112,7 @@ PlacementResult PlaceGang(
   for (NodeId id : nodes_of_flavor[flavor]) {
     const Node& node = s.nodes[id];
     if (!node.schedulable) continue;
-    if (job.worker.gpus > 0 && job.worker.gpu_model != kAnyGpuModel &&
-        node.gpu_model != job.worker.gpu_model) {
-      continue;
-    }
+    if (!NodeMatches(node, job.worker)) continue;
     const int64_t k = WorkersThatFit(free[id], job.worker, need);
     if (k > 0) cands.push_back({id, k, free[id].gpus});
   }

@@ -23,10 +23,7 @@ ShapeIndex::ShapeIndex(const Snapshot& s, const std::vector<Resources>& free,
   for (NodeId id : nodes) {
     const Node& node = s.nodes[id];
     if (!node.schedulable) continue;
-    if (shape.gpus > 0 && shape.gpu_model != kAnyGpuModel &&
-        node.gpu_model != shape.gpu_model) {
-      continue;
-    }
+    if (!NodeMatches(node, shape)) continue;
     if (node.rack == kNoLabel || node.block == kNoLabel) {
       usable_ = false;
       return;
@@ -245,6 +242,7 @@ bool PlacementIndexes::SameNodes(const Snapshot& s) {
   for (size_t n = 0; n < s.nodes.size(); ++n) {
     const Node& node = s.nodes[n];
     const NodeStatic now{.cluster = node.cluster,
+                         .backend = node.backend,
                          .flavor = node.flavor,
                          .gpu_model = node.gpu_model,
                          .schedulable = node.schedulable,

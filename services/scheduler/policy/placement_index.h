@@ -210,10 +210,15 @@ class PlacementIndexes {
 
   // Worker shape as placement sees it (the GPU model only matters with
   // GPUs).
-  using ShapeKey = std::tuple<FlavorId, int64_t, GpuModelId, int64_t, int64_t>;
+  using ShapeKey =
+      std::tuple<FlavorId, int64_t, GpuModelId, int64_t, int64_t, BackendSet>;
   static ShapeKey KeyOfShape(FlavorId f, const WorkerShape& w) {
-    return {f, w.gpus, w.gpus > 0 ? w.gpu_model : kAnyGpuModel, w.cpu_millis,
-            w.memory_bytes};
+    return {f,
+            w.gpus,
+            w.gpus > 0 ? w.gpu_model : kAnyGpuModel,
+            w.cpu_millis,
+            w.memory_bytes,
+            w.backends};
   }
 
   absl::flat_hash_map<ShapeKey, std::unique_ptr<ShapeIndex>> indexes_;
@@ -229,6 +234,7 @@ class PlacementIndexes {
   // What placement indexes read of each node, but its use (SameNodes()).
   struct NodeStatic {
     int32_t cluster = 0;
+    Backend backend = Backend::kUnknown;
     FlavorId flavor = -1;
     GpuModelId gpu_model = kAnyGpuModel;
     bool schedulable = false;

@@ -300,8 +300,7 @@ std::optional<PreemptionPlan> PlanPreemption(const Snapshot& s,
   auto eligible = [&](NodeId n) {
     const Node& node = s.nodes[n];
     return node.flavor == f && node.schedulable &&
-           (job.worker.gpus <= 0 || job.worker.gpu_model == kAnyGpuModel ||
-            node.gpu_model == job.worker.gpu_model);
+           NodeMatches(node, job.worker);
   };
   auto workers_on = [&](NodeId n) {
     return eligible(n) ? WorkersThatFit(free[n], job.worker, job.workers) : 0;

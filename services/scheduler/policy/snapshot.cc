@@ -11,6 +11,20 @@
 
 namespace trainyard::scheduler::policy {
 
+const char* BackendName(Backend b) {
+  switch (b) {
+    case Backend::kUnknown:
+      return "unknown";
+    case Backend::kSim:
+      return "sim";
+    case Backend::kSlurm:
+      return "slurm";
+    case Backend::kKubernetes:
+      return "kubernetes";
+  }
+  return "?";
+}
+
 const char* SpotPolicyName(SpotPolicy p) {
   switch (p) {
     case SpotPolicy::kNever:
@@ -126,6 +140,9 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
     }
     if (!NonNegative(n.capacity) || !NonNegative(n.used)) {
       return Invalid(absl::StrCat("nodes[", i, "]: negative resources"));
+    }
+    if (n.backend > Backend::kKubernetes) {
+      return Invalid(absl::StrCat("nodes[", i, "].backend: out of range"));
     }
   }
   for (size_t i = 0; i < s.cohorts.size(); ++i) {

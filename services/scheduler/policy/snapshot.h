@@ -35,6 +35,21 @@ using TimeMicros = int64_t;
 using TopologyLabel = int32_t;
 inline constexpr TopologyLabel kNoLabel = -1;
 
+// The engine that runs a node's cluster (its dispatcher's backend). A job may
+// ask for some of them (WorkerShape::backends): one queue spans clusters of
+// every backend, and a job that must run on Slurm, say, is placed on Slurm
+// nodes only.
+enum class Backend : uint8_t { kUnknown = 0, kSim, kSlurm, kKubernetes };
+// A set of backends, bit (1 << Backend) each; kAnyBackend = every node, of
+// whatever backend, unknown included.
+using BackendSet = uint8_t;
+inline constexpr BackendSet kAnyBackend = 0;
+inline constexpr BackendSet BackendBit(Backend b) {
+  return static_cast<BackendSet>(1u << static_cast<unsigned>(b));
+}
+// "unknown", "sim", "slurm", "kubernetes" (for explanations).
+const char* BackendName(Backend b);
+
 enum class Resource : int { kGpu = 0, kCpu = 1, kMemory = 2 };
 inline constexpr int kNumResources = 3;
 inline constexpr std::array<Resource, kNumResources> kAllResources = {
@@ -102,6 +117,8 @@ struct Flavor {
 struct Node {
   std::string name;
   int32_t cluster = 0;
+  // Its cluster's backend.
+  Backend backend = Backend::kUnknown;
   int32_t pool = 0;
   FlavorId flavor = 0;
   GpuModelId gpu_model = kAnyGpuModel;
@@ -278,13 +295,31 @@ struct RunningAttempt {
   Resources worker_resources;
 };
 
+// What one worker needs of a node: its resources, and which nodes may hold
+// it at all (a GPU model, backends).
 struct WorkerShape {
   int64_t gpus = 0;
   GpuModelId gpu_model = kAnyGpuModel;  // Only checked when gpus > 0.
+  // The backends whose nodes may hold it (the job's backend preference);
+  // kAnyBackend = every node. (Beside gpu_model: it takes no room.)
+  BackendSet backends = kAnyBackend;
   int64_t cpu_millis = 0;
   int64_t memory_bytes = 0;
   Resources AsResources() const { return {gpus, cpu_millis, memory_bytes}; }
 };
+
+// Whether `node` is of the kind a worker of `shape` may run on: its GPU model
+// (when the worker has GPUs and names one) and its backend. The one rule
+// placement, its indexes and preemption share; schedulability and free
+// resources are checked apart.
+inline bool NodeMatches(const Node& node, const WorkerShape& shape) {
+  if (shape.gpus > 0 && shape.gpu_model != kAnyGpuModel &&
+      node.gpu_model != shape.gpu_model) {
+    return false;
+  }
+  return shape.backends == kAnyBackend ||
+         (shape.backends & BackendBit(node.backend)) != 0;
+}
 
 enum class TopologyLevel { kNone, kBlock, kRack };
 // kRequiredByBudget: spot only, as kRequired, because a budget of the job's

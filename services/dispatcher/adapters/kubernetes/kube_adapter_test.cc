@@ -20,13 +20,17 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/fixtures/local_kube.h"
+#include "tests/support/kube/kube_support.h"
 
 namespace trainyard::dispatcher::kubernetes {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::trainyard::testing::AddPodScript;
+using ::trainyard::testing::kTestGpuProduct;
 using ::trainyard::testing::LocalKube;
+using ::trainyard::testing::TestAdapterOptions;
 using Json = nlohmann::json;
 
 class KubeAdapterTest : public ::testing::Test {
@@ -45,33 +49,24 @@ class KubeAdapterTest : public ::testing::Test {
     Json body = {{"count", count},
                  {"start", start},
                  {"gpus", 8},
-                 {"gpu_product", "NVIDIA-H100-80GB-HBM3"}};
+                 {"gpu_product", kTestGpuProduct}};
     if (spot) body["spot"] = true;
     absl::StatusOr<std::string> r = kube_->Admin("POST", "/nodes", body.dump());
     ASSERT_TRUE(r.ok()) << r.status();
   }
   void Script(const Json& script) {
-    Json body = script;
-    body["namespace"] = "trainyard";
-    absl::StatusOr<std::string> r =
-        kube_->Admin("POST", "/scripts", body.dump());
-    ASSERT_TRUE(r.ok()) << r.status();
+    absl::Status added = AddPodScript(*kube_, script);
+    ASSERT_TRUE(added.ok()) << added;
   }
 
   std::unique_ptr<KubernetesAdapter> Adapter(
       absl::Duration image_pull_patience = absl::Minutes(5)) {
-    KubernetesAdapterOptions o;
+    absl::StatusOr<KubernetesAdapterOptions> options =
+        TestAdapterOptions(*kube_, "local", ck_root_);
+    EXPECT_TRUE(options.ok()) << options.status();
+    if (!options.ok()) return nullptr;
+    KubernetesAdapterOptions& o = *options;
     o.settings.image_pull_patience = image_pull_patience;
-    absl::StatusOr<KubeConfig> config =
-        LoadKubeconfig(kube_->kubeconfig_path());
-    EXPECT_TRUE(config.ok()) << config.status();
-    o.config = *config;
-    o.client.cluster = "local";
-    o.client.qps = 0;  // no limit
-    o.settings.checkpoint_volume = {CheckpointVolume::Kind::kHostPath,
-                                    ck_root_};
-    o.settings.checkpoint_mount_path = ck_root_;
-    o.settings.gpu_models = {{"NVIDIA-H100-80GB-HBM3", "H100"}};
     FlavorPlacement spot;
     spot.flavor = "spot-h100";
     spot.spot = SpotPreset::kKarpenter;
