@@ -135,21 +135,16 @@ class CrossBackendTest : public SlurmSuite {
     ASSERT_TRUE(ka.ok()) << ka.status();
     kube_adapter_ = *std::move(ka);
 
-    scheduler::SchedulerOptions so;
-    so.postgres_url = harness_->database_url();
-    so.redis_addr = "";
     absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
-        scheduler::SchedulerService::Create(so);
+        TestScheduler(harness_->database_url());
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = std::move(*s);
-    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(
-        {.postgres_url = harness_->database_url(), .cluster = "slurm"},
-        slurm_adapter_.get());
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d =
+        TestDispatcher(harness_->database_url(), "slurm", slurm_adapter_.get());
     ASSERT_TRUE(d.ok()) << d.status();
     slurm_dispatcher_ = std::move(*d);
-    d = Dispatcher::Create(
-        {.postgres_url = harness_->database_url(), .cluster = "kubernetes"},
-        kube_adapter_.get());
+    d = TestDispatcher(harness_->database_url(), "kubernetes",
+                       kube_adapter_.get());
     ASSERT_TRUE(d.ok()) << d.status();
     kube_dispatcher_ = std::move(*d);
   }
@@ -244,6 +239,41 @@ class CrossBackendTest : public SlurmSuite {
         *scheduler_, {slurm_dispatcher_.get(), kube_dispatcher_.get()}, done,
         timeout, absl::Milliseconds(300));
   }
+  // Rounds until job `id` runs with a checkpoint recorded as its resume
+  // point; the failure shows the job and its log in the shared directory.
+  ::testing::AssertionResult RunsWithACheckpoint(int64_t id,
+                                                 absl::Duration timeout) {
+    if (RunUntil(
+            [&] {
+              const v1::Job j = Get(id);
+              return j.state() == v1::JOB_STATE_RUNNING &&
+                     !j.resume_from().empty();
+            },
+            timeout)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << Get(id).DebugString()
+           << internal::ReadFileOrEmpty(Dir(id) + "/log");
+  }
+
+  // Rounds until every job of `ids` has SUCCEEDED.
+  ::testing::AssertionResult AllSucceed(const std::vector<int64_t>& ids,
+                                        absl::Duration timeout) {
+    auto done = [&] {
+      for (int64_t id : ids) {
+        if (Get(id).state() != v1::JOB_STATE_SUCCEEDED) return false;
+      }
+      return true;
+    };
+    if (RunUntil(done, timeout)) return ::testing::AssertionSuccess();
+    ::testing::AssertionResult failure = ::testing::AssertionFailure();
+    for (int64_t id : ids) {
+      failure << Get(id).DebugString()
+              << internal::ReadFileOrEmpty(Dir(id) + "/log");
+    }
+    return failure;
+  }
 
   // Attempt `attempt`'s output as the api serves it (GetLogs), complete.
   std::string AttemptLog(int64_t id, int attempt) {
@@ -312,16 +342,7 @@ TEST_F(CrossBackendTest, CheaperBackendFirstThenSpillAndABoundJobWaitsForIts) {
             "nodes hold 0 of 1 workers (flavor k8s-gpu); counting slurm nodes "
             "only (the job's backend)");
 
-  ASSERT_TRUE(RunUntil(
-      [&] {
-        for (int64_t id : {first, on_slurm, spills}) {
-          if (Get(id).state() != v1::JOB_STATE_SUCCEEDED) return false;
-        }
-        return true;
-      },
-      absl::Seconds(90)))
-      << Get(first).DebugString() << Get(on_slurm).DebugString()
-      << Get(spills).DebugString();
+  ASSERT_TRUE(AllSucceed({first, on_slurm, spills}, absl::Seconds(90)));
   const v1::Job j1 = Get(first), j2 = Get(on_slurm), j3 = Get(spills);
   for (const v1::Job* j : {&j1, &j2, &j3}) {
     ASSERT_EQ(j->attempts_size(), 1) << j->DebugString();
@@ -356,14 +377,7 @@ TEST_F(CrossBackendTest,
   low.mutable_job()->mutable_spec()->set_priority_class("low");
   const int64_t victim = harness_->SubmitJob(token_, low);
   ASSERT_EQ(victim, 1);
-  ASSERT_TRUE(RunUntil(
-      [&] {
-        const v1::Job j = Get(victim);
-        return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty();
-      },
-      absl::Seconds(90)))
-      << Get(victim).DebugString()
-      << internal::ReadFileOrEmpty(Dir(1) + "/log");
+  ASSERT_TRUE(RunsWithACheckpoint(victim, absl::Seconds(90)));
   EXPECT_EQ(Get(victim).attempts(0).placements(0).node(), kSlurmNode);
 
   // A high-priority job that must run on Slurm: the scheduler preempts the
@@ -373,14 +387,7 @@ TEST_F(CrossBackendTest,
   high.mutable_job()->mutable_spec()->set_priority_class("high");
   high.mutable_job()->mutable_spec()->set_backend(v1::BACKEND_PREFERENCE_SLURM);
   const int64_t preemptor = harness_->SubmitJob(token_, high);
-  ASSERT_TRUE(RunUntil(
-      [&] {
-        return Get(victim).state() == v1::JOB_STATE_SUCCEEDED &&
-               Get(preemptor).state() == v1::JOB_STATE_SUCCEEDED;
-      },
-      absl::Seconds(120)))
-      << Get(victim).DebugString() << Get(preemptor).DebugString()
-      << internal::ReadFileOrEmpty(Dir(1) + "/log");
+  ASSERT_TRUE(AllSucceed({victim, preemptor}, absl::Seconds(120)));
 
   const v1::Job v = Get(victim);
   ASSERT_EQ(v.attempts_size(), 2) << v.DebugString();
@@ -432,13 +439,7 @@ TEST_F(CrossBackendTest, AJobReclaimedOnKubernetesSpotResumesOnSlurm) {
   const int64_t id = harness_->SubmitJob(token_, TrainJob("spot", 1, 4, 2));
   ASSERT_EQ(id, 1);
   // k8s-spot ($0.50, 0.1 reclaims/h) is the cheapest: the job runs there.
-  ASSERT_TRUE(RunUntil(
-      [&] {
-        const v1::Job j = Get(id);
-        return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty();
-      },
-      absl::Seconds(60)))
-      << Get(id).DebugString();
+  ASSERT_TRUE(RunsWithACheckpoint(id, absl::Seconds(60)));
   const v1::Job running = Get(id);
   EXPECT_EQ(running.attempts(0).placements(0).node(),
             "clusters/kubernetes/nodes/spot-0");
@@ -461,10 +462,7 @@ TEST_F(CrossBackendTest, AJobReclaimedOnKubernetesSpotResumesOnSlurm) {
   const std::vector<int64_t> steps = FakeCheckpointSteps(pod_log);
   ASSERT_FALSE(steps.empty()) << pod_log;
   const int64_t last = steps.back();
-  ASSERT_TRUE(
-      RunUntil([&] { return Get(id).state() == v1::JOB_STATE_SUCCEEDED; },
-               absl::Seconds(90)))
-      << Get(id).DebugString() << internal::ReadFileOrEmpty(Dir(1) + "/log");
+  ASSERT_TRUE(AllSucceed({id}, absl::Seconds(90)));
 
   const v1::Job j = Get(id);
   ASSERT_EQ(j.attempts_size(), 2) << j.DebugString();
@@ -506,13 +504,7 @@ TEST_F(CrossBackendTest,
   low.mutable_job()->mutable_spec()->set_priority_class("low");
   const int64_t victim = harness_->SubmitJob(token_, low);
   ASSERT_EQ(victim, 1);
-  ASSERT_TRUE(RunUntil(
-      [&] {
-        const v1::Job j = Get(victim);
-        return j.state() == v1::JOB_STATE_RUNNING && !j.resume_from().empty();
-      },
-      absl::Seconds(60)))
-      << Get(victim).DebugString();
+  ASSERT_TRUE(RunsWithACheckpoint(victim, absl::Seconds(60)));
   EXPECT_EQ(Get(victim).attempts(0).placements(0).node(),
             "clusters/kubernetes/nodes/spot-0");
 
@@ -524,14 +516,7 @@ TEST_F(CrossBackendTest,
   high.mutable_job()->mutable_spec()->set_spot_policy(v1::SPOT_POLICY_REQUIRED);
   const int64_t preemptor = harness_->SubmitJob(token_, high);
   ASSERT_EQ(preemptor, 2);
-  ASSERT_TRUE(RunUntil(
-      [&] {
-        return Get(victim).state() == v1::JOB_STATE_SUCCEEDED &&
-               Get(preemptor).state() == v1::JOB_STATE_SUCCEEDED;
-      },
-      absl::Seconds(120)))
-      << Get(victim).DebugString() << Get(preemptor).DebugString()
-      << internal::ReadFileOrEmpty(Dir(1) + "/log");
+  ASSERT_TRUE(AllSucceed({victim, preemptor}, absl::Seconds(120)));
 
   const v1::Job v = Get(victim);
   ASSERT_EQ(v.attempts_size(), 2) << v.DebugString();

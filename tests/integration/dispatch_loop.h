@@ -7,6 +7,8 @@
 #define TRAINYARD_TESTS_INTEGRATION_DISPATCH_LOOP_H_
 
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,6 +19,24 @@
 #include "services/scheduler/scheduler_service.h"
 
 namespace trainyard::testing {
+
+// The scheduler over the database at `database_url` without Redis, driven
+// by RunUntil.
+inline absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>>
+TestScheduler(const std::string& database_url) {
+  scheduler::SchedulerOptions so;
+  so.postgres_url = database_url;
+  so.redis_addr = "";
+  return scheduler::SchedulerService::Create(so);
+}
+
+// The dispatcher of cluster `cluster` over `adapter`, driven by RunUntil.
+inline absl::StatusOr<std::unique_ptr<dispatcher::Dispatcher>> TestDispatcher(
+    const std::string& database_url, const std::string& cluster,
+    dispatcher::Adapter* adapter) {
+  return dispatcher::Dispatcher::Create(
+      {.postgres_url = database_url, .cluster = cluster}, adapter);
+}
 
 // Rounds of one scheduler cycle and one pass of each dispatcher (each
 // expected to succeed), `pause` apart, until `done` returns true after a

@@ -144,16 +144,12 @@ class KubeDispatcherTest : public ::testing::Test {
     ASSERT_TRUE(a.ok()) << a.status();
     adapter_ = *std::move(a);
 
-    scheduler::SchedulerOptions so;
-    so.postgres_url = harness_->database_url();
-    so.redis_addr = "";
     absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
-        scheduler::SchedulerService::Create(so);
+        TestScheduler(harness_->database_url());
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = std::move(*s);
-    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(
-        {.postgres_url = harness_->database_url(), .cluster = "kubernetes"},
-        adapter_.get());
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d =
+        TestDispatcher(harness_->database_url(), "kubernetes", adapter_.get());
     ASSERT_TRUE(d.ok()) << d.status();
     dispatcher_ = std::move(*d);
     // The first pass reports the nodes for the scheduler to place on.

@@ -72,11 +72,8 @@ class SlurmDispatcherTest : public SlurmSuite {
     static int tests = 0;
     prefix_ = absl::StrCat("t", ++tests, "-");
     adapter_ = NewAdapter(prefix_);
-    scheduler::SchedulerOptions so;
-    so.postgres_url = harness_->database_url();
-    so.redis_addr = "";
     absl::StatusOr<std::unique_ptr<scheduler::SchedulerService>> s =
-        scheduler::SchedulerService::Create(so);
+        TestScheduler(harness_->database_url());
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = std::move(*s);
     dispatcher_ = NewDispatcher(adapter_.get());
@@ -109,9 +106,8 @@ class SlurmDispatcherTest : public SlurmSuite {
   }
 
   std::unique_ptr<Dispatcher> NewDispatcher(SlurmAdapter* adapter) {
-    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(
-        {.postgres_url = harness_->database_url(), .cluster = "slurm"},
-        adapter);
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d =
+        TestDispatcher(harness_->database_url(), "slurm", adapter);
     EXPECT_TRUE(d.ok()) << d.status();
     return std::move(*d);
   }
