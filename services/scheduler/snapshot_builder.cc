@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
+#include "services/lib/domain/capacity.h"
 #include "services/lib/domain/names.h"
 #include "services/scheduler/policy/preemption.h"
 
@@ -98,16 +99,17 @@ policy::Backend BackendOf(v1::BackendKind kind) {
 }
 
 policy::BackendSet BackendsOf(v1::BackendPreference preference) {
-  switch (preference) {
-    case v1::BACKEND_PREFERENCE_SLURM:
-      return policy::BackendBit(policy::Backend::kSlurm);
-    case v1::BACKEND_PREFERENCE_KUBERNETES:
-      return policy::BackendBit(policy::Backend::kKubernetes);
-    case v1::BACKEND_PREFERENCE_SIM:
-      return policy::BackendBit(policy::Backend::kSim);
-    default:
-      return policy::kAnyBackend;
+  // The nodes of the kinds the check at submit allows (one rule:
+  // domain::BackendMatches); all of them: any node.
+  policy::BackendSet allowed = 0, every = 0;
+  for (int k = v1::BackendKind_MIN; k <= v1::BackendKind_MAX; ++k) {
+    if (!v1::BackendKind_IsValid(k)) continue;
+    const auto kind = static_cast<v1::BackendKind>(k);
+    const policy::BackendSet bit = policy::BackendBit(BackendOf(kind));
+    every |= bit;
+    if (domain::BackendMatches(preference, kind)) allowed |= bit;
   }
+  return allowed == every ? policy::kAnyBackend : allowed;
 }
 
 bool DispatcherGone(const v1::Cluster& cluster,

@@ -272,8 +272,9 @@ class SnapshotMapper {
 
 // The policy's backend of a cluster of `kind`.
 policy::Backend BackendOf(trainyard::v1::BackendKind kind);
-// The backends a job of `preference` may run on: the same nodes as
-// domain::BackendMatches() (the check at submit) allows.
+// The backends a job of `preference` may run on: the kinds
+// domain::BackendMatches() (the check at submit) allows; kAnyBackend when it
+// allows all.
 policy::BackendSet BackendsOf(trainyard::v1::BackendPreference preference);
 
 // Whether the cluster's dispatcher counts as gone at liveness.wall_now.

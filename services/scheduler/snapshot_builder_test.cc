@@ -465,6 +465,15 @@ TEST(SnapshotBuilderTest, NodesCarryTheirBackendAndJobsTheirPreference) {
   EXPECT_TRUE(policy::NodeMatches(s.nodes[0], s.pending[0].worker));
   EXPECT_FALSE(policy::NodeMatches(s.nodes[1], s.pending[0].worker));
 
+  EXPECT_EQ(BackendsOf(v1::BACKEND_PREFERENCE_UNSPECIFIED),
+            policy::kAnyBackend);
+  EXPECT_EQ(BackendsOf(v1::BACKEND_PREFERENCE_ANY), policy::kAnyBackend);
+  EXPECT_EQ(BackendsOf(v1::BACKEND_PREFERENCE_SLURM),
+            policy::BackendBit(policy::Backend::kSlurm));
+  EXPECT_EQ(BackendsOf(v1::BACKEND_PREFERENCE_KUBERNETES),
+            policy::BackendBit(policy::Backend::kKubernetes));
+  EXPECT_EQ(BackendsOf(v1::BACKEND_PREFERENCE_SIM),
+            policy::BackendBit(policy::Backend::kSim));
   for (int p = v1::BackendPreference_MIN; p <= v1::BackendPreference_MAX; ++p) {
     for (int k = v1::BackendKind_MIN; k <= v1::BackendKind_MAX; ++k) {
       const auto preference = static_cast<v1::BackendPreference>(p);
