@@ -20,7 +20,7 @@ PACKAGES=(
   libpqxx-dev libhiredis-dev libabsl-dev libssl-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   postgresql postgresql-contrib redis-server
-  curl python3 python3-grpcio python3-protobuf python3-pytest python3-yaml openssl clang-format
+  curl python3 python3-grpcio python3-protobuf python3-pytest python3-pytest-xdist python3-yaml openssl clang-format
   slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
   libcurl4-openssl-dev nlohmann-json3-dev libcsv-dev
   libcpp-httplib-dev libyaml-cpp-dev zlib1g-dev golang-github-gogo-googleapis-dev

@@ -125,7 +125,10 @@ release_checks() {
     stage "benchmark smoke" bash tests/perf/run_submit_bench.sh --smoke
   fi
   if [[ -d clients/python/tests ]]; then
-    stage "python client tests" /usr/bin/python3 -m pytest -q clients/python/tests
+    # Two pytest workers, a file each at a time (each starts its own stack): the tests wait
+    # on servers and the sim's clock far more than they compute.
+    stage "python client tests" /usr/bin/python3 -m pytest -q -n 2 --dist loadfile \
+      clients/python/tests
   else
     skip "python client tests" "no clients/python/tests"
   fi
