@@ -176,6 +176,14 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
   queue_ids_.clear();
   known_queues_.clear();
 
+  // The backends that offer each flavor: those of the clusters of its pools.
+  absl::flat_hash_map<std::string, policy::BackendSet> flavor_backends;
+  for (const auto& [key, pool] : state.pools) {
+    auto cluster = state.clusters.find(key.first);
+    if (cluster == state.clusters.end()) continue;
+    flavor_backends[std::string(domain::NameId(pool.flavor()))] |=
+        policy::BackendBit(BackendOf(cluster->second.backend()));
+  }
   // Flavors.
   for (const auto& [id, f] : state.flavors) {
     flavor_ids_[id] = static_cast<policy::FlavorId>(s.flavors.size());
@@ -200,6 +208,9 @@ void SnapshotMapper::MapConfig(const PlatformState& state,
          .price_micros_per_gib_hour =
              std::max<int64_t>(0, book.gib_hour.value_or(0)),
          .reclaim_rate_per_hour = std::max(0.0, f.reclaim_rate_per_hour())});
+    if (auto it = flavor_backends.find(id); it != flavor_backends.end()) {
+      s.flavors.back().backends = it->second;
+    }
     if (f.has_restart_overhead()) {
       s.flavors.back().restart_overhead_micros =
           std::max<int64_t>(0, Micros(f.restart_overhead()));

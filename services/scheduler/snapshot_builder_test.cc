@@ -444,7 +444,8 @@ TEST(SnapshotBuilderTest, ClustersKeepTheirOwnTopology) {
   EXPECT_EQ(s.nodes[1].cluster, s.nodes[2].cluster);
 }
 
-// A node carries its cluster's backend and a job its backend preference, and
+// A node carries its cluster's backend, a flavor those of the clusters that
+// offer it, and a job its backend preference; and
 // the policy's NodeMatches() allows exactly the nodes the api's check at
 // submit (domain::BackendMatches) counts, for every preference and kind.
 TEST(SnapshotBuilderTest, NodesCarryTheirBackendAndJobsTheirPreference) {
@@ -461,6 +462,13 @@ TEST(SnapshotBuilderTest, NodesCarryTheirBackendAndJobsTheirPreference) {
   ASSERT_EQ(index.node_names[0], "clusters/k8s/nodes/k1");
   EXPECT_EQ(s.nodes[0].backend, policy::Backend::kKubernetes);
   EXPECT_EQ(s.nodes[1].backend, policy::Backend::kSim);
+  // h100 is offered by a pool of each cluster; h100-spot by none.
+  ASSERT_EQ(s.flavors[0].name, "h100");
+  EXPECT_EQ(s.flavors[0].backends,
+            policy::BackendBit(policy::Backend::kSim) |
+                policy::BackendBit(policy::Backend::kKubernetes));
+  ASSERT_EQ(s.flavors[1].name, "h100-spot");
+  EXPECT_EQ(s.flavors[1].backends, policy::kAnyBackend);
   ASSERT_EQ(s.pending.size(), 1u);
   EXPECT_TRUE(policy::NodeMatches(s.nodes[0], s.pending[0].worker));
   EXPECT_FALSE(policy::NodeMatches(s.nodes[1], s.pending[0].worker));

@@ -335,12 +335,11 @@ TEST_F(CrossBackendTest, CheaperBackendFirstThenSpillAndABoundJobWaitsForIts) {
   const v1::ExplainPendingResponse why =
       harness_->Explain(token_, "acme", on_slurm);
   EXPECT_EQ(why.reason(), "NO_CAPACITY") << why.DebugString();
-  // Both on-demand flavors are full (od-0 runs 3); the job counts Slurm's
-  // nodes only.
+  // Its only candidate is Slurm's flavor (k8s-gpu is offered on Kubernetes
+  // alone), and gpu1 is taken.
   EXPECT_EQ(why.message(),
-            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor gpu); free "
-            "nodes hold 0 of 1 workers (flavor k8s-gpu); counting slurm nodes "
-            "only (the job's backend)");
+            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor gpu); "
+            "counting slurm nodes only (the job's backend)");
 
   ASSERT_TRUE(AllSucceed({first, on_slurm, spills}, absl::Seconds(90)));
   const v1::Job j1 = Get(first), j2 = Get(on_slurm), j3 = Get(spills);

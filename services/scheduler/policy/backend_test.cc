@@ -104,6 +104,9 @@ class OneQueueOverTwoBackends : public ::testing::Test {
     s.flavors[spot].reclaim_rate_per_hour = 0.5;
     s.flavors[spot].restart_overhead_micros = 5 * kMinute;
     s.flavors[ondemand].price_micros_per_gpu_hour = 2000000;
+    s.flavors[reserved].backends = kSlurmOnly;
+    s.flavors[spot].backends = kKubernetesOnly;
+    s.flavors[ondemand].backends = kKubernetesOnly;
     AddNode(reserved, 0, Backend::kSlurm);
     AddNode(spot, 1, Backend::kKubernetes);
     AddNode(spot, 1, Backend::kKubernetes);
@@ -175,8 +178,44 @@ TEST_F(OneQueueOverTwoBackends, AJobBoundToABackendRunsThereOnly) {
   const PendingDecision* waits = PendingOf(d, 2);
   ASSERT_NE(waits, nullptr);
   EXPECT_EQ(waits->reason, PendingReason::kNoCapacity);
-  EXPECT_THAT(waits->message.str(),
-              HasSubstr("; counting slurm nodes only (the job's backend)"));
+  // Only its backend's flavor is a candidate.
+  EXPECT_EQ(waits->message.str(),
+            "NO_CAPACITY: free nodes hold 0 of 1 workers (flavor "
+            "slurm-reserved); counting slurm nodes only (the job's backend)");
+}
+
+TEST_F(OneQueueOverTwoBackends, ABoundJobsCandidatesAreItsBackendsFlavors) {
+  const PolicyConfig config;
+  const PendingJob any = Job(1);
+  const PendingJob on_slurm = Job(2, kSlurmOnly);
+  const PendingJob on_kube = Job(3, kKubernetesOnly);
+  const Snapshot& s = b_.Build();
+  // Cheapest first: f0 (4.00), f1 (6.07), f2 (16.00).
+  EXPECT_EQ(CandidateFlavors(s, any, config), (std::vector<FlavorId>{0, 1, 2}));
+  EXPECT_EQ(CandidateFlavors(s, on_slurm, config), std::vector<FlavorId>{0});
+  EXPECT_EQ(CandidateFlavors(s, on_kube, config),
+            (std::vector<FlavorId>{1, 2}));
+  // A flavor whose backends are not known stays a candidate for everyone.
+  b_.snapshot().flavors[2].backends = kAnyBackend;
+  EXPECT_EQ(CandidateFlavors(b_.Build(), on_slurm, config),
+            (std::vector<FlavorId>{0, 2}));
+}
+
+TEST_F(OneQueueOverTwoBackends, NoFlavorOfItsBackendInTheQueue) {
+  Job(1, BackendBit(Backend::kSim));
+  for (const PolicyConfig& config :
+       {PolicyConfig{}, PolicyConfig{.use_placement_index = false,
+                        .use_equivalence_classes = false}}) {
+    const Decisions d = Decide(b_.Build(), config);
+    ASSERT_TRUE(d.admissions.empty());
+    const PendingDecision* waits = PendingOf(d, 1);
+    ASSERT_NE(waits, nullptr);
+    EXPECT_EQ(waits->reason, PendingReason::kNoEligibleFlavor);
+    EXPECT_EQ(
+        waits->message.str(),
+        "NO_ELIGIBLE_FLAVOR: queue team has no quota for a flavor allowed "
+        "by spot policy allowed and offered on sim (the job's backend)");
+  }
 }
 
 // A Slurm-bound job that fails on a full Slurm cluster must not make an

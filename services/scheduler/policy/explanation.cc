@@ -78,6 +78,15 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
   const Queue& queue = s.queues[job.queue];
   const Resources need = job.worker.AsResources() * job.workers;
   Appender text(out);
+  // The job's backends: "slurm", "slurm or kubernetes".
+  auto backends = [&] {
+    const char* sep = "";
+    for (Backend b : {Backend::kSim, Backend::kSlurm, Backend::kKubernetes}) {
+      if ((job.worker.backends & BackendBit(b)) == 0) continue;
+      text << sep << BackendName(b);
+      sep = " or ";
+    }
+  };
   for (size_t i = 0; i < details.size(); ++i) {
     const Detail& d = details[i];
     const Resource resource = static_cast<Resource>(d.resource);
@@ -108,6 +117,11 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
         text << "queue " << queue.name
              << " has no quota for a flavor allowed by spot policy "
              << SpotPolicyName(job.spot_policy);
+        if (job.worker.backends != kAnyBackend) {
+          text << " and offered on ";
+          backends();
+          text << " (the job's backend)";
+        }
         break;
       case Detail::kBudget: {
         const Budget& budget = s.budgets[d.c];
@@ -248,14 +262,10 @@ void AppendDetails(const Snapshot& s, const PolicyConfig& config,
     }
   }
   // Why it looks at some clusters only.
-  if (job.worker.backends != kAnyBackend && !details.empty()) {
-    text << "; counting";
-    const char* sep = " ";
-    for (Backend b : {Backend::kSim, Backend::kSlurm, Backend::kKubernetes}) {
-      if ((job.worker.backends & BackendBit(b)) == 0) continue;
-      text << sep << BackendName(b);
-      sep = " or ";
-    }
+  if (job.worker.backends != kAnyBackend && !details.empty() &&
+      details[0].kind != Detail::kNoEligibleFlavor) {
+    text << "; counting ";
+    backends();
     text << " nodes only (the job's backend)";
   }
   // Why it waits for spot capacity alone.

@@ -135,6 +135,7 @@ Snapshot RandomSnapshot(std::mt19937_64& rng) {
       for (Node& node : s.nodes) {
         node.backend =
             node.cluster == 0 ? Backend::kSlurm : Backend::kKubernetes;
+        s.flavors[node.flavor].backends |= BackendBit(node.backend);
       }
     }
   }

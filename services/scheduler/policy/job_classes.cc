@@ -24,7 +24,8 @@ int32_t ClassTable::ClassOf(const Snapshot& s, const PolicyConfig& config,
                               job.expected_runtime_micros,
                               job.time_limit_micros,
                               job.can_checkpoint,
-                              job.checkpoint_interval_micros};
+                              job.checkpoint_interval_micros,
+                              job.worker.backends};
   auto [known, added] = list_of_pricing_.try_emplace(pricing, 0);
   if (added) {
     std::vector<FlavorId> flavors = CandidateFlavors(s, job, config);

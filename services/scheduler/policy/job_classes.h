@@ -70,7 +70,7 @@ class ClassTable {
                  int32_t, int64_t, int64_t, bool, int64_t, int64_t, TimeMicros>;
   absl::flat_hash_map<Key, int32_t> ids_;
   using PricingKey = std::tuple<QueueId, SpotPolicy, int64_t, int64_t, int64_t,
-                                int64_t, int64_t, bool, int64_t>;
+                                int64_t, int64_t, bool, int64_t, BackendSet>;
   absl::flat_hash_map<PricingKey, int32_t> list_of_pricing_;
   absl::flat_hash_map<std::vector<FlavorId>, int32_t> list_ids_;
   std::vector<std::vector<FlavorId>> flavor_lists_;

@@ -175,6 +175,7 @@ std::vector<FlavorId> CandidateFlavors(const Snapshot& s, const PendingJob& job,
     const FlavorId f = queue.quotas[i].flavor;
     const bool spot = s.flavors[f].kind == FlavorKind::kSpot;
     if (spot ? !spot_ok : !regular_ok) continue;
+    if (!FlavorServes(s.flavors[f], job.worker)) continue;
     const int group =
         job.spot_policy == SpotPolicy::kPreferred && !spot ? 1 : 0;
     keyed.emplace_back(group, ExpectedCostMicros(job, s.flavors[f], config),

@@ -70,6 +70,8 @@ int64_t HourlyPriceMicros(const PendingJob& job, const Flavor& flavor);
 //   - kNever: non-spot flavors; kRequired: spot flavors; kAllowed: all;
 //     kPreferred: spot flavors first, then non-spot ones;
 //   - a job that cannot checkpoint gets spot flavors only under kRequired;
+//   - a job bound to some backends gets only the flavors offered there
+//     (FlavorServes);
 //   - within each group (all of them for kAllowed), lowest expected cost
 //     first; ties keep the queue's order, non-spot before spot.
 // The caller tries them in order and falls back to the next on missing quota

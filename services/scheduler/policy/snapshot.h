@@ -111,6 +111,10 @@ struct Flavor {
   // cloud VM replacement differ by minutes. nullopt =
   // PolicyConfig::restart_overhead (RestartOverhead() in pricing.h).
   std::optional<TimeMicros> restart_overhead_micros;
+  // The backends of the clusters that offer it (their pools);
+  // kAnyBackend = not known (every job may try it). A job bound to other
+  // backends does not count it among its candidates (CandidateFlavors).
+  BackendSet backends = kAnyBackend;
   friend bool operator==(const Flavor&, const Flavor&) = default;
 };
 
@@ -319,6 +323,13 @@ inline bool NodeMatches(const Node& node, const WorkerShape& shape) {
   }
   return shape.backends == kAnyBackend ||
          (shape.backends & BackendBit(node.backend)) != 0;
+}
+
+// Whether `flavor` is offered on a backend a worker of `shape` may use (or
+// either side says any).
+inline bool FlavorServes(const Flavor& flavor, const WorkerShape& shape) {
+  return shape.backends == kAnyBackend || flavor.backends == kAnyBackend ||
+         (shape.backends & flavor.backends) != 0;
 }
 
 enum class TopologyLevel { kNone, kBlock, kRack };
