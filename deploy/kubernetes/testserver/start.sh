@@ -32,7 +32,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "${HERE}/../../.." && pwd)"
 # shellcheck source=deploy/local/common.sh
-source "${REPO}/deploy/local/common.sh"  # ty_log, ty_die, ty_pid_alive, ty_stop_pid
+source "${REPO}/deploy/local/common.sh"  # ty_log, ty_die, ty_stop_pid
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
@@ -93,11 +93,14 @@ setsid /usr/bin/python3 "${REPO}/tests/fixtures/kube_apiserver/server.py" \
   --listen "127.0.0.1:${PORT}" --port-file "${STATE_DIR}/port" --schemas "${SCHEMAS}" \
   --tls-dir "${STATE_DIR}/tls" --token "${TOKEN}" --state-file "${STATE_DIR}/state.json" \
   --namespace trainyard >>"${STATE_DIR}/server.log" 2>&1 </dev/null &
-echo $! >"${RUN}/server.pid"
+SERVER_PID=$!
+echo "${SERVER_PID}" >"${RUN}/server.pid"
 
+# Alive by its pid alone: until the forked shell has exec'd python (a busy machine may take
+# a while), its command line is still this script's, not server.py's.
 for ((i = 0; i < TIMEOUT * 10; i++)); do
   [[ -s "${STATE_DIR}/port" ]] && break
-  ty_pid_alive "${RUN}/server.pid" server.py >/dev/null ||
+  kill -0 "${SERVER_PID}" 2>/dev/null ||
     { tail -n 20 "${STATE_DIR}/server.log" >&2; ty_die "the server exited; see ${STATE_DIR}/server.log"; }
   sleep 0.1
 done
